@@ -1,0 +1,170 @@
+"""`dflash bench`: prefill and decode speed of dflash and of upstream llama.cpp (libllama built
+from the same vendor tree and linked into the same process, so both use the same ggml build)
+on the same GGUF, in the same run. Results go to a JSON file with the command, machine,
+commit and raw samples (REFERENCE.md section 8).
+
+Decode t/s = (generated - 1) / (time from the first generated token to the last);
+prefill t/s = prompt tokens / time to the first token's logits. Median over --repeats runs
+after one warm-up run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _git_commit() -> str:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"hostname": platform.node(), "cpu": platform.processor() or platform.machine(),
+                            "cores": os.cpu_count()}
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+        if q.returncode == 0:
+            info["gpu"] = q.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return info
+
+
+def _ours(path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a: argparse.Namespace) -> dict[str, Any]:
+    from dflash import _core
+
+    cfg = _core.EngineConfig()
+    cfg.n_ctx, cfg.k_type, cfg.v_type = a.n_ctx, kv, kv
+    cfg.n_gpu_layers, cfg.n_threads, cfg.n_batch = a.n_gpu_layers, a.threads, a.n_batch
+    eng = _core.TargetEngine(path, cfg)
+    pp, tg = [], []
+    for r in range(repeats + 1):
+        st = eng.generate(prompt, n_gen, 0.0, 0, 1.0, 0, [], lambda t: True)
+        if r == 0:
+            continue  # warm-up
+        pp.append(len(prompt) / (st.prompt_ms / 1000))
+        tg.append((st.n_generated - 1) / (st.predict_ms / 1000))
+    out = {"engine": "dflash", "backend": eng.backend, "memory_plan": dict(eng.memory_plan)}
+    del eng
+    return {**out, "prefill_tps": pp, "decode_tps": tg}
+
+
+def _upstream(path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a: argparse.Namespace) -> dict[str, Any]:
+    from dflash import _core
+
+    cfg = _core.UpstreamConfig()
+    cfg.n_ctx, cfg.k_type, cfg.v_type = a.n_ctx, kv, kv
+    cfg.n_gpu_layers, cfg.n_threads, cfg.n_batch = a.n_gpu_layers, a.threads, a.n_batch
+    up = _core.UpstreamModel(path, cfg)
+    pp, tg = [], []
+    for r in range(repeats + 1):
+        _, t = up.greedy(prompt, n_gen)
+        if r == 0:
+            continue
+        pp.append(len(prompt) / (t["prefill_ms"] / 1000))
+        tg.append(len(t["decode_ms"]) / (sum(t["decode_ms"]) / 1000))
+    del up
+    return {"engine": "upstream-libllama", "prefill_tps": pp, "decode_tps": tg}
+
+
+def _llama_bench(binary: str, path: str, kv: str, a: argparse.Namespace) -> dict[str, Any]:
+    """Upstream's own llama-bench (pp/tg) on the same file: the canonical upstream figure."""
+    cmd = [binary, "-m", path, "-p", str(a.prompt_tokens), "-n", str(a.gen_tokens), "-r", str(a.repeats),
+           "-ctk", kv, "-ctv", kv, "-fa", "1", "-ngl", "999" if a.n_gpu_layers != 0 else "0", "-o", "json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"engine": "upstream-llama-bench", "error": r.stderr[-2000:], "command": shlex.join(cmd)}
+    rows = json.loads(r.stdout)
+    res: dict[str, Any] = {"engine": "upstream-llama-bench", "command": shlex.join(cmd)}
+    for row in rows:
+        key = "prefill_tps" if row.get("n_prompt", 0) > 0 else "decode_tps"
+        res[key] = [float(x) for x in row.get("samples_ts", [row.get("avg_ts", 0.0)])]
+    return res
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="dflash bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("-m", "--model", default=None, help="GGUF to bench (default: --preset)")
+    ap.add_argument("--preset", default="tiny-b", help="synthetic preset written when no --model is given")
+    ap.add_argument("--weight-type", default=None, help="weight type for --preset")
+    ap.add_argument("--kv-types", default="f16", help="comma-separated KV types")
+    ap.add_argument("-p", "--prompt-tokens", type=int, default=512)
+    ap.add_argument("-n", "--gen-tokens", type=int, default=128)
+    ap.add_argument("-r", "--repeats", type=int, default=3)
+    ap.add_argument("-c", "--n-ctx", type=int, default=4096)
+    ap.add_argument("-b", "--n-batch", type=int, default=512)
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1)
+    ap.add_argument("-t", "--threads", type=int, default=0)
+    ap.add_argument("--no-upstream", action="store_true", help="skip the in-process upstream baseline")
+    ap.add_argument("--llama-bench", default=None, help="path of upstream's llama-bench to run as well")
+    ap.add_argument("-o", "--out", default=None, help="JSON output (default bench/results/<name>.json)")
+    a = ap.parse_args(argv)
+
+    path = a.model
+    if path is None:
+        from dflash.synth import get_preset, write_qwen35_gguf
+
+        pre = get_preset(a.preset)
+        wt = a.weight_type or pre.weight_type
+        path = str(Path(os.environ.get("TMPDIR", "/tmp")) / f"dflash-bench-{a.preset}-{wt}.gguf")
+        if not Path(path).exists():
+            write_qwen35_gguf(path, pre.config, seed=0, weight_type=wt, progress=True)
+
+    from dflash import _core
+
+    n_vocab = _core.Vocab(path).n_tokens
+    prompt = np.random.default_rng(0).integers(0, n_vocab, size=a.prompt_tokens).tolist()
+    results = []
+    for kv in a.kv_types.split(","):
+        runs = [_ours(path, kv, prompt, a.gen_tokens, a.repeats, a)]
+        if not a.no_upstream:
+            runs.append(_upstream(path, kv, prompt, a.gen_tokens, a.repeats, a))
+        if a.llama_bench:
+            runs.append(_llama_bench(a.llama_bench, path, kv, a))
+        for r in runs:
+            r["kv_type"] = kv
+            r["prefill_tps_median"] = _median(r.get("prefill_tps", []))
+            r["decode_tps_median"] = _median(r.get("decode_tps", []))
+            print(f"{r['engine']:>22} kv={kv:5} prefill {r['prefill_tps_median']:9.1f} t/s   "
+                  f"decode {r['decode_tps_median']:8.2f} t/s", flush=True)
+        results.extend(runs)
+
+    doc = {
+        "command": "dflash bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": _git_commit(),
+        "machine": _machine(),
+        "model": {"path": path, "bytes": os.path.getsize(path)},
+        "config": {k: v for k, v in vars(a).items()},
+        "results": results,
+    }
+    out = Path(a.out) if a.out else Path("bench/results") / f"bench-{Path(path).stem}-{int(time.time())}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

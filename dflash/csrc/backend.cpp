@@ -1,0 +1,66 @@
+#include "backend.h"
+
+#include "errors.h"
+#include "ggml-cpu.h"
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace dflash {
+
+Backends::Backends(int n_gpu_layers, int threads) {
+    n_threads = threads > 0 ? threads : (int) std::max(1u, std::thread::hardware_concurrency());
+    cpu = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+    if (!cpu) throw EngineError("could not initialise the CPU backend");
+    ggml_backend_cpu_set_n_threads(cpu, n_threads);
+    if (n_gpu_layers != 0) {
+        for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+            ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+            if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_GPU) {
+                main = ggml_backend_dev_init(dev, nullptr);
+                if (main) {
+                    main_dev = dev;
+                    is_gpu = true;
+                    break;
+                }
+            }
+        }
+    }
+    if (!main) {
+        main = cpu;
+        main_dev = ggml_backend_get_device(cpu);
+    }
+    main_buft = ggml_backend_get_default_buffer_type(main);
+}
+
+Backends::~Backends() {
+    if (main && main != cpu) ggml_backend_free(main);
+    if (cpu) ggml_backend_free(cpu);
+}
+
+std::string Backends::description() const {
+    std::ostringstream s;
+    s << ggml_backend_dev_name(main_dev) << " (" << ggml_backend_dev_description(main_dev) << ")";
+    if (!is_gpu) s << ", " << n_threads << " threads";
+    return s.str();
+}
+
+void Backends::memory(size_t & free, size_t & total) const {
+    ggml_backend_dev_memory(main_dev, &free, &total);
+    if (!is_gpu) {
+        // The CPU device reports total RAM as free; MemAvailable is the honest figure.
+        std::ifstream f("/proc/meminfo");
+        std::string key;
+        size_t kb;
+        std::string unit;
+        while (f >> key >> kb >> unit) {
+            if (key == "MemAvailable:") {
+                free = kb * 1024;
+                break;
+            }
+        }
+    }
+}
+
+}  // namespace dflash

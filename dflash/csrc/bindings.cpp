@@ -1,0 +1,237 @@
+// The Python extension dflash._core: a thin layer; the Python API lives in dflash/api.py.
+#include "errors.h"
+#include "target_engine.h"
+#include "upstream_ref.h"
+#include "vocab.h"
+
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+using namespace dflash;
+
+namespace {
+
+py::array_t<float> logits_array(std::vector<float> && v, int64_t n_vocab) {
+    const int64_t rows = n_vocab ? (int64_t) v.size() / n_vocab : 0;
+    auto * heap = new std::vector<float>(std::move(v));
+    py::capsule owner(heap, [](void * p) { delete static_cast<std::vector<float> *>(p); });
+    return py::array_t<float>({rows, n_vocab}, {n_vocab * (int64_t) sizeof(float), (int64_t) sizeof(float)},
+                              heap->data(), owner);
+}
+
+py::dict hparams_dict(const Qwen35Hparams & hp) {
+    py::dict d;
+    d["n_vocab"] = hp.n_vocab;
+    d["n_embd"] = hp.n_embd;
+    d["n_layer"] = hp.n_layer;
+    d["n_layer_nextn"] = hp.n_layer_nextn;
+    d["n_ff"] = hp.n_ff;
+    d["n_head"] = hp.n_head;
+    d["n_head_kv"] = hp.n_head_kv;
+    d["head_dim"] = hp.head_dim;
+    d["n_ctx_train"] = hp.n_ctx_train;
+    d["n_rot"] = hp.n_rot;
+    d["ssm_d_state"] = hp.ssm_d_state;
+    d["ssm_n_v_heads"] = hp.ssm_n_v_heads;
+    d["ssm_n_k_heads"] = hp.ssm_n_k_heads;
+    d["ssm_d_conv"] = hp.ssm_d_conv;
+    std::vector<bool> rec(hp.is_recurrent.begin(), hp.is_recurrent.end());
+    d["is_recurrent"] = rec;
+    return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "dflash native core (qwen35 engine over vendored ggml)";
+
+    // Exception classes as raw, never-freed objects (safe at interpreter shutdown).
+    static PyObject * base = PyErr_NewException("dflash._core.DflashError", PyExc_RuntimeError, nullptr);
+    static PyObject * load_err = PyErr_NewException("dflash._core.ModelLoadError", base, nullptr);
+    static PyObject * param_err = PyErr_NewException("dflash._core.InvalidParameterError", base, nullptr);
+    static PyObject * ctx_err = PyErr_NewException("dflash._core.ContextOverflowError", base, nullptr);
+    static PyObject * engine_err = PyErr_NewException("dflash._core.EngineError", base, nullptr);
+    m.add_object("DflashError", py::handle(base));
+    m.add_object("ModelLoadError", py::handle(load_err));
+    m.add_object("InvalidParameterError", py::handle(param_err));
+    m.add_object("ContextOverflowError", py::handle(ctx_err));
+    m.add_object("EngineError", py::handle(engine_err));
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const ContextOverflow & e) {
+            py::object exc = py::reinterpret_borrow<py::object>(ctx_err)(e.what());
+            exc.attr("n_prompt") = e.n_tokens;
+            exc.attr("n_ctx") = e.n_ctx;
+            PyErr_SetObject(ctx_err, exc.ptr());
+        } catch (const ModelLoadError & e) {
+            PyErr_SetString(load_err, e.what());
+        } catch (const InvalidParameter & e) {
+            PyErr_SetString(param_err, e.what());
+        } catch (const EngineError & e) {
+            PyErr_SetString(engine_err, e.what());
+        }
+    });
+
+    m.def("set_log_verbosity", &set_log_verbosity, py::arg("verbose"));
+    set_log_verbosity(false);
+
+    py::class_<EngineConfig>(m, "EngineConfig")
+        .def(py::init<>())
+        .def_readwrite("n_ctx", &EngineConfig::n_ctx)
+        .def_readwrite("k_type", &EngineConfig::k_type)
+        .def_readwrite("v_type", &EngineConfig::v_type)
+        .def_readwrite("n_gpu_layers", &EngineConfig::n_gpu_layers)
+        .def_readwrite("n_threads", &EngineConfig::n_threads)
+        .def_readwrite("n_batch", &EngineConfig::n_batch)
+        .def_readwrite("n_logits_batch", &EngineConfig::n_logits_batch);
+
+    py::class_<GenerateStats>(m, "GenerateStats")
+        .def_readonly("n_prompt", &GenerateStats::n_prompt)
+        .def_readonly("n_generated", &GenerateStats::n_generated)
+        .def_readonly("prompt_ms", &GenerateStats::prompt_ms)
+        .def_readonly("predict_ms", &GenerateStats::predict_ms)
+        .def_readonly("stop_reason", &GenerateStats::stop_reason);
+
+    py::class_<TargetEngine>(m, "TargetEngine")
+        .def(py::init([](const std::string & path, const EngineConfig & cfg, py::object progress) {
+                 ProgressFn fn;
+                 if (!progress.is_none()) {
+                     fn = [progress](size_t done, size_t total) {
+                         py::gil_scoped_acquire g;
+                         progress(done, total);
+                     };
+                 }
+                 py::gil_scoped_release rel;
+                 return std::make_unique<TargetEngine>(path, cfg, fn);
+             }),
+             py::arg("path"), py::arg("config"), py::arg("progress") = py::none())
+        .def_property_readonly("hparams", [](const TargetEngine & e) { return hparams_dict(e.hparams()); })
+        .def_property_readonly("backend", &TargetEngine::backend_description)
+        .def_property_readonly("model_name", &TargetEngine::model_name)
+        .def_property_readonly("n_past", &TargetEngine::n_past)
+        .def_property_readonly("memory_plan",
+                               [](const TargetEngine & e) {
+                                   py::dict d;
+                                   for (auto & [k, v] : e.plan().items) d[py::str(k)] = v;
+                                   d["free"] = e.plan().free_bytes;
+                                   d["total"] = e.plan().total_bytes;
+                                   return d;
+                               })
+        .def("reset", &TargetEngine::reset)
+        .def("eval_logits",
+             [](TargetEngine & e, const std::vector<int32_t> & tokens) {
+                 std::vector<float> v;
+                 {
+                     py::gil_scoped_release rel;
+                     v = e.eval_logits(tokens);
+                 }
+                 return logits_array(std::move(v), e.hparams().n_vocab);
+             })
+        .def("forward",
+             [](TargetEngine & e, const std::vector<int32_t> & tokens, bool all_logits,
+                const std::vector<int> & capture_layers) {
+                 ForwardResult r;
+                 {
+                     py::gil_scoped_release rel;
+                     r = e.forward(tokens.data(), (int) tokens.size(), all_logits, true, capture_layers);
+                 }
+                 py::list caps;
+                 const int64_t E = e.hparams().n_embd;
+                 for (auto & c : r.captures) caps.append(logits_array(std::move(c), E));
+                 return py::make_tuple(logits_array(std::move(r.logits), e.hparams().n_vocab), r.argmax, caps);
+             },
+             py::arg("tokens"), py::arg("all_logits") = true, py::arg("capture_layers") = std::vector<int>{})
+        .def("generate",
+             [](TargetEngine & e, const std::vector<int32_t> & prompt, int max_tokens, float temperature, int top_k,
+                float top_p, uint64_t seed, const std::vector<int32_t> & eog, py::function on_token) {
+                 SamplingParams sp;
+                 sp.temperature = temperature;
+                 sp.top_k = top_k;
+                 sp.top_p = top_p;
+                 sp.seed = seed;
+                 py::gil_scoped_release rel;
+                 return e.generate(prompt, max_tokens, sp, eog, [&](int32_t tok) {
+                     py::gil_scoped_acquire g;
+                     return on_token(tok).cast<bool>();
+                 });
+             },
+             py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
+             py::arg("seed"), py::arg("eog_tokens"), py::arg("on_token"));
+
+    py::class_<Vocab>(m, "Vocab")
+        .def(py::init([](const std::string & path) {
+                 py::gil_scoped_release rel;
+                 return std::make_unique<Vocab>(path);
+             }),
+             py::arg("path"))
+        .def("tokenize", &Vocab::tokenize, py::arg("text"), py::arg("add_special") = true,
+             py::arg("parse_special") = false)
+        .def("detokenize",
+             [](const Vocab & v, const std::vector<int32_t> & t, bool remove_special, bool unparse_special) {
+                 return py::bytes(v.detokenize(t, remove_special, unparse_special));
+             },
+             py::arg("tokens"), py::arg("remove_special") = false, py::arg("unparse_special") = false)
+        .def("token_to_piece",
+             [](const Vocab & v, int32_t t, bool special) { return py::bytes(v.token_to_piece(t, special)); },
+             py::arg("token"), py::arg("special") = false)
+        .def_property_readonly("n_tokens", &Vocab::n_tokens)
+        .def_property_readonly("bos", &Vocab::bos)
+        .def_property_readonly("eos", &Vocab::eos)
+        .def_property_readonly("eot", &Vocab::eot)
+        .def_property_readonly("add_bos", &Vocab::add_bos)
+        .def("is_eog", &Vocab::is_eog)
+        .def("eog_tokens", &Vocab::eog_tokens)
+        .def_property_readonly("chat_template", &Vocab::chat_template)
+        .def("meta", &Vocab::meta);
+
+    py::class_<UpstreamConfig>(m, "UpstreamConfig")
+        .def(py::init<>())
+        .def_readwrite("n_ctx", &UpstreamConfig::n_ctx)
+        .def_readwrite("n_batch", &UpstreamConfig::n_batch)
+        .def_readwrite("k_type", &UpstreamConfig::k_type)
+        .def_readwrite("v_type", &UpstreamConfig::v_type)
+        .def_readwrite("n_gpu_layers", &UpstreamConfig::n_gpu_layers)
+        .def_readwrite("n_threads", &UpstreamConfig::n_threads);
+
+    py::class_<UpstreamModel>(m, "UpstreamModel")
+        .def(py::init([](const std::string & path, const UpstreamConfig & cfg) {
+                 py::gil_scoped_release rel;
+                 return std::make_unique<UpstreamModel>(path, cfg);
+             }),
+             py::arg("path"), py::arg("config"))
+        .def_property_readonly("n_vocab", &UpstreamModel::n_vocab)
+        .def("eval_logits",
+             [](UpstreamModel & u, const std::vector<int32_t> & tokens) {
+                 std::vector<float> v;
+                 {
+                     py::gil_scoped_release rel;
+                     v = u.eval_logits(tokens);
+                 }
+                 return logits_array(std::move(v), u.n_vocab());
+             })
+        .def("eval_chunks",
+             [](UpstreamModel & u, const std::vector<int32_t> & tokens, const std::vector<int> & chunks) {
+                 std::vector<float> v;
+                 {
+                     py::gil_scoped_release rel;
+                     v = u.eval_chunks(tokens, chunks);
+                 }
+                 return logits_array(std::move(v), u.n_vocab());
+             })
+        .def("greedy", [](UpstreamModel & u, const std::vector<int32_t> & prompt, int n_gen) {
+            UpstreamTimings tm;
+            std::vector<int32_t> out;
+            {
+                py::gil_scoped_release rel;
+                out = u.greedy(prompt, n_gen, &tm);
+            }
+            py::dict t;
+            t["prefill_ms"] = tm.prefill_ms;
+            t["decode_ms"] = tm.decode_ms;
+            return py::make_tuple(out, t);
+        });
+}

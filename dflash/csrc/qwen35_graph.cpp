@@ -1,0 +1,223 @@
+#include "qwen35_graph.h"
+
+#include "ggml.h"
+#include "ggml_ext.h"
+#include "kv_types.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dflash {
+
+namespace {
+
+struct Builder {
+    ggml_context * ctx;
+    const Qwen35Model & model;
+    const Qwen35Hparams & hp;
+    const TargetCache & cache;
+    const ForwardSpec & spec;
+    ForwardGraph & g;
+    int n;  // tokens in this forward
+
+    ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) {
+        return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w);
+    }
+
+    // Upstream's GDN L2 norm: rms_norm with eps/n, scaled by 1/sqrt(n).
+    ggml_tensor * l2_norm(ggml_tensor * x) {
+        const float d = (float) x->ne[0];
+        return ggml_scale(ctx, ggml_rms_norm(ctx, x, hp.rms_eps / d), 1.0f / std::sqrt(d));
+    }
+
+    ggml_tensor * rotate(ggml_tensor * x, ggml_tensor * rot) {
+        const int64_t r = rot->ne[0];
+        ggml_tensor * y = ggml_is_contiguous(x) ? ggml_reshape_2d(ctx, x, r, ggml_nelements(x) / r)
+                                                : ggml_cont_2d(ctx, x, r, ggml_nelements(x) / r);
+        y = ggml_mul_mat(ctx, rot, y);
+        return ggml_reshape_4d(ctx, y, x->ne[0], x->ne[1], x->ne[2], x->ne[3]);
+    }
+
+    ggml_tensor * attention(int il, ggml_tensor * x) {
+        const auto & L = model.layers[il];
+        const int64_t hd = hp.head_dim;
+        ggml_tensor * qg = ggml_mul_mat(ctx, L.wq, x);  // [2*hd*n_head, n]: per head Q then gate
+        ggml_tensor * k = ggml_mul_mat(ctx, L.wk, x);
+        ggml_tensor * v = ggml_mul_mat(ctx, L.wv, x);
+        const size_t es = ggml_element_size(qg);
+        ggml_tensor * q = ggml_view_3d(ctx, qg, hd, hp.n_head, n, es * hd * 2, es * hd * 2 * hp.n_head, 0);
+        q = norm(q, L.q_norm);
+        k = norm(ggml_reshape_3d(ctx, k, hd, hp.n_head_kv, n), L.k_norm);
+        ggml_tensor * gate = ggml_view_3d(ctx, qg, hd, hp.n_head, n, es * hd * 2, es * hd * 2 * hp.n_head, es * hd);
+        gate = ggml_cont_2d(ctx, gate, hd * hp.n_head, n);
+        v = ggml_reshape_3d(ctx, v, hd, hp.n_head_kv, n);
+
+        int sections[4];
+        std::copy(hp.rope_sections, hp.rope_sections + 4, sections);
+        const int n_ctx_orig = (int) hp.n_ctx_train;
+        q = ggml_rope_multi(ctx, q, g.pos, nullptr, hp.n_rot, sections, GGML_ROPE_TYPE_IMROPE, n_ctx_orig,
+                            hp.rope_freq_base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+        k = ggml_rope_multi(ctx, k, g.pos, nullptr, hp.n_rot, sections, GGML_ROPE_TYPE_IMROPE, n_ctx_orig,
+                            hp.rope_freq_base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+        if (g.k_rot) {
+            q = rotate(q, g.k_rot);
+            k = rotate(k, g.k_rot);
+        }
+        if (g.v_rot) v = rotate(v, g.v_rot);
+
+        // Write this forward's K/V rows, then attend over the first n_kv rows of the cache.
+        ggml_tensor * kc = cache.k[il];
+        ggml_tensor * vc = cache.v[il];
+        ggml_build_forward_expand(g.gf, q);
+        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, kc, ggml_reshape_2d(ctx, k, hd * hp.n_head_kv, n), g.kv_idx));
+        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, vc, ggml_reshape_2d(ctx, v, hd * hp.n_head_kv, n), g.kv_idx));
+        ggml_tensor * kv_k = ggml_view_3d(ctx, kc, hd, hp.n_head_kv, g.n_kv, ggml_row_size(kc->type, hd), kc->nb[1], 0);
+        ggml_tensor * kv_v = ggml_view_3d(ctx, vc, hd, hp.n_head_kv, g.n_kv, ggml_row_size(vc->type, hd), vc->nb[1], 0);
+
+        const float scale = hp.attn_scale != 0.0f ? hp.attn_scale : 1.0f / std::sqrt((float) hd);
+        ggml_tensor * o = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), ggml_permute(ctx, kv_k, 0, 2, 1, 3),
+                                              ggml_permute(ctx, kv_v, 0, 2, 1, 3), g.mask, scale, 0.0f, 0.0f);
+        ggml_prec_set_acc(o, GGML_PREC_F32);
+        o = ggml_reshape_2d(ctx, o, hd * hp.n_head, n);
+        if (g.v_rot) o = rotate(o, g.v_rot);
+        o = ggml_mul(ctx, o, ggml_sigmoid(ctx, gate));
+        return ggml_mul_mat(ctx, L.wo, o);
+    }
+
+    ggml_tensor * gated_deltanet(int il, ggml_tensor * x) {
+        const auto & L = model.layers[il];
+        const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads;
+        const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
+
+        ggml_tensor * qkv = ggml_mul_mat(ctx, L.wqkv, x);  // [C, n]
+        ggml_tensor * z = ggml_mul_mat(ctx, L.wgate, x);   // [S*Hv, n]
+        ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, ggml_mul_mat(ctx, L.w_beta, x), 1, Hv, n, 1));
+        ggml_tensor * alpha = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.w_alpha, x), Hv, n, 1);
+        ggml_tensor * gate = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.dt_bias)), L.ssm_a);
+        gate = ggml_reshape_4d(ctx, gate, 1, Hv, n, 1);
+
+        // Causal depthwise conv over [cached K-1 inputs, new inputs]; keep the last K-1 as state.
+        ggml_tensor * conv_state = ggml_reshape_3d(ctx, cache.conv[il], K - 1, C, 1);
+        ggml_tensor * conv_in = ggml_concat(ctx, conv_state, ggml_transpose(ctx, ggml_reshape_3d(ctx, qkv, C, n, 1)), 0);
+        ggml_tensor * last = ggml_view_3d(ctx, conv_in, K - 1, C, 1, conv_in->nb[1], conv_in->nb[2],
+                                          ggml_row_size(conv_in->type, n));
+        ggml_build_forward_expand(g.gf, ggml_cpy(ctx, last, cache.conv[il]));
+        ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
+        ggml_tensor * conv = ggml_silu(ctx, ggml_ssm_conv(ctx, conv_in, kernel));  // [C, n, 1]
+
+        const size_t row = ggml_row_size(conv->type, C);
+        const size_t es = ggml_element_size(conv);
+        ggml_tensor * q = ggml_view_4d(ctx, conv, S, Hk, n, 1, es * S, row, row * n, 0);
+        ggml_tensor * k = ggml_view_4d(ctx, conv, S, Hk, n, 1, es * S, row, row * n, es * S * Hk);
+        ggml_tensor * v = ggml_view_4d(ctx, conv, S, Hv, n, 1, es * S, row, row * n, es * 2 * S * Hk);
+        q = l2_norm(q);
+        k = l2_norm(k);
+
+        ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
+        ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
+        ggml_tensor * o = ggml_view_4d(ctx, out, S, Hv, n, 1, ggml_row_size(out->type, S),
+                                       ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv * n), 0);
+        ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * n));
+        ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
+
+        ggml_tensor * zz = ggml_reshape_4d(ctx, z, S, Hv, n, 1);
+        o = ggml_mul(ctx, norm(o, L.ssm_norm), ggml_silu(ctx, zz));
+        o = ggml_reshape_2d(ctx, o, S * Hv, n);
+        return ggml_mul_mat(ctx, L.ssm_out, o);
+    }
+
+    ggml_tensor * ffn(int il, ggml_tensor * x) {
+        const auto & L = model.layers[il];
+        ggml_tensor * gate = ggml_mul_mat(ctx, L.ffn_gate, x);
+        ggml_tensor * up = ggml_mul_mat(ctx, L.ffn_up, x);
+        return ggml_mul_mat(ctx, L.ffn_down, ggml_swiglu_split(ctx, gate, up));
+    }
+};
+
+ggml_tensor * input(ggml_context * ctx, ggml_type t, int64_t n0, int64_t n1 = 1) {
+    ggml_tensor * x = n1 == 1 ? ggml_new_tensor_1d(ctx, t, n0) : ggml_new_tensor_2d(ctx, t, n0, n1);
+    ggml_set_input(x);
+    return x;
+}
+
+}  // namespace
+
+int padded_n_kv(int n_end, int n_ctx) {
+    const int pad = 256;
+    return std::min(n_ctx, ((n_end + pad - 1) / pad) * pad);
+}
+
+ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
+                                  const ForwardSpec & spec) {
+    const auto & hp = model.hp;
+    ForwardGraph g;
+    const int n = spec.n_tokens;
+    g.gf = ggml_new_graph_custom(ctx, 16384, false);
+    g.n_kv = padded_n_kv(spec.n_past + n, cache.cfg.n_ctx);
+    g.tokens = input(ctx, GGML_TYPE_I32, n);
+    g.pos = input(ctx, GGML_TYPE_I32, 4 * (int64_t) n);
+    g.kv_idx = input(ctx, GGML_TYPE_I64, n);
+    g.mask = input(ctx, GGML_TYPE_F16, g.n_kv, n);
+    if (kv_type_rotated(cache.cfg.k_type)) {
+        const int r = ggml_ext::hadamard_size_for(hp.head_dim);
+        if (r) g.k_rot = input(ctx, GGML_TYPE_F32, r, r);
+    }
+    if (kv_type_rotated(cache.cfg.v_type) && hp.head_dim % 64 == 0) g.v_rot = input(ctx, GGML_TYPE_F32, 64, 64);
+
+    Builder b{ctx, model, hp, cache, spec, g, n};
+    ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.tokens);
+    g.captures.assign(spec.capture_layers.size(), nullptr);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        ggml_tensor * h = b.norm(x, model.layers[il].attn_norm);
+        h = hp.is_recurrent[il] ? b.gated_deltanet(il, h) : b.attention(il, h);
+        x = ggml_add(ctx, h, x);
+        ggml_tensor * f = b.ffn(il, b.norm(x, model.layers[il].attn_post_norm));
+        x = ggml_add(ctx, f, x);
+        for (size_t c = 0; c < spec.capture_layers.size(); ++c) {
+            if (spec.capture_layers[c] == il) {
+                g.captures[c] = x;
+                ggml_set_output(x);
+                ggml_build_forward_expand(g.gf, x);
+            }
+        }
+    }
+    x = b.norm(x, model.output_norm);
+    if (!spec.all_logits && n > 1) x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], x->nb[1] * (n - 1));
+    g.logits = ggml_mul_mat(ctx, model.output, x);
+    g.argmax = ggml_argmax(ctx, g.logits);
+    ggml_set_output(g.logits);
+    ggml_set_output(g.argmax);
+    ggml_build_forward_expand(g.gf, g.argmax);
+    return g;
+}
+
+void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const ForwardSpec & spec,
+                       const int32_t * tokens) {
+    const int n = spec.n_tokens;
+    ggml_backend_tensor_set(g.tokens, tokens, 0, sizeof(int32_t) * n);
+    std::vector<int32_t> pos(4 * (size_t) n, 0);
+    std::vector<int64_t> idx(n);
+    for (int i = 0; i < n; ++i) {
+        pos[i] = pos[n + i] = pos[2 * n + i] = spec.n_past + i;
+        idx[i] = spec.n_past + i;
+    }
+    ggml_backend_tensor_set(g.pos, pos.data(), 0, sizeof(int32_t) * pos.size());
+    ggml_backend_tensor_set(g.kv_idx, idx.data(), 0, sizeof(int64_t) * idx.size());
+    std::vector<ggml_fp16_t> mask((size_t) g.n_kv * n);
+    const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
+    for (int i = 0; i < n; ++i) {
+        for (int j = 0; j < g.n_kv; ++j) mask[(size_t) i * g.n_kv + j] = j <= spec.n_past + i ? zero : ninf;
+    }
+    ggml_backend_tensor_set(g.mask, mask.data(), 0, sizeof(ggml_fp16_t) * mask.size());
+    if (g.k_rot) {
+        auto h = ggml_ext::hadamard((int) g.k_rot->ne[0]);
+        ggml_backend_tensor_set(g.k_rot, h.data(), 0, sizeof(float) * h.size());
+    }
+    if (g.v_rot) {
+        auto h = ggml_ext::hadamard((int) g.v_rot->ne[0]);
+        ggml_backend_tensor_set(g.v_rot, h.data(), 0, sizeof(float) * h.size());
+    }
+    (void) model;
+}
+
+}  // namespace dflash

@@ -1,0 +1,48 @@
+// The qwen35 target forward as one ggml graph: n_tokens new tokens at positions
+// n_past.., reading and updating the TargetCache. Mirrors upstream's src/models/qwen35.cpp
+// op for op so that logits match libllama on the same file.
+#pragma once
+
+#include "qwen35_model.h"
+#include "target_cache.h"
+
+#include <vector>
+
+struct ggml_cgraph;
+
+namespace dflash {
+
+struct ForwardSpec {
+    int n_tokens = 1;
+    int n_past = 0;
+    bool all_logits = false;          // logits of every token, else of the last one only
+    std::vector<int> capture_layers;  // expose these layers' outputs (residual stream)
+};
+
+struct ForwardGraph {
+    ggml_cgraph * gf = nullptr;
+    int n_kv = 0;  // attended cache rows (padded)
+    // inputs
+    ggml_tensor * tokens = nullptr;  // i32 [n_tokens]
+    ggml_tensor * pos = nullptr;     // i32 [4 * n_tokens] (IMROPE: three equal axes + zero)
+    ggml_tensor * kv_idx = nullptr;  // i64 [n_tokens] cache rows to write
+    ggml_tensor * mask = nullptr;    // f16 [n_kv, n_tokens]
+    ggml_tensor * k_rot = nullptr;   // Hadamard matrices for quantised K/V (or null)
+    ggml_tensor * v_rot = nullptr;
+    // outputs
+    ggml_tensor * logits = nullptr;  // f32 [n_vocab, n_out]
+    ggml_tensor * argmax = nullptr;  // i32 [n_out]
+    std::vector<ggml_tensor *> captures;
+};
+
+// Attended cache rows for a forward ending at n_end tokens (padded for the CUDA FA kernels).
+int padded_n_kv(int n_end, int n_ctx);
+
+ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
+                                  const ForwardSpec & spec);
+
+// Fills the inputs after the graph is allocated (causal mask over the committed prefix).
+void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const ForwardSpec & spec,
+                       const int32_t * tokens);
+
+}  // namespace dflash

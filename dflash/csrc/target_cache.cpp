@@ -1,0 +1,73 @@
+#include "target_cache.h"
+
+#include "errors.h"
+#include "ggml-alloc.h"
+
+namespace dflash {
+
+TargetCache::TargetCache(const Qwen35Hparams & hp, const TargetCacheConfig & c) : cfg(c) {
+    ggml_init_params p = {ggml_tensor_overhead() * (size_t) (4 * hp.n_layer + 8), nullptr, true};
+    ctx_ = ggml_init(p);
+    const int64_t kv_row = hp.head_dim * hp.n_head_kv;
+    k.assign(hp.n_layer, nullptr);
+    v.assign(hp.n_layer, nullptr);
+    conv.assign(hp.n_layer, nullptr);
+    ssm.assign(hp.n_layer, nullptr);
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        if (!hp.is_recurrent[il]) {
+            k[il] = ggml_new_tensor_2d(ctx_, cfg.k_type, kv_row, cfg.n_ctx);
+            v[il] = ggml_new_tensor_2d(ctx_, cfg.v_type, kv_row, cfg.n_ctx);
+            kv_tensors_.push_back(k[il]);
+            kv_tensors_.push_back(v[il]);
+        } else {
+            conv[il] = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.ssm_d_conv - 1, hp.conv_channels());
+            ssm[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.ssm_d_state, hp.ssm_d_state, hp.ssm_n_v_heads);
+            rs_tensors_.push_back(conv[il]);
+            rs_tensors_.push_back(ssm[il]);
+        }
+    }
+}
+
+TargetCache::~TargetCache() {
+    if (kv_buf_) ggml_backend_buffer_free(kv_buf_);
+    if (rs_buf_) ggml_backend_buffer_free(rs_buf_);
+    if (ctx_) ggml_free(ctx_);
+}
+
+static size_t sum_bytes(ggml_backend_buffer_type_t buft, const std::vector<ggml_tensor *> & ts) {
+    size_t n = 0;
+    const size_t align = ggml_backend_buft_get_alignment(buft);
+    for (auto * t : ts) n += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+    return n;
+}
+
+std::pair<size_t, size_t> TargetCache::bytes(ggml_backend_buffer_type_t buft) const {
+    return {sum_bytes(buft, kv_tensors_), sum_bytes(buft, rs_tensors_)};
+}
+
+static ggml_backend_buffer_t alloc_list(ggml_backend_buffer_type_t buft, const std::vector<ggml_tensor *> & ts,
+                                        const char * what) {
+    if (ts.empty()) return nullptr;
+    const size_t total = sum_bytes(buft, ts);
+    ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, total);
+    if (!buf) throw EngineError(std::string("could not allocate ") + std::to_string(total >> 20) + " MiB for the " + what);
+    ggml_tallocr ta = ggml_tallocr_new(buf);
+    for (auto * t : ts) ggml_tallocr_alloc(&ta, t);
+    return buf;
+}
+
+void TargetCache::allocate(ggml_backend_buffer_type_t buft) {
+    kv_buf_ = alloc_list(buft, kv_tensors_, "KV cache");
+    rs_buf_ = alloc_list(buft, rs_tensors_, "recurrent state");
+    // Masked rows still get multiplied by 0 in attention, so they must never hold NaN garbage.
+    if (kv_buf_) ggml_backend_buffer_clear(kv_buf_, 0);
+    clear();
+}
+
+void TargetCache::clear() {
+    // Attention rows past n_past are masked (and finite), so only the recurrent state needs zeroing.
+    if (rs_buf_) ggml_backend_buffer_clear(rs_buf_, 0);
+    n_past = 0;
+}
+
+}  // namespace dflash

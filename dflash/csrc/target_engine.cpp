@@ -1,0 +1,218 @@
+#include "target_engine.h"
+
+#include "errors.h"
+#include "ggml.h"
+#include "kv_types.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace dflash {
+
+namespace {
+
+double now_ms() {
+    using namespace std::chrono;
+    return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+// A scratch ggml context for one graph's tensor metadata (no data).
+struct GraphCtx {
+    explicit GraphCtx(std::vector<uint8_t> & mem) {
+        ggml_init_params p = {mem.size(), mem.data(), true};
+        ctx = ggml_init(p);
+    }
+    ~GraphCtx() { ggml_free(ctx); }
+    ggml_context * ctx;
+};
+
+}  // namespace
+
+TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, const ProgressFn & progress)
+    : cfg_(cfg) {
+    if (cfg.n_ctx < 16 || cfg.n_ctx > (1 << 22)) {
+        throw InvalidParameter("n_ctx must be in [16, 4194304], got " + std::to_string(cfg.n_ctx));
+    }
+    if (cfg.n_batch < 1 || cfg.n_logits_batch < 1) throw InvalidParameter("n_batch must be >= 1");
+    TargetCacheConfig cc;
+    cc.n_ctx = cfg.n_ctx;
+    cc.k_type = parse_kv_type(cfg.k_type);
+    cc.v_type = parse_kv_type(cfg.v_type);
+    cfg_.n_batch = std::min(cfg.n_batch, cfg.n_ctx);
+    cfg_.n_logits_batch = std::min(cfg.n_logits_batch, cfg_.n_batch);
+
+    file_ = std::make_unique<GgufFile>(path);
+    model_ = std::make_unique<Qwen35Model>(*file_);
+    const auto & hp = model_->hp;
+    if (hp.head_dim % ggml_blck_size(cc.k_type) != 0 || hp.head_dim % ggml_blck_size(cc.v_type) != 0) {
+        throw InvalidParameter("KV type block size does not divide the head dim " + std::to_string(hp.head_dim));
+    }
+    backends_ = std::make_unique<Backends>(cfg.n_gpu_layers, cfg.n_threads);
+    cache_ = std::make_unique<TargetCache>(hp, cc);
+
+    // Plan: weights + caches first (exact), then the measured compute buffer.
+    size_t free_b = 0, total_b = 0;
+    backends_->memory(free_b, total_b);
+    plan_.device = backends_->description();
+    plan_.free_bytes = free_b;
+    plan_.total_bytes = total_b;
+    model_->assign_buffers(*backends_);
+    plan_.add("weights", model_->weight_bytes());
+    auto [kv_b, rs_b] = cache_->bytes(backends_->main_buft);
+    plan_.add("kv cache (" + cfg.k_type + "/" + cfg.v_type + ", n_ctx " + std::to_string(cfg.n_ctx) + ")", kv_b);
+    plan_.add("recurrent state", rs_b);
+    plan_.check();
+
+    model_->load(*file_, progress);
+    cache_->allocate(backends_->main_buft);
+
+    std::vector<ggml_backend_t> bks = {backends_->main};
+    if (backends_->is_gpu) bks.push_back(backends_->cpu);
+    graph_mem_.resize(ggml_tensor_overhead() * 32768 + ggml_graph_overhead_custom(16384, false));
+    sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int) bks.size(), 16384, false, true);
+
+    // Worst cases: a full prefill chunk at the end of the context, and an all-logits chunk.
+    size_t worst = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        ForwardSpec spec;
+        spec.n_tokens = pass == 0 ? cfg_.n_batch : cfg_.n_logits_batch;
+        spec.n_past = cfg_.n_ctx - spec.n_tokens;
+        spec.all_logits = pass == 1;
+        GraphCtx gc(graph_mem_);
+        ForwardGraph g = build_qwen35_forward(gc.ctx, *model_, *cache_, spec);
+        std::vector<size_t> sizes(bks.size(), 0);
+        ggml_backend_sched_reserve_size(sched_, g.gf, sizes.data());
+        worst = std::max(worst, sizes[0]);
+        if (pass == 1) {
+            plan_.add("compute", worst);
+            plan_.free_bytes = free_b - std::min(free_b, plan_.sum() - worst);  // what is left after weights+caches
+            MemoryPlan rest;
+            rest.device = plan_.device;
+            rest.free_bytes = plan_.free_bytes;
+            rest.total_bytes = total_b;
+            rest.add("compute", worst);
+            rest.check();
+            plan_.free_bytes = free_b;
+            if (!ggml_backend_sched_reserve(sched_, g.gf)) throw EngineError("could not reserve the compute buffers");
+        }
+    }
+}
+
+TargetEngine::~TargetEngine() {
+    if (sched_) ggml_backend_sched_free(sched_);
+}
+
+void TargetEngine::reset() { cache_->clear(); }
+
+void TargetEngine::check_fits(int n_new) const {
+    if (cache_->n_past + n_new > cfg_.n_ctx) throw ContextOverflow(cache_->n_past + n_new, cfg_.n_ctx);
+}
+
+ForwardResult TargetEngine::forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
+                                    const std::vector<int> & capture_layers) {
+    const auto & hp = model_->hp;
+    if (n < 1 || n > (all_logits ? cfg_.n_logits_batch : cfg_.n_batch)) {
+        throw InvalidParameter("forward of " + std::to_string(n) + " tokens exceeds the batch size");
+    }
+    for (int i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= hp.n_vocab) {
+            throw InvalidParameter("token id " + std::to_string(tokens[i]) + " is outside the vocabulary (" +
+                                   std::to_string(hp.n_vocab) + ")");
+        }
+    }
+    for (int l : capture_layers) {
+        if (l < 0 || l >= hp.n_layer) throw InvalidParameter("capture layer " + std::to_string(l) + " out of range");
+    }
+    check_fits(n);
+    ForwardSpec spec;
+    spec.n_tokens = n;
+    spec.n_past = cache_->n_past;
+    spec.all_logits = all_logits;
+    spec.capture_layers = capture_layers;
+
+    GraphCtx gc(graph_mem_);
+    ForwardGraph g = build_qwen35_forward(gc.ctx, *model_, *cache_, spec);
+    ggml_backend_sched_reset(sched_);
+    if (!ggml_backend_sched_alloc_graph(sched_, g.gf)) throw EngineError("could not allocate the forward graph");
+    set_qwen35_inputs(g, *model_, spec, tokens);
+    if (ggml_backend_sched_graph_compute(sched_, g.gf) != GGML_STATUS_SUCCESS) {
+        throw EngineError("the backend failed to compute the forward graph");
+    }
+    cache_->n_past += n;
+
+    ForwardResult r;
+    const int64_t n_out = g.argmax->ne[0];
+    r.argmax.resize(n_out);
+    ggml_backend_tensor_get(g.argmax, r.argmax.data(), 0, sizeof(int32_t) * n_out);
+    if (want_logits) {
+        r.logits.resize((size_t) n_out * hp.n_vocab);
+        ggml_backend_tensor_get(g.logits, r.logits.data(), 0, sizeof(float) * r.logits.size());
+    }
+    for (auto * c : g.captures) {
+        r.captures.emplace_back((size_t) ggml_nelements(c));
+        ggml_backend_tensor_get(c, r.captures.back().data(), 0, ggml_nbytes(c));
+    }
+    return r;
+}
+
+std::vector<float> TargetEngine::eval_logits(const std::vector<int32_t> & tokens) {
+    if (tokens.empty()) throw InvalidParameter("no tokens to evaluate");
+    if ((int) tokens.size() > cfg_.n_ctx) throw ContextOverflow((int) tokens.size(), cfg_.n_ctx);
+    reset();
+    std::vector<float> out;
+    out.reserve(tokens.size() * (size_t) model_->hp.n_vocab);
+    for (size_t i = 0; i < tokens.size(); i += cfg_.n_logits_batch) {
+        const int n = (int) std::min<size_t>(cfg_.n_logits_batch, tokens.size() - i);
+        ForwardResult r = forward(tokens.data() + i, n, true, true);
+        out.insert(out.end(), r.logits.begin(), r.logits.end());
+    }
+    return out;
+}
+
+GenerateStats TargetEngine::generate(const std::vector<int32_t> & prompt, int max_tokens, const SamplingParams & sp,
+                                     const std::vector<int32_t> & eog, const TokenCallback & on_token) {
+    validate(sp);
+    if (prompt.empty()) throw InvalidParameter("the prompt is empty");
+    if (max_tokens < 0) throw InvalidParameter("max_tokens must be >= 0");
+    // The prompt plus one generated token must fit; generation stops at the context end.
+    if ((int) prompt.size() + 1 > cfg_.n_ctx) throw ContextOverflow((int) prompt.size() + 1, cfg_.n_ctx);
+    reset();
+    Sampler sampler(sp);
+    GenerateStats st;
+    st.n_prompt = (int) prompt.size();
+    const double t0 = now_ms();
+    ForwardResult r;
+    for (size_t i = 0; i < prompt.size(); i += cfg_.n_batch) {
+        const int n = (int) std::min<size_t>(cfg_.n_batch, prompt.size() - i);
+        r = forward(prompt.data() + i, n, false, !sp.greedy());
+    }
+    const int64_t V = model_->hp.n_vocab;
+    auto pick = [&](const ForwardResult & fr) { return sp.greedy() ? fr.argmax[0] : sampler.sample(fr.logits.data(), V); };
+    double t_first = 0;
+    st.stop_reason = "length";
+    for (int i = 0; i < max_tokens; ++i) {
+        const int32_t tok = pick(r);
+        if (i == 0) {
+            t_first = now_ms();
+            st.prompt_ms = t_first - t0;
+        }
+        st.n_generated++;
+        const bool is_eog = std::find(eog.begin(), eog.end(), tok) != eog.end();
+        if (!on_token(tok)) {
+            st.stop_reason = "callback";
+            break;
+        }
+        if (is_eog) {
+            st.stop_reason = "eog";
+            break;
+        }
+        if (i + 1 == max_tokens) break;
+        if (cache_->n_past + 1 > cfg_.n_ctx) break;  // context full: stop with "length"
+        r = forward(&tok, 1, false, !sp.greedy());
+    }
+    st.predict_ms = st.n_generated > 0 ? now_ms() - t_first : 0;
+    if (st.n_generated == 0) st.prompt_ms = now_ms() - t0;
+    return st;
+}
+
+}  // namespace dflash

@@ -1,0 +1,81 @@
+// The target model ready to run: weights and caches on the device, a scheduler, and the
+// forward/generate entry points the Python API and the speculative loops use.
+#pragma once
+
+#include "backend.h"
+#include "gguf_file.h"
+#include "memory_plan.h"
+#include "qwen35_graph.h"
+#include "qwen35_model.h"
+#include "sampler.h"
+#include "target_cache.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dflash {
+
+struct EngineConfig {
+    int n_ctx = 4096;
+    std::string k_type = "f16";
+    std::string v_type = "f16";
+    int n_gpu_layers = -1;  // 0 = CPU only
+    int n_threads = 0;      // 0 = all cores
+    int n_batch = 512;      // prefill chunk
+    int n_logits_batch = 64;  // chunk when every token's logits are wanted
+};
+
+struct ForwardResult {
+    std::vector<float> logits;   // n_out x n_vocab (empty unless requested)
+    std::vector<int32_t> argmax;  // n_out
+    std::vector<std::vector<float>> captures;  // per capture layer: n_tokens x n_embd
+};
+
+struct GenerateStats {
+    int n_prompt = 0;
+    int n_generated = 0;
+    double prompt_ms = 0;
+    double predict_ms = 0;  // from the first generated token to the last
+    std::string stop_reason;  // "eog", "length", "callback"
+};
+
+// Return false to stop generating after this token.
+using TokenCallback = std::function<bool(int32_t token)>;
+
+class TargetEngine {
+  public:
+    TargetEngine(const std::string & path, const EngineConfig & cfg, const ProgressFn & progress = {});
+    ~TargetEngine();
+
+    const Qwen35Hparams & hparams() const { return model_->hp; }
+    const MemoryPlan & plan() const { return plan_; }
+    const EngineConfig & config() const { return cfg_; }
+    std::string backend_description() const { return backends_->description(); }
+    const std::string & model_name() const { return model_->name; }
+    int n_past() const { return cache_->n_past; }
+
+    void reset();
+    // One forward of tokens at the current position (<= n_batch tokens); advances n_past.
+    ForwardResult forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
+                          const std::vector<int> & capture_layers = {});
+    // From a clean state: every token's logits for the sequence (n x n_vocab), chunked.
+    std::vector<float> eval_logits(const std::vector<int32_t> & tokens);
+    // Prefill the prompt then sample up to max_tokens; stops on an end-of-generation token.
+    GenerateStats generate(const std::vector<int32_t> & prompt, int max_tokens, const SamplingParams & sp,
+                           const std::vector<int32_t> & eog_tokens, const TokenCallback & on_token);
+
+  private:
+    void check_fits(int n_new) const;
+    EngineConfig cfg_;
+    std::unique_ptr<GgufFile> file_;
+    std::unique_ptr<Qwen35Model> model_;
+    std::unique_ptr<Backends> backends_;
+    std::unique_ptr<TargetCache> cache_;
+    ggml_backend_sched_t sched_ = nullptr;
+    std::vector<uint8_t> graph_mem_;
+    MemoryPlan plan_;
+};
+
+}  // namespace dflash
