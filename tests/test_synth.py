@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
+import os
+import subprocess
 from pathlib import Path
 
 import gguf
@@ -24,7 +27,7 @@ from dflash.synth import (
 from dflash.synth.__main__ import main
 from dflash.synth.quant import encode, fit_type, random_blocks
 from dflash.synth.qwen35 import _nbytes, imrope_sections, storage_types
-from dflash.synth.tokenizer import SPECIAL_TOKENS, chat_template
+from dflash.synth.tokenizer import QWEN35_SPLIT_REGEX, SPECIAL_TOKENS, chat_template
 
 TINY = ("tiny-a", "tiny-b", "tiny-c")
 
@@ -253,3 +256,44 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(f"model --preset tiny-b --type q8_0 --seed 1 --nextn 1 --out {out}".split()) == 0
     r = gguf.GGUFReader(out)
     assert _field(r, "qwen35.nextn_predict_layers") == 1 and _field(r, "qwen35.block_count") == 9
+
+
+@pytest.mark.skipif(
+    not os.environ.get("DFLASH_LLAMA_TOKENIZE"), reason="set DFLASH_LLAMA_TOKENIZE=path/to/llama-tokenize"
+)
+def test_upstream_tokenizer_agrees(tmp_path: Path) -> None:
+    """Upstream llama.cpp's BPE on our GGUF gives the ids `tokenizers` gives on the committed vocab."""
+    tk = pytest.importorskip("tokenizers")
+    v = load_vocab()
+    ref = tk.Tokenizer(
+        tk.models.BPE(
+            vocab={t: i for i, t in enumerate(v.tokens)}, merges=[tuple(m.split(" ")) for m in v.merges]
+        )
+    )
+    ref.pre_tokenizer = tk.pre_tokenizers.Sequence(
+        [
+            tk.pre_tokenizers.Split(tk.Regex(QWEN35_SPLIT_REGEX), behavior="isolated"),
+            tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    ref.add_special_tokens([tk.AddedToken(s, special=True) for s, _ in v.specials])
+    model = write_qwen35_gguf(tmp_path / "t.gguf", get_preset("tiny-a").config)
+    texts = [
+        "def main():\n    return 42\n",
+        "  spaces\tand\n\n\nnewlines",
+        "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+        "naïve café — 東京 🙂 I'm DON'T x = [1, 2, 3]  # 1234567",
+    ]
+    for text in texts:
+        cmd = [
+            os.environ["DFLASH_LLAMA_TOKENIZE"],
+            "-m",
+            str(model),
+            "-p",
+            text,
+            "--ids",
+            "--log-disable",
+            "--no-escape",
+        ]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        assert ast.literal_eval(out.strip().splitlines()[-1]) == ref.encode(text).ids, text

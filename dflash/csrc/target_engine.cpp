@@ -99,7 +99,13 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
 }
 
 TargetEngine::~TargetEngine() {
+    drop_cached_graph();
     if (sched_) ggml_backend_sched_free(sched_);
+}
+
+void TargetEngine::drop_cached_graph() {
+    if (cached_.ctx) ggml_free(cached_.ctx);
+    cached_ = Cached{};
 }
 
 void TargetEngine::reset() { cache_->clear(); }
@@ -130,10 +136,25 @@ ForwardResult TargetEngine::forward(const int32_t * tokens, int n, bool all_logi
     spec.all_logits = all_logits;
     spec.capture_layers = capture_layers;
 
-    GraphCtx gc(graph_mem_);
-    ForwardGraph g = build_qwen35_forward(gc.ctx, *model_, *cache_, spec);
-    ggml_backend_sched_reset(sched_);
-    if (!ggml_backend_sched_alloc_graph(sched_, g.gf)) throw EngineError("could not allocate the forward graph");
+    const int n_kv = padded_n_kv(spec.n_past + n, cache_->cfg.n_ctx);
+    const bool reuse = cached_.ctx && cached_.n_tokens == n && cached_.n_kv == n_kv &&
+                       cached_.all_logits == all_logits && cached_.captures == capture_layers;
+    if (!reuse) {
+        drop_cached_graph();
+        ggml_init_params p = {graph_mem_.size(), graph_mem_.data(), true};
+        cached_.ctx = ggml_init(p);
+        cached_.g = build_qwen35_forward(cached_.ctx, *model_, *cache_, spec);
+        ggml_backend_sched_reset(sched_);
+        if (!ggml_backend_sched_alloc_graph(sched_, cached_.g.gf)) {
+            drop_cached_graph();
+            throw EngineError("could not allocate the forward graph");
+        }
+        cached_.n_tokens = n;
+        cached_.n_kv = n_kv;
+        cached_.all_logits = all_logits;
+        cached_.captures = capture_layers;
+    }
+    const ForwardGraph & g = cached_.g;
     set_qwen35_inputs(g, *model_, spec, tokens);
     if (ggml_backend_sched_graph_compute(sched_, g.gf) != GGML_STATUS_SUCCESS) {
         throw EngineError("the backend failed to compute the forward graph");

@@ -46,24 +46,51 @@ class Job:
     loop: asyncio.AbstractEventLoop
     generation: bool
     cancel: threading.Event = field(default_factory=threading.Event)
-    results: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
     enqueued: float = field(default_factory=time.monotonic)
     started: float | None = None
     spec_delta: dict[str, Any] | None = None  # Engine.stats() difference over this job
+    # results, worker thread -> event loop; one loop wake-up per burst, not per token
+    _items: deque[tuple[str, Any]] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _wake_pending: bool = False
+    _ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def acceptance_length(self) -> float | None:
         return acceptance_length(self.spec_delta) if self.spec_delta else None
 
     def put(self, kind: str, value: Any = None) -> None:
-        """From the worker thread: 'item', then one terminal 'end' or 'error'."""
+        """From the worker thread: 'item's, then one terminal 'end' or 'error'."""
+        with self._lock:
+            self._items.append((kind, value))
+            if self._wake_pending:
+                return
+            self._wake_pending = True
         try:
-            self.loop.call_soon_threadsafe(self.results.put_nowait, (kind, value))
+            self.loop.call_soon_threadsafe(self._wake)
         except RuntimeError:  # event loop closed: nobody is listening any more
             self.cancel.set()
 
+    def _wake(self) -> None:
+        with self._lock:
+            self._wake_pending = False
+        self._ready.set()
+
     async def get(self) -> tuple[str, Any]:
-        return await self.results.get()
+        """The next result (event loop side)."""
+        while True:
+            with self._lock:
+                if self._items:
+                    return self._items.popleft()
+                self._ready.clear()
+            await self._ready.wait()
+
+    def drain(self) -> list[tuple[str, Any]]:
+        """All results available now, without waiting."""
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+        return items
 
 
 class EngineWorker:
@@ -94,13 +121,21 @@ class EngineWorker:
     def start(self) -> None:
         self._thread.start()
 
+    def begin_shutdown(self) -> None:
+        """Graceful stop: waiting requests get 503 now, the running one may finish, nothing new starts."""
+        with self._cv:
+            self._stopping = True
+            for job in self._waiting:
+                job.put("error", ApiError(503, "Server shutting down"))
+            self._waiting.clear()
+            self._gauges()
+            self._cv.notify_all()
+
     def stop(self, timeout: float = 5.0) -> None:
         with self._cv:
             self._stopping = True
             if self._running is not None:
                 self._running.cancel.set()
-            for job in self._waiting:
-                job.cancel.set()
             self._cv.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
@@ -124,6 +159,8 @@ class EngineWorker:
         self.check_ready()
         job = Job(fn=fn, loop=asyncio.get_running_loop(), generation=generation)
         with self._cv:
+            if self._stopping:
+                raise ApiError(503, "Server shutting down")
             self._waiting = deque(j for j in self._waiting if not j.cancel.is_set())
             if len(self._waiting) + (self._running is not None) > self.queue_size:
                 retry = self.retry_after()
@@ -204,6 +241,9 @@ class EngineWorker:
                     self._gauges()
                     return job
                 self._cv.wait()
+            for job in self._waiting:  # shutting down: answer whoever still waits
+                job.put("error", ApiError(503, "Server shutting down"))
+            self._waiting.clear()
             return None
 
     def _run(self, job: Job) -> None:

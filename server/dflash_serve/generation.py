@@ -37,8 +37,14 @@ async def _until_disconnect(request: Request) -> None:
 
 async def _next(job: Job, disconnect: asyncio.Future[None]) -> tuple[str, Any]:
     """The job's next result, or ClientGone (and the job cancelled) if the client hangs up first."""
-    get = asyncio.ensure_future(job.get())
-    await asyncio.wait({get, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+    get: asyncio.Future[tuple[str, Any]] = asyncio.ensure_future(job.get())
+    waiting: set[asyncio.Future[Any]] = {get, disconnect}
+    try:
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # cancelled (server shutdown): stop the engine too
+        get.cancel()
+        job.cancel.set()
+        raise
     if get.done():
         return get.result()
     get.cancel()
@@ -101,27 +107,28 @@ class Generation:
         )
 
     async def _sse(self, job: Job, first: dict[str, Any], include_usage: bool) -> AsyncIterator[str]:
-        status, last = CLIENT_GONE, None
+        status, last, done = CLIENT_GONE, None, False
         try:
-            kind, value = "item", first
-            while kind == "item":
-                chunk = self.shape(value)
-                if chunk.get("usage") is not None:
-                    last = chunk
-                    if include_usage:  # OpenAI: usage in an extra chunk without choices
-                        usage_chunk = {**chunk, "choices": []}
-                        chunk = {k: v for k, v in chunk.items() if k not in ("usage", "timings")}
-                        yield _sse_line(chunk)
-                        chunk = usage_chunk
-                yield _sse_line(chunk)
-                kind, value = await job.get()
-            if kind == "error":
-                err = engine_error(value)
-                status = err.status
-                yield _sse_line(error_body(err.status, err.message))
-            else:
-                status = 200
-            yield "data: [DONE]\n\n"
+            pending: list[tuple[str, Any]] = [("item", first)]
+            while not done:
+                out: list[str] = []  # everything available now goes out in one write
+                for kind, value in pending + job.drain():
+                    if kind == "item":
+                        chunk = self.shape(value)
+                        if chunk.get("usage") is not None:
+                            last = chunk
+                        out.extend(_sse_lines(chunk, include_usage))
+                    elif kind == "error":
+                        err = engine_error(value)
+                        status, done = err.status, True
+                        out.append(_sse_line(error_body(err.status, err.message)))
+                    else:
+                        status, done = 200, True
+                if done:
+                    out.append("data: [DONE]\n\n")
+                yield "".join(out)
+                if not done:
+                    pending = [await job.get()]
         finally:
             job.cancel.set()  # no-op when finished; stops the engine when the client hung up
             self.finish(job, status, last)
@@ -148,6 +155,13 @@ class Generation:
             wait,
             time.monotonic() - self.t0,
         )
+
+
+def _sse_lines(chunk: dict[str, Any], include_usage: bool) -> list[str]:
+    if include_usage and chunk.get("usage") is not None:  # OpenAI: usage in an extra chunk without choices
+        content = {k: v for k, v in chunk.items() if k not in ("usage", "timings")}
+        return [_sse_line(content), _sse_line({**chunk, "choices": []})]
+    return [_sse_line(chunk)]
 
 
 def _sse_line(data: dict[str, Any]) -> str:

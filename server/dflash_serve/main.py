@@ -25,6 +25,7 @@ ALIASES = {
     "budget": ("--draft-budget",),
 }
 LOOPBACK = ("127.", "localhost", "::1")
+GRACEFUL_S = 20  # on SIGTERM/SIGINT the running generation gets this long to finish
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,15 +111,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         port=settings.port,
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=GRACEFUL_S,
     )
-    server = uvicorn.Server(config)
+    worker = app.state.worker
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            worker.begin_shutdown()  # queued requests get 503 at once; the running one may finish
+            super().handle_exit(sig, frame)
+
+    server = Server(config)
     app.state.on_fatal.append(lambda _exc: setattr(server, "should_exit", True))
     if not settings.host.startswith(LOOPBACK) and settings.api_key is None:
         log.warning("listening on %s without an API key", settings.host)
     log.info("dflash-serve %s: http://%s:%d", __version__, settings.host, settings.port)
     server.run()
-    worker = app.state.worker
     if worker.state is State.FAILED:
         log.error("exiting: the model could not be loaded: %s", worker.load_error)
         return 1

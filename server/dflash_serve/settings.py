@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -45,6 +45,11 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
     verbose: bool = Field(False, description="engine verbose logging")
     config: Path | None = Field(None, description="config file (.toml or .json) with these keys")
+
+    @field_validator("model", "draft", "api_key", "model_alias", "kv_type_k", "kv_type_v", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: Any) -> Any:
+        return None if v == "" else v  # DFLASH_MODEL= (empty) means the default, not a file named ""
 
     @classmethod
     def settings_customise_sources(

@@ -46,7 +46,7 @@ def _real_engine(tmp: Path) -> Any:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             pytest.fail(f"could not synthesise the tiny model: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
-    return engine_cls(model, n_ctx=N_CTX, seed=0)
+    return engine_cls(model, n_ctx=N_CTX, seed=0, n_threads=1)  # 1 thread: no OpenMP spin on 2 cores
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""`dflash-serve` start-up: a model that cannot be loaded stops the process with exit code 1 and the
-reason (with the numbers when it does not fit in memory)."""
+"""`dflash-serve` start-up: a model or configuration the engine refuses stops the process with exit
+code 1 and the engine's reason, numbers included. (Whether a configuration fits in memory is the
+engine's check; the tiny test model fits at any n_ctx the engine accepts.)"""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def test_missing_model_exits_1(
     assert "ModelLoadError" in log and str(missing) in log
 
 
-def test_config_that_does_not_fit_exits_1_with_numbers(
+def test_refused_configuration_exits_1_with_numbers(
     engine: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if FAKE_ONLY:
@@ -52,4 +53,4 @@ def test_config_that_does_not_fit_exits_1_with_numbers(
     rc, log = _serve(["--model", engine.model_path, "--n-ctx", "2000000000"], caplog)
     assert rc == 1
     line = next(ln for ln in log.splitlines() if "could not be loaded" in ln)
-    assert "ModelLoadError" in line and sum(ch.isdigit() for ch in line) >= 4, line
+    assert "2000000000" in line and ("ModelLoadError" in line or "InvalidParameterError" in line), line

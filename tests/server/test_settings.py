@@ -119,3 +119,10 @@ def test_print_config_masks_the_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--print-config", "--api-key", "secret", "-m", "/x.gguf", "-c", "333"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["api_key"] == "***" and out["model"] == "/x.gguf" and out["n_ctx"] == 333
+
+
+def test_empty_values_mean_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DFLASH_MODEL", "")
+    monkeypatch.setenv("DFLASH_API_KEY", "")
+    s, _ = load_settings([])
+    assert s.model is None and s.api_key is None

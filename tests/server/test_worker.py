@@ -79,3 +79,32 @@ def test_acceptance_statistics_reach_metrics(make_server: Any) -> None:
         in text
     )
     assert "dflash_acceptance_length_count 2.0" in text
+
+
+def test_shutdown_answers_queued_requests_and_stops_the_engine(make_server: Any) -> None:
+    """On shutdown queued requests get 503 at once; uvicorn lets the running one go on for its
+    graceful period, then cancels it: the generation must stop then, not run on to max_tokens."""
+    fake = FakeEngine(step_s=0.02)
+    srv = make_server(lambda: fake)
+    outcomes: list[Any] = []
+
+    def client() -> None:
+        body = {"prompt": "slow", "max_tokens": 500, "temperature": 0}  # ~7 s each
+        try:
+            outcomes.append(httpx.post(srv.url + "/v1/completions", json=body, timeout=30).status_code)
+        except httpx.HTTPError as exc:
+            outcomes.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=client) for _ in range(3)]
+    for t in threads:
+        t.start()
+    _wait(lambda: srv.worker.n_waiting == 2, 5, "requests did not queue")
+    srv.worker.begin_shutdown()  # what SIGTERM does in dflash-serve (main.Server.handle_exit)
+    _wait(lambda: sorted(map(str, outcomes)) == ["503", "503"], 2, "queued requests were not answered 503")
+    t0 = time.monotonic()
+    srv.stop()  # graceful period (2 s here) runs out: the running request is cancelled
+    assert time.monotonic() - t0 < 6
+    assert not srv.worker._thread.is_alive() and fake.stats()["drafts"] < 400
+    for t in threads:
+        t.join(5)
+    assert len(outcomes) == 3 and 200 not in outcomes

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# On the GPU machine: unpack the carried upstream tree and wheels, build dflash's _core and
+# upstream's llama-bench with CUDA for sm_90. Source it: it exports PYTHONPATH and paths.
+# Carry: .carry (upstream.tar.gz = a trimmed vendor/llama.cpp of the pinned sdist, whl/).
+set -euo pipefail
+export PYTHONUNBUFFERED=1
+ROOT=$(pwd)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl
+export PYTHONPATH=/tmp/site:$ROOT:$ROOT/server:$ROOT/convert
+if [ ! -d /tmp/up/ggml ]; then mkdir -p /tmp/up && tar xzf .carry/upstream.tar.gz -C /tmp/up; fi
+export DFLASH_VENDOR_SRC=/tmp/up
+if [ ! -f build/cuda/build.ninja ]; then
+  cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDFLASH_CUDA=ON -DDFLASH_UPSTREAM_TOOLS=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" > /tmp/cmake.log 2>&1 \
+    || { tail -40 /tmp/cmake.log; exit 1; }
+fi
+cmake --build build/cuda -j16 --target _core llama-bench 2>&1 | grep -E "error|FAILED" -A5 | head -60 || true
+cp build/cuda/dflash/csrc/_core*.so dflash/
+export LLAMA_BENCH=$ROOT/build/cuda/bin/llama-bench
+python3 -c "import dflash._core as c; print('dflash._core ok')"
