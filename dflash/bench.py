@@ -26,10 +26,13 @@ import numpy as np
 
 
 def _git_commit() -> str:
+    if os.environ.get("DFLASH_COMMIT"):  # the GPU machine's copy of the tree has no git metadata
+        return os.environ["DFLASH_COMMIT"]
     try:
         root = Path(__file__).resolve().parent.parent
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
-        return out.stdout.strip() or "unknown"
+        sha = out.stdout.strip()
+        return sha if out.returncode == 0 and len(sha) == 40 else "unknown"
     except OSError:
         return "unknown"
 
