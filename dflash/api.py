@@ -311,9 +311,10 @@ def _progress_bar() -> Any:
 
     def cb(done: int, total: int) -> None:
         if "b" not in bar:
-            bar["b"] = tqdm(total=total, unit="B", unit_scale=True, desc="loading weights")
-        bar["b"].n = done
-        bar["b"].refresh()
+            # disable=None: no bar when stderr is not a terminal (logs, CI)
+            bar["b"] = tqdm(total=total, unit="B", unit_scale=True, desc="loading weights", mininterval=0.5,
+                            disable=None)
+        bar["b"].update(done - bar["b"].n)
         if done >= total:
             bar["b"].close()
 
