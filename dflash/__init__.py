@@ -19,7 +19,13 @@ __all__ = [
 
 if TYPE_CHECKING:
     from dflash.api import Engine, generate
-    from dflash.errors import ContextOverflowError, DflashError, EngineError, InvalidParameterError, ModelLoadError
+    from dflash.errors import (
+        ContextOverflowError,
+        DflashError,
+        EngineError,
+        InvalidParameterError,
+        ModelLoadError,
+    )
 
 _LAZY = {
     "Engine": "dflash.api",

@@ -55,7 +55,9 @@ class Engine:
         self.draft_path = draft_path
         self.spec_options = dict(spec_options)
         if draft_path is not None:
-            raise InvalidParameterError("speculative decoding with a drafter is not available in this build yet")
+            raise InvalidParameterError(
+                "speculative decoding with a drafter is not available in this build yet"
+            )
         cfg = _core.EngineConfig()
         cfg.n_ctx = int(n_ctx)
         cfg.k_type = kv_type_k or kv_type
@@ -63,7 +65,8 @@ class Engine:
         cfg.n_gpu_layers = int(n_gpu_layers)
         cfg.n_threads = int(n_threads)
         cfg.n_batch = int(n_batch)
-        # The tokenizer goes first: it validates the file through our own checks in _core.
+        # The engine goes first: its own checks validate the file before libllama's vocabulary
+        # loader (which asserts on some malformed files) ever sees it.
         self._target = _core.TargetEngine(self.model_path, cfg, _progress_bar() if progress else None)
         self._vocab = _core.Vocab(self.model_path)
         self._eog = self._vocab.eog_tokens()
@@ -201,7 +204,14 @@ class _Run:
             return not (self.cancel is not None and self.cancel.is_set())
 
         self.stats = self.eng._target.generate(
-            self.tokens, self.max_tokens, self.temperature, self.top_k, self.top_p, self.seed, self.eng._eog, on_token
+            self.tokens,
+            self.max_tokens,
+            self.temperature,
+            self.top_k,
+            self.top_p,
+            self.seed,
+            self.eng._eog,
+            on_token,
         )
         if self.stats.stop_reason == "eog" or self.text.stopped or self.stats.stop_reason == "callback":
             self.finish_reason = "stop"
@@ -212,7 +222,11 @@ class _Run:
 
     def _usage(self) -> dict[str, int]:
         n = self.stats.n_generated if self.stats else 0
-        return {"prompt_tokens": len(self.tokens), "completion_tokens": n, "total_tokens": len(self.tokens) + n}
+        return {
+            "prompt_tokens": len(self.tokens),
+            "completion_tokens": n,
+            "total_tokens": len(self.tokens) + n,
+        }
 
     def _timings(self) -> dict[str, Any]:
         st = self.stats
@@ -312,8 +326,9 @@ def _progress_bar() -> Any:
     def cb(done: int, total: int) -> None:
         if "b" not in bar:
             # disable=None: no bar when stderr is not a terminal (logs, CI)
-            bar["b"] = tqdm(total=total, unit="B", unit_scale=True, desc="loading weights", mininterval=0.5,
-                            disable=None)
+            bar["b"] = tqdm(
+                total=total, unit="B", unit_scale=True, desc="loading weights", mininterval=0.5, disable=None
+            )
         bar["b"].update(done - bar["b"].n)
         if done >= total:
             bar["b"].close()
@@ -343,7 +358,11 @@ def generate(
     global _default_engine
     with _default_lock:
         path = model
-        if _default_engine is None or (path is not None and _default_engine.model_path != str(path)) or engine_options:
+        if (
+            _default_engine is None
+            or (path is not None and _default_engine.model_path != str(path))
+            or engine_options
+        ):
             _default_engine = Engine(model_path=path, **engine_options)
         eng = _default_engine
     kw: dict[str, Any] = dict(

@@ -38,11 +38,18 @@ def _git_commit() -> str:
 
 
 def _machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"hostname": platform.node(), "cpu": platform.processor() or platform.machine(),
-                            "cores": os.cpu_count()}
+    info: dict[str, Any] = {
+        "hostname": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+    }
     try:
-        q = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=20)
+        q = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         if q.returncode == 0:
             info["gpu"] = q.stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
@@ -50,7 +57,9 @@ def _machine() -> dict[str, Any]:
     return info
 
 
-def _ours(path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a: argparse.Namespace) -> dict[str, Any]:
+def _ours(
+    path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a: argparse.Namespace
+) -> dict[str, Any]:
     from dflash import _core
 
     cfg = _core.EngineConfig()
@@ -69,7 +78,9 @@ def _ours(path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a: ar
     return {**out, "prefill_tps": pp, "decode_tps": tg}
 
 
-def _upstream(path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a: argparse.Namespace) -> dict[str, Any]:
+def _upstream(
+    path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a: argparse.Namespace
+) -> dict[str, Any]:
     from dflash import _core
 
     cfg = _core.UpstreamConfig()
@@ -89,8 +100,27 @@ def _upstream(path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a
 
 def _llama_bench(binary: str, path: str, kv: str, a: argparse.Namespace) -> dict[str, Any]:
     """Upstream's own llama-bench (pp/tg) on the same file: the canonical upstream figure."""
-    cmd = [binary, "-m", path, "-p", str(a.prompt_tokens), "-n", str(a.gen_tokens), "-r", str(a.repeats),
-           "-ctk", kv, "-ctv", kv, "-fa", "1", "-ngl", "999" if a.n_gpu_layers != 0 else "0", "-o", "json"]
+    cmd = [
+        binary,
+        "-m",
+        path,
+        "-p",
+        str(a.prompt_tokens),
+        "-n",
+        str(a.gen_tokens),
+        "-r",
+        str(a.repeats),
+        "-ctk",
+        kv,
+        "-ctv",
+        kv,
+        "-fa",
+        "1",
+        "-ngl",
+        "999" if a.n_gpu_layers != 0 else "0",
+        "-o",
+        "json",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return {"engine": "upstream-llama-bench", "error": r.stderr[-2000:], "command": shlex.join(cmd)}
@@ -149,8 +179,11 @@ def main(argv: list[str] | None = None) -> int:
             r["kv_type"] = kv
             r["prefill_tps_median"] = _median(r.get("prefill_tps", []))
             r["decode_tps_median"] = _median(r.get("decode_tps", []))
-            print(f"{r['engine']:>22} kv={kv:5} prefill {r['prefill_tps_median']:9.1f} t/s   "
-                  f"decode {r['decode_tps_median']:8.2f} t/s", flush=True)
+            print(
+                f"{r['engine']:>22} kv={kv:5} prefill {r['prefill_tps_median']:9.1f} t/s   "
+                f"decode {r['decode_tps_median']:8.2f} t/s",
+                flush=True,
+            )
         results.extend(runs)
 
     doc = {

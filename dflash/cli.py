@@ -34,7 +34,12 @@ def _engine(a: argparse.Namespace) -> Any:
 def cmd_generate(a: argparse.Namespace) -> int:
     eng = _engine(a)
     kw: dict[str, Any] = dict(
-        max_tokens=a.max_tokens, temperature=a.temperature, top_p=a.top_p, top_k=a.top_k, seed=a.seed, stream=True
+        max_tokens=a.max_tokens,
+        temperature=a.temperature,
+        top_p=a.top_p,
+        top_k=a.top_k,
+        seed=a.seed,
+        stream=True,
     )
     if a.chat:
         chunks = eng.create_chat_completion([{"role": "user", "content": a.prompt}], **kw)
@@ -61,8 +66,17 @@ def cmd_generate(a: argparse.Namespace) -> int:
 
 def cmd_info(a: argparse.Namespace) -> int:
     eng = _engine(a)
-    print(json.dumps({"model": eng.model_path, "backend": eng.backend, "hparams": eng.hparams,
-                      "memory_plan": eng.memory_plan}, indent=2))
+    print(
+        json.dumps(
+            {
+                "model": eng.model_path,
+                "backend": eng.backend,
+                "hparams": eng.hparams,
+                "memory_plan": eng.memory_plan,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 
@@ -89,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(fn=lambda a: __import__("dflash.synth.__main__", fromlist=["main"]).main(a.rest))
 
-    b = sub.add_parser("bench", help="benchmark dflash against upstream llama.cpp (see `dflash bench -h`)",
-                       add_help=False)
+    b = sub.add_parser(
+        "bench", help="benchmark dflash against upstream llama.cpp (see `dflash bench -h`)", add_help=False
+    )
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(fn=lambda a: __import__("dflash.bench", fromlist=["main"]).main(a.rest))
 

@@ -36,7 +36,9 @@ def default_model_path() -> Path:
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
         os.close(fd)
         try:
-            write_qwen35_gguf(tmp, get_preset(DEFAULT_PRESET).config, seed=DEFAULT_SEED, weight_type=DEFAULT_TYPE)
+            write_qwen35_gguf(
+                tmp, get_preset(DEFAULT_PRESET).config, seed=DEFAULT_SEED, weight_type=DEFAULT_TYPE
+            )
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

@@ -79,13 +79,25 @@ def fetch_sdist(up: dict) -> Path:
         path = cache / up["sdist"]
         if not path.exists() or sha256_of(path) != up["sha256"]:
             print(f"dflash: downloading {up['package']}=={up['version']} sdist", file=sys.stderr)
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
-                   "--no-binary", up["package"], f"{up['package']}=={up['version']}", "-d", str(cache)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-binary",
+                up["package"],
+                f"{up['package']}=={up['version']}",
+                "-d",
+                str(cache),
+            ]
             r = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
             if r.returncode != 0 or not path.exists():
                 raise VendorError(
                     "could not download the upstream sdist; for offline builds set "
-                    "DFLASH_VENDOR_SDIST (the tarball) or DFLASH_VENDOR_SRC (an extracted tree)")
+                    "DFLASH_VENDOR_SDIST (the tarball) or DFLASH_VENDOR_SRC (an extracted tree)"
+                )
     digest = sha256_of(path)
     if digest != up["sha256"]:
         raise VendorError(f"{path}: sha256 {digest} does not match the pinned {up['sha256']}")
@@ -98,7 +110,7 @@ def extract(sdist: Path, up: dict, dest: Path) -> None:
         members = []
         for m in tar.getmembers():
             if m.name.startswith(prefix) and (m.isfile() or m.isdir()):
-                m.name = m.name[len(prefix):]
+                m.name = m.name[len(prefix) :]
                 members.append(m)
         if not members:
             raise VendorError(f"{sdist} has no {up['subdir']}")
@@ -113,7 +125,8 @@ def apply_patches(tree: Path) -> None:
         dry = subprocess.run(base + ["--dry-run"], capture_output=True, text=True)
         if dry.returncode != 0:
             raise VendorError(
-                f"ggml_ext patch {p.name} does not apply to upstream {tree}:\n{dry.stdout}{dry.stderr}")
+                f"ggml_ext patch {p.name} does not apply to upstream {tree}:\n{dry.stdout}{dry.stderr}"
+            )
         subprocess.run(base + ["--quiet"], check=True)
 
 

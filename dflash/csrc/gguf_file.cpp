@@ -113,6 +113,18 @@ std::vector<int64_t> GgufFile::get_int_array(const std::string & key) const {
     return out;
 }
 
+std::vector<std::string> GgufFile::get_str_array(const std::string & key) const {
+    std::vector<std::string> out;
+    const int64_t id = key_id(key);
+    if (id < 0 || gguf_get_kv_type(gguf_, id) != GGUF_TYPE_ARRAY || gguf_get_arr_type(gguf_, id) != GGUF_TYPE_STRING) {
+        return out;
+    }
+    const size_t n = gguf_get_arr_n(gguf_, id);
+    out.reserve(n);
+    for (size_t i = 0; i < n; ++i) out.emplace_back(gguf_get_arr_str(gguf_, id, i));
+    return out;
+}
+
 std::vector<int64_t> GgufFile::get_int_or_array(const std::string & key, size_t n, bool required,
                                                  int64_t def) const {
     const int64_t id = key_id(key);

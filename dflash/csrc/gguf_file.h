@@ -30,6 +30,8 @@ class GgufFile {
     double get_float(const std::string & key, bool required, double def = 0.0) const;
     // Integer/bool arrays; empty when missing.
     std::vector<int64_t> get_int_array(const std::string & key) const;
+    // String arrays; empty when missing or of another type.
+    std::vector<std::string> get_str_array(const std::string & key) const;
     // A key that is either a scalar or a per-layer array, expanded to n values.
     std::vector<int64_t> get_int_or_array(const std::string & key, size_t n, bool required, int64_t def = 0) const;
 

@@ -1,10 +1,13 @@
 #include "vocab.h"
 
 #include "errors.h"
+#include "gguf_file.h"
+#include "qwen35_model.h"
 #include "llama.h"
 
 #include <cstdio>
 #include <mutex>
+#include <unordered_set>
 
 namespace dflash {
 
@@ -31,7 +34,34 @@ std::string last_log_error() {
     return g_last_error;
 }
 
+// libllama asserts (aborts) on some malformed vocabularies, e.g. duplicate token strings;
+// check those here first so a bad file is an exception, not a crash.
+static void check_tokenizer_metadata(const std::string & path) {
+    GgufFile f(path);
+    Qwen35Model validate_arch_and_shapes(f);  // libllama reads the hparams too and asserts on some
+    const std::string model = f.get_str("tokenizer.ggml.model", "");
+    if (model != "gpt2") {
+        throw ModelLoadError("unsupported tokenizer model '" + model + "' in " + path +
+                             " (qwen35 GGUFs carry a gpt2-style BPE vocabulary)");
+    }
+    const auto tokens = f.get_str_array("tokenizer.ggml.tokens");
+    if (tokens.empty()) throw ModelLoadError("tokenizer.ggml.tokens is missing or not a string array in " + path);
+    std::unordered_set<std::string> seen(tokens.begin(), tokens.end());
+    if (seen.size() != tokens.size()) throw ModelLoadError("tokenizer.ggml.tokens has duplicate entries in " + path);
+    if (f.get_str_array("tokenizer.ggml.merges").empty()) {
+        throw ModelLoadError("tokenizer.ggml.merges is missing or not a string array in " + path);
+    }
+    for (const char * key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                             "tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id"}) {
+        const int64_t id = f.get_int(key, false, -1);
+        if (id < -1 || id >= (int64_t) tokens.size()) {
+            throw ModelLoadError(std::string(key) + " = " + std::to_string(id) + " is outside the vocabulary in " + path);
+        }
+    }
+}
+
 Vocab::Vocab(const std::string & path) {
+    check_tokenizer_metadata(path);
     llama_model_params mp = llama_model_default_params();
     mp.vocab_only = true;
     mp.n_gpu_layers = 0;
