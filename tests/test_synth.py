@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import math
-import os
-import subprocess
 from pathlib import Path
 
 import gguf
@@ -258,12 +255,13 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _field(r, "qwen35.nextn_predict_layers") == 1 and _field(r, "qwen35.block_count") == 9
 
 
-@pytest.mark.skipif(
-    not os.environ.get("DFLASH_LLAMA_TOKENIZE"), reason="set DFLASH_LLAMA_TOKENIZE=path/to/llama-tokenize"
-)
 def test_upstream_tokenizer_agrees(tmp_path: Path) -> None:
-    """Upstream llama.cpp's BPE on our GGUF gives the ids `tokenizers` gives on the committed vocab."""
-    tk = pytest.importorskip("tokenizers")
+    """Upstream llama.cpp's BPE (libllama's vocabulary code inside dflash._core) on our GGUF gives
+    the ids the `tokenizers` library gives on the committed vocab."""
+    import tokenizers as tk
+
+    from dflash import _core
+
     v = load_vocab()
     ref = tk.Tokenizer(
         tk.models.BPE(
@@ -284,16 +282,6 @@ def test_upstream_tokenizer_agrees(tmp_path: Path) -> None:
         "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
         "naïve café — 東京 🙂 I'm DON'T x = [1, 2, 3]  # 1234567",
     ]
+    vocab = _core.Vocab(str(model))
     for text in texts:
-        cmd = [
-            os.environ["DFLASH_LLAMA_TOKENIZE"],
-            "-m",
-            str(model),
-            "-p",
-            text,
-            "--ids",
-            "--log-disable",
-            "--no-escape",
-        ]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        assert ast.literal_eval(out.strip().splitlines()[-1]) == ref.encode(text).ids, text
+        assert vocab.tokenize(text, False, True) == ref.encode(text).ids, text

@@ -1,4 +1,5 @@
 // The Python extension dflash._core: a thin layer; the Python API lives in dflash/api.py.
+#include "draft_engine.h"
 #include "errors.h"
 #include "target_engine.h"
 #include "upstream_ref.h"
@@ -41,6 +42,35 @@ py::dict hparams_dict(const Qwen35Hparams & hp) {
     std::vector<bool> rec(hp.is_recurrent.begin(), hp.is_recurrent.end());
     d["is_recurrent"] = rec;
     return d;
+}
+
+py::dict draft_hparams_dict(const DflashHparams & hp) {
+    py::dict d;
+    d["n_embd"] = hp.n_embd;
+    d["n_layer"] = hp.n_layer;
+    d["n_ff"] = hp.n_ff;
+    d["n_head"] = hp.n_head;
+    d["n_head_kv"] = hp.n_head_kv;
+    d["head_dim"] = hp.head_dim;
+    d["n_rot"] = hp.n_rot;
+    d["rms_eps"] = hp.rms_eps;
+    d["rope_freq_base"] = hp.rope_freq_base;
+    d["rope_freq_scale"] = hp.rope_freq_scale;
+    d["block_size"] = hp.block_size;
+    d["mask_token_id"] = hp.mask_token_id;
+    d["target_layers"] = hp.target_layers;
+    d["sliding_window"] = hp.sliding_window;
+    d["is_sliding"] = std::vector<bool>(hp.is_sliding.begin(), hp.is_sliding.end());
+    d["causal"] = std::vector<bool>(hp.causal.begin(), hp.causal.end());
+    return d;
+}
+
+template <typename T>
+py::array_t<T> rows_array(std::vector<T> && v, int64_t cols) {
+    const int64_t rows = cols ? (int64_t) v.size() / cols : 0;
+    auto * heap = new std::vector<T>(std::move(v));
+    py::capsule owner(heap, [](void * p) { delete static_cast<std::vector<T> *>(p); });
+    return py::array_t<T>({rows, cols}, {cols * (int64_t) sizeof(T), (int64_t) sizeof(T)}, heap->data(), owner);
 }
 
 }  // namespace
@@ -161,6 +191,68 @@ PYBIND11_MODULE(_core, m) {
              },
              py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
              py::arg("seed"), py::arg("eog_tokens"), py::arg("on_token"));
+
+    py::class_<DraftEngineConfig>(m, "DraftEngineConfig")
+        .def(py::init<>())
+        .def_readwrite("n_ctx", &DraftEngineConfig::n_ctx)
+        .def_readwrite("kv_type", &DraftEngineConfig::kv_type)
+        .def_readwrite("top_k", &DraftEngineConfig::top_k)
+        .def_readwrite("n_batch", &DraftEngineConfig::n_batch)
+        .def_readwrite("all_bidirectional", &DraftEngineConfig::all_bidirectional);
+
+    py::class_<DraftEngine>(m, "DraftEngine")
+        .def(py::init([](const std::string & path, const TargetEngine & target, const DraftEngineConfig & cfg) {
+                 py::gil_scoped_release rel;
+                 return std::make_unique<DraftEngine>(path, target, cfg);
+             }),
+             py::arg("path"), py::arg("target"), py::arg("config"),
+             py::keep_alive<1, 3>())  // the drafter uses the target's embedding, LM head and device
+        .def_property_readonly("hparams", [](const DraftEngine & e) { return draft_hparams_dict(e.hparams()); })
+        .def_property_readonly("n_ctx", &DraftEngine::n_ctx)
+        .def_property_readonly("n_vocab", &DraftEngine::n_vocab)
+        .def_property(
+            "all_bidirectional", [](const DraftEngine & e) { return e.config().all_bidirectional; },
+            &DraftEngine::set_all_bidirectional)
+        .def_property_readonly("memory_plan",
+                               [](const DraftEngine & e) {
+                                   py::dict d;
+                                   for (auto & [k, v] : e.plan().items) d[py::str(k)] = v;
+                                   d["free"] = e.plan().free_bytes;
+                                   d["total"] = e.plan().total_bytes;
+                                   return d;
+                               })
+        .def("reset", &DraftEngine::reset)
+        .def("truncate", &DraftEngine::truncate, py::arg("n"))
+        .def(
+            "inject",
+            [](DraftEngine & e, py::array_t<float, py::array::c_style | py::array::forcecast> rows, int pos0) {
+                const int64_t nf = e.hparams().n_feature();
+                if (rows.ndim() != 2 || rows.shape(1) != nf) {
+                    throw InvalidParameter("inject: features must be a 2-D array (n, " + std::to_string(nf) + ")");
+                }
+                const float * data = rows.data();
+                const int n = (int) rows.shape(0);
+                py::gil_scoped_release rel;
+                e.inject(data, n, pos0);
+            },
+            py::arg("features"), py::arg("pos0"))
+        .def(
+            "draft",
+            [](DraftEngine & e, int32_t anchor, int start, bool want_logits) {
+                DraftResult r;
+                {
+                    py::gil_scoped_release rel;
+                    r = e.draft(anchor, start, want_logits);
+                }
+                const int64_t k = e.config().top_k;
+                py::dict d;
+                d["argmax"] = r.argmax;
+                d["top_ids"] = rows_array(std::move(r.top_ids), k);
+                d["top_logp"] = rows_array(std::move(r.top_logp), k);
+                d["logits"] = want_logits ? py::object(rows_array(std::move(r.logits), e.n_vocab())) : py::none();
+                return d;
+            },
+            py::arg("anchor"), py::arg("start"), py::arg("want_logits") = false);
 
     py::class_<Vocab>(m, "Vocab")
         .def(py::init([](const std::string & path) {

@@ -6,6 +6,7 @@
 
 #include "dflash_graph.h"
 #include "dflash_model.h"
+#include "ggml.h"
 #include "gguf_file.h"
 #include "memory_plan.h"
 #include "target_engine.h"
@@ -73,10 +74,11 @@ class DraftEngine {
     std::unique_ptr<GgufFile> file_;
     std::unique_ptr<DflashModel> model_;
     int64_t n_vocab_ = 0;
-    ggml_context * kv_ctx_ = nullptr;
-    ggml_backend_buffer_t kv_buf_ = nullptr;
+    // Owned ggml objects, freed even when the constructor throws half way.
+    std::unique_ptr<ggml_context, void (*)(ggml_context *)> kv_ctx_{nullptr, ggml_free};
+    std::unique_ptr<ggml_backend_buffer, void (*)(ggml_backend_buffer_t)> kv_buf_{nullptr, ggml_backend_buffer_free};
+    std::unique_ptr<ggml_backend_sched, void (*)(ggml_backend_sched_t)> sched_{nullptr, ggml_backend_sched_free};
     DraftKv kv_;
-    ggml_backend_sched_t sched_ = nullptr;
     std::vector<uint8_t> graph_mem_;
     Cached cached_;  // the last graph; reused when the next run has the same spec
     MemoryPlan plan_;

@@ -55,6 +55,9 @@ class TargetEngine {
     std::string backend_description() const { return backends_->description(); }
     const std::string & model_name() const { return model_->name; }
     int n_past() const { return cache_->n_past; }
+    // The loaded weights and the device, for engines that share them (the drafter).
+    const Qwen35Model & model() const { return *model_; }
+    const Backends & backends() const { return *backends_; }
 
     void reset();
     // One forward of tokens at the current position (<= n_batch tokens); advances n_past.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -312,6 +312,28 @@ def _generate(
         yield done, fut.result()
 
 
+def _encode_given(
+    weights: Mapping[str, np.ndarray], jobs: Iterator[_Chunk]
+) -> Iterator[tuple[_Chunk, np.ndarray]]:
+    """Chunks of given (trained) f32 weights, encoded like drawn ones."""
+    for job in jobs:
+        data = np.asarray(weights[job.spec.name], dtype=np.float32)
+        if data.ndim == 1:
+            yield job, np.ascontiguousarray(data)
+        else:
+            yield job, quant.encode(data[job.rows[0] : job.rows[1]], job.qtype)
+
+
+def _check_given(weights: Mapping[str, np.ndarray], specs: Sequence[TensorSpec]) -> None:
+    names = {s.name for s in specs}
+    if set(weights) != names:
+        missing, extra = sorted(names - set(weights)), sorted(set(weights) - names)
+        raise ValueError(f"weights do not match the config: missing {missing}, unexpected {extra}")
+    for s in specs:
+        if tuple(np.shape(weights[s.name])) != s.shape:
+            raise ValueError(f"{s.name}: shape {np.shape(weights[s.name])}, expected {s.shape}")
+
+
 def _nbytes(spec: TensorSpec, qtype: Q) -> int:
     rows = spec.n_values // spec.n_cols
     return rows * quant.row_bytes(qtype, spec.n_cols)
@@ -357,6 +379,7 @@ def write_qwen35_gguf(
     vocab: BpeVocab | None = None,
     random_blocks: bool | None = None,
     workers: int | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
 ) -> Path:
     """Write a random-weight qwen35 GGUF and return its path.
 
@@ -364,7 +387,9 @@ def write_qwen35_gguf(
     valid blocks instead of quantising drawn f32 weights: much faster, but the weights then
     differ between types for the same seed. ``workers`` defaults to the CPU count for large
     models and 0 (in-process) for small ones. Output depends only on (cfg, seed, types); the
-    file appears under ``path`` once complete.
+    file appears under ``path`` once complete. ``weights`` (f32 arrays by GGUF tensor name, in
+    numpy shape and with the file's value conventions: norms +1, ``ssm_a = -exp(A_log)``)
+    replaces the drawn values, e.g. to export a trained model; ``seed`` is then unused.
     """
     path = Path(path)
     part = path.with_name(path.name + ".part")
@@ -373,6 +398,9 @@ def write_qwen35_gguf(
     specs = tensor_specs(cfg, n_vocab)
     types = storage_types(cfg, specs, weight_type)
     n_params = sum(s.n_values for s in specs)
+    if weights is not None:
+        _check_given(weights, specs)
+        random_blocks, workers = False, 0
     if random_blocks is None:
         random_blocks = n_params > 1_000_000_000
     if workers is None:
@@ -400,7 +428,11 @@ def write_qwen35_gguf(
     pool = ProcessPoolExecutor(workers) if workers > 0 else None
     try:
         w.write_padding(fout, fout.tell())  # the data section starts aligned
-        for job, chunk in _generate(pool, _chunks(specs, types, seed, random_blocks), 2 * max(workers, 1)):
+        jobs = _chunks(specs, types, seed, random_blocks)
+        chunks = (
+            _generate(pool, jobs, 2 * max(workers, 1)) if weights is None else _encode_given(weights, jobs)
+        )
+        for job, chunk in chunks:
             chunk.tofile(fout)
             if job.last:  # tensor offsets in the header assume aligned sizes
                 w.write_padding(fout, _nbytes(job.spec, job.qtype))

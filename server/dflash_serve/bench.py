@@ -48,7 +48,10 @@ def _server(argv: list[str], timeout: float = 600) -> Iterator[str]:
     paths = [str(Path(__file__).resolve().parents[1]), str(Path(dflash.__file__).resolve().parents[1])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
     log = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True, env=env)
+    # cwd elsewhere: `python -m` puts cwd first on sys.path, and a source checkout's dflash/ has no _core
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=log, text=True, env=env, cwd=tempfile.gettempdir()
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
