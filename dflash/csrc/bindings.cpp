@@ -117,7 +117,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("n_gpu_layers", &EngineConfig::n_gpu_layers)
         .def_readwrite("n_threads", &EngineConfig::n_threads)
         .def_readwrite("n_batch", &EngineConfig::n_batch)
-        .def_readwrite("n_logits_batch", &EngineConfig::n_logits_batch);
+        .def_readwrite("n_logits_batch", &EngineConfig::n_logits_batch)
+        .def_readwrite("n_verify_max", &EngineConfig::n_verify_max);
 
     py::class_<GenerateStats>(m, "GenerateStats")
         .def_readonly("n_prompt", &GenerateStats::n_prompt)
@@ -175,6 +176,30 @@ PYBIND11_MODULE(_core, m) {
                  return py::make_tuple(logits_array(std::move(r.logits), e.hparams().n_vocab), r.argmax, caps);
              },
              py::arg("tokens"), py::arg("all_logits") = true, py::arg("capture_layers") = std::vector<int>{})
+        .def("verify",
+             [](TargetEngine & e, const std::vector<int32_t> & tokens, const std::vector<int> & capture_layers) {
+                 ForwardResult r;
+                 {
+                     py::gil_scoped_release rel;
+                     r = e.verify(tokens.data(), (int) tokens.size(), true, capture_layers);
+                 }
+                 py::list caps;
+                 const int64_t E = e.hparams().n_embd;
+                 for (auto & c : r.captures) caps.append(logits_array(std::move(c), E));
+                 return py::make_tuple(logits_array(std::move(r.logits), e.hparams().n_vocab), r.argmax, caps);
+             },
+             py::arg("tokens"), py::arg("capture_layers") = std::vector<int>{})
+        .def("commit", [](TargetEngine & e, int n_accept) {
+            py::gil_scoped_release rel;
+            e.commit(n_accept);
+        })
+        .def_property_readonly("pending", &TargetEngine::pending)
+        .def("recurrent_state",
+             [](const TargetEngine & e, int layer) {
+                 auto [conv, ssm] = e.recurrent_state(layer);
+                 return py::make_tuple(py::array_t<float>(conv.size(), conv.data()),
+                                       py::array_t<float>(ssm.size(), ssm.data()));
+             })
         .def("generate",
              [](TargetEngine & e, const std::vector<int32_t> & prompt, int max_tokens, float temperature, int top_k,
                 float top_p, uint64_t seed, const std::vector<int32_t> & eog, py::function on_token) {
@@ -326,4 +351,25 @@ PYBIND11_MODULE(_core, m) {
             t["decode_ms"] = tm.decode_ms;
             return py::make_tuple(out, t);
         });
+
+    py::class_<UpstreamDraft>(m, "UpstreamDraft")
+        .def(py::init([](const std::string & target, const std::string & draft, const UpstreamConfig & cfg) {
+                 py::gil_scoped_release rel;
+                 return std::make_unique<UpstreamDraft>(target, draft, cfg);
+             }),
+             py::arg("target_path"), py::arg("draft_path"), py::arg("config"))
+        .def_property_readonly("n_vocab", &UpstreamDraft::n_vocab)
+        .def_property_readonly("block_size", &UpstreamDraft::block_size)
+        .def(
+            "draft_logits",
+            [](UpstreamDraft & u, const std::vector<int32_t> & context, int32_t anchor) {
+                std::vector<float> logits, feat;
+                {
+                    py::gil_scoped_release rel;
+                    logits = u.draft_logits(context, anchor, &feat);
+                }
+                return py::make_tuple(logits_array(std::move(logits), u.n_vocab()),
+                                      rows_array(std::move(feat), u.n_feature()));
+            },
+            py::arg("context"), py::arg("anchor"));
 }

@@ -99,9 +99,15 @@ struct Builder {
         // Causal depthwise conv over [cached K-1 inputs, new inputs]; keep the last K-1 as state.
         ggml_tensor * conv_state = ggml_reshape_3d(ctx, cache.conv[il], K - 1, C, 1);
         ggml_tensor * conv_in = ggml_concat(ctx, conv_state, ggml_transpose(ctx, ggml_reshape_3d(ctx, qkv, C, n, 1)), 0);
-        ggml_tensor * last = ggml_view_3d(ctx, conv_in, K - 1, C, 1, conv_in->nb[1], conv_in->nb[2],
-                                          ggml_row_size(conv_in->type, n));
-        ggml_build_forward_expand(g.gf, ggml_cpy(ctx, last, cache.conv[il]));
+        if (spec.defer_recurrent) {
+            ggml_tensor * window = cache.vconv[il];
+            ggml_tensor * dst = ggml_view_2d(ctx, window, K - 1 + n, C, window->nb[1], 0);
+            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_2d(ctx, conv_in, K - 1 + n, C), dst));
+        } else {
+            ggml_tensor * last = ggml_view_3d(ctx, conv_in, K - 1, C, 1, conv_in->nb[1], conv_in->nb[2],
+                                              ggml_row_size(conv_in->type, n));
+            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, last, cache.conv[il]));
+        }
         ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
         ggml_tensor * conv = ggml_silu(ctx, ggml_ssm_conv(ctx, conv_in, kernel));  // [C, n, 1]
 
@@ -117,8 +123,21 @@ struct Builder {
         ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
         ggml_tensor * o = ggml_view_4d(ctx, out, S, Hv, n, 1, ggml_row_size(out->type, S),
                                        ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv * n), 0);
-        ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * n));
-        ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
+        if (spec.defer_recurrent) {
+            auto save = [&](ggml_tensor * src, ggml_tensor * scratch) {
+                ggml_tensor * dst = ggml_view_3d(ctx, scratch, scratch->ne[0], scratch->ne[1], n, scratch->nb[1],
+                                                 scratch->nb[2], 0);
+                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_3d(ctx, src, src->ne[0], src->ne[1], n), dst));
+            };
+            save(q, cache.vq[il]);
+            save(k, cache.vk[il]);
+            save(ggml_cont(ctx, v), cache.vv[il]);
+            save(gate, cache.vg[il]);
+            save(beta, cache.vb[il]);
+        } else {
+            ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * n));
+            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
+        }
 
         ggml_tensor * zz = ggml_reshape_4d(ctx, z, S, Hv, n, 1);
         o = ggml_mul(ctx, norm(o, L.ssm_norm), ggml_silu(ctx, zz));
@@ -189,6 +208,30 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     ggml_set_output(g.argmax);
     ggml_build_forward_expand(g.gf, g.argmax);
     return g;
+}
+
+ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
+                                  int a) {
+    const auto & hp = model.hp;
+    const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads, K = hp.ssm_d_conv;
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 2048, false);
+    auto first = [&](ggml_tensor * t, int64_t h) {  // the first a tokens of a [x, h, n_verify_max] scratch
+        return ggml_view_4d(ctx, t, t->ne[0], h, a, 1, t->nb[1], t->nb[2], t->nb[2] * a, 0);
+    };
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (!hp.is_recurrent[il]) continue;
+        ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
+        ggml_tensor * out = ggml_gated_delta_net(ctx, first(cache.vq[il], Hk), first(cache.vk[il], Hk),
+                                                 first(cache.vv[il], Hv), first(cache.vg[il], Hv),
+                                                 first(cache.vb[il], Hv), state, 1);
+        ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * a));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
+        // conv state after token a-1: the K-1 window inputs ending there (columns a .. a+K-2)
+        ggml_tensor * w = cache.vconv[il];
+        ggml_tensor * last = ggml_view_2d(ctx, w, K - 1, w->ne[1], w->nb[1], ggml_row_size(w->type, a));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, last, cache.conv[il]));
+    }
+    return gf;
 }
 
 void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const ForwardSpec & spec,

@@ -17,6 +17,9 @@ struct ForwardSpec {
     int n_past = 0;
     bool all_logits = false;          // logits of every token, else of the last one only
     std::vector<int> capture_layers;  // expose these layers' outputs (residual stream)
+    // Speculative verify: keep the recurrent state as it was and save the delta-rule inputs
+    // and conv window into the cache's verify scratch for a later commit.
+    bool defer_recurrent = false;
 };
 
 struct ForwardGraph {
@@ -40,6 +43,11 @@ int padded_n_kv(int n_end, int n_ctx);
 
 ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
                                   const ForwardSpec & spec);
+
+// Replays the first n_accept tokens of the last deferred verify into the recurrent state:
+// the delta rule from the saved inputs, the conv state from the saved window.
+ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
+                                  int n_accept);
 
 // Fills the inputs after the graph is allocated (causal mask over the committed prefix).
 void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const ForwardSpec & spec,

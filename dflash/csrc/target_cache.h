@@ -11,6 +11,7 @@ namespace dflash {
 
 struct TargetCacheConfig {
     int n_ctx = 4096;
+    int n_verify_max = 16;  // most tokens a speculative verify may defer (recurrent replay scratch)
     ggml_type k_type = GGML_TYPE_F16;
     ggml_type v_type = GGML_TYPE_F16;
 };
@@ -32,6 +33,14 @@ class TargetCache {
     int n_past = 0;
     std::vector<ggml_tensor *> k, v;        // [head_dim * n_head_kv, n_ctx] (attention layers)
     std::vector<ggml_tensor *> conv, ssm;   // [d_conv-1, channels], [S, S, H_v] f32 (GDN layers)
+
+    // A verify leaves the recurrent state at its start and keeps each token's delta-rule inputs
+    // and the conv window here; commit(a) then replays the first a tokens exactly (REFERENCE.md
+    // section 4: no per-token states, no f16 drift). Per GDN layer:
+    std::vector<ggml_tensor *> vq, vk;  // [S, H_k, n_verify_max]
+    std::vector<ggml_tensor *> vv;      // [S, H_v, n_verify_max]
+    std::vector<ggml_tensor *> vg, vb;  // [1, H_v, n_verify_max] (log-decay, beta)
+    std::vector<ggml_tensor *> vconv;   // [d_conv-1 + n_verify_max, channels]: old state + inputs
 
   private:
     ggml_context * ctx_ = nullptr;

@@ -38,8 +38,12 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     cc.n_ctx = cfg.n_ctx;
     cc.k_type = parse_kv_type(cfg.k_type);
     cc.v_type = parse_kv_type(cfg.v_type);
+    if (cfg.n_verify_max < 1 || cfg.n_verify_max > 1024) {
+        throw InvalidParameter("n_verify_max must be in [1, 1024], got " + std::to_string(cfg.n_verify_max));
+    }
+    cc.n_verify_max = cfg.n_verify_max;
     cfg_.n_batch = std::min(cfg.n_batch, cfg.n_ctx);
-    cfg_.n_logits_batch = std::min(cfg.n_logits_batch, cfg_.n_batch);
+    cfg_.n_logits_batch = std::min(std::max(cfg.n_logits_batch, cfg.n_verify_max), std::max(cfg_.n_batch, cfg.n_verify_max));
 
     file_ = std::make_unique<GgufFile>(path);
     model_ = std::make_unique<Qwen35Model>(*file_);
@@ -70,6 +74,8 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     if (backends_->is_gpu) bks.push_back(backends_->cpu);
     graph_mem_.resize(ggml_tensor_overhead() * 32768 + ggml_graph_overhead_custom(16384, false));
     sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int) bks.size(), 16384, false, true);
+    commit_sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int) bks.size(), 2048, false, true);
+    commit_mem_.resize(ggml_tensor_overhead() * 8192 + ggml_graph_overhead_custom(2048, false));
 
     // Worst cases: a full prefill chunk at the end of the context, and an all-logits chunk.
     size_t worst = 0;
@@ -101,6 +107,7 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
 TargetEngine::~TargetEngine() {
     drop_cached_graph();
     if (sched_) ggml_backend_sched_free(sched_);
+    if (commit_sched_) ggml_backend_sched_free(commit_sched_);
 }
 
 void TargetEngine::drop_cached_graph() {
@@ -108,7 +115,10 @@ void TargetEngine::drop_cached_graph() {
     cached_ = Cached{};
 }
 
-void TargetEngine::reset() { cache_->clear(); }
+void TargetEngine::reset() {
+    cache_->clear();
+    pending_n_ = 0;
+}
 
 void TargetEngine::check_fits(int n_new) const {
     if (cache_->n_past + n_new > cfg_.n_ctx) throw ContextOverflow(cache_->n_past + n_new, cfg_.n_ctx);
@@ -116,6 +126,52 @@ void TargetEngine::check_fits(int n_new) const {
 
 ForwardResult TargetEngine::forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
                                     const std::vector<int> & capture_layers) {
+    return run_forward(tokens, n, all_logits, want_logits, capture_layers, false);
+}
+
+ForwardResult TargetEngine::verify(const int32_t * tokens, int n, bool want_logits,
+                                   const std::vector<int> & capture_layers) {
+    if (n < 1 || n > cfg_.n_verify_max) {
+        throw InvalidParameter("verify of " + std::to_string(n) + " tokens; n_verify_max is " +
+                               std::to_string(cfg_.n_verify_max));
+    }
+    ForwardResult r = run_forward(tokens, n, true, want_logits, capture_layers, true);
+    pending_n_ = n;
+    return r;
+}
+
+void TargetEngine::commit(int a) {
+    if (pending_n_ == 0) throw InvalidParameter("commit without a pending verify");
+    if (a < 1 || a > pending_n_) {
+        throw InvalidParameter("commit of " + std::to_string(a) + " tokens; the verify had " + std::to_string(pending_n_));
+    }
+    ggml_init_params p = {commit_mem_.size(), commit_mem_.data(), true};
+    ggml_context * ctx = ggml_init(p);
+    ggml_cgraph * gf = build_qwen35_commit(ctx, *model_, *cache_, a);
+    ggml_backend_sched_reset(commit_sched_);
+    const bool ok = ggml_backend_sched_alloc_graph(commit_sched_, gf) &&
+                    ggml_backend_sched_graph_compute(commit_sched_, gf) == GGML_STATUS_SUCCESS;
+    ggml_free(ctx);
+    if (!ok) throw EngineError("the backend failed to compute the recurrent commit");
+    // Attention rows past the accepted ones are masked from now on and overwritten later.
+    cache_->n_past -= pending_n_ - a;
+    pending_n_ = 0;
+}
+
+std::pair<std::vector<float>, std::vector<float>> TargetEngine::recurrent_state(int layer) const {
+    const auto & hp = model_->hp;
+    if (layer < 0 || layer >= hp.n_layer || !hp.is_recurrent[layer]) {
+        throw InvalidParameter("layer " + std::to_string(layer) + " is not a Gated DeltaNet layer");
+    }
+    std::vector<float> conv(ggml_nelements(cache_->conv[layer])), ssm(ggml_nelements(cache_->ssm[layer]));
+    ggml_backend_tensor_get(cache_->conv[layer], conv.data(), 0, ggml_nbytes(cache_->conv[layer]));
+    ggml_backend_tensor_get(cache_->ssm[layer], ssm.data(), 0, ggml_nbytes(cache_->ssm[layer]));
+    return {conv, ssm};
+}
+
+ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
+                                        const std::vector<int> & capture_layers, bool defer) {
+    if (pending_n_ > 0) throw InvalidParameter("a verify is pending: commit it before the next forward");
     const auto & hp = model_->hp;
     if (n < 1 || n > (all_logits ? cfg_.n_logits_batch : cfg_.n_batch)) {
         throw InvalidParameter("forward of " + std::to_string(n) + " tokens exceeds the batch size");
@@ -135,10 +191,12 @@ ForwardResult TargetEngine::forward(const int32_t * tokens, int n, bool all_logi
     spec.n_past = cache_->n_past;
     spec.all_logits = all_logits;
     spec.capture_layers = capture_layers;
+    spec.defer_recurrent = defer;
 
     const int n_kv = padded_n_kv(spec.n_past + n, cache_->cfg.n_ctx);
     const bool reuse = cached_.ctx && cached_.n_tokens == n && cached_.n_kv == n_kv &&
-                       cached_.all_logits == all_logits && cached_.captures == capture_layers;
+                       cached_.all_logits == all_logits && cached_.captures == capture_layers &&
+                       cached_.defer == defer;
     if (!reuse) {
         drop_cached_graph();
         ggml_init_params p = {graph_mem_.size(), graph_mem_.data(), true};
@@ -153,6 +211,7 @@ ForwardResult TargetEngine::forward(const int32_t * tokens, int n, bool all_logi
         cached_.n_kv = n_kv;
         cached_.all_logits = all_logits;
         cached_.captures = capture_layers;
+        cached_.defer = defer;
     }
     const ForwardGraph & g = cached_.g;
     set_qwen35_inputs(g, *model_, spec, tokens);

@@ -25,6 +25,7 @@ struct EngineConfig {
     int n_threads = 0;      // 0 = all cores
     int n_batch = 512;      // prefill chunk
     int n_logits_batch = 64;  // chunk when every token's logits are wanted
+    int n_verify_max = 16;    // most tokens one speculative verify may hold uncommitted
 };
 
 struct ForwardResult {
@@ -63,6 +64,15 @@ class TargetEngine {
     // One forward of tokens at the current position (<= n_batch tokens); advances n_past.
     ForwardResult forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
                           const std::vector<int> & capture_layers = {});
+    // Speculative verify: a forward of n <= n_verify_max tokens with every position's argmax
+    // (and logits if asked) whose recurrent update is held back until commit().
+    ForwardResult verify(const int32_t * tokens, int n, bool want_logits, const std::vector<int> & capture_layers);
+    // Keep the first n_accept tokens of the pending verify: the recurrent state becomes
+    // exactly the state after them, and the context ends there.
+    void commit(int n_accept);
+    bool pending() const { return pending_n_ > 0; }
+    // Copies of one GDN layer's recurrent state (conv window, delta-rule state) for tests.
+    std::pair<std::vector<float>, std::vector<float>> recurrent_state(int layer) const;
     // From a clean state: every token's logits for the sequence (n x n_vocab), chunked.
     std::vector<float> eval_logits(const std::vector<int32_t> & tokens);
     // Prefill the prompt then sample up to max_tokens; stops on an end-of-generation token.
@@ -86,9 +96,16 @@ class TargetEngine {
         ForwardGraph g;
         int n_tokens = -1, n_kv = -1;
         bool all_logits = false;
+        bool defer = false;
         std::vector<int> captures;
     } cached_;
     void drop_cached_graph();
+    ForwardResult run_forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
+                              const std::vector<int> & capture_layers, bool defer);
+    // Commit graphs run on their own scheduler so the cached decode graph stays allocated.
+    ggml_backend_sched_t commit_sched_ = nullptr;
+    std::vector<uint8_t> commit_mem_;
+    int pending_n_ = 0;  // tokens of an uncommitted verify
     MemoryPlan plan_;
 };
 

@@ -48,4 +48,38 @@ class UpstreamModel {
     llama_context * ctx_ = nullptr;
 };
 
+// Upstream's DFlash drafter (libllama, arch "dflash") paired with its target the way upstream's
+// speculative driver pairs them: the draft context reads the target's embedding and LM head
+// through ctx_other, the target context extracts the inputs of the drafter's target layers, and
+// those rows enter the draft KV cache through an embedding batch. The oracle for our draft graph
+// in its all-bidirectional mode (upstream has no per-layer block causality).
+class UpstreamDraft {
+  public:
+    UpstreamDraft(const std::string & target_path, const std::string & draft_path, const UpstreamConfig & cfg);
+    ~UpstreamDraft();
+    UpstreamDraft(const UpstreamDraft &) = delete;
+    UpstreamDraft & operator=(const UpstreamDraft &) = delete;
+
+    int32_t n_vocab() const;
+    int block_size() const { return block_size_; }
+    int64_t n_feature() const;
+    // From empty contexts: prefill `context` through the target in one batch, inject the features
+    // of every context token, then decode [anchor, MASK x (B-1)] at positions n..n+B-1 with every
+    // layer bidirectional. Returns the logits of slots 1..B-1 ((B-1) x n_vocab); `features` (when
+    // given) receives the injected rows (n x n_feature).
+    std::vector<float> draft_logits(const std::vector<int32_t> & context, int32_t anchor,
+                                    std::vector<float> * features = nullptr);
+
+  private:
+    UpstreamConfig cfg_;
+    llama_model * target_ = nullptr;
+    llama_context * tctx_ = nullptr;
+    llama_model * draft_ = nullptr;
+    llama_context * dctx_ = nullptr;
+    std::vector<int32_t> layers_;  // as upstream numbers them: the input of layer id
+    int block_size_ = 16;
+    int32_t mask_token_ = -1;
+    void release();
+};
+
 }  // namespace dflash

@@ -1,0 +1,83 @@
+"""Speculative verify + commit on the target: after keeping the first `a` tokens of a verify,
+the recurrent state is exactly the autoregressive one (bit for bit on the CPU) and decoding
+continues exactly as if only those tokens had been fed.
+
+The autoregressive reference feeds the same tokens as one forward of `a` tokens. ggml's CPU
+matmul takes one kernel for a single column and another for several, so for a >= 2 both sides
+do the same arithmetic and the states must be bit-identical; for a = 1 (and on CUDA, which picks
+kernels by batch size) only rounding may differ, checked with a tolerance.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from dflash import _core
+
+NGL = int(os.environ.get("DFLASH_TEST_NGL", "0"))
+
+
+def _engine(path: str, n_verify_max: int = 8) -> _core.TargetEngine:
+    cfg = _core.EngineConfig()
+    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 256, NGL, 2, n_verify_max
+    return _core.TargetEngine(path, cfg)
+
+
+@pytest.mark.parametrize("preset", ["tiny-a", "tiny-b"])
+@pytest.mark.parametrize("accept", [1, 3, 8])
+def test_commit_equals_autoregressive(synth_model, preset, accept):
+    exact = NGL == 0 and accept >= 2
+    path = str(synth_model(preset, "f32"))
+    spec, ar = _engine(path), _engine(path)
+    hp = spec.hparams
+    rng = np.random.default_rng(accept)
+    prompt = rng.integers(0, hp["n_vocab"], size=24).tolist()
+    draft = rng.integers(0, hp["n_vocab"], size=8).tolist()
+    nxt = int(rng.integers(0, hp["n_vocab"]))
+
+    spec.forward(prompt, False)
+    vlogits, vargmax, _ = spec.verify(draft, [])
+    assert spec.pending
+    spec.commit(accept)
+    assert not spec.pending and spec.n_past == len(prompt) + accept
+
+    ar.forward(prompt, False)
+    ref_logits, ref_argmax, _ = ar.forward(draft[:accept], True)
+    assert list(vargmax[:accept]) == list(ref_argmax)
+    np.testing.assert_allclose(vlogits[:accept], ref_logits, rtol=1e-3, atol=1e-3)
+
+    for layer, recurrent in enumerate(hp["is_recurrent"]):
+        if not recurrent:
+            continue
+        (c1, s1), (c2, s2) = spec.recurrent_state(layer), ar.recurrent_state(layer)
+        if exact:
+            assert np.array_equal(c1, c2) and np.array_equal(s1, s2), f"layer {layer} state differs"
+        else:
+            np.testing.assert_allclose(c1, c2, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(s1, s2, rtol=1e-4, atol=1e-5)
+
+    after_spec, _, _ = spec.forward([nxt], True)
+    after_ar, _, _ = ar.forward([nxt], True)
+    if exact:
+        assert np.array_equal(after_spec, after_ar)
+    else:
+        np.testing.assert_allclose(after_spec, after_ar, rtol=1e-3, atol=1e-3)
+
+
+def test_verify_guards(synth_model):
+    eng = _engine(str(synth_model("tiny-a", "f32")), n_verify_max=4)
+    eng.forward([1, 2, 3], False)
+    with pytest.raises(_core.InvalidParameterError, match="n_verify_max"):
+        eng.verify([1] * 5, [])
+    with pytest.raises(_core.InvalidParameterError, match="without a pending"):
+        eng.commit(1)
+    eng.verify([4, 5, 6], [])
+    with pytest.raises(_core.InvalidParameterError, match="pending"):
+        eng.forward([7], False)
+    with pytest.raises(_core.InvalidParameterError, match="the verify had 3"):
+        eng.commit(4)
+    eng.commit(3)
+    assert eng.n_past == 6
