@@ -11,6 +11,7 @@ in a child interpreter to prove that no abort() is reachable (exit status 1, not
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import subprocess
@@ -319,9 +320,7 @@ def test_prompt_longer_than_context(good: dflash.Engine) -> None:
         toks = list(range(100, 100 + N_CTX + extra))
         for stream in (False, True):
             with pytest.raises(ContextOverflowError) as ei:
-                _run(
-                    lambda toks=toks, stream=stream: good.create_completion(toks, max_tokens=4, stream=stream)
-                )
+                _run(functools.partial(good.create_completion, toks, max_tokens=4, stream=stream))
             e = ei.value
             assert e.n_ctx == N_CTX  # type: ignore[attr-defined]
             assert e.n_prompt >= len(toks)  # type: ignore[attr-defined]
@@ -367,13 +366,10 @@ def test_bad_sampling_params(good: dflash.Engine, kw: dict[str, Any], word: str)
     args: dict[str, Any] = {"max_tokens": 4, "temperature": 0.7, **kw}
     for stream in (False, True):
         with pytest.raises(InvalidParameterError, match=word):
-            _run(lambda stream=stream: good.create_completion("Hello", stream=stream, **args))
+            _run(functools.partial(good.create_completion, "Hello", stream=stream, **args))
+        messages = [{"role": "user", "content": "x"}]
         with pytest.raises(InvalidParameterError, match=word):
-            _run(
-                lambda stream=stream: good.create_chat_completion(
-                    [{"role": "user", "content": "x"}], stream=stream, **args
-                )
-            )
+            _run(functools.partial(good.create_chat_completion, messages, stream=stream, **args))
 
 
 @pytest.mark.parametrize("bad", [[-1], [4096], [1, 2, 99999], [1, -(2**31)]])
@@ -434,7 +430,9 @@ def _kv_bytes_per_token(cfg: Any) -> int:
 # tiny-c's own shape (f32 KV, 4 KiB per token) can only exceed machines with < 16 GiB of memory
 # (n_ctx is capped at 2^22); the same shape with 16 KV heads of 256 and interval 2 can exceed any
 # machine with up to ~190 GiB of RAM + swap.
-KV_HEAVY = dict(n_head=16, n_head_kv=16, head_dim=256, rope_dim=64, full_attention_interval=2, nextn_layers=0)
+KV_HEAVY: dict[str, Any] = dict(
+    n_head=16, n_head_kv=16, head_dim=256, rope_dim=64, full_attention_interval=2, nextn_layers=0
+)
 
 
 @pytest.mark.parametrize("shape", ["tiny-c", "tiny-c-kv-heavy"])

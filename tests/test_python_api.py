@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,12 @@ def _raw_greedy(path: Path, tokens: list[int], n: int, n_ctx: int = N_CTX) -> li
     cfg.n_ctx, cfg.n_threads = n_ctx, 1
     core = _core.TargetEngine(str(path), cfg)
     out: list[int] = []
-    core.generate(tokens, n, 0.0, 0, 1.0, 0, [], lambda t: out.append(t) or True)
+
+    def keep(t: int) -> bool:
+        out.append(t)
+        return True
+
+    core.generate(tokens, n, 0.0, 0, 1.0, 0, [], keep)
     return out
 
 
@@ -116,11 +121,11 @@ def test_max_tokens_and_finish_reason_length(eng: dflash.Engine) -> None:
     assert full  # the greedy text is not empty
     # max_tokens=None runs to the end of the context.
     short = dflash.Engine(model_path=eng.model_path, n_ctx=32, n_threads=1)
-    res = short.create_completion(PROMPT, max_tokens=None, temperature=0.0)
-    assert isinstance(res, dict)
-    n_prompt = res["usage"]["prompt_tokens"]
-    assert res["usage"]["completion_tokens"] == 32 - n_prompt
-    assert res["choices"][0]["finish_reason"] == "length"
+    to_end = short.create_completion(PROMPT, max_tokens=None, temperature=0.0)
+    assert isinstance(to_end, dict)
+    n_prompt = to_end["usage"]["prompt_tokens"]
+    assert to_end["usage"]["completion_tokens"] == 32 - n_prompt
+    assert to_end["choices"][0]["finish_reason"] == "length"
 
 
 # ---- chat -------------------------------------------------------------------------------------
@@ -211,7 +216,7 @@ def test_same_request_same_output_whatever_ran_between(eng: dflash.Engine) -> No
     eng.create_completion("Something else entirely, longer than before " * 4, max_tokens=40, temperature=0.9)
     eng.create_chat_completion(MESSAGES, max_tokens=10, temperature=0.0)
     it = eng.create_completion(PROMPT, max_tokens=200, temperature=0.5, stream=True)
-    assert isinstance(it, Iterator)
+    assert isinstance(it, Generator)
     next(it)
     it.close()
     eng.eval_logits(eng.tokenize("logits only"))
@@ -277,7 +282,7 @@ def test_closing_a_stream_stops_generation(synth_model: Any, monkeypatch: pytest
     monkeypatch.setattr(e, "_target", counter)
     max_tokens = 4000
     it = e.create_completion(PROMPT, max_tokens=max_tokens, temperature=0.0, stream=True)
-    assert isinstance(it, Iterator)
+    assert isinstance(it, Generator)
     got = [next(it) for _ in range(3)]
     assert all(g["choices"][0]["finish_reason"] is None for g in got)
     t0 = time.perf_counter()
@@ -291,7 +296,7 @@ def test_closing_a_stream_stops_generation(synth_model: Any, monkeypatch: pytest
     assert _text(_greedy(e, max_tokens=16)) == want
     # Same for a chat stream, and for the user's cancel event.
     chat = e.create_chat_completion(MESSAGES, max_tokens=max_tokens, temperature=0.0, stream=True)
-    assert isinstance(chat, Iterator)
+    assert isinstance(chat, Generator)
     next(chat)
     next(chat)
     chat.close()

@@ -1,6 +1,7 @@
 // The Python extension dflash._core: a thin layer; the Python API lives in dflash/api.py.
 #include "draft_engine.h"
 #include "errors.h"
+#include "spec_chain.h"
 #include "target_engine.h"
 #include "upstream_ref.h"
 #include "vocab.h"
@@ -278,6 +279,51 @@ PYBIND11_MODULE(_core, m) {
                 return d;
             },
             py::arg("anchor"), py::arg("start"), py::arg("want_logits") = false);
+
+    m.def(
+        "generate_chain",
+        [](TargetEngine & target, DraftEngine & draft, const std::vector<int32_t> & prompt, int max_tokens,
+           float temperature, int top_k, float top_p, uint64_t seed, const std::vector<int32_t> & eog,
+           py::function on_token, int max_draft, py::object rewrite_drafts) {
+            SamplingParams sp;
+            sp.temperature = temperature;
+            sp.top_k = top_k;
+            sp.top_p = top_p;
+            sp.seed = seed;
+            ChainOptions opt;
+            opt.max_draft = max_draft;
+            if (!rewrite_drafts.is_none()) {
+                opt.rewrite_drafts = [rewrite_drafts](int start, std::vector<int32_t> & drafts) {
+                    py::gil_scoped_acquire g;
+                    drafts = rewrite_drafts(start, drafts).cast<std::vector<int32_t>>();
+                };
+            }
+            SpecStats ss;
+            GenerateStats st;
+            {
+                py::gil_scoped_release rel;
+                st = generate_chain(target, draft, prompt, max_tokens, sp, eog,
+                                    [&](int32_t tok) {
+                                        py::gil_scoped_acquire g;
+                                        return on_token(tok).cast<bool>();
+                                    },
+                                    opt, ss);
+            }
+            py::dict spec;
+            spec["drafts"] = ss.drafts;
+            spec["draft_tokens"] = ss.draft_tokens;
+            spec["accepted"] = ss.accepted;
+            spec["accepted_per_pos"] = ss.accepted_per_pos;
+            spec["target_forwards"] = ss.target_forwards;
+            spec["acceptance_length"] = ss.acceptance_length();
+            spec["draft_ms"] = ss.draft_ms;
+            spec["verify_ms"] = ss.verify_ms;
+            spec["commit_ms"] = ss.commit_ms;
+            return py::make_tuple(st, spec);
+        },
+        py::arg("target"), py::arg("draft"), py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"),
+        py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("eog_tokens"), py::arg("on_token"),
+        py::arg("max_draft") = 15, py::arg("rewrite_drafts") = py::none());
 
     py::class_<Vocab>(m, "Vocab")
         .def(py::init([](const std::string & path) {

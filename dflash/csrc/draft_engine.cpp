@@ -158,8 +158,11 @@ void DraftEngine::run(const DraftSpec & spec, const DraftInputs & in) {
         cached_.ctx = ggml_init(p);
         cached_.g = build_dflash_draft(cached_.ctx, *model_, kv_, spec);
         cached_.spec = spec;
+        // Plan this graph's own allocation first (ggml would reuse the last plan when sizes fit,
+        // ignoring which tensors are outputs).
         ggml_backend_sched_reset(sched_.get());
-        if (!ggml_backend_sched_alloc_graph(sched_.get(), cached_.g.gf)) {
+        if (!ggml_backend_sched_reserve(sched_.get(), cached_.g.gf) ||
+            !ggml_backend_sched_alloc_graph(sched_.get(), cached_.g.gf)) {
             drop_cached_graph();
             throw EngineError("could not allocate the draft graph");
         }

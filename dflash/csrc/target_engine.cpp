@@ -202,8 +202,11 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
         ggml_init_params p = {graph_mem_.size(), graph_mem_.data(), true};
         cached_.ctx = ggml_init(p);
         cached_.g = build_qwen35_forward(cached_.ctx, *model_, *cache_, spec);
+        // Plan this graph's own allocation first: ggml reuses the previous plan whenever node count
+        // and sizes fit, without looking at which tensors are outputs, so captures of other layers
+        // than the previous graph's would be overwritten by later nodes.
         ggml_backend_sched_reset(sched_);
-        if (!ggml_backend_sched_alloc_graph(sched_, cached_.g.gf)) {
+        if (!ggml_backend_sched_reserve(sched_, cached_.g.gf) || !ggml_backend_sched_alloc_graph(sched_, cached_.g.gf)) {
             drop_cached_graph();
             throw EngineError("could not allocate the forward graph");
         }

@@ -1,0 +1,162 @@
+"""Chain DFlash speculative decoding is lossless: greedy output equals autoregressive output
+token for token, and sampled output follows the same distribution.
+
+Random-weight drafters almost never agree with a random-weight target, so besides the real
+drafter the tests rewrite the drafts (a test-only hook) from the autoregressive reference with
+random corruptions: every accept/reject path of the loop runs, including full acceptance.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from dflash_convert import convert_draft
+from dflash_convert.synthetic import write_synthetic_drafter
+
+from dflash import _core
+
+MASK_TOKEN = 4091  # <|mask|> of the committed vocabulary
+N_PROMPTS, N_GEN = 20, 128
+
+
+@pytest.fixture(scope="module")
+def pair(synth_model: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    target = synth_model("tiny-b", "f32")  # hidden 128, 8 layers
+    d = tmp_path_factory.mktemp("chain") / "drafter"
+    write_synthetic_drafter(
+        d,
+        seed=1,
+        hidden=128,
+        vocab=4096,
+        mask_token_id=MASK_TOKEN,
+        num_target_layers=8,
+        target_layer_ids=(1, 4, 6),
+        n_layers=2,
+        layer_types=("sliding_attention", "full_attention"),
+        sliding_window=8,
+    )
+    return target, convert_draft(d, d.parent / "drafter.gguf", outtype="f32", target=target)
+
+
+def _engines(pair: tuple[Path, Path]) -> tuple[_core.TargetEngine, _core.DraftEngine]:
+    cfg = _core.EngineConfig()
+    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 512, 0, 2, 16
+    target = _core.TargetEngine(str(pair[0]), cfg)
+    dcfg = _core.DraftEngineConfig()
+    dcfg.kv_type = "f32"
+    return target, _core.DraftEngine(str(pair[1]), target, dcfg)
+
+
+def _ar(target: _core.TargetEngine, prompt: list[int], n: int, temp: float = 0.0, seed: int = 0) -> list[int]:
+    out: list[int] = []
+    target.generate(prompt, n, temp, 0, 1.0, seed, [], lambda t: out.append(t) or True)
+    return out
+
+
+def _chain(
+    target: Any, draft: Any, prompt: list[int], n: int, rewrite: Any = None, temp: float = 0.0, seed: int = 0
+) -> tuple[list[int], dict[str, Any]]:
+    out: list[int] = []
+    _, spec = _core.generate_chain(
+        target, draft, prompt, n, temp, 0, 1.0, seed, [], lambda t: out.append(t) or True, 15, rewrite
+    )
+    return out, spec
+
+
+def _prompts(n_vocab: int) -> list[list[int]]:
+    rng = np.random.default_rng(7)
+    return [rng.integers(0, n_vocab, size=int(rng.integers(4, 40))).tolist() for _ in range(N_PROMPTS)]
+
+
+def test_greedy_chain_equals_autoregressive(pair):
+    target, draft = _engines(pair)
+    rng = np.random.default_rng(0)
+    total = Counter()
+    for n, prompt in enumerate(_prompts(target.hparams["n_vocab"])):
+        ref = _ar(target, prompt, N_GEN)
+
+        # Drafts from the reference with a random corruption: accepts of every length happen.
+        def rewrite(
+            start: int, drafts: list[int], prompt: list[int] = prompt, ref: list[int] = ref
+        ) -> list[int]:
+            i = start - len(prompt) + 1  # reference index of the first drafted token
+            good = ref[i : i + len(drafts)] + [0] * len(drafts)
+            bad_at = int(rng.integers(0, 2 * len(drafts)))  # past the end: all good
+            return [t if j != bad_at else (t + 1) % 4096 for j, t in enumerate(good[: len(drafts)])]
+
+        out, spec = _chain(target, draft, prompt, N_GEN, rewrite)
+        assert out == ref
+        total.update(accepted=spec["accepted"], drafts=spec["drafts"])
+        if n < 4:  # the real (random-weight) drafter: nearly every draft rejected
+            plain, _ = _chain(target, draft, prompt, N_GEN)
+            assert plain == ref
+    assert total["accepted"] > 5 * total["drafts"]  # the rewritten drafts were mostly accepted
+
+
+def test_chain_stats_and_limits(pair):
+    target, draft = _engines(pair)
+    prompt = list(range(10, 30))
+    ref = _ar(target, prompt, 40)
+    out, spec = _chain(target, draft, prompt, 40, lambda start, d: ref[start - 20 + 1 :][: len(d)] + [0] * 15)
+    assert out == ref and len(out) == 40
+    # every draft fully accepted: 15 per step and acceptance length 16, except the budget-capped last steps
+    assert spec["accepted_per_pos"][0] == spec["drafts"]
+    assert spec["acceptance_length"] > 8
+    assert spec["target_forwards"] < 10  # 1 prefill + a few verifies instead of 40 decode steps
+
+
+def _topk_probs(logits: np.ndarray, k: int, temp: float) -> dict[int, float]:
+    idx = np.argsort(-logits)[:k]
+    z = logits[idx] / temp
+    p = np.exp(z - z.max())
+    return dict(zip(idx.tolist(), (p / p.sum()).tolist()))
+
+
+def test_sampled_chain_matches_target_distribution(pair):
+    """Sample-and-match is lossless: the empirical joint distribution of the first two sampled
+    tokens equals the exact one computed from the target's logits (temperature 1, top-k 4, so
+    16 outcomes; 500 samples give an expected total variation near 0.07; we allow 0.15).
+    Drafts are rewritten to the target's most likely token so that matches happen often."""
+    target, draft = _engines(pair)
+    prompt = [5, 6, 7, 8]
+    k, temp, n = 4, 1.0, 500
+    p1 = _topk_probs(target.eval_logits(prompt)[-1], k, temp)
+    joint: dict[tuple[int, int], float] = {}
+    best_after: dict[int, int] = {}
+    for t1, q1 in p1.items():
+        p2 = _topk_probs(target.eval_logits(prompt + [t1])[-1], k, temp)
+        best_after[t1] = max(p2, key=p2.get)
+        for t2, q2 in p2.items():
+            joint[(t1, t2)] = q1 * q2
+
+    seen: Counter[tuple[int, int]] = Counter()
+    accepted = 0
+    for seed in range(n):
+        out: list[int] = []
+
+        def rewrite(start: int, d: list[int], out: list[int] = out) -> list[int]:
+            return [best_after.get(out[-1], 0)] + [0] * (len(d) - 1)
+
+        _, spec = _core.generate_chain(
+            target,
+            draft,
+            prompt,
+            3,
+            temp,
+            k,
+            1.0,
+            seed,
+            [],
+            lambda t, out=out: out.append(t) or True,
+            15,
+            rewrite,
+        )
+        accepted += spec["accepted"]
+        seen[(out[0], out[1])] += 1
+    tv = 0.5 * sum(abs(seen[key] / n - joint.get(key, 0.0)) for key in set(joint) | set(seen))
+    assert tv < 0.15, tv
+    assert accepted > n // 4  # the match path ran
