@@ -54,11 +54,16 @@ class Engine:
         self.model_path = str(model_path) if model_path is not None else str(default_model_path())
         self.draft_path = draft_path
         self.spec_options = dict(spec_options)
-        if draft_path is not None:
-            raise InvalidParameterError(
-                "speculative decoding with a drafter is not available in this build yet"
-            )
+        unknown = set(spec_options) - {"max_draft", "draft_kv_type", "all_bidirectional", "budget"}
+        if unknown:
+            raise InvalidParameterError(f"unknown speculative option(s): {', '.join(sorted(unknown))}")
+        if spec_options.get("budget") not in (None, 0):
+            raise InvalidParameterError("DDTree (budget) is not available in this build yet; chain DFlash only")
+        self.max_draft = int(spec_options.get("max_draft", 15))
+        if not 0 <= self.max_draft <= 63:
+            raise InvalidParameterError(f"max_draft must be in [0, 63], got {self.max_draft}")
         cfg = _core.EngineConfig()
+        cfg.n_verify_max = self.max_draft + 1
         cfg.n_ctx = int(n_ctx)
         cfg.k_type = kv_type_k or kv_type
         cfg.v_type = kv_type_v or kv_type
@@ -74,7 +79,26 @@ class Engine:
         self.n_ctx = cfg.n_ctx
         self.n_vocab = int(self._target.hparams["n_vocab"])
         self.seed = seed
-        self._stats = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_per_pos": []}
+        self._stats: dict[str, Any] = {
+            "drafts": 0,
+            "draft_tokens": 0,
+            "accepted_tokens": 0,
+            "accepted_per_pos": [],
+        }
+        self._draft: Any = None
+        if draft_path is not None:
+            from dflash.drafter import resolve_drafter
+
+            dcfg = _core.DraftEngineConfig()
+            dcfg.kv_type = str(spec_options.get("draft_kv_type", "f16"))
+            dcfg.all_bidirectional = bool(spec_options.get("all_bidirectional", False))
+            gguf_path = resolve_drafter(str(draft_path), self.model_path)
+            self._draft = _core.DraftEngine(str(gguf_path), self._target, dcfg)
+
+    @property
+    def speculative(self) -> bool:
+        """True when a drafter is loaded (chain DFlash decoding)."""
+        return self._draft is not None
 
     # ---- tokens --------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -97,6 +121,17 @@ class Engine:
     @property
     def memory_plan(self) -> dict[str, int]:
         return dict(self._target.memory_plan)
+
+    def _add_stats(self, spec: dict[str, Any]) -> None:
+        st = self._stats
+        st["drafts"] += spec["drafts"]
+        st["draft_tokens"] += spec["draft_tokens"]
+        st["accepted_tokens"] += spec["accepted"]
+        per = st["accepted_per_pos"]
+        for i, v in enumerate(spec["accepted_per_pos"]):
+            if i == len(per):
+                per.append(0)
+            per[i] += v
 
     def stats(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, list) else v) for k, v in self._stats.items()}
@@ -189,6 +224,7 @@ class _Run:
         self.text = TextStream(lambda t: eng._vocab.detokenize(list(t)), stop)
         self.n_out = 0
         self.stats: Any = None
+        self.spec: dict[str, Any] | None = None  # chain statistics of this request
         self.finish_reason = "length"
 
     def _run(self, emit: Any) -> None:
@@ -203,16 +239,14 @@ class _Run:
                 return False
             return not (self.cancel is not None and self.cancel.is_set())
 
-        self.stats = self.eng._target.generate(
-            self.tokens,
-            self.max_tokens,
-            self.temperature,
-            self.top_k,
-            self.top_p,
-            self.seed,
-            self.eng._eog,
-            on_token,
-        )
+        args = (self.tokens, self.max_tokens, self.temperature, self.top_k, self.top_p, self.seed)
+        if self.eng._draft is not None:
+            self.stats, self.spec = _core.generate_chain(
+                self.eng._target, self.eng._draft, *args, self.eng._eog, on_token, self.eng.max_draft
+            )
+            self.eng._add_stats(self.spec)
+        else:
+            self.stats = self.eng._target.generate(*args, self.eng._eog, on_token)
         if self.stats.stop_reason == "eog" or self.text.stopped or self.stats.stop_reason == "callback":
             self.finish_reason = "stop"
         if not self.text.stopped:
@@ -240,9 +274,10 @@ class _Run:
             "predicted_ms": gms,
             # decode rate over the tokens after the first (REFERENCE.md section 8)
             "predicted_per_second": (gn - 1) / (gms / 1000) if gms > 0 and gn > 1 else 0.0,
-            "draft_n": 0,
-            "draft_n_accepted": 0,
-            "accepted_per_pos": [],
+            "draft_n": self.spec["draft_tokens"] if self.spec else 0,
+            "draft_n_accepted": self.spec["accepted"] if self.spec else 0,
+            "accepted_per_pos": list(self.spec["accepted_per_pos"]) if self.spec else [],
+            "acceptance_length": self.spec["acceptance_length"] if self.spec else 0.0,
         }
 
     def _head(self, obj: str) -> dict[str, Any]:

@@ -113,7 +113,7 @@ def _topk_probs(logits: np.ndarray, k: int, temp: float) -> dict[int, float]:
     idx = np.argsort(-logits)[:k]
     z = logits[idx] / temp
     p = np.exp(z - z.max())
-    return dict(zip(idx.tolist(), (p / p.sum()).tolist()))
+    return dict(zip(idx.tolist(), (p / p.sum()).tolist(), strict=True))
 
 
 def test_sampled_chain_matches_target_distribution(pair):
@@ -160,3 +160,25 @@ def test_sampled_chain_matches_target_distribution(pair):
     tv = 0.5 * sum(abs(seen[key] / n - joint.get(key, 0.0)) for key in set(joint) | set(seen))
     assert tv < 0.15, tv
     assert accepted > n // 4  # the match path ran
+
+
+def test_engine_api_with_drafter(pair, tmp_path, monkeypatch):
+    import dflash
+
+    monkeypatch.setenv("DFLASH_CACHE", str(tmp_path))
+    plain = dflash.Engine(model_path=str(pair[0]), n_ctx=256, n_threads=2)
+    spec = dflash.Engine(model_path=str(pair[0]), draft_path=str(pair[1]), n_ctx=256, n_threads=2, max_draft=7)
+    assert spec.speculative and not plain.speculative
+    a = plain.create_completion("def f(x):", max_tokens=48, temperature=0)
+    b = spec.create_completion("def f(x):", max_tokens=48, temperature=0)
+    assert a["choices"][0]["text"] == b["choices"][0]["text"]
+    t = b["timings"]
+    assert t["draft_n"] > 0 and len(t["accepted_per_pos"]) == 7
+    assert spec.stats()["draft_tokens"] == t["draft_n"]
+    # the z-lab directory itself is accepted too (converted once into the cache)
+    zdir = pair[1].parent / "drafter"
+    spec2 = dflash.Engine(model_path=str(pair[0]), draft_path=str(zdir), n_ctx=256, n_threads=2)
+    c = spec2.create_completion("def f(x):", max_tokens=48, temperature=0)
+    assert c["choices"][0]["text"] == a["choices"][0]["text"]
+    with pytest.raises(dflash.InvalidParameterError):
+        dflash.Engine(model_path=str(pair[0]), draft_path=str(pair[1]), budget=16)

@@ -92,6 +92,8 @@ def _load_regen(path: Path) -> Regenerated:
 def run(a: argparse.Namespace) -> dict[str, Any]:
     out: Path = a.out
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device)
+    if device.type == "cpu":  # small CPU ops lose badly to thread contention on shared cores
+        torch.set_num_threads(a.threads)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -246,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(presets.PRESETS), default="default")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto | cuda | cpu")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads when --device is cpu")
     p.add_argument("--target-minutes", type=float, default=8.0)
     p.add_argument("--target-steps", type=int, default=0, help="exact step count (overrides minutes)")
     p.add_argument("--regen-minutes", type=float, default=1.5)
