@@ -58,7 +58,9 @@ class Engine:
         if unknown:
             raise InvalidParameterError(f"unknown speculative option(s): {', '.join(sorted(unknown))}")
         if spec_options.get("budget") not in (None, 0):
-            raise InvalidParameterError("DDTree (budget) is not available in this build yet; chain DFlash only")
+            raise InvalidParameterError(
+                "DDTree (budget) is not available in this build yet; chain DFlash only"
+            )
         self.max_draft = int(spec_options.get("max_draft", 15))
         if not 0 <= self.max_draft <= 63:
             raise InvalidParameterError(f"max_draft must be in [0, 63], got {self.max_draft}")

@@ -167,7 +167,9 @@ def test_engine_api_with_drafter(pair, tmp_path, monkeypatch):
 
     monkeypatch.setenv("DFLASH_CACHE", str(tmp_path))
     plain = dflash.Engine(model_path=str(pair[0]), n_ctx=256, n_threads=2)
-    spec = dflash.Engine(model_path=str(pair[0]), draft_path=str(pair[1]), n_ctx=256, n_threads=2, max_draft=7)
+    spec = dflash.Engine(
+        model_path=str(pair[0]), draft_path=str(pair[1]), n_ctx=256, n_threads=2, max_draft=7
+    )
     assert spec.speculative and not plain.speculative
     a = plain.create_completion("def f(x):", max_tokens=48, temperature=0)
     b = spec.create_completion("def f(x):", max_tokens=48, temperature=0)
