@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "vendor" / "manifest.toml"
-PATCH_DIR = ROOT / "ggml_ext" / "patches"
+PATCH_DIR = Path(os.environ.get("DFLASH_PATCH_DIR", ROOT / "ggml_ext" / "patches"))
 
 
 class VendorError(RuntimeError):
@@ -121,7 +121,7 @@ def apply_patches(tree: Path) -> None:
     for p in patch_series():
         if not p.exists():
             raise VendorError(f"patch listed in series is missing: {p}")
-        base = ["patch", "-p1", "--forward", "--batch", "-d", str(tree), "-i", str(p)]
+        base = ["patch", "-p1", "--forward", "--batch", "--fuzz=0", "-d", str(tree), "-i", str(p)]
         dry = subprocess.run(base + ["--dry-run"], capture_output=True, text=True)
         if dry.returncode != 0:
             raise VendorError(
