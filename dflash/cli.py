@@ -109,7 +109,18 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(fn=lambda a: __import__("dflash.bench", fromlist=["main"]).main(a.rest))
 
-    a = ap.parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    # bench and synth have their own parsers: hand them the rest of the line as it is
+    # (argparse.REMAINDER drops a remainder that starts with an option).
+    if args and args[0] in ("bench", "synth"):
+        if args[0] == "bench":
+            from dflash.bench import main as bench_main
+
+            return int(bench_main(args[1:]) or 0)
+        from dflash.synth.__main__ import main as synth_main
+
+        return int(synth_main(args[1:]) or 0)
+    a = ap.parse_args(args)
     try:
         return int(a.fn(a) or 0)
     except Exception as e:  # noqa: BLE001 - one clear line for the user, not a traceback

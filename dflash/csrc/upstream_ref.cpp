@@ -26,6 +26,7 @@ static double now_ms() {
 
 static llama_model * load_model(const std::string & path, const UpstreamConfig & cfg) {
     llama_backend_init();
+    reset_log_errors();
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = cfg.n_gpu_layers < 0 ? 999 : cfg.n_gpu_layers;
     llama_model * m = llama_model_load_from_file(path.c_str(), mp);

@@ -2,7 +2,6 @@
 
 #include "errors.h"
 #include "gguf_file.h"
-#include "qwen35_model.h"
 #include "llama.h"
 
 #include <cstdio>
@@ -14,11 +13,11 @@ namespace dflash {
 namespace {
 std::mutex g_log_mu;
 bool g_verbose = false;
-std::string g_last_error;
+std::string g_errors;  // error lines since the last reset_log_errors()
 
 void log_cb(ggml_log_level level, const char * text, void *) {
     std::lock_guard<std::mutex> lk(g_log_mu);
-    if (level == GGML_LOG_LEVEL_ERROR) g_last_error = text;
+    if (level == GGML_LOG_LEVEL_ERROR && g_errors.size() < 4096) g_errors += text;
     if (g_verbose || level == GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
 }
 }  // namespace
@@ -29,16 +28,30 @@ void set_log_verbosity(bool verbose) {
     llama_log_set(log_cb, nullptr);
 }
 
+void reset_log_errors() {
+    std::lock_guard<std::mutex> lk(g_log_mu);
+    g_errors.clear();
+}
+
 std::string last_log_error() {
     std::lock_guard<std::mutex> lk(g_log_mu);
-    return g_last_error;
+    // One line: the errors since the reset, joined, the first (the cause) first.
+    std::string s;
+    for (char c : g_errors) s += c == '\n' ? ' ' : c;
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    return s;
 }
 
 // libllama asserts (aborts) on some malformed vocabularies, e.g. duplicate token strings;
 // check those here first so a bad file is an exception, not a crash.
 static void check_tokenizer_metadata(const std::string & path) {
     GgufFile f(path);
-    Qwen35Model validate_arch_and_shapes(f);  // libllama reads the hparams too and asserts on some
+    // libllama's hparams loader asserts on this one (vocab-only loads read hparams too).
+    const std::string arch = f.arch();
+    if (!arch.empty() && f.has(arch + ".nextn_predict_layers") &&
+        f.get_int(arch + ".nextn_predict_layers", false) > f.get_int(arch + ".block_count", false, 0)) {
+        throw ModelLoadError(arch + ".nextn_predict_layers exceeds block_count in " + path);
+    }
     const std::string model = f.get_str("tokenizer.ggml.model", "");
     if (model != "gpt2") {
         throw ModelLoadError("unsupported tokenizer model '" + model + "' in " + path +
@@ -62,6 +75,7 @@ static void check_tokenizer_metadata(const std::string & path) {
 
 Vocab::Vocab(const std::string & path) {
     check_tokenizer_metadata(path);
+    reset_log_errors();
     llama_model_params mp = llama_model_default_params();
     mp.vocab_only = true;
     mp.n_gpu_layers = 0;

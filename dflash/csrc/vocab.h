@@ -38,6 +38,7 @@ class Vocab {
 
 // Route libllama/ggml logs: quiet unless verbose; the last error line is kept for messages.
 void set_log_verbosity(bool verbose);
+void reset_log_errors();
 std::string last_log_error();
 
 }  // namespace dflash

@@ -38,9 +38,14 @@ class RMSNorm(nn.Module):
         return self.weight + 1.0 if self.offset else self.weight
 
     def forward(self, x: Tensor) -> Tensor:
-        xf = x.float() if x.dtype != torch.float64 else x
+        xf = _up(x)
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (y * self.gain().to(y.dtype)).to(x.dtype)
+
+
+def _up(x: Tensor) -> Tensor:
+    """At least float32 (bf16 activations up, float64 references untouched)."""
+    return x if x.dtype == torch.float64 else x.float()
 
 
 def l2norm(x: Tensor, eps: float) -> Tensor:
@@ -115,11 +120,11 @@ class GatedDeltaNet(nn.Module):
         hk, hv, d = cfg.n_k_heads, cfg.n_v_heads, cfg.ssm_state
         y = F.silu(self._conv(self.in_qkv(x), lc))
         q, k, v = y.split([cfg.key_dim, cfg.key_dim, cfg.value_dim], -1)
-        q = l2norm(q.reshape(b, t, hk, d).float(), cfg.rms_eps).repeat(1, 1, hv // hk, 1)  # tiled heads
-        k = l2norm(k.reshape(b, t, hk, d).float(), cfg.rms_eps).repeat(1, 1, hv // hk, 1)
+        q = l2norm(_up(q.reshape(b, t, hk, d)), cfg.rms_eps).repeat(1, 1, hv // hk, 1)  # tiled heads
+        k = l2norm(_up(k.reshape(b, t, hk, d)), cfg.rms_eps).repeat(1, 1, hv // hk, 1)
         v = v.reshape(b, t, hv, d)
-        beta = torch.sigmoid(self.in_b(x).float())
-        g = -self.A_log.float().exp() * F.softplus(self.in_a(x).float() + self.dt_bias.float())
+        beta = torch.sigmoid(_up(self.in_b(x)))
+        g = -_up(self.A_log).exp() * F.softplus(_up(self.in_a(x)) + _up(self.dt_bias))
         args = (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), g.transpose(1, 2), beta.transpose(1, 2))
         state = lc.ssm if lc is not None else None
         if t == 1 and lc is not None:
