@@ -29,7 +29,9 @@ def _torch() -> ModuleType:
     except ImportError:
         if os.environ.get("DFLASH_REQUIRE_TORCH") == "1":
             pytest.fail("DFLASH_REQUIRE_TORCH=1 but torch is not installed (pip install torch, CPU build)")
-        pytest.skip("torch is not installed (pip install torch); DFLASH_REQUIRE_TORCH=1 turns this into a failure")
+        pytest.skip(
+            "torch is not installed (pip install torch); DFLASH_REQUIRE_TORCH=1 turns this into a failure"
+        )
     torch.set_num_threads(1)  # small ops on shared cores: threads only contend
     return torch
 
@@ -146,7 +148,14 @@ def test_dflash_logits_match_pytorch(tmp_path: Path, tied: bool) -> None:
 
     # captured layer outputs (the drafter's features) agree too
     ec = _core.EngineConfig()
-    ec.n_ctx, ec.n_threads, ec.n_batch, ec.n_logits_batch, ec.k_type, ec.v_type = 256, 2, 256, 256, "f32", "f32"
+    ec.n_ctx, ec.n_threads, ec.n_batch, ec.n_logits_batch, ec.k_type, ec.v_type = (
+        256,
+        2,
+        256,
+        256,
+        "f32",
+        "f32",
+    )
     _, _, caps = _core.TargetEngine(str(path), ec).forward(tokens, True, list(range(cfg.n_layer)))
     with torch.no_grad():
         _, hidden = m.double()(torch.tensor([tokens]), return_hidden=True)
@@ -182,8 +191,16 @@ def _drafter(**kw: Any) -> Any:
     from train_pair.drafter import Drafter, DrafterConfig
 
     base: dict[str, Any] = dict(
-        hidden=64, num_target_layers=4, vocab=4096, mask_token_id=4091, n_layers=2, n_heads=4, n_kv_heads=2,
-        head_dim=32, ffn=96, target_layer_ids=(1, 2),
+        hidden=64,
+        num_target_layers=4,
+        vocab=4096,
+        mask_token_id=4091,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=32,
+        ffn=96,
+        target_layer_ids=(1, 2),
     )
     d = Drafter(DrafterConfig(**{**base, **kw}))
     return _randomise(d, 5).double().eval()
@@ -225,7 +242,10 @@ def test_block_causality() -> None:
     emb = torch.randn(1, 16, 64, generator=g, dtype=torch.float64)
     emb2 = emb.clone()
     emb2[0, 9] += 1.0  # change slot 9
-    for is_causal, earlier_changes in ((True, False), (None, True)):  # None: sliding causal, full bidirectional
+    for is_causal, earlier_changes in (
+        (True, False),
+        (None, True),
+    ):  # None: sliding causal, full bidirectional
         d = _drafter(is_causal=is_causal)
         with torch.no_grad():
             diff = (d(feats, anchors, emb) - d(feats, anchors, emb2)).abs().amax(-1)[0]
@@ -243,7 +263,10 @@ def test_drafter_export_through_convert_draft(tmp_path: Path) -> None:
     d = _drafter().float()
     ddir = export_drafter_dir(d, tmp_path / "drafter")
     conf = json.loads((ddir / "config.json").read_text())
-    assert conf["block_size"] == 16 and conf["dflash_config"] == {"mask_token_id": 4091, "target_layer_ids": [1, 2]}
+    assert conf["block_size"] == 16 and conf["dflash_config"] == {
+        "mask_token_id": 4091,
+        "target_layer_ids": [1, 2],
+    }
     assert conf["layer_types"] == ["sliding_attention", "full_attention"] and conf["num_target_layers"] == 4
     out = convert_drafter(ddir, tmp_path / "d.gguf", "f32", target)
     r = GGUFReader(out)
@@ -262,7 +285,8 @@ def test_drafter_export_through_convert_draft(tmp_path: Path) -> None:
         np.asarray(tensors["fc.weight"].data), state["fc.weight"].float().numpy()
     )  # bf16 values survive exactly
     np.testing.assert_array_equal(
-        np.asarray(tensors["blk.1.attn_k_norm.weight"].data), state["layers.1.self_attn.k_norm.weight"].float().numpy()
+        np.asarray(tensors["blk.1.attn_k_norm.weight"].data),
+        state["layers.1.self_attn.k_norm.weight"].float().numpy(),
     )
     assert torch.equal(state["norm.weight"], d.norm.weight.detach().to(torch.bfloat16))
 
@@ -284,7 +308,9 @@ def test_corpus_tokenizers_agree_and_split_is_stable(tmp_path: Path) -> None:
     files: list[dict[str, Any]] = m["files"]  # type: ignore[assignment]
     assert [f["path"] for f in files] == sorted(f["path"] for f in files)
     train = np.load(tmp_path / "train.npy")
-    assert train.dtype == np.uint16 and train.size == sum(f["tokens"] + 1 for f in files if f["split"] == "train")
+    assert train.dtype == np.uint16 and train.size == sum(
+        f["tokens"] + 1 for f in files if f["split"] == "train"
+    )
 
 
 # --- one command, end to end -------------------------------------------------------------------

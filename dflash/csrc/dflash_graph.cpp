@@ -52,10 +52,11 @@ struct Builder {
         const bool sliding = hp.is_sliding[il];
         const int64_t lo = sliding ? spec.kv_lo_sliding : 0;
         const int64_t n_kv = spec.kv_hi - lo;
-        ggml_tensor * kc = kv.k[il];
-        ggml_tensor * vc = kv.v[il];
-        ggml_tensor * k = ggml_view_3d(ctx, kc, hd, hp.n_head_kv, n_kv, ggml_row_size(kc->type, hd), kc->nb[1], lo * kc->nb[1]);
-        ggml_tensor * v = ggml_view_3d(ctx, vc, hd, hp.n_head_kv, n_kv, ggml_row_size(vc->type, hd), vc->nb[1], lo * vc->nb[1]);
+        auto rows = [&](ggml_tensor * c) {  // cache rows [lo, kv_hi) as [head_dim, n_head_kv, n_kv]
+            return ggml_view_3d(ctx, c, hd, hp.n_head_kv, n_kv, ggml_row_size(c->type, hd), c->nb[1], lo * c->nb[1]);
+        };
+        ggml_tensor * k = rows(kv.k[il]);
+        ggml_tensor * v = rows(kv.v[il]);
         const float scale = hp.attn_scale != 0.0f ? hp.attn_scale : 1.0f / std::sqrt((float) hd);
         ggml_tensor * o = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), ggml_permute(ctx, k, 0, 2, 1, 3),
                                               ggml_permute(ctx, v, 0, 2, 1, 3), g.mask[sliding][hp.causal[il]], scale,

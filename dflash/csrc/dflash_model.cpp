@@ -277,9 +277,13 @@ void DflashModel::load(const GgufFile & f, const ProgressFn & progress) {
     std::vector<uint8_t> staging;
     for (auto & [t, n] : file_tensors_) {
         const size_t nbytes = ggml_nbytes(t);
-        if (fseeko(fp.get(), (off_t) f.tensor_file_offset(n), SEEK_SET) != 0) throw ModelLoadError("seek failed in " + f.path());
+        if (fseeko(fp.get(), (off_t) f.tensor_file_offset(n), SEEK_SET) != 0) {
+            throw ModelLoadError("seek failed in " + f.path());
+        }
         staging.resize(nbytes);
-        if (fread(staging.data(), 1, nbytes, fp.get()) != nbytes) throw ModelLoadError("read failed (truncated?) in " + f.path());
+        if (fread(staging.data(), 1, nbytes, fp.get()) != nbytes) {
+            throw ModelLoadError("read failed (truncated?) in " + f.path());
+        }
         ggml_backend_tensor_set(t, staging.data(), 0, nbytes);
         done += nbytes;
         if (progress) progress(done, total);

@@ -216,15 +216,20 @@ std::vector<float> UpstreamDraft::draft_logits(const std::vector<int32_t> & cont
     std::vector<float> feat((size_t) n * nf);
     for (size_t k = 0; k < layers_.size(); ++k) {
         const float * src = llama_get_embeddings_layer_inp(tctx_, (uint32_t) layers_[k]);
-        for (int i = 0; i < n; ++i) std::copy(src + (size_t) i * E, src + (size_t) (i + 1) * E, feat.data() + i * nf + k * E);
+        for (int i = 0; i < n; ++i) {
+            std::copy(src + (size_t) i * E, src + (size_t) (i + 1) * E, feat.data() + i * nf + k * E);
+        }
     }
 
-    std::unique_ptr<llama_batch_ext, void (*)(llama_batch_ext *)> batch(llama_batch_ext_init(dctx_), llama_batch_ext_free);
+    std::unique_ptr<llama_batch_ext, void (*)(llama_batch_ext *)> batch(llama_batch_ext_init(dctx_),
+                                                                        llama_batch_ext_free);
     // Injection: one embedding row per context token at its position.
     for (int i = 0; i < n; ++i) {
         const int32_t idx = llama_batch_ext_add_embd(batch.get(), 0, {feat.data() + i * nf, 1, (size_t) nf});
         const llama_pos pos[4] = {i, i, i, 0};  // an M-RoPE draft reads four, others the first
-        if (idx < 0 || !llama_batch_ext_set_pos(batch.get(), idx, pos)) throw EngineError("could not build the injection batch");
+        if (idx < 0 || !llama_batch_ext_set_pos(batch.get(), idx, pos)) {
+            throw EngineError("could not build the injection batch");
+        }
     }
     int rc2 = llama_process(dctx_, LLAMA_PROCESS_TYPE_DECODE, batch.get());
     if (rc2 != 0) throw EngineError("llama_process (draft injection) failed with code " + std::to_string(rc2));

@@ -86,7 +86,9 @@ def tokenizers_encoder() -> Encoder:
 
     v = load_vocab()
     tok = tk.Tokenizer(
-        tk.models.BPE(vocab={t: i for i, t in enumerate(v.tokens)}, merges=[tuple(m.split(" ")) for m in v.merges])
+        tk.models.BPE(
+            vocab={t: i for i, t in enumerate(v.tokens)}, merges=[tuple(m.split(" ")) for m in v.merges]
+        )
     )
     tok.pre_tokenizer = tk.pre_tokenizers.Sequence(
         [
@@ -171,6 +173,7 @@ def build(
         "description": "*.py files of the Python standard library (recursive; no site-packages), "
         "one document each, <|endoftext|> after each; split by sha256(path) % 1000 < heldout_permille",
         "python": platform.python_version(),
+        "source": "interpreter" if root is None else "given root",
         "implementation": platform.python_implementation(),
         "stdlib_root": str(root or stdlib_root()),
         "tokenizer": {
@@ -199,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heldout-permille", type=int, default=20)
     p.add_argument("--max-files", type=int, default=0, help="first N files only (tests)")
     p.add_argument("--check", action="store_true", help="also encode with the other backend and compare")
+    p.add_argument("--root", type=Path, help="another stdlib tree (default: this interpreter's)")
     a = p.parse_args(argv)
-    m = build(a.out, a.tokenizer, a.heldout_permille, a.max_files, a.check)
+    m = build(a.out, a.tokenizer, a.heldout_permille, a.max_files, a.check, a.root)
     print(json.dumps({k: m[k] for k in ("python", "tokenizer", "totals", "seconds")}, indent=1))
     return 0
 

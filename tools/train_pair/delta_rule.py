@@ -21,12 +21,24 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+def _no_autocast(x: Tensor) -> torch.autocast:
+    # under bf16 autocast the matmuls below would silently run in bf16
+    return torch.autocast(x.device.type, enabled=False)
+
+
 def recurrent_gated_delta_rule(
     q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """q, k: [B, H, T, dk]; v: [B, H, T, dv]; g (log decay, <= 0), beta: [B, H, T].
 
     Returns (o [B, H, T, dv] in v's dtype, final state [B, H, dk, dv] in the compute dtype)."""
+    with _no_autocast(q):
+        return _recurrent(q, k, v, g, beta, state)
+
+
+def _recurrent(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor | None
+) -> tuple[Tensor, Tensor]:
     f, out_dtype = _compute_dtype(q), v.dtype
     b, h, t, dk = q.shape
     dv = v.shape[-1]
@@ -53,6 +65,13 @@ def chunk_gated_delta_rule(
     chunk: int = 64,
 ) -> tuple[Tensor, Tensor]:
     """Same contract as :func:`recurrent_gated_delta_rule`, O(T) sequential steps of size ``chunk``."""
+    with _no_autocast(q):
+        return _chunked(q, k, v, g, beta, state, chunk)
+
+
+def _chunked(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor | None, chunk: int
+) -> tuple[Tensor, Tensor]:
     f, out_dtype = _compute_dtype(q), v.dtype
     b, h, t, dk = q.shape
     dv = v.shape[-1]

@@ -220,7 +220,9 @@ class Drafter(nn.Module):
         return self.norm(x)
 
 
-def block_inputs(tokens: Tensor, anchors: Tensor, block_size: int, mask_token_id: int) -> tuple[Tensor, Tensor]:
+def block_inputs(
+    tokens: Tensor, anchors: Tensor, block_size: int, mask_token_id: int
+) -> tuple[Tensor, Tensor]:
     """(block token ids [B, nb*bs] = [anchor, MASK...] per block, labels [B, nb, bs] = tokens at a+k)."""
     b, nb = anchors.shape
     idx = anchors[..., None] + torch.arange(block_size, device=tokens.device)
@@ -228,6 +230,11 @@ def block_inputs(tokens: Tensor, anchors: Tensor, block_size: int, mask_token_id
     ids = torch.full_like(labels, mask_token_id)
     ids[..., 0] = labels[..., 0]
     return ids.reshape(b, -1), labels
+
+
+def accepted(drafts: Tensor, labels: Tensor) -> Tensor:
+    """Chain acceptance length per block: 1 + leading slots 1.. whose draft equals the label."""
+    return (drafts[..., 1:] == labels[..., 1:]).long().cumprod(-1).sum(-1) + 1
 
 
 def slot_weights(block_size: int, gamma: float, device: torch.device | None = None) -> Tensor:

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .drafter import Drafter, block_inputs
+from .drafter import Drafter, accepted, block_inputs
 from .loop import autocast
 from .model import Qwen35
-from .train_drafter import accepted
 
 
 @dataclass

@@ -64,7 +64,9 @@ def target_weights(model: Qwen35) -> dict[str, np.ndarray]:
 
 
 def export_target(model: Qwen35, path: Path, weight_type: str, vocab: BpeVocab | None = None) -> Path:
-    return write_qwen35_gguf(path, model.cfg, weight_type=weight_type, vocab=vocab, weights=target_weights(model))
+    return write_qwen35_gguf(
+        path, model.cfg, weight_type=weight_type, vocab=vocab, weights=target_weights(model)
+    )
 
 
 def drafter_state(drafter: Drafter) -> dict[str, torch.Tensor]:

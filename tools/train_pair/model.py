@@ -107,7 +107,9 @@ class GatedDeltaNet(nn.Module):
         """Causal depthwise conv over time, x: [B, T, C] -> [B, T, C]."""
         k = self.cfg.ssm_conv
         xt = x.transpose(1, 2)
-        prev = lc.conv if lc is not None and lc.conv is not None else xt.new_zeros(x.shape[0], x.shape[2], k - 1)
+        prev = (
+            lc.conv if lc is not None and lc.conv is not None else xt.new_zeros(x.shape[0], x.shape[2], k - 1)
+        )
         xt = torch.cat([prev.to(xt.dtype), xt], -1)
         if lc is not None:
             lc.conv = xt[..., -(k - 1) :].detach()
@@ -125,7 +127,13 @@ class GatedDeltaNet(nn.Module):
         v = v.reshape(b, t, hv, d)
         beta = torch.sigmoid(_up(self.in_b(x)))
         g = -_up(self.A_log).exp() * F.softplus(_up(self.in_a(x)) + _up(self.dt_bias))
-        args = (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), g.transpose(1, 2), beta.transpose(1, 2))
+        args = (
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            g.transpose(1, 2),
+            beta.transpose(1, 2),
+        )
         state = lc.ssm if lc is not None else None
         if t == 1 and lc is not None:
             o, state = recurrent_gated_delta_rule(*args, state=state)
@@ -171,10 +179,11 @@ class GatedAttention(nn.Module):
             lc.k[:, :, p0 : p0 + t] = k
             lc.v[:, :, p0 : p0 + t] = v
             k, v = lc.k[:, :, : p0 + t], lc.v[:, :, : p0 + t]
-            if p0 > 0:  # queries at p0..p0+t-1 see keys 0..own position
-                kpos = torch.arange(p0 + t, device=x.device)
-                mask = kpos[None, :] <= (p0 + torch.arange(t, device=x.device))[:, None]
+            if p0 > 0:  # queries at p0..p0+t-1 see keys 0..own position (one query: all of them)
                 causal = False
+                if t > 1:
+                    kpos = torch.arange(p0 + t, device=x.device)
+                    mask = kpos[None, :] <= (p0 + torch.arange(t, device=x.device))[:, None]
         rep = cfg.n_head // cfg.n_head_kv  # q head i uses kv head i // rep (ggml's broadcast)
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and t > 1)
@@ -217,9 +226,9 @@ class Qwen35(nn.Module):
     def reset_parameters(self, std: float = 0.02) -> None:
         """GPT-2 style: N(0, std), residual-stream writers scaled by 1/sqrt(2 n_layer)."""
         for name, p in self.named_parameters():
-            if name.endswith(("proj.weight", "in_qkv.weight", "in_z.weight", "in_a.weight", "in_b.weight")) or (
-                name.endswith(("ffn_gate.weight", "ffn_up.weight", "embed.weight", "lm_head.weight"))
-            ):
+            if name.endswith(
+                ("proj.weight", "in_qkv.weight", "in_z.weight", "in_a.weight", "in_b.weight")
+            ) or (name.endswith(("ffn_gate.weight", "ffn_up.weight", "embed.weight", "lm_head.weight"))):
                 nn.init.normal_(p, 0.0, std)
             if name.endswith(("o_proj.weight", "mixer.out.weight", "ffn_down.weight")):
                 nn.init.normal_(p, 0.0, std / math.sqrt(2 * self.cfg.n_layer))
@@ -251,7 +260,9 @@ class Qwen35(nn.Module):
     def no_decay_names(self) -> set[str]:
         """Parameters kept out of weight decay: norms, embeddings' partner biases, GDN dynamics."""
         return {
-            n for n, p in self.named_parameters() if p.dim() < 2 or n.endswith(("A_log", "dt_bias", "mixer.conv"))
+            n
+            for n, p in self.named_parameters()
+            if p.dim() < 2 or n.endswith(("A_log", "dt_bias", "mixer.conv"))
         }
 
 

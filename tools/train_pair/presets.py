@@ -23,12 +23,14 @@ class TrainSettings:
     regen_len: int = 512
     prompt_min: int = 16
     prompt_max: int = 256
-    regen_batch: int = 256
+    regen_batch: int = 2048  # decoding is launch-bound: wide batches are nearly free
+    val_prompts: int = 128  # fresh training-file prompts: drafter model selection
     # drafter
     d_batch: int = 32  # sequences per step
     d_blocks: int = 32  # anchors (blocks) per sequence
     d_lr: float = 1e-3
     gamma: float = 7.0
+    d_val_every: float = 0.1  # fraction of the drafter budget between validations
     eval_prompts: int = 256  # held-out prompts for the acceptance estimate
 
 
@@ -92,6 +94,7 @@ PRESETS: dict[str, Preset] = {
             prompt_min=8,
             prompt_max=24,
             regen_batch=4,
+            val_prompts=4,
             d_batch=2,
             d_blocks=4,
             eval_prompts=4,

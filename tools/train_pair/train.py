@@ -1,6 +1,7 @@
-"""One command: corpus -> target -> regenerated data -> drafter -> acceptance -> export -> plots + card.
+"""One command: corpus -> target -> regenerated data -> drafter -> acceptance -> export -> plots, card.
 
-    PYTHONPATH=.:tools:convert python -m train_pair.train --out runs/pair --target-minutes 8 --drafter-minutes 6
+    bash tools/train_pair/run.sh runs/pair --target-minutes 8 --drafter-minutes 6
+    (= PYTHONPATH=.:tools:convert python -m train_pair.train --out runs/pair ...)
 
 Each stage writes its results under ``--out`` and ``--resume`` skips the stages already done, so a
 run can be split over several commands (e.g. the device tool's 10-minute limit per command).
@@ -91,7 +92,9 @@ def _load_regen(path: Path) -> Regenerated:
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
     out: Path = a.out
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device)
+    device = torch.device(
+        ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
+    )
     if device.type == "cpu":  # small CPU ops lose badly to thread contention on shared cores
         torch.set_num_threads(a.threads)
     if device.type == "cuda":
@@ -124,14 +127,16 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     # corpus
     cdir = out / "corpus"
     if not done("corpus", cdir / "manifest.json"):
-        m = corpus.build(cdir, a.tokenizer, a.heldout_permille, a.max_files, a.check_tokenizer)
+        m = corpus.build(cdir, a.tokenizer, a.heldout_permille, a.max_files, a.check_tokenizer, a.corpus_root)
         summary["corpus"] = {k: v for k, v in m.items() if k != "files"}
     if finish("corpus"):
         return summary
     train_ids, held_ids = np.load(cdir / "train.npy"), np.load(cdir / "heldout.npy")
     need = max(s.seq_len, s.prompt_max) + 1
     if min(train_ids.size, held_ids.size) < need:
-        raise SystemExit(f"corpus too small: train {train_ids.size}, held-out {held_ids.size} tokens, need {need}")
+        raise SystemExit(
+            f"corpus too small: train {train_ids.size}, held-out {held_ids.size} tokens, need {need}"
+        )
 
     # target
     tdir = out / "target"
@@ -158,16 +163,19 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     if finish("target"):
         return summary
 
-    # regenerated data (train prompts for the drafter, held-out prompts for the acceptance estimate)
+    # regenerated data: training-file prompts for the drafter and, with other seeds, for its
+    # validation; held-out-file prompts for the reported acceptance
     rdir = out / "regen"
-    if done("regen", rdir / "train.npz", rdir / "heldout.npz"):
-        regen, regen_held = _load_regen(rdir / "train.npz"), _load_regen(rdir / "heldout.npz")
+    names = ("train", "val", "heldout")
+    if done("regen", *(rdir / f"{n}.npz" for n in names)):
+        regen, regen_val, regen_held = (_load_regen(rdir / f"{n}.npz") for n in names)
     else:
         args = (s.regen_len, s.prompt_min, s.prompt_max, s.regen_batch, device)
         regen = regenerate(target, train_ids, a.regen_seqs, a.regen_minutes, *args, seed=a.seed + 1)
+        regen_val = regenerate(target, train_ids, s.val_prompts, 0, *args, seed=a.seed + 4)
         regen_held = regenerate(target, held_ids, s.eval_prompts, 0, *args, seed=a.seed + 3)
-        _save_regen(rdir / "train.npz", regen)
-        _save_regen(rdir / "heldout.npz", regen_held)
+        for n, r in zip(names, (regen, regen_val, regen_held), strict=True):
+            _save_regen(rdir / f"{n}.npz", r)
         summary["regen"] = {
             "sequences": int(regen.tokens.shape[0]),
             "length": s.regen_len,
@@ -186,8 +194,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     else:
         budget = Budget(a.drafter_minutes, a.drafter_steps)
         dcfg = drafter_config(preset)
+        val = (regen_val.tokens, regen_val.prompt_len)
         drafter, dlog = train_drafter(
-            target, dcfg, s, regen.tokens, regen.prompt_len, budget, device, a.seed + 2
+            target, dcfg, s, regen.tokens, regen.prompt_len, val, budget, device, a.seed + 2
         )
         save_drafter(drafter, ddir / "model.pt")
         _json(ddir / "log.json", vars(dlog))
@@ -200,6 +209,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             "seconds": dlog.seconds,
             "final_loss": float(np.mean(dlog.loss[-10:])),
             "final_accept": float(np.mean(dlog.accept[-10:])),
+            "best_step": dlog.best_step,
+            "best_val_accept": max(dlog.val_accept),
+            "val_prompts": int(regen_val.tokens.shape[0]),
             "slot_accuracy": dlog.slot_acc,
         }
     if finish("drafter"):
@@ -214,7 +226,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             "heldout": {**held.as_dict(), "prompts": int(regen_held.tokens.shape[0])},
             "train": {**train.as_dict(), "prompts": int(min(n, regen.tokens.shape[0]))},
         }
-        print(f"[train] held-out acceptance length {held.mean:.2f} (train prompts {train.mean:.2f})", flush=True)
+        print(
+            f"[train] held-out acceptance length {held.mean:.2f} (train prompts {train.mean:.2f})", flush=True
+        )
     if finish("eval"):
         return summary
 
@@ -227,7 +241,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         convert_drafter(edir / "drafter", edir / "drafter-q8_0.gguf", "q8_0", edir / "target-q8_0.gguf")
         with open(edir / "heldout_prompts.jsonl", "w", encoding="utf-8") as f:
             for row, p in zip(regen_held.tokens, regen_held.prompt_len, strict=True):
-                f.write(json.dumps({"prompt": corpus.decode(row[:p].tolist()), "prompt_tokens": int(p)}) + "\n")
+                f.write(
+                    json.dumps({"prompt": corpus.decode(row[:p].tolist()), "prompt_tokens": int(p)}) + "\n"
+                )
         files = [edir / "target-q8_0.gguf", edir / "drafter-q8_0.gguf", *sorted((edir / "drafter").iterdir())]
         summary["files"] = {str(f.relative_to(edir)): f.stat().st_size for f in files}
         summary["files"]["target/target-f32.gguf (not shipped)"] = (tdir / "target-f32.gguf").stat().st_size
@@ -252,17 +268,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-minutes", type=float, default=8.0)
     p.add_argument("--target-steps", type=int, default=0, help="exact step count (overrides minutes)")
     p.add_argument("--regen-minutes", type=float, default=1.5)
-    p.add_argument("--regen-seqs", type=int, default=0, help="regenerated sequences (0: as many as time allows)")
+    p.add_argument(
+        "--regen-seqs", type=int, default=0, help="regenerated sequences (0: as many as time allows)"
+    )
     p.add_argument("--drafter-minutes", type=float, default=6.0)
     p.add_argument("--drafter-steps", type=int, default=0, help="exact step count (overrides minutes)")
     p.add_argument("--max-files", type=int, default=0, help="corpus: first N files only (smoke runs)")
+    p.add_argument(
+        "--corpus-root", type=Path, help="corpus: another stdlib tree (default: this interpreter's)"
+    )
     p.add_argument("--heldout-permille", type=int, default=20, help="corpus: held-out share of files")
     p.add_argument("--tokenizer", choices=["auto", "core", "tokenizers"], default="auto")
     p.add_argument("--check-tokenizer", action="store_true", help="corpus: compare both tokenizer backends")
     p.add_argument("--compile", action="store_true", help="torch.compile the target for training")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a TrainSettings field")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a TrainSettings field"
+    )
     p.add_argument("--resume", action="store_true", help="skip the stages whose outputs exist")
-    p.add_argument("--stop-after", choices=STAGES, help="stop after this stage (continue later with --resume)")
+    p.add_argument(
+        "--stop-after", choices=STAGES, help="stop after this stage (continue later with --resume)"
+    )
     return p
 
 

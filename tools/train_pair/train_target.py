@@ -103,7 +103,10 @@ def train_target(
             log.loss.append(val)
             log.lr.append(lr)
             if budget.step % (log_every * 10) == 0:
-                print(f"[target] step {budget.step} loss {val:.4f} lr {lr:.2e} {budget.elapsed():.0f}s", flush=True)
+                print(
+                    f"[target] step {budget.step} loss {val:.4f} lr {lr:.2e} {budget.elapsed():.0f}s",
+                    flush=True,
+                )
     sync(device)
     log.seconds = time.time() - t_start
     log.tokens_per_second = budget.step * s.batch * s.seq_len / max(log.seconds, 1e-9)
