@@ -78,6 +78,62 @@ def _ours(
     return {**out, "prefill_tps": pp, "decode_tps": tg}
 
 
+def _chain(
+    path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a: argparse.Namespace
+) -> dict[str, Any]:
+    """Chain DFlash with the given drafter. With --synthetic-accept L (bench only, labelled in the
+    JSON) the drafts are rewritten from the autoregressive output so that each verify accepts
+    L-1 drafts: engine speed separated from draft quality, like upstream's --spec-synth-len."""
+    from dflash import _core
+
+    cfg = _core.EngineConfig()
+    cfg.n_ctx, cfg.k_type, cfg.v_type = a.n_ctx, kv, kv
+    cfg.n_gpu_layers, cfg.n_threads, cfg.n_batch = a.n_gpu_layers, a.threads, a.n_batch
+    cfg.n_verify_max = a.max_draft + 1
+    eng = _core.TargetEngine(path, cfg)
+    dcfg = _core.DraftEngineConfig()
+    draft = _core.DraftEngine(a.draft, eng, dcfg)
+    rewrite = None
+    if a.synthetic_accept:
+        ref: list[int] = []
+        eng.generate(prompt, n_gen + a.max_draft + 1, 0.0, 0, 1.0, 0, [], lambda t: ref.append(t) or True)
+        keep, n_vocab = a.synthetic_accept - 1, int(eng.hparams["n_vocab"])
+
+        def rewrite(start: int, drafts: list[int]) -> list[int]:
+            i = start - len(prompt) + 1  # index in ref of the first drafted token
+            good = ref[i : i + len(drafts)] + [0] * len(drafts)
+            # the first `keep` drafts are the target's own tokens, the next one is wrong
+            return [t if j < keep else (t + 1) % n_vocab for j, t in enumerate(good[: len(drafts)])]
+
+    pp, tg, al = [], [], []
+    spec: dict[str, Any] = {}
+    for r in range(repeats + 1):
+        st, spec = _core.generate_chain(
+            eng, draft, prompt, n_gen, 0.0, 0, 1.0, 0, [], lambda t: True, a.max_draft, rewrite
+        )
+        if r == 0:
+            continue
+        pp.append(len(prompt) / (st.prompt_ms / 1000))
+        tg.append((st.n_generated - 1) / (st.predict_ms / 1000))
+        al.append(spec["acceptance_length"])
+    out: dict[str, Any] = {"engine": "dflash-chain", "backend": eng.backend, "drafter": a.draft}
+    if a.synthetic_accept:
+        out["synthetic_acceptance_length"] = a.synthetic_accept
+    out["last_run"] = {
+        k: spec[k]
+        for k in (
+            "drafts",
+            "draft_tokens",
+            "accepted",
+            "target_forwards",
+            "draft_ms",
+            "verify_ms",
+            "commit_ms",
+        )
+    }
+    return {**out, "prefill_tps": pp, "decode_tps": tg, "acceptance_length": al}
+
+
 def _upstream(
     path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a: argparse.Namespace
 ) -> dict[str, Any]:
@@ -150,6 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1)
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("--no-upstream", action="store_true", help="skip the in-process upstream baseline")
+    ap.add_argument("--draft", default=None, help="drafter GGUF: also bench chain DFlash")
+    ap.add_argument("--max-draft", type=int, default=15, help="draft tokens verified per step")
+    ap.add_argument(
+        "--synthetic-accept",
+        type=int,
+        default=0,
+        help="BENCH ONLY: rewrite drafts from the autoregressive output so each step accepts this many "
+        "tokens (acceptance length); measures engine speed apart from draft quality",
+    )
     ap.add_argument("--llama-bench", default=None, help="path of upstream's llama-bench to run as well")
     ap.add_argument("-o", "--out", default=None, help="JSON output (default bench/results/<name>.json)")
     a = ap.parse_args(argv)
@@ -171,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for kv in a.kv_types.split(","):
         runs = [_ours(path, kv, prompt, a.gen_tokens, a.repeats, a)]
+        if a.draft:
+            runs.append(_chain(path, kv, prompt, a.gen_tokens, a.repeats, a))
         if not a.no_upstream:
             runs.append(_upstream(path, kv, prompt, a.gen_tokens, a.repeats, a))
         if a.llama_bench:
