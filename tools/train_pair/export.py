@@ -92,6 +92,7 @@ def export_drafter_dir(drafter: Drafter, out_dir: Path, name: str = "dflash-pair
     cfg["_name_or_path"] = name
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
     save_file(drafter_state(drafter), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    (out_dir / "model.safetensors").chmod(0o644)  # save_file creates it owner-only
     return out_dir
 
 

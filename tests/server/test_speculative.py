@@ -1,0 +1,54 @@
+"""dflash-serve with a drafter: chain DFlash behind the same API, same greedy output as the
+plain engine, and the spec_decode_* metrics counting the drafts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from dflash.synth import get_preset, write_qwen35_gguf
+    from dflash_convert import convert_draft
+    from dflash_convert.synthetic import write_synthetic_drafter
+
+    root = tmp_path_factory.mktemp("spec")
+    target = write_qwen35_gguf(root / "tiny-b.gguf", get_preset("tiny-b").config, seed=0)
+    write_synthetic_drafter(
+        root / "drafter",
+        seed=1,
+        hidden=128,
+        vocab=4096,
+        mask_token_id=4091,
+        num_target_layers=8,
+        target_layer_ids=(1, 4, 6),
+        n_layers=2,
+    )
+    return target, convert_draft(root / "drafter", root / "drafter.gguf", outtype="f32", target=target)
+
+
+def _metric(text: str, name: str) -> float:
+    m = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
+    assert m, name
+    return float(m.group(1))
+
+
+def test_server_with_drafter(pair: tuple[Path, Path], make_server: Any) -> None:
+    import dflash
+
+    plain = dflash.Engine(str(pair[0]), n_ctx=256, n_threads=1)
+    spec = dflash.Engine(str(pair[0]), draft_path=str(pair[1]), n_ctx=256, n_threads=1, max_draft=7)
+    body = {"prompt": "def main():", "max_tokens": 24, "temperature": 0}
+    expected = plain.create_completion(**body)["choices"][0]["text"]
+    srv = make_server(lambda: spec)
+    with srv.client() as c:
+        r = c.post("/v1/completions", json=body).json()
+        assert r["choices"][0]["text"] == expected
+        assert r["timings"]["draft_n"] > 0
+        metrics = c.get("/metrics").text
+    assert _metric(metrics, "spec_decode_num_draft_tokens_total") == r["timings"]["draft_n"]
+    assert _metric(metrics, "spec_decode_num_drafts_total") > 0
