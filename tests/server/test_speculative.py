@@ -12,9 +12,10 @@ import pytest
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from dflash.synth import get_preset, write_qwen35_gguf
     from dflash_convert import convert_draft
     from dflash_convert.synthetic import write_synthetic_drafter
+
+    from dflash.synth import get_preset, write_qwen35_gguf
 
     root = tmp_path_factory.mktemp("spec")
     target = write_qwen35_gguf(root / "tiny-b.gguf", get_preset("tiny-b").config, seed=0)
