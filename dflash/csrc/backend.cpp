@@ -10,7 +10,7 @@
 namespace dflash {
 
 Backends::Backends(int n_gpu_layers, int threads) {
-    n_threads = threads > 0 ? threads : (int) std::max(1u, std::thread::hardware_concurrency());
+    n_threads = threads > 0 ? threads : (int)std::max(1u, std::thread::hardware_concurrency());
     cpu = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
     if (!cpu) throw EngineError("could not initialise the CPU backend");
     ggml_backend_cpu_set_n_threads(cpu, n_threads);

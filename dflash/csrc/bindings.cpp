@@ -17,11 +17,11 @@ using namespace dflash;
 namespace {
 
 py::array_t<float> logits_array(std::vector<float> && v, int64_t n_vocab) {
-    const int64_t rows = n_vocab ? (int64_t) v.size() / n_vocab : 0;
+    const int64_t rows = n_vocab ? (int64_t)v.size() / n_vocab : 0;
     auto * heap = new std::vector<float>(std::move(v));
     py::capsule owner(heap, [](void * p) { delete static_cast<std::vector<float> *>(p); });
-    return py::array_t<float>({rows, n_vocab}, {n_vocab * (int64_t) sizeof(float), (int64_t) sizeof(float)},
-                              heap->data(), owner);
+    return py::array_t<float>({rows, n_vocab}, {n_vocab * (int64_t)sizeof(float), (int64_t)sizeof(float)}, heap->data(),
+                              owner);
 }
 
 py::dict hparams_dict(const Qwen35Hparams & hp) {
@@ -68,10 +68,10 @@ py::dict draft_hparams_dict(const DflashHparams & hp) {
 
 template <typename T>
 py::array_t<T> rows_array(std::vector<T> && v, int64_t cols) {
-    const int64_t rows = cols ? (int64_t) v.size() / cols : 0;
+    const int64_t rows = cols ? (int64_t)v.size() / cols : 0;
     auto * heap = new std::vector<T>(std::move(v));
     py::capsule owner(heap, [](void * p) { delete static_cast<std::vector<T> *>(p); });
-    return py::array_t<T>({rows, cols}, {cols * (int64_t) sizeof(T), (int64_t) sizeof(T)}, heap->data(), owner);
+    return py::array_t<T>({rows, cols}, {cols * (int64_t)sizeof(T), (int64_t)sizeof(T)}, heap->data(), owner);
 }
 
 }  // namespace
@@ -163,37 +163,40 @@ PYBIND11_MODULE(_core, m) {
                  }
                  return logits_array(std::move(v), e.hparams().n_vocab);
              })
-        .def("forward",
-             [](TargetEngine & e, const std::vector<int32_t> & tokens, bool all_logits,
-                const std::vector<int> & capture_layers) {
-                 ForwardResult r;
-                 {
-                     py::gil_scoped_release rel;
-                     r = e.forward(tokens.data(), (int) tokens.size(), all_logits, true, capture_layers);
-                 }
-                 py::list caps;
-                 const int64_t E = e.hparams().n_embd;
-                 for (auto & c : r.captures) caps.append(logits_array(std::move(c), E));
-                 return py::make_tuple(logits_array(std::move(r.logits), e.hparams().n_vocab), r.argmax, caps);
-             },
-             py::arg("tokens"), py::arg("all_logits") = true, py::arg("capture_layers") = std::vector<int>{})
-        .def("verify",
-             [](TargetEngine & e, const std::vector<int32_t> & tokens, const std::vector<int> & capture_layers) {
-                 ForwardResult r;
-                 {
-                     py::gil_scoped_release rel;
-                     r = e.verify(tokens.data(), (int) tokens.size(), true, capture_layers);
-                 }
-                 py::list caps;
-                 const int64_t E = e.hparams().n_embd;
-                 for (auto & c : r.captures) caps.append(logits_array(std::move(c), E));
-                 return py::make_tuple(logits_array(std::move(r.logits), e.hparams().n_vocab), r.argmax, caps);
-             },
-             py::arg("tokens"), py::arg("capture_layers") = std::vector<int>{})
-        .def("commit", [](TargetEngine & e, int n_accept) {
-            py::gil_scoped_release rel;
-            e.commit(n_accept);
-        })
+        .def(
+            "forward",
+            [](TargetEngine & e, const std::vector<int32_t> & tokens, bool all_logits,
+               const std::vector<int> & capture_layers) {
+                ForwardResult r;
+                {
+                    py::gil_scoped_release rel;
+                    r = e.forward(tokens.data(), (int)tokens.size(), all_logits, true, capture_layers);
+                }
+                py::list caps;
+                const int64_t E = e.hparams().n_embd;
+                for (auto & c : r.captures) caps.append(logits_array(std::move(c), E));
+                return py::make_tuple(logits_array(std::move(r.logits), e.hparams().n_vocab), r.argmax, caps);
+            },
+            py::arg("tokens"), py::arg("all_logits") = true, py::arg("capture_layers") = std::vector<int>{})
+        .def(
+            "verify",
+            [](TargetEngine & e, const std::vector<int32_t> & tokens, const std::vector<int> & capture_layers) {
+                ForwardResult r;
+                {
+                    py::gil_scoped_release rel;
+                    r = e.verify(tokens.data(), (int)tokens.size(), true, capture_layers);
+                }
+                py::list caps;
+                const int64_t E = e.hparams().n_embd;
+                for (auto & c : r.captures) caps.append(logits_array(std::move(c), E));
+                return py::make_tuple(logits_array(std::move(r.logits), e.hparams().n_vocab), r.argmax, caps);
+            },
+            py::arg("tokens"), py::arg("capture_layers") = std::vector<int>{})
+        .def("commit",
+             [](TargetEngine & e, int n_accept) {
+                 py::gil_scoped_release rel;
+                 e.commit(n_accept);
+             })
         .def_property_readonly("pending", &TargetEngine::pending)
         .def("recurrent_state",
              [](const TargetEngine & e, int layer) {
@@ -201,22 +204,23 @@ PYBIND11_MODULE(_core, m) {
                  return py::make_tuple(py::array_t<float>(conv.size(), conv.data()),
                                        py::array_t<float>(ssm.size(), ssm.data()));
              })
-        .def("generate",
-             [](TargetEngine & e, const std::vector<int32_t> & prompt, int max_tokens, float temperature, int top_k,
-                float top_p, uint64_t seed, const std::vector<int32_t> & eog, py::function on_token) {
-                 SamplingParams sp;
-                 sp.temperature = temperature;
-                 sp.top_k = top_k;
-                 sp.top_p = top_p;
-                 sp.seed = seed;
-                 py::gil_scoped_release rel;
-                 return e.generate(prompt, max_tokens, sp, eog, [&](int32_t tok) {
-                     py::gil_scoped_acquire g;
-                     return on_token(tok).cast<bool>();
-                 });
-             },
-             py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
-             py::arg("seed"), py::arg("eog_tokens"), py::arg("on_token"));
+        .def(
+            "generate",
+            [](TargetEngine & e, const std::vector<int32_t> & prompt, int max_tokens, float temperature, int top_k,
+               float top_p, uint64_t seed, const std::vector<int32_t> & eog, py::function on_token) {
+                SamplingParams sp;
+                sp.temperature = temperature;
+                sp.top_k = top_k;
+                sp.top_p = top_p;
+                sp.seed = seed;
+                py::gil_scoped_release rel;
+                return e.generate(prompt, max_tokens, sp, eog, [&](int32_t tok) {
+                    py::gil_scoped_acquire g;
+                    return on_token(tok).cast<bool>();
+                });
+            },
+            py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
+            py::arg("seed"), py::arg("eog_tokens"), py::arg("on_token"));
 
     py::class_<DraftEngineConfig>(m, "DraftEngineConfig")
         .def(py::init<>())
@@ -257,7 +261,7 @@ PYBIND11_MODULE(_core, m) {
                     throw InvalidParameter("inject: features must be a 2-D array (n, " + std::to_string(nf) + ")");
                 }
                 const float * data = rows.data();
-                const int n = (int) rows.shape(0);
+                const int n = (int)rows.shape(0);
                 py::gil_scoped_release rel;
                 e.inject(data, n, pos0);
             },
@@ -302,12 +306,13 @@ PYBIND11_MODULE(_core, m) {
             GenerateStats st;
             {
                 py::gil_scoped_release rel;
-                st = generate_chain(target, draft, prompt, max_tokens, sp, eog,
-                                    [&](int32_t tok) {
-                                        py::gil_scoped_acquire g;
-                                        return on_token(tok).cast<bool>();
-                                    },
-                                    opt, ss);
+                st = generate_chain(
+                    target, draft, prompt, max_tokens, sp, eog,
+                    [&](int32_t tok) {
+                        py::gil_scoped_acquire g;
+                        return on_token(tok).cast<bool>();
+                    },
+                    opt, ss);
             }
             py::dict spec;
             spec["drafts"] = ss.drafts;
@@ -333,14 +338,16 @@ PYBIND11_MODULE(_core, m) {
              py::arg("path"))
         .def("tokenize", &Vocab::tokenize, py::arg("text"), py::arg("add_special") = true,
              py::arg("parse_special") = false)
-        .def("detokenize",
-             [](const Vocab & v, const std::vector<int32_t> & t, bool remove_special, bool unparse_special) {
-                 return py::bytes(v.detokenize(t, remove_special, unparse_special));
-             },
-             py::arg("tokens"), py::arg("remove_special") = false, py::arg("unparse_special") = false)
-        .def("token_to_piece",
-             [](const Vocab & v, int32_t t, bool special) { return py::bytes(v.token_to_piece(t, special)); },
-             py::arg("token"), py::arg("special") = false)
+        .def(
+            "detokenize",
+            [](const Vocab & v, const std::vector<int32_t> & t, bool remove_special, bool unparse_special) {
+                return py::bytes(v.detokenize(t, remove_special, unparse_special));
+            },
+            py::arg("tokens"), py::arg("remove_special") = false, py::arg("unparse_special") = false)
+        .def(
+            "token_to_piece",
+            [](const Vocab & v, int32_t t, bool special) { return py::bytes(v.token_to_piece(t, special)); },
+            py::arg("token"), py::arg("special") = false)
         .def_property_readonly("n_tokens", &Vocab::n_tokens)
         .def_property_readonly("bos", &Vocab::bos)
         .def_property_readonly("eos", &Vocab::eos)

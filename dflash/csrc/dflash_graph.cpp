@@ -22,7 +22,7 @@ struct Builder {
     ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
 
     ggml_tensor * rope(ggml_tensor * x, ggml_tensor * pos) {
-        return ggml_rope_ext(ctx, x, pos, nullptr, hp.n_rot, GGML_ROPE_TYPE_NEOX, (int) hp.n_ctx_train,
+        return ggml_rope_ext(ctx, x, pos, nullptr, hp.n_rot, GGML_ROPE_TYPE_NEOX, (int)hp.n_ctx_train,
                              hp.rope_freq_base, hp.rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
     }
 
@@ -57,10 +57,10 @@ struct Builder {
         };
         ggml_tensor * k = rows(kv.k[il]);
         ggml_tensor * v = rows(kv.v[il]);
-        const float scale = hp.attn_scale != 0.0f ? hp.attn_scale : 1.0f / std::sqrt((float) hd);
-        ggml_tensor * o = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), ggml_permute(ctx, k, 0, 2, 1, 3),
-                                              ggml_permute(ctx, v, 0, 2, 1, 3), g.mask[sliding][hp.causal[il]], scale,
-                                              0.0f, 0.0f);
+        const float scale = hp.attn_scale != 0.0f ? hp.attn_scale : 1.0f / std::sqrt((float)hd);
+        ggml_tensor * o =
+            ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), ggml_permute(ctx, k, 0, 2, 1, 3),
+                                ggml_permute(ctx, v, 0, 2, 1, 3), g.mask[sliding][hp.causal[il]], scale, 0.0f, 0.0f);
         ggml_prec_set_acc(o, GGML_PREC_F32);
         return ggml_mul_mat(ctx, L.wo, ggml_reshape_2d(ctx, o, hd * hp.n_head, n));
     }
@@ -84,12 +84,12 @@ int round_up(int x, int m) { return (x + m - 1) / m * m; }
 }  // namespace
 
 std::pair<int, int> draft_kv_range(const DflashHparams & hp, int start, int n_block, int64_t n_rows) {
-    const int hi = (int) std::min<int64_t>(n_rows, round_up(start + n_block, KV_PAD));
+    const int hi = (int)std::min<int64_t>(n_rows, round_up(start + n_block, KV_PAD));
     int lo = 0;
     if (hp.sliding_window > 0) {
         // The earliest query (the anchor) sees positions > start - window.
         const int64_t first = std::max<int64_t>(0, start - hp.sliding_window + 1);
-        lo = (int) (first / KV_PAD * KV_PAD);
+        lo = (int)(first / KV_PAD * KV_PAD);
     }
     return {std::min(lo, hi), hi};
 }
@@ -147,11 +147,11 @@ void set_dflash_inputs(const DraftGraph & g, const DflashModel & model, const Dr
     const auto & hp = model.hp;
     if (spec.n_inject > 0) {
         const int64_t nf = hp.n_feature();
-        std::vector<float> feat((size_t) nf * spec.n_inject, 0.0f);
-        std::copy(in.feat, in.feat + (size_t) nf * in.n_real_inject, feat.begin());
+        std::vector<float> feat((size_t)nf * spec.n_inject, 0.0f);
+        std::copy(in.feat, in.feat + (size_t)nf * in.n_real_inject, feat.begin());
         std::vector<int32_t> pos(spec.n_inject, 0);
         std::vector<int64_t> idx(spec.n_inject, kv.trash_row());
-        for (int i = 0; i < in.n_real_inject; ++i) pos[i] = (int32_t) (idx[i] = in.inject_pos0 + i);
+        for (int i = 0; i < in.n_real_inject; ++i) pos[i] = (int32_t)(idx[i] = in.inject_pos0 + i);
         ggml_backend_tensor_set(g.feat, feat.data(), 0, sizeof(float) * feat.size());
         ggml_backend_tensor_set(g.inj_pos, pos.data(), 0, sizeof(int32_t) * pos.size());
         ggml_backend_tensor_set(g.inj_idx, idx.data(), 0, sizeof(int64_t) * idx.size());
@@ -162,7 +162,7 @@ void set_dflash_inputs(const DraftGraph & g, const DflashModel & model, const Dr
     std::vector<int32_t> tokens(n, hp.mask_token_id), pos(n);
     std::vector<int64_t> idx(n);
     tokens[0] = in.anchor;
-    for (int i = 0; i < n; ++i) pos[i] = (int32_t) (idx[i] = in.start + i);
+    for (int i = 0; i < n; ++i) pos[i] = (int32_t)(idx[i] = in.start + i);
     ggml_backend_tensor_set(g.tokens, tokens.data(), 0, sizeof(int32_t) * n);
     ggml_backend_tensor_set(g.pos, pos.data(), 0, sizeof(int32_t) * n);
     ggml_backend_tensor_set(g.blk_idx, idx.data(), 0, sizeof(int64_t) * n);
@@ -176,7 +176,7 @@ void set_dflash_inputs(const DraftGraph & g, const DflashModel & model, const Dr
             if (!g.mask[s][c]) continue;
             const bool causal = c && !in.all_bidirectional;
             const int64_t lo = s ? spec.kv_lo_sliding : 0, n_kv = g.mask[s][c]->ne[0];
-            m.assign((size_t) n_kv * n, ninf);
+            m.assign((size_t)n_kv * n, ninf);
             for (int i = 0; i < n; ++i) {
                 const int64_t q = in.start + i;
                 for (int64_t j = 0; j < n_kv; ++j) {
@@ -184,7 +184,7 @@ void set_dflash_inputs(const DraftGraph & g, const DflashModel & model, const Dr
                     const bool in_ctx = r < in.n_ctx;
                     const bool in_block = r >= in.start && r < in.start + n && (!causal || r <= q);
                     const bool in_window = !s || q - r < hp.sliding_window;
-                    if ((in_ctx || in_block) && in_window) m[(size_t) i * n_kv + j] = zero;
+                    if ((in_ctx || in_block) && in_window) m[(size_t)i * n_kv + j] = zero;
                 }
             }
             ggml_backend_tensor_set(g.mask[s][c], m.data(), 0, sizeof(ggml_fp16_t) * m.size());

@@ -66,8 +66,8 @@ struct DraftInputs {
     int n_real_inject = 0;         // <= spec.n_inject; the rest is padding
     int inject_pos0 = 0;           // position of the first feature row
     int32_t anchor = 0;
-    int start = 0;                 // block position (anchor)
-    int n_ctx = 0;                 // committed context rows visible to the block (positions < n_ctx)
+    int start = 0;  // block position (anchor)
+    int n_ctx = 0;  // committed context rows visible to the block (positions < n_ctx)
     bool all_bidirectional = false;
 };
 

@@ -37,8 +37,8 @@ static std::string list_str(const std::vector<int> & v) {
 static std::vector<bool> layer_flags(const GgufFile & f, const std::string & k, int64_t n_layer) {
     const auto v = f.get_int_array(k);
     if (v.empty()) return {};
-    require((int64_t) v.size() >= n_layer, "GGUF key '" + k + "' has " + std::to_string(v.size()) +
-                                               " values for " + std::to_string(n_layer) + " layers in " + f.path());
+    require((int64_t)v.size() >= n_layer, "GGUF key '" + k + "' has " + std::to_string(v.size()) + " values for " +
+                                              std::to_string(n_layer) + " layers in " + f.path());
     std::vector<bool> out(n_layer);
     for (int64_t i = 0; i < n_layer; ++i) out[i] = v[i] != 0;
     return out;
@@ -46,16 +46,17 @@ static std::vector<bool> layer_flags(const GgufFile & f, const std::string & k, 
 
 DflashModel::DflashModel(const GgufFile & f) : path_(f.path()) {
     const std::string arch = f.arch();
-    require(arch == ARCH, "'" + f.path() + "' is not a DFlash drafter (architecture '" + arch + "', expected 'dflash')");
+    require(arch == ARCH,
+            "'" + f.path() + "' is not a DFlash drafter (architecture '" + arch + "', expected 'dflash')");
     name = f.get_str("general.name", "dflash");
 
     hp.n_layer = f.get_int(key("block_count"), true);
     require(hp.n_layer > 0 && hp.n_layer <= 256, "implausible drafter block_count " + std::to_string(hp.n_layer));
     hp.n_embd = f.get_int(key("embedding_length"), true);
     hp.n_ctx_train = f.get_int(key("context_length"), false, 0);
-    const auto ff = f.get_int_or_array(key("feed_forward_length"), (size_t) hp.n_layer, true);
-    const auto nh = f.get_int_or_array(key("attention.head_count"), (size_t) hp.n_layer, true);
-    const auto nkv = f.get_int_or_array(key("attention.head_count_kv"), (size_t) hp.n_layer, false, nh[0]);
+    const auto ff = f.get_int_or_array(key("feed_forward_length"), (size_t)hp.n_layer, true);
+    const auto nh = f.get_int_or_array(key("attention.head_count"), (size_t)hp.n_layer, true);
+    const auto nkv = f.get_int_or_array(key("attention.head_count_kv"), (size_t)hp.n_layer, false, nh[0]);
     hp.n_ff = ff[0];
     hp.n_head = nh[0];
     hp.n_head_kv = nkv[0];
@@ -69,15 +70,15 @@ DflashModel::DflashModel(const GgufFile & f) : path_(f.path()) {
     hp.head_dim = f.get_int(key("attention.key_length"), false, hp.n_embd / hp.n_head);
     require(hp.head_dim > 0 && f.get_int(key("attention.value_length"), false, hp.head_dim) == hp.head_dim,
             "drafter attention.value_length must equal key_length (and be positive)");
-    hp.rms_eps = (float) f.get_float(key("attention.layer_norm_rms_epsilon"), true);
+    hp.rms_eps = (float)f.get_float(key("attention.layer_norm_rms_epsilon"), true);
     require(hp.rms_eps > 0.0f && hp.rms_eps < 1.0f, "drafter rms epsilon out of range");
-    hp.attn_scale = (float) f.get_float(key("attention.scale"), false, 0.0);
+    hp.attn_scale = (float)f.get_float(key("attention.scale"), false, 0.0);
 
     // RoPE: NeoX over the first n_rot dims. A draft for an M-RoPE target carries sections
     // [n_rot/2, 0, 0, 0]: every pair on the text axis, which is exactly NeoX.
-    hp.rope_freq_base = (float) f.get_float(key("rope.freq_base"), false, 10000.0);
+    hp.rope_freq_base = (float)f.get_float(key("rope.freq_base"), false, 10000.0);
     require(hp.rope_freq_base > 0.0f, "drafter rope.freq_base must be positive");
-    hp.n_rot = (int) f.get_int(key("rope.dimension_count"), false, hp.head_dim);
+    hp.n_rot = (int)f.get_int(key("rope.dimension_count"), false, hp.head_dim);
     require(hp.n_rot > 0 && hp.n_rot <= hp.head_dim && hp.n_rot % 2 == 0,
             "drafter rope.dimension_count " + std::to_string(hp.n_rot) + " must be even and <= head dim " +
                 std::to_string(hp.head_dim));
@@ -92,24 +93,24 @@ DflashModel::DflashModel(const GgufFile & f) : path_(f.path()) {
     if (scaling == "linear") {
         const double factor = f.get_float(key("rope.scaling.factor"), true);
         require(factor > 0.0, "drafter rope.scaling.factor must be positive");
-        hp.rope_freq_scale = (float) (1.0 / factor);
+        hp.rope_freq_scale = (float)(1.0 / factor);
     } else {
         require(scaling == "none", "drafter rope scaling '" + scaling + "' is not supported (none or linear)");
     }
 
-    hp.block_size = (int) f.get_int(key("block_size"), false, 16);
-    require(hp.block_size >= 2 && hp.block_size <= 256, "drafter block_size " + std::to_string(hp.block_size) +
-                                                            " out of range [2, 256]");
+    hp.block_size = (int)f.get_int(key("block_size"), false, 16);
+    require(hp.block_size >= 2 && hp.block_size <= 256,
+            "drafter block_size " + std::to_string(hp.block_size) + " out of range [2, 256]");
     const auto tl = f.get_int_array(key("target_layers"));
     require(!tl.empty(), "GGUF key '" + key("target_layers") + "' is missing or empty in " + f.path());
     for (int64_t id : tl) {
         // The file stores HF id + 1 (upstream taps the input of the next layer).
         require(id >= 1 && id <= 4096, "drafter target layer " + std::to_string(id) + " out of range in " + f.path());
-        hp.target_layers.push_back((int) id - 1);
+        hp.target_layers.push_back((int)id - 1);
     }
     hp.n_target_layers_trained = f.get_int(key("num_target_layers"), false, 0);
     hp.n_vocab = f.get_int(key("vocab_size"), false, 0);
-    hp.mask_token_id = (int32_t) f.get_int("tokenizer.ggml.mask_token_id", true);
+    hp.mask_token_id = (int32_t)f.get_int("tokenizer.ggml.mask_token_id", true);
     require(hp.mask_token_id >= 0, "drafter mask token id must be >= 0");
 
     hp.sliding_window = f.get_int(key("attention.sliding_window"), false, 0);
@@ -175,7 +176,7 @@ ggml_tensor * DflashModel::take(const GgufFile & f, const std::string & tname, s
         require(src->type == GGML_TYPE_F32, "tensor '" + tname + "' must be f32, found " + ggml_type_name(src->type));
     }
     if (!ctx_) {
-        ggml_init_params p = {ggml_tensor_overhead() * (size_t) (16 * hp.n_layer + 16), nullptr, true};
+        ggml_init_params p = {ggml_tensor_overhead() * (size_t)(16 * hp.n_layer + 16), nullptr, true};
         ctx_ = ggml_init(p);
     }
     ggml_tensor * t = ggml_dup_tensor(ctx_, src);
@@ -200,7 +201,8 @@ void DflashModel::bind_target(const Qwen35Model & target) {
                                                              " does not match the target's " +
                                                              std::to_string(th.n_vocab));
     require(hp.mask_token_id < th.n_vocab, "drafter mask token id " + std::to_string(hp.mask_token_id) +
-                                               " is outside the target vocabulary (" + std::to_string(th.n_vocab) + ")");
+                                               " is outside the target vocabulary (" + std::to_string(th.n_vocab) +
+                                               ")");
     tok_embd = target.tok_embd;
     output = target.output;
 }
@@ -210,7 +212,7 @@ void DflashModel::assign_buffers(const Backends & b) {
     // takes the weight's matmul, else the default type.
     std::vector<ggml_backend_buffer_type_t> extra;
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(b.main_dev);
-    auto get_extra = reg ? (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(
+    auto get_extra = reg ? (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(
                                reg, "ggml_backend_dev_get_extra_bufts")
                          : nullptr;
     if (get_extra) {
@@ -259,10 +261,12 @@ void DflashModel::load(const GgufFile & f, const ProgressFn & progress) {
         size_t size = 0;
         const size_t align = ggml_backend_buft_get_alignment(bt);
         for (size_t i = 0; i < file_tensors_.size(); ++i) {
-            if (buft_of_[i] == bt) size += GGML_PAD(ggml_backend_buft_get_alloc_size(bt, file_tensors_[i].first), align);
+            if (buft_of_[i] == bt)
+                size += GGML_PAD(ggml_backend_buft_get_alloc_size(bt, file_tensors_[i].first), align);
         }
         ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(bt, size);
-        if (!buf) throw ModelLoadError("could not allocate " + std::to_string(size >> 20) + " MiB for the drafter weights");
+        if (!buf)
+            throw ModelLoadError("could not allocate " + std::to_string(size >> 20) + " MiB for the drafter weights");
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         bufs_.push_back(buf);
         ggml_tallocr ta = ggml_tallocr_new(buf);
@@ -277,7 +281,7 @@ void DflashModel::load(const GgufFile & f, const ProgressFn & progress) {
     std::vector<uint8_t> staging;
     for (auto & [t, n] : file_tensors_) {
         const size_t nbytes = ggml_nbytes(t);
-        if (fseeko(fp.get(), (off_t) f.tensor_file_offset(n), SEEK_SET) != 0) {
+        if (fseeko(fp.get(), (off_t)f.tensor_file_offset(n), SEEK_SET) != 0) {
             throw ModelLoadError("seek failed in " + f.path());
         }
         staging.resize(nbytes);

@@ -38,11 +38,11 @@ struct DflashHparams {
     // Target layers whose outputs (residual stream after the layer) feed the drafter, in
     // the order their features are concatenated. HF convention (the file stores id + 1).
     std::vector<int> target_layers;
-    int64_t sliding_window = 0;     // 0: no sliding-window layers
-    std::vector<bool> is_sliding;   // per layer
-    std::vector<bool> causal;       // per layer: causal inside the block (else bidirectional)
+    int64_t sliding_window = 0;    // 0: no sliding-window layers
+    std::vector<bool> is_sliding;  // per layer
+    std::vector<bool> causal;      // per layer: causal inside the block (else bidirectional)
 
-    int64_t n_feature() const { return (int64_t) target_layers.size() * n_embd; }
+    int64_t n_feature() const { return (int64_t)target_layers.size() * n_embd; }
     int64_t kv_row() const { return head_dim * n_head_kv; }
 };
 

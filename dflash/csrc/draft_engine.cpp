@@ -49,7 +49,7 @@ DraftEngine::DraftEngine(const std::string & path, const TargetEngine & target, 
 
     // Draft KV: one row per position up to n_ctx, the block scratch past it, one trash row.
     kv_.n_rows = round_up(cfg_.n_ctx + hp.block_size + 1, 256);
-    ggml_init_params p = {ggml_tensor_overhead() * (size_t) (2 * hp.n_layer + 4), nullptr, true};
+    ggml_init_params p = {ggml_tensor_overhead() * (size_t)(2 * hp.n_layer + 4), nullptr, true};
     kv_ctx_.reset(ggml_init(p));
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         kv_.k.push_back(ggml_new_tensor_2d(kv_ctx_.get(), kv_type, hp.kv_row(), kv_.n_rows));
@@ -79,12 +79,12 @@ DraftEngine::DraftEngine(const std::string & path, const TargetEngine & target, 
     std::vector<ggml_backend_t> bks = {backends_.main};
     if (backends_.is_gpu) bks.push_back(backends_.cpu);
     graph_mem_.resize(ggml_tensor_overhead() * GRAPH_NODES * 2 + ggml_graph_overhead_custom(GRAPH_NODES, false));
-    sched_.reset(ggml_backend_sched_new(bks.data(), nullptr, (int) bks.size(), GRAPH_NODES, false, true));
+    sched_.reset(ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), GRAPH_NODES, false, true));
     DraftSpec worst;
     worst.n_inject = round_up(cfg_.n_batch, hp.block_size);
     worst.n_block = hp.block_size;
     worst.top_k = cfg_.top_k;
-    worst.kv_hi = (int) kv_.n_rows;
+    worst.kv_hi = (int)kv_.n_rows;
     worst.kv_lo_sliding = 0;
     ggml_init_params gp = {graph_mem_.size(), graph_mem_.data(), true};
     std::unique_ptr<ggml_context, void (*)(ggml_context *)> gctx(ggml_init(gp), ggml_free);
@@ -97,7 +97,8 @@ DraftEngine::DraftEngine(const std::string & path, const TargetEngine & target, 
     backends_.memory(rest.free_bytes, rest.total_bytes);
     rest.add("draft compute", sizes[0]);
     rest.check();
-    if (!ggml_backend_sched_reserve(sched_.get(), g.gf)) throw EngineError("could not reserve the draft compute buffers");
+    if (!ggml_backend_sched_reserve(sched_.get(), g.gf))
+        throw EngineError("could not reserve the draft compute buffers");
 }
 
 DraftEngine::~DraftEngine() { drop_cached_graph(); }
@@ -122,7 +123,7 @@ void DraftEngine::truncate(int n) {
         n_committed_ = n;
         n_pending_ = 0;
     }
-    pending_.resize((size_t) n_pending_ * model_->hp.n_feature());
+    pending_.resize((size_t)n_pending_ * model_->hp.n_feature());
 }
 
 void DraftEngine::inject(const float * rows, int n, int pos0) {
@@ -133,7 +134,7 @@ void DraftEngine::inject(const float * rows, int n, int pos0) {
     }
     if (pos0 + n > cfg_.n_ctx) throw ContextOverflow(pos0 + n, cfg_.n_ctx);
     truncate(pos0);
-    pending_.insert(pending_.end(), rows, rows + (size_t) n * model_->hp.n_feature());
+    pending_.insert(pending_.end(), rows, rows + (size_t)n * model_->hp.n_feature());
     n_pending_ += n;
     flush_full_chunks();
 }
@@ -182,7 +183,7 @@ void DraftEngine::flush_full_chunks() {
         in.n_real_inject = n;
         in.inject_pos0 = n_committed_;
         run(spec_for(n, false, 0), in);
-        pending_.erase(pending_.begin(), pending_.begin() + (size_t) n * nf);
+        pending_.erase(pending_.begin(), pending_.begin() + (size_t)n * nf);
         n_pending_ -= n;
         n_committed_ += n;
     }
@@ -219,8 +220,8 @@ DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits) {
     DraftResult r;
     r.argmax.resize(n_out);
     ggml_backend_tensor_get(g.argmax, r.argmax.data(), 0, sizeof(int32_t) * n_out);
-    std::vector<int32_t> ids((size_t) K * n_out);
-    std::vector<float> lp((size_t) K * n_out);
+    std::vector<int32_t> ids((size_t)K * n_out);
+    std::vector<float> lp((size_t)K * n_out);
     ggml_backend_tensor_get(g.top_ids, ids.data(), 0, sizeof(int32_t) * ids.size());
     ggml_backend_tensor_get(g.top_logp, lp.data(), 0, sizeof(float) * lp.size());
     // ggml_top_k leaves each row unordered: sort by log-probability (ties by token id).
@@ -228,7 +229,7 @@ DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits) {
     r.top_logp.resize(lp.size());
     std::vector<int> order(K);
     for (int s = 0; s < n_out; ++s) {
-        const size_t o = (size_t) s * K;
+        const size_t o = (size_t)s * K;
         std::iota(order.begin(), order.end(), 0);
         std::sort(order.begin(), order.end(), [&](int a, int b) {
             return lp[o + a] != lp[o + b] ? lp[o + a] > lp[o + b] : ids[o + a] < ids[o + b];
@@ -239,7 +240,7 @@ DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits) {
         }
     }
     if (want_logits) {
-        r.logits.resize((size_t) n_out * n_vocab_);
+        r.logits.resize((size_t)n_out * n_vocab_);
         ggml_backend_tensor_get(g.logits, r.logits.data(), 0, sizeof(float) * r.logits.size());
     }
     return r;

@@ -18,18 +18,18 @@
 namespace dflash {
 
 struct DraftEngineConfig {
-    int n_ctx = 0;             // highest context position + 1; 0 = the target's n_ctx
-    std::string kv_type = "f16";  // draft KV cache: f16, bf16 or f32
-    int top_k = 8;             // candidates per slot returned by draft() (for DDTree)
-    int n_batch = 512;         // injection chunk
+    int n_ctx = 0;                   // highest context position + 1; 0 = the target's n_ctx
+    std::string kv_type = "f16";     // draft KV cache: f16, bf16 or f32
+    int top_k = 8;                   // candidates per slot returned by draft() (for DDTree)
+    int n_batch = 512;               // injection chunk
     bool all_bidirectional = false;  // every layer bidirectional inside the block (upstream's behaviour)
 };
 
 struct DraftResult {
-    std::vector<int32_t> argmax;    // per slot 1..B-1
-    std::vector<int32_t> top_ids;   // (B-1) x top_k, best first
-    std::vector<float> top_logp;    // (B-1) x top_k log-probabilities, descending
-    std::vector<float> logits;      // (B-1) x n_vocab when requested
+    std::vector<int32_t> argmax;   // per slot 1..B-1
+    std::vector<int32_t> top_ids;  // (B-1) x top_k, best first
+    std::vector<float> top_logp;   // (B-1) x top_k log-probabilities, descending
+    std::vector<float> logits;     // (B-1) x n_vocab when requested
 };
 
 class DraftEngine {
@@ -83,9 +83,9 @@ class DraftEngine {
     Cached cached_;  // the last graph; reused when the next run has the same spec
     MemoryPlan plan_;
 
-    int n_committed_ = 0;             // rows already in the cache
-    int n_pending_ = 0;               // queued rows, positions n_committed_..
-    std::vector<float> pending_;      // n_pending_ x n_feature
+    int n_committed_ = 0;         // rows already in the cache
+    int n_pending_ = 0;           // queued rows, positions n_committed_..
+    std::vector<float> pending_;  // n_pending_ x n_feature
 };
 
 }  // namespace dflash

@@ -22,7 +22,8 @@ struct ContextOverflow : std::runtime_error {
     ContextOverflow(int n_tokens, int n_ctx)
         : std::runtime_error("the request needs " + std::to_string(n_tokens) + " tokens of context but n_ctx is " +
                              std::to_string(n_ctx)),
-          n_tokens(n_tokens), n_ctx(n_ctx) {}
+          n_tokens(n_tokens),
+          n_ctx(n_ctx) {}
     int n_tokens;
     int n_ctx;
 };

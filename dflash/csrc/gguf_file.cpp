@@ -9,7 +9,7 @@
 namespace dflash {
 
 GgufFile::GgufFile(const std::string & path) : path_(path) {
-    struct stat st {};
+    struct stat st{};
     if (stat(path.c_str(), &st) != 0) {
         throw ModelLoadError("model file not found: " + path);
     }
@@ -28,7 +28,7 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
         const char * name = gguf_get_tensor_name(gguf_, i);
         ggml_tensor * t = ggml_get_tensor(meta_, name);
         const size_t end = data_off + gguf_get_tensor_offset(gguf_, i) + ggml_nbytes(t);
-        if (end > (size_t) st.st_size) {
+        if (end > (size_t)st.st_size) {
             throw ModelLoadError("truncated GGUF file: tensor '" + std::string(name) + "' ends at byte " +
                                  std::to_string(end) + " but the file has " + std::to_string(st.st_size) +
                                  " bytes: " + path);
@@ -53,16 +53,35 @@ std::string GgufFile::get_str(const std::string & key, const std::string & def) 
 
 static bool scalar_int(const gguf_context * g, int64_t id, int64_t & out) {
     switch (gguf_get_kv_type(g, id)) {
-        case GGUF_TYPE_UINT8: out = gguf_get_val_u8(g, id); return true;
-        case GGUF_TYPE_INT8: out = gguf_get_val_i8(g, id); return true;
-        case GGUF_TYPE_UINT16: out = gguf_get_val_u16(g, id); return true;
-        case GGUF_TYPE_INT16: out = gguf_get_val_i16(g, id); return true;
-        case GGUF_TYPE_UINT32: out = gguf_get_val_u32(g, id); return true;
-        case GGUF_TYPE_INT32: out = gguf_get_val_i32(g, id); return true;
-        case GGUF_TYPE_UINT64: out = (int64_t) gguf_get_val_u64(g, id); return true;
-        case GGUF_TYPE_INT64: out = gguf_get_val_i64(g, id); return true;
-        case GGUF_TYPE_BOOL: out = gguf_get_val_bool(g, id); return true;
-        default: return false;
+        case GGUF_TYPE_UINT8:
+            out = gguf_get_val_u8(g, id);
+            return true;
+        case GGUF_TYPE_INT8:
+            out = gguf_get_val_i8(g, id);
+            return true;
+        case GGUF_TYPE_UINT16:
+            out = gguf_get_val_u16(g, id);
+            return true;
+        case GGUF_TYPE_INT16:
+            out = gguf_get_val_i16(g, id);
+            return true;
+        case GGUF_TYPE_UINT32:
+            out = gguf_get_val_u32(g, id);
+            return true;
+        case GGUF_TYPE_INT32:
+            out = gguf_get_val_i32(g, id);
+            return true;
+        case GGUF_TYPE_UINT64:
+            out = (int64_t)gguf_get_val_u64(g, id);
+            return true;
+        case GGUF_TYPE_INT64:
+            out = gguf_get_val_i64(g, id);
+            return true;
+        case GGUF_TYPE_BOOL:
+            out = gguf_get_val_bool(g, id);
+            return true;
+        default:
+            return false;
     }
 }
 
@@ -84,11 +103,13 @@ double GgufFile::get_float(const std::string & key, bool required, double def) c
         return def;
     }
     switch (gguf_get_kv_type(gguf_, id)) {
-        case GGUF_TYPE_FLOAT32: return gguf_get_val_f32(gguf_, id);
-        case GGUF_TYPE_FLOAT64: return gguf_get_val_f64(gguf_, id);
+        case GGUF_TYPE_FLOAT32:
+            return gguf_get_val_f32(gguf_, id);
+        case GGUF_TYPE_FLOAT64:
+            return gguf_get_val_f64(gguf_, id);
         default: {
             int64_t v;
-            if (scalar_int(gguf_, id, v)) return (double) v;
+            if (scalar_int(gguf_, id, v)) return (double)v;
             throw ModelLoadError("GGUF key '" + key + "' is not a number in " + path_);
         }
     }
@@ -101,14 +122,27 @@ std::vector<int64_t> GgufFile::get_int_array(const std::string & key) const {
     const size_t n = gguf_get_arr_n(gguf_, id);
     const void * data = gguf_get_arr_data(gguf_, id);
     switch (gguf_get_arr_type(gguf_, id)) {
-        case GGUF_TYPE_INT32: for (size_t i = 0; i < n; ++i) out.push_back(((const int32_t *) data)[i]); break;
-        case GGUF_TYPE_UINT32: for (size_t i = 0; i < n; ++i) out.push_back(((const uint32_t *) data)[i]); break;
-        case GGUF_TYPE_INT64: for (size_t i = 0; i < n; ++i) out.push_back(((const int64_t *) data)[i]); break;
-        case GGUF_TYPE_UINT64: for (size_t i = 0; i < n; ++i) out.push_back((int64_t) ((const uint64_t *) data)[i]); break;
+        case GGUF_TYPE_INT32:
+            for (size_t i = 0; i < n; ++i) out.push_back(((const int32_t *)data)[i]);
+            break;
+        case GGUF_TYPE_UINT32:
+            for (size_t i = 0; i < n; ++i) out.push_back(((const uint32_t *)data)[i]);
+            break;
+        case GGUF_TYPE_INT64:
+            for (size_t i = 0; i < n; ++i) out.push_back(((const int64_t *)data)[i]);
+            break;
+        case GGUF_TYPE_UINT64:
+            for (size_t i = 0; i < n; ++i) out.push_back((int64_t)((const uint64_t *)data)[i]);
+            break;
         case GGUF_TYPE_BOOL:
-        case GGUF_TYPE_INT8: for (size_t i = 0; i < n; ++i) out.push_back(((const int8_t *) data)[i]); break;
-        case GGUF_TYPE_UINT8: for (size_t i = 0; i < n; ++i) out.push_back(((const uint8_t *) data)[i]); break;
-        default: throw ModelLoadError("GGUF key '" + key + "' is not an integer array in " + path_);
+        case GGUF_TYPE_INT8:
+            for (size_t i = 0; i < n; ++i) out.push_back(((const int8_t *)data)[i]);
+            break;
+        case GGUF_TYPE_UINT8:
+            for (size_t i = 0; i < n; ++i) out.push_back(((const uint8_t *)data)[i]);
+            break;
+        default:
+            throw ModelLoadError("GGUF key '" + key + "' is not an integer array in " + path_);
     }
     return out;
 }
@@ -125,8 +159,7 @@ std::vector<std::string> GgufFile::get_str_array(const std::string & key) const 
     return out;
 }
 
-std::vector<int64_t> GgufFile::get_int_or_array(const std::string & key, size_t n, bool required,
-                                                 int64_t def) const {
+std::vector<int64_t> GgufFile::get_int_or_array(const std::string & key, size_t n, bool required, int64_t def) const {
     const int64_t id = key_id(key);
     if (id >= 0 && gguf_get_kv_type(gguf_, id) == GGUF_TYPE_ARRAY) {
         auto v = get_int_array(key);

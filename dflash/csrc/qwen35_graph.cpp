@@ -20,13 +20,11 @@ struct Builder {
     ForwardGraph & g;
     int n;  // tokens in this forward
 
-    ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) {
-        return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w);
-    }
+    ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
 
     // Upstream's GDN L2 norm: rms_norm with eps/n, scaled by 1/sqrt(n).
     ggml_tensor * l2_norm(ggml_tensor * x) {
-        const float d = (float) x->ne[0];
+        const float d = (float)x->ne[0];
         return ggml_scale(ctx, ggml_rms_norm(ctx, x, hp.rms_eps / d), 1.0f / std::sqrt(d));
     }
 
@@ -54,7 +52,7 @@ struct Builder {
 
         int sections[4];
         std::copy(hp.rope_sections, hp.rope_sections + 4, sections);
-        const int n_ctx_orig = (int) hp.n_ctx_train;
+        const int n_ctx_orig = (int)hp.n_ctx_train;
         q = ggml_rope_multi(ctx, q, g.pos, nullptr, hp.n_rot, sections, GGML_ROPE_TYPE_IMROPE, n_ctx_orig,
                             hp.rope_freq_base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
         k = ggml_rope_multi(ctx, k, g.pos, nullptr, hp.n_rot, sections, GGML_ROPE_TYPE_IMROPE, n_ctx_orig,
@@ -69,14 +67,17 @@ struct Builder {
         ggml_tensor * kc = cache.k[il];
         ggml_tensor * vc = cache.v[il];
         ggml_build_forward_expand(g.gf, q);
-        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, kc, ggml_reshape_2d(ctx, k, hd * hp.n_head_kv, n), g.kv_idx));
-        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, vc, ggml_reshape_2d(ctx, v, hd * hp.n_head_kv, n), g.kv_idx));
+        ggml_build_forward_expand(g.gf,
+                                  ggml_set_rows(ctx, kc, ggml_reshape_2d(ctx, k, hd * hp.n_head_kv, n), g.kv_idx));
+        ggml_build_forward_expand(g.gf,
+                                  ggml_set_rows(ctx, vc, ggml_reshape_2d(ctx, v, hd * hp.n_head_kv, n), g.kv_idx));
         ggml_tensor * kv_k = ggml_view_3d(ctx, kc, hd, hp.n_head_kv, g.n_kv, ggml_row_size(kc->type, hd), kc->nb[1], 0);
         ggml_tensor * kv_v = ggml_view_3d(ctx, vc, hd, hp.n_head_kv, g.n_kv, ggml_row_size(vc->type, hd), vc->nb[1], 0);
 
-        const float scale = hp.attn_scale != 0.0f ? hp.attn_scale : 1.0f / std::sqrt((float) hd);
-        ggml_tensor * o = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), ggml_permute(ctx, kv_k, 0, 2, 1, 3),
-                                              ggml_permute(ctx, kv_v, 0, 2, 1, 3), g.mask, scale, 0.0f, 0.0f);
+        const float scale = hp.attn_scale != 0.0f ? hp.attn_scale : 1.0f / std::sqrt((float)hd);
+        ggml_tensor * o =
+            ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), ggml_permute(ctx, kv_k, 0, 2, 1, 3),
+                                ggml_permute(ctx, kv_v, 0, 2, 1, 3), g.mask, scale, 0.0f, 0.0f);
         ggml_prec_set_acc(o, GGML_PREC_F32);
         o = ggml_reshape_2d(ctx, o, hd * hp.n_head, n);
         if (g.v_rot) o = rotate(o, g.v_rot);
@@ -98,7 +99,8 @@ struct Builder {
 
         // Causal depthwise conv over [cached K-1 inputs, new inputs]; keep the last K-1 as state.
         ggml_tensor * conv_state = ggml_reshape_3d(ctx, cache.conv[il], K - 1, C, 1);
-        ggml_tensor * conv_in = ggml_concat(ctx, conv_state, ggml_transpose(ctx, ggml_reshape_3d(ctx, qkv, C, n, 1)), 0);
+        ggml_tensor * conv_in =
+            ggml_concat(ctx, conv_state, ggml_transpose(ctx, ggml_reshape_3d(ctx, qkv, C, n, 1)), 0);
         if (spec.defer_recurrent) {
             ggml_tensor * window = cache.vconv[il];
             ggml_tensor * dst = ggml_view_2d(ctx, window, K - 1 + n, C, window->nb[1], 0);
@@ -125,9 +127,10 @@ struct Builder {
                                        ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv * n), 0);
         if (spec.defer_recurrent) {
             auto save = [&](ggml_tensor * src, ggml_tensor * scratch) {
-                ggml_tensor * dst = ggml_view_3d(ctx, scratch, scratch->ne[0], scratch->ne[1], n, scratch->nb[1],
-                                                 scratch->nb[2], 0);
-                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_3d(ctx, src, src->ne[0], src->ne[1], n), dst));
+                ggml_tensor * dst =
+                    ggml_view_3d(ctx, scratch, scratch->ne[0], scratch->ne[1], n, scratch->nb[1], scratch->nb[2], 0);
+                ggml_build_forward_expand(g.gf,
+                                          ggml_cpy(ctx, ggml_reshape_3d(ctx, src, src->ne[0], src->ne[1], n), dst));
             };
             save(q, cache.vq[il]);
             save(k, cache.vk[il]);
@@ -174,7 +177,7 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     g.gf = ggml_new_graph_custom(ctx, 16384, false);
     g.n_kv = padded_n_kv(spec.n_past + n, cache.cfg.n_ctx);
     g.tokens = input(ctx, GGML_TYPE_I32, n);
-    g.pos = input(ctx, GGML_TYPE_I32, 4 * (int64_t) n);
+    g.pos = input(ctx, GGML_TYPE_I32, 4 * (int64_t)n);
     g.kv_idx = input(ctx, GGML_TYPE_I64, n);
     g.mask = input(ctx, GGML_TYPE_F16, g.n_kv, n);
     if (kv_type_rotated(cache.cfg.k_type)) {
@@ -210,8 +213,7 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     return g;
 }
 
-ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
-                                  int a) {
+ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache, int a) {
     const auto & hp = model.hp;
     const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads, K = hp.ssm_d_conv;
     ggml_cgraph * gf = ggml_new_graph_custom(ctx, 2048, false);
@@ -221,9 +223,9 @@ ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model,
     for (int il = 0; il < hp.n_layer; ++il) {
         if (!hp.is_recurrent[il]) continue;
         ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
-        ggml_tensor * out = ggml_gated_delta_net(ctx, first(cache.vq[il], Hk), first(cache.vk[il], Hk),
-                                                 first(cache.vv[il], Hv), first(cache.vg[il], Hv),
-                                                 first(cache.vb[il], Hv), state, 1);
+        ggml_tensor * out =
+            ggml_gated_delta_net(ctx, first(cache.vq[il], Hk), first(cache.vk[il], Hk), first(cache.vv[il], Hv),
+                                 first(cache.vg[il], Hv), first(cache.vb[il], Hv), state, 1);
         ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * a));
         ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
         // conv state after token a-1: the K-1 window inputs ending there (columns a .. a+K-2)
@@ -238,7 +240,7 @@ void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const 
                        const int32_t * tokens) {
     const int n = spec.n_tokens;
     ggml_backend_tensor_set(g.tokens, tokens, 0, sizeof(int32_t) * n);
-    std::vector<int32_t> pos(4 * (size_t) n, 0);
+    std::vector<int32_t> pos(4 * (size_t)n, 0);
     std::vector<int64_t> idx(n);
     for (int i = 0; i < n; ++i) {
         pos[i] = pos[n + i] = pos[2 * n + i] = spec.n_past + i;
@@ -246,21 +248,21 @@ void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const 
     }
     ggml_backend_tensor_set(g.pos, pos.data(), 0, sizeof(int32_t) * pos.size());
     ggml_backend_tensor_set(g.kv_idx, idx.data(), 0, sizeof(int64_t) * idx.size());
-    std::vector<ggml_fp16_t> mask((size_t) g.n_kv * n);
+    std::vector<ggml_fp16_t> mask((size_t)g.n_kv * n);
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
     for (int i = 0; i < n; ++i) {
-        for (int j = 0; j < g.n_kv; ++j) mask[(size_t) i * g.n_kv + j] = j <= spec.n_past + i ? zero : ninf;
+        for (int j = 0; j < g.n_kv; ++j) mask[(size_t)i * g.n_kv + j] = j <= spec.n_past + i ? zero : ninf;
     }
     ggml_backend_tensor_set(g.mask, mask.data(), 0, sizeof(ggml_fp16_t) * mask.size());
     if (g.k_rot) {
-        auto h = ggml_ext::hadamard((int) g.k_rot->ne[0]);
+        auto h = ggml_ext::hadamard((int)g.k_rot->ne[0]);
         ggml_backend_tensor_set(g.k_rot, h.data(), 0, sizeof(float) * h.size());
     }
     if (g.v_rot) {
-        auto h = ggml_ext::hadamard((int) g.v_rot->ne[0]);
+        auto h = ggml_ext::hadamard((int)g.v_rot->ne[0]);
         ggml_backend_tensor_set(g.v_rot, h.data(), 0, sizeof(float) * h.size());
     }
-    (void) model;
+    (void)model;
 }
 
 }  // namespace dflash

@@ -36,7 +36,8 @@ static void require(bool ok, const std::string & what) {
 
 Qwen35Model::Qwen35Model(const GgufFile & f) {
     const std::string arch = f.arch();
-    require(arch == ARCH, "unsupported model architecture '" + arch + "' in " + f.path() + " (dflash runs qwen35 targets)");
+    require(arch == ARCH,
+            "unsupported model architecture '" + arch + "' in " + f.path() + " (dflash runs qwen35 targets)");
     name = f.get_str("general.name", "qwen35");
 
     const int64_t n_layer_all = f.get_int(key("block_count"), true);
@@ -48,9 +49,9 @@ Qwen35Model::Qwen35Model(const GgufFile & f) {
     hp.n_layer = n_layer_all - hp.n_layer_nextn;
     hp.n_embd = f.get_int(key("embedding_length"), true);
     hp.n_ctx_train = f.get_int(key("context_length"), false, 4096);
-    const auto ff = f.get_int_or_array(key("feed_forward_length"), (size_t) n_layer_all, true);
-    const auto nh = f.get_int_or_array(key("attention.head_count"), (size_t) n_layer_all, true);
-    const auto nkv = f.get_int_or_array(key("attention.head_count_kv"), (size_t) n_layer_all, false, nh[0]);
+    const auto ff = f.get_int_or_array(key("feed_forward_length"), (size_t)n_layer_all, true);
+    const auto nh = f.get_int_or_array(key("attention.head_count"), (size_t)n_layer_all, true);
+    const auto nkv = f.get_int_or_array(key("attention.head_count_kv"), (size_t)n_layer_all, false, nh[0]);
     hp.n_ff = ff[0];
     hp.n_head = nh[0];
     hp.n_head_kv = nkv[0];
@@ -58,20 +59,21 @@ Qwen35Model::Qwen35Model(const GgufFile & f) {
         require(ff[i] == hp.n_ff && nh[i] == hp.n_head && nkv[i] == hp.n_head_kv,
                 "per-layer feed_forward_length/head counts that differ between layers are not supported");
     }
-    require(hp.n_embd > 0 && hp.n_ff > 0 && hp.n_head > 0 && hp.n_head_kv > 0 && hp.n_head % hp.n_head_kv == 0,
-            "invalid attention shape: heads " + std::to_string(hp.n_head) + ", kv heads " + std::to_string(hp.n_head_kv));
+    require(
+        hp.n_embd > 0 && hp.n_ff > 0 && hp.n_head > 0 && hp.n_head_kv > 0 && hp.n_head % hp.n_head_kv == 0,
+        "invalid attention shape: heads " + std::to_string(hp.n_head) + ", kv heads " + std::to_string(hp.n_head_kv));
     hp.head_dim = f.get_int(key("attention.key_length"), false, hp.n_embd / hp.n_head);
     const int64_t v_len = f.get_int(key("attention.value_length"), false, hp.head_dim);
     require(v_len == hp.head_dim, "attention.value_length must equal key_length");
-    hp.rms_eps = (float) f.get_float(key("attention.layer_norm_rms_epsilon"), true);
-    hp.rope_freq_base = (float) f.get_float(key("rope.freq_base"), false, 10000.0);
-    hp.attn_scale = (float) f.get_float(key("attention.scale"), false, 0.0);
-    hp.n_rot = (int) f.get_int(key("rope.dimension_count"), false, hp.head_dim);
+    hp.rms_eps = (float)f.get_float(key("attention.layer_norm_rms_epsilon"), true);
+    hp.rope_freq_base = (float)f.get_float(key("rope.freq_base"), false, 10000.0);
+    hp.attn_scale = (float)f.get_float(key("attention.scale"), false, 0.0);
+    hp.n_rot = (int)f.get_int(key("rope.dimension_count"), false, hp.head_dim);
     require(hp.n_rot > 0 && hp.n_rot <= hp.head_dim && hp.n_rot % 2 == 0,
             "rope.dimension_count " + std::to_string(hp.n_rot) + " must be even and <= head dim " +
                 std::to_string(hp.head_dim));
     auto sec = f.get_int_array(key("rope.dimension_sections"));
-    for (size_t i = 0; i < 4 && i < sec.size(); ++i) hp.rope_sections[i] = (int) sec[i];
+    for (size_t i = 0; i < 4 && i < sec.size(); ++i) hp.rope_sections[i] = (int)sec[i];
 
     hp.ssm_d_conv = f.get_int(key("ssm.conv_kernel"), true);
     hp.ssm_d_inner = f.get_int(key("ssm.inner_size"), true);
@@ -88,7 +90,7 @@ Qwen35Model::Qwen35Model(const GgufFile & f) {
     hp.is_recurrent.assign(hp.n_layer, false);
     auto recr = f.get_int_array(key("attention.recurrent_layers"));
     if (!recr.empty()) {
-        require((int64_t) recr.size() >= hp.n_layer, "attention.recurrent_layers is shorter than block_count");
+        require((int64_t)recr.size() >= hp.n_layer, "attention.recurrent_layers is shorter than block_count");
         for (int64_t i = 0; i < hp.n_layer; ++i) hp.is_recurrent[i] = recr[i] != 0;
     } else {
         const int64_t interval = f.get_int(key("full_attention_interval"), false, 4);
@@ -170,7 +172,7 @@ ggml_tensor * Qwen35Model::take(const GgufFile & f, const std::string & tname, s
 void Qwen35Model::assign_buffers(const Backends & b) {
     std::vector<ggml_backend_buffer_type_t> extra;
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(b.main_dev);
-    auto get_extra = reg ? (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(
+    auto get_extra = reg ? (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(
                                reg, "ggml_backend_dev_get_extra_bufts")
                          : nullptr;
     if (get_extra) {
@@ -224,7 +226,8 @@ void Qwen35Model::load(const GgufFile & f, const ProgressFn & progress) {
         size_t size = 0;
         const size_t align = ggml_backend_buft_get_alignment(bt);
         for (size_t i = 0; i < file_tensors_.size(); ++i) {
-            if (buft_of_[i] == bt) size += GGML_PAD(ggml_backend_buft_get_alloc_size(bt, file_tensors_[i].first), align);
+            if (buft_of_[i] == bt)
+                size += GGML_PAD(ggml_backend_buft_get_alloc_size(bt, file_tensors_[i].first), align);
         }
         ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(bt, size);
         if (!buf) throw ModelLoadError("could not allocate " + std::to_string(size >> 20) + " MiB for the weights");
@@ -244,7 +247,7 @@ void Qwen35Model::load(const GgufFile & f, const ProgressFn & progress) {
     for (auto & [t, n] : file_tensors_) {
         // Whole tensors through tensor_set: device copies and CPU repacking both need that.
         const size_t nbytes = ggml_nbytes(t);
-        if (fseeko(fp.get(), (off_t) f.tensor_file_offset(n), SEEK_SET) != 0) {
+        if (fseeko(fp.get(), (off_t)f.tensor_file_offset(n), SEEK_SET) != 0) {
             throw ModelLoadError("seek failed in " + f.path());
         }
         staging.resize(nbytes);

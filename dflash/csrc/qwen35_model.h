@@ -35,7 +35,7 @@ struct Qwen35Hparams {
     // Gated DeltaNet
     int64_t ssm_d_conv = 0;
     int64_t ssm_d_inner = 0;
-    int64_t ssm_d_state = 0;  // head dim of K and V
+    int64_t ssm_d_state = 0;    // head dim of K and V
     int64_t ssm_n_v_heads = 0;  // time_step_rank
     int64_t ssm_n_k_heads = 0;  // group_count
     std::vector<bool> is_recurrent;
@@ -102,7 +102,7 @@ class Qwen35Model {
     ggml_context * ctx_ = nullptr;
     std::vector<ggml_backend_buffer_t> bufs_;
     std::vector<std::pair<ggml_tensor *, std::string>> file_tensors_;  // ours -> name in the file
-    std::vector<ggml_backend_buffer_type_t> buft_of_;                // per file tensor
+    std::vector<ggml_backend_buffer_type_t> buft_of_;                  // per file tensor
 };
 
 }  // namespace dflash

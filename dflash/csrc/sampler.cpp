@@ -19,12 +19,12 @@ void validate(const SamplingParams & p) {
 }
 
 int32_t Sampler::sample(const float * logits, int64_t n_vocab) {
-    if (p_.greedy()) return (int32_t) (std::max_element(logits, logits + n_vocab) - logits);
+    if (p_.greedy()) return (int32_t)(std::max_element(logits, logits + n_vocab) - logits);
     cand_.resize(n_vocab);
-    for (int64_t i = 0; i < n_vocab; ++i) cand_[i] = {logits[i] / p_.temperature, (int32_t) i};
+    for (int64_t i = 0; i < n_vocab; ++i) cand_[i] = {logits[i] / p_.temperature, (int32_t)i};
     size_t n = cand_.size();
     auto by_logit = [](const auto & a, const auto & b) { return a.first > b.first; };
-    if (p_.top_k > 0 && (size_t) p_.top_k < n) {
+    if (p_.top_k > 0 && (size_t)p_.top_k < n) {
         std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
         n = p_.top_k;
     } else {
@@ -33,7 +33,7 @@ int32_t Sampler::sample(const float * logits, int64_t n_vocab) {
     const float mx = cand_[0].first;
     double sum = 0;
     std::vector<double> prob(n);
-    for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp((double) cand_[i].first - mx);
+    for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp((double)cand_[i].first - mx);
     if (p_.top_p < 1.0f) {
         double acc = 0;
         size_t keep = n;

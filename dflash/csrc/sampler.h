@@ -10,7 +10,7 @@ namespace dflash {
 
 struct SamplingParams {
     float temperature = 0.0f;
-    int top_k = 0;      // 0 = off
+    int top_k = 0;       // 0 = off
     float top_p = 1.0f;  // 1 = off
     uint64_t seed = 0;
     bool greedy() const { return temperature <= 0.0f; }

@@ -18,11 +18,11 @@ double now_ms() {
 // drafter's target_layers order (what DraftEngine::inject takes).
 std::vector<float> feature_rows(const ForwardResult & r, int64_t n_embd, int r0, int n) {
     const size_t L = r.captures.size();
-    std::vector<float> rows((size_t) n * L * n_embd);
+    std::vector<float> rows((size_t)n * L * n_embd);
     for (int i = 0; i < n; ++i) {
         for (size_t l = 0; l < L; ++l) {
-            const float * src = r.captures[l].data() + (size_t) (r0 + i) * n_embd;
-            std::copy(src, src + n_embd, rows.data() + ((size_t) i * L + l) * n_embd);
+            const float * src = r.captures[l].data() + (size_t)(r0 + i) * n_embd;
+            std::copy(src, src + n_embd, rows.data() + ((size_t)i * L + l) * n_embd);
         }
     }
     return rows;
@@ -49,7 +49,7 @@ GenerateStats generate_chain(TargetEngine & target, DraftEngine & draft, const s
     const int n_ctx = target.config().n_ctx;
     if (prompt.empty()) throw InvalidParameter("the prompt is empty");
     if (max_tokens < 0) throw InvalidParameter("max_tokens must be >= 0");
-    if ((int) prompt.size() + 1 > n_ctx) throw ContextOverflow((int) prompt.size() + 1, n_ctx);
+    if ((int)prompt.size() + 1 > n_ctx) throw ContextOverflow((int)prompt.size() + 1, n_ctx);
     const int block = draft.hparams().block_size;
     const int max_draft = std::min({opt.max_draft, block - 1, target.config().n_verify_max - 1});
     if (max_draft < 0) throw InvalidParameter("max_draft must be >= 0");
@@ -62,19 +62,19 @@ GenerateStats generate_chain(TargetEngine & target, DraftEngine & draft, const s
     draft.reset();
     Sampler sampler(sp);
     auto pick = [&](const ForwardResult & r, int row) {
-        return sp.greedy() ? r.argmax[row] : sampler.sample(r.logits.data() + (size_t) row * V, V);
+        return sp.greedy() ? r.argmax[row] : sampler.sample(r.logits.data() + (size_t)row * V, V);
     };
 
     GenerateStats st;
-    st.n_prompt = (int) prompt.size();
+    st.n_prompt = (int)prompt.size();
     const double t0 = now_ms();
     ForwardResult r;
     const int n_batch = target.config().n_batch;
     for (size_t i = 0; i < prompt.size(); i += n_batch) {
-        const int n = (int) std::min<size_t>(n_batch, prompt.size() - i);
+        const int n = (int)std::min<size_t>(n_batch, prompt.size() - i);
         r = target.forward(prompt.data() + i, n, false, !sp.greedy(), layers);
         const auto rows = feature_rows(r, E, 0, n);
-        draft.inject(rows.data(), n, (int) i);
+        draft.inject(rows.data(), n, (int)i);
         stats.target_forwards++;
     }
     st.stop_reason = "length";
@@ -104,7 +104,7 @@ GenerateStats generate_chain(TargetEngine & target, DraftEngine & draft, const s
         return st;
     }
 
-    int start = (int) prompt.size();  // position of the anchor
+    int start = (int)prompt.size();  // position of the anchor
     while (true) {
         const int room = n_ctx - start;  // positions left for [anchor, drafts]
         if (room < 1) break;             // context full: "length"
@@ -118,7 +118,7 @@ GenerateStats generate_chain(TargetEngine & target, DraftEngine & draft, const s
             if (opt.rewrite_drafts) {
                 opt.rewrite_drafts(start, drafts);
                 drafts.resize(n_draft, 0);
-                for (int32_t & tok : drafts) tok = std::clamp<int32_t>(tok, 0, (int32_t) V - 1);
+                for (int32_t & tok : drafts) tok = std::clamp<int32_t>(tok, 0, (int32_t)V - 1);
             }
             batch.insert(batch.end(), drafts.begin(), drafts.end());
             stats.drafts++;
@@ -127,7 +127,7 @@ GenerateStats generate_chain(TargetEngine & target, DraftEngine & draft, const s
         stats.draft_ms += now_ms() - t;
 
         t = now_ms();
-        ForwardResult v = target.verify(batch.data(), (int) batch.size(), !sp.greedy(), layers);
+        ForwardResult v = target.verify(batch.data(), (int)batch.size(), !sp.greedy(), layers);
         stats.verify_ms += now_ms() - t;
         stats.target_forwards++;
 

@@ -13,15 +13,15 @@
 namespace dflash {
 
 struct SpecStats {
-    int drafts = 0;          // verify steps that carried draft tokens
-    int draft_tokens = 0;    // draft tokens verified
-    int accepted = 0;        // draft tokens accepted
+    int drafts = 0;        // verify steps that carried draft tokens
+    int draft_tokens = 0;  // draft tokens verified
+    int accepted = 0;      // draft tokens accepted
     int target_forwards = 0;
     std::vector<int> accepted_per_pos;  // [i]: drafts whose token i+1 was accepted
     double draft_ms = 0, verify_ms = 0, commit_ms = 0;
 
     void add(const SpecStats & o);
-    double acceptance_length() const { return drafts ? 1.0 + (double) accepted / drafts : 0.0; }
+    double acceptance_length() const { return drafts ? 1.0 + (double)accepted / drafts : 0.0; }
 };
 
 struct ChainOptions {

@@ -6,7 +6,7 @@
 namespace dflash {
 
 TargetCache::TargetCache(const Qwen35Hparams & hp, const TargetCacheConfig & c) : cfg(c) {
-    ggml_init_params p = {ggml_tensor_overhead() * (size_t) (10 * hp.n_layer + 8), nullptr, true};
+    ggml_init_params p = {ggml_tensor_overhead() * (size_t)(10 * hp.n_layer + 8), nullptr, true};
     ctx_ = ggml_init(p);
     const int64_t kv_row = hp.head_dim * hp.n_head_kv;
     k.assign(hp.n_layer, nullptr);
@@ -59,7 +59,8 @@ static ggml_backend_buffer_t alloc_list(ggml_backend_buffer_type_t buft, const s
     if (ts.empty()) return nullptr;
     const size_t total = sum_bytes(buft, ts);
     ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, total);
-    if (!buf) throw EngineError(std::string("could not allocate ") + std::to_string(total >> 20) + " MiB for the " + what);
+    if (!buf)
+        throw EngineError(std::string("could not allocate ") + std::to_string(total >> 20) + " MiB for the " + what);
     ggml_tallocr ta = ggml_tallocr_new(buf);
     for (auto * t : ts) ggml_tallocr_alloc(&ta, t);
     return buf;

@@ -31,8 +31,8 @@ class TargetCache {
 
     TargetCacheConfig cfg;
     int n_past = 0;
-    std::vector<ggml_tensor *> k, v;        // [head_dim * n_head_kv, n_ctx] (attention layers)
-    std::vector<ggml_tensor *> conv, ssm;   // [d_conv-1, channels], [S, S, H_v] f32 (GDN layers)
+    std::vector<ggml_tensor *> k, v;       // [head_dim * n_head_kv, n_ctx] (attention layers)
+    std::vector<ggml_tensor *> conv, ssm;  // [d_conv-1, channels], [S, S, H_v] f32 (GDN layers)
 
     // A verify leaves the recurrent state at its start and keeps each token's delta-rule inputs
     // and the conv window here; commit(a) then replays the first a tokens exactly (REFERENCE.md

@@ -43,7 +43,8 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     }
     cc.n_verify_max = cfg.n_verify_max;
     cfg_.n_batch = std::min(cfg.n_batch, cfg.n_ctx);
-    cfg_.n_logits_batch = std::min(std::max(cfg.n_logits_batch, cfg.n_verify_max), std::max(cfg_.n_batch, cfg.n_verify_max));
+    cfg_.n_logits_batch =
+        std::min(std::max(cfg.n_logits_batch, cfg.n_verify_max), std::max(cfg_.n_batch, cfg.n_verify_max));
 
     file_ = std::make_unique<GgufFile>(path);
     model_ = std::make_unique<Qwen35Model>(*file_);
@@ -73,8 +74,8 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     std::vector<ggml_backend_t> bks = {backends_->main};
     if (backends_->is_gpu) bks.push_back(backends_->cpu);
     graph_mem_.resize(ggml_tensor_overhead() * 32768 + ggml_graph_overhead_custom(16384, false));
-    sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int) bks.size(), 16384, false, true);
-    commit_sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int) bks.size(), 2048, false, true);
+    sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), 16384, false, true);
+    commit_sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), 2048, false, true);
     commit_mem_.resize(ggml_tensor_overhead() * 8192 + ggml_graph_overhead_custom(2048, false));
 
     // Worst cases: a full prefill chunk at the end of the context, and an all-logits chunk.
@@ -143,7 +144,8 @@ ForwardResult TargetEngine::verify(const int32_t * tokens, int n, bool want_logi
 void TargetEngine::commit(int a) {
     if (pending_n_ == 0) throw InvalidParameter("commit without a pending verify");
     if (a < 1 || a > pending_n_) {
-        throw InvalidParameter("commit of " + std::to_string(a) + " tokens; the verify had " + std::to_string(pending_n_));
+        throw InvalidParameter("commit of " + std::to_string(a) + " tokens; the verify had " +
+                               std::to_string(pending_n_));
     }
     ggml_init_params p = {commit_mem_.size(), commit_mem_.data(), true};
     ggml_context * ctx = ggml_init(p);
@@ -195,8 +197,7 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
 
     const int n_kv = padded_n_kv(spec.n_past + n, cache_->cfg.n_ctx);
     const bool reuse = cached_.ctx && cached_.n_tokens == n && cached_.n_kv == n_kv &&
-                       cached_.all_logits == all_logits && cached_.captures == capture_layers &&
-                       cached_.defer == defer;
+                       cached_.all_logits == all_logits && cached_.captures == capture_layers && cached_.defer == defer;
     if (!reuse) {
         drop_cached_graph();
         ggml_init_params p = {graph_mem_.size(), graph_mem_.data(), true};
@@ -206,7 +207,8 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
         // and sizes fit, without looking at which tensors are outputs, so captures of other layers
         // than the previous graph's would be overwritten by later nodes.
         ggml_backend_sched_reset(sched_);
-        if (!ggml_backend_sched_reserve(sched_, cached_.g.gf) || !ggml_backend_sched_alloc_graph(sched_, cached_.g.gf)) {
+        if (!ggml_backend_sched_reserve(sched_, cached_.g.gf) ||
+            !ggml_backend_sched_alloc_graph(sched_, cached_.g.gf)) {
             drop_cached_graph();
             throw EngineError("could not allocate the forward graph");
         }
@@ -228,11 +230,11 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
     r.argmax.resize(n_out);
     ggml_backend_tensor_get(g.argmax, r.argmax.data(), 0, sizeof(int32_t) * n_out);
     if (want_logits) {
-        r.logits.resize((size_t) n_out * hp.n_vocab);
+        r.logits.resize((size_t)n_out * hp.n_vocab);
         ggml_backend_tensor_get(g.logits, r.logits.data(), 0, sizeof(float) * r.logits.size());
     }
     for (auto * c : g.captures) {
-        r.captures.emplace_back((size_t) ggml_nelements(c));
+        r.captures.emplace_back((size_t)ggml_nelements(c));
         ggml_backend_tensor_get(c, r.captures.back().data(), 0, ggml_nbytes(c));
     }
     return r;
@@ -240,12 +242,12 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
 
 std::vector<float> TargetEngine::eval_logits(const std::vector<int32_t> & tokens) {
     if (tokens.empty()) throw InvalidParameter("no tokens to evaluate");
-    if ((int) tokens.size() > cfg_.n_ctx) throw ContextOverflow((int) tokens.size(), cfg_.n_ctx);
+    if ((int)tokens.size() > cfg_.n_ctx) throw ContextOverflow((int)tokens.size(), cfg_.n_ctx);
     reset();
     std::vector<float> out;
-    out.reserve(tokens.size() * (size_t) model_->hp.n_vocab);
+    out.reserve(tokens.size() * (size_t)model_->hp.n_vocab);
     for (size_t i = 0; i < tokens.size(); i += cfg_.n_logits_batch) {
-        const int n = (int) std::min<size_t>(cfg_.n_logits_batch, tokens.size() - i);
+        const int n = (int)std::min<size_t>(cfg_.n_logits_batch, tokens.size() - i);
         ForwardResult r = forward(tokens.data() + i, n, true, true);
         out.insert(out.end(), r.logits.begin(), r.logits.end());
     }
@@ -258,19 +260,21 @@ GenerateStats TargetEngine::generate(const std::vector<int32_t> & prompt, int ma
     if (prompt.empty()) throw InvalidParameter("the prompt is empty");
     if (max_tokens < 0) throw InvalidParameter("max_tokens must be >= 0");
     // The prompt plus one generated token must fit; generation stops at the context end.
-    if ((int) prompt.size() + 1 > cfg_.n_ctx) throw ContextOverflow((int) prompt.size() + 1, cfg_.n_ctx);
+    if ((int)prompt.size() + 1 > cfg_.n_ctx) throw ContextOverflow((int)prompt.size() + 1, cfg_.n_ctx);
     reset();
     Sampler sampler(sp);
     GenerateStats st;
-    st.n_prompt = (int) prompt.size();
+    st.n_prompt = (int)prompt.size();
     const double t0 = now_ms();
     ForwardResult r;
     for (size_t i = 0; i < prompt.size(); i += cfg_.n_batch) {
-        const int n = (int) std::min<size_t>(cfg_.n_batch, prompt.size() - i);
+        const int n = (int)std::min<size_t>(cfg_.n_batch, prompt.size() - i);
         r = forward(prompt.data() + i, n, false, !sp.greedy());
     }
     const int64_t V = model_->hp.n_vocab;
-    auto pick = [&](const ForwardResult & fr) { return sp.greedy() ? fr.argmax[0] : sampler.sample(fr.logits.data(), V); };
+    auto pick = [&](const ForwardResult & fr) {
+        return sp.greedy() ? fr.argmax[0] : sampler.sample(fr.logits.data(), V);
+    };
     double t_first = 0;
     st.stop_reason = "length";
     for (int i = 0; i < max_tokens; ++i) {

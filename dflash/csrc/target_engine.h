@@ -21,16 +21,16 @@ struct EngineConfig {
     int n_ctx = 4096;
     std::string k_type = "f16";
     std::string v_type = "f16";
-    int n_gpu_layers = -1;  // 0 = CPU only
-    int n_threads = 0;      // 0 = all cores
-    int n_batch = 512;      // prefill chunk
+    int n_gpu_layers = -1;    // 0 = CPU only
+    int n_threads = 0;        // 0 = all cores
+    int n_batch = 512;        // prefill chunk
     int n_logits_batch = 64;  // chunk when every token's logits are wanted
     int n_verify_max = 16;    // most tokens one speculative verify may hold uncommitted
 };
 
 struct ForwardResult {
-    std::vector<float> logits;   // n_out x n_vocab (empty unless requested)
-    std::vector<int32_t> argmax;  // n_out
+    std::vector<float> logits;                 // n_out x n_vocab (empty unless requested)
+    std::vector<int32_t> argmax;               // n_out
     std::vector<std::vector<float>> captures;  // per capture layer: n_tokens x n_embd
 };
 
@@ -38,7 +38,7 @@ struct GenerateStats {
     int n_prompt = 0;
     int n_generated = 0;
     double prompt_ms = 0;
-    double predict_ms = 0;  // from the first generated token to the last
+    double predict_ms = 0;    // from the first generated token to the last
     std::string stop_reason;  // "eog", "length", "callback"
 };
 

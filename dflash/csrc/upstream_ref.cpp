@@ -43,7 +43,7 @@ static llama_context_params context_params(const UpstreamConfig & cfg) {
     cp.type_k = parse_kv_type(cfg.k_type);
     cp.type_v = parse_kv_type(cfg.v_type);
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
-    const int nt = cfg.n_threads > 0 ? cfg.n_threads : (int) std::max(1u, std::thread::hardware_concurrency());
+    const int nt = cfg.n_threads > 0 ? cfg.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
     cp.n_threads = nt;
     cp.n_threads_batch = nt;
     cp.no_perf = true;
@@ -83,12 +83,13 @@ void UpstreamModel::decode(const int32_t * tokens, int n, int pos0, bool all_log
 
 std::vector<float> UpstreamModel::eval_logits(const std::vector<int32_t> & tokens) {
     std::vector<int> chunks;
-    for (size_t i = 0; i < tokens.size(); i += cfg_.n_batch) chunks.push_back((int) std::min<size_t>(cfg_.n_batch, tokens.size() - i));
+    for (size_t i = 0; i < tokens.size(); i += cfg_.n_batch)
+        chunks.push_back((int)std::min<size_t>(cfg_.n_batch, tokens.size() - i));
     return eval_chunks(tokens, chunks);
 }
 
 std::vector<float> UpstreamModel::eval_chunks(const std::vector<int32_t> & tokens, const std::vector<int> & chunks) {
-    if ((int) tokens.size() > cfg_.n_ctx) throw ContextOverflow((int) tokens.size(), cfg_.n_ctx);
+    if ((int)tokens.size() > cfg_.n_ctx) throw ContextOverflow((int)tokens.size(), cfg_.n_ctx);
     size_t total = 0;
     for (int c : chunks) {
         if (c < 1 || c > cfg_.n_batch) throw InvalidParameter("chunk size out of range");
@@ -104,7 +105,7 @@ std::vector<float> UpstreamModel::eval_chunks(const std::vector<int32_t> & token
     std::vector<float> out;
     size_t i = 0;
     for (int n : chunks) {
-        decode(tokens.data() + i, n, (int) i, true);
+        decode(tokens.data() + i, n, (int)i, true);
         for (int j = 0; j < n; ++j) {
             const float * l = llama_get_logits_ith(ctx_, j);
             out.insert(out.end(), l, l + V);
@@ -115,21 +116,21 @@ std::vector<float> UpstreamModel::eval_chunks(const std::vector<int32_t> & token
 }
 
 std::vector<int32_t> UpstreamModel::greedy(const std::vector<int32_t> & prompt, int n_gen, UpstreamTimings * tm) {
-    if ((int) prompt.size() + n_gen > cfg_.n_ctx) throw ContextOverflow((int) prompt.size() + n_gen, cfg_.n_ctx);
+    if ((int)prompt.size() + n_gen > cfg_.n_ctx) throw ContextOverflow((int)prompt.size() + n_gen, cfg_.n_ctx);
     clear();
     const int V = n_vocab();
     double t0 = now_ms();
     for (size_t i = 0; i < prompt.size(); i += cfg_.n_batch) {
-        const int n = (int) std::min<size_t>(cfg_.n_batch, prompt.size() - i);
-        decode(prompt.data() + i, n, (int) i, false);
+        const int n = (int)std::min<size_t>(cfg_.n_batch, prompt.size() - i);
+        decode(prompt.data() + i, n, (int)i, false);
     }
     llama_synchronize(ctx_);
     if (tm) tm->prefill_ms = now_ms() - t0;
     std::vector<int32_t> out;
-    int pos = (int) prompt.size();
+    int pos = (int)prompt.size();
     for (int i = 0; i < n_gen; ++i) {
         const float * l = llama_get_logits_ith(ctx_, -1);
-        const int32_t tok = (int32_t) (std::max_element(l, l + V) - l);
+        const int32_t tok = (int32_t)(std::max_element(l, l + V) - l);
         out.push_back(tok);
         if (i + 1 == n_gen) break;
         t0 = now_ms();
@@ -158,7 +159,7 @@ UpstreamDraft::UpstreamDraft(const std::string & target_path, const std::string 
             throw ModelLoadError("upstream drafter has block size " + std::to_string(block_size_) + " and mask token " +
                                  std::to_string(mask_token_));
         }
-        for (int32_t l : layers_) llama_set_embeddings_layer_inp(tctx_, (uint32_t) l, true);
+        for (int32_t l : layers_) llama_set_embeddings_layer_inp(tctx_, (uint32_t)l, true);
 
         llama_context_params dp = tp;
         dp.ctx_other = tctx_;  // the draft reads the target's token embedding and LM head
@@ -184,11 +185,11 @@ void UpstreamDraft::release() {
 
 int32_t UpstreamDraft::n_vocab() const { return llama_vocab_n_tokens(llama_model_get_vocab(target_)); }
 
-int64_t UpstreamDraft::n_feature() const { return (int64_t) layers_.size() * llama_model_n_embd(target_); }
+int64_t UpstreamDraft::n_feature() const { return (int64_t)layers_.size() * llama_model_n_embd(target_); }
 
 std::vector<float> UpstreamDraft::draft_logits(const std::vector<int32_t> & context, int32_t anchor,
                                                std::vector<float> * features) {
-    const int n = (int) context.size();
+    const int n = (int)context.size();
     const int32_t V = n_vocab();
     if (n < 1 || n > cfg_.n_batch) throw InvalidParameter("the context must fit one batch of the target");
     if (n + block_size_ > cfg_.n_ctx) throw ContextOverflow(n + block_size_, cfg_.n_ctx);
@@ -213,11 +214,11 @@ std::vector<float> UpstreamDraft::draft_logits(const std::vector<int32_t> & cont
     llama_batch_free(tb);
     if (rc != 0) throw EngineError("llama_decode (target) failed with code " + std::to_string(rc));
     const int64_t E = llama_model_n_embd(target_), nf = n_feature();
-    std::vector<float> feat((size_t) n * nf);
+    std::vector<float> feat((size_t)n * nf);
     for (size_t k = 0; k < layers_.size(); ++k) {
-        const float * src = llama_get_embeddings_layer_inp(tctx_, (uint32_t) layers_[k]);
+        const float * src = llama_get_embeddings_layer_inp(tctx_, (uint32_t)layers_[k]);
         for (int i = 0; i < n; ++i) {
-            std::copy(src + (size_t) i * E, src + (size_t) (i + 1) * E, feat.data() + i * nf + k * E);
+            std::copy(src + (size_t)i * E, src + (size_t)(i + 1) * E, feat.data() + i * nf + k * E);
         }
     }
 
@@ -225,7 +226,7 @@ std::vector<float> UpstreamDraft::draft_logits(const std::vector<int32_t> & cont
                                                                         llama_batch_ext_free);
     // Injection: one embedding row per context token at its position.
     for (int i = 0; i < n; ++i) {
-        const int32_t idx = llama_batch_ext_add_embd(batch.get(), 0, {feat.data() + i * nf, 1, (size_t) nf});
+        const int32_t idx = llama_batch_ext_add_embd(batch.get(), 0, {feat.data() + i * nf, 1, (size_t)nf});
         const llama_pos pos[4] = {i, i, i, 0};  // an M-RoPE draft reads four, others the first
         if (idx < 0 || !llama_batch_ext_set_pos(batch.get(), idx, pos)) {
             throw EngineError("could not build the injection batch");
@@ -247,7 +248,7 @@ std::vector<float> UpstreamDraft::draft_logits(const std::vector<int32_t> & cont
     rc2 = llama_process(dctx_, LLAMA_PROCESS_TYPE_DECODE, batch.get());
     if (rc2 != 0) throw EngineError("llama_process (draft block) failed with code " + std::to_string(rc2));
     std::vector<float> out;
-    out.reserve((size_t) (block_size_ - 1) * V);
+    out.reserve((size_t)(block_size_ - 1) * V);
     for (int i = 1; i < block_size_; ++i) {
         const float * l = llama_get_logits_ith(dctx_, i);
         out.insert(out.end(), l, l + V);

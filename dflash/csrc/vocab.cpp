@@ -64,11 +64,13 @@ static void check_tokenizer_metadata(const std::string & path) {
     if (f.get_str_array("tokenizer.ggml.merges").empty()) {
         throw ModelLoadError("tokenizer.ggml.merges is missing or not a string array in " + path);
     }
-    for (const char * key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
-                             "tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id"}) {
+    for (const char * key :
+         {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+          "tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id"}) {
         const int64_t id = f.get_int(key, false, -1);
-        if (id < -1 || id >= (int64_t) tokens.size()) {
-            throw ModelLoadError(std::string(key) + " = " + std::to_string(id) + " is outside the vocabulary in " + path);
+        if (id < -1 || id >= (int64_t)tokens.size()) {
+            throw ModelLoadError(std::string(key) + " = " + std::to_string(id) + " is outside the vocabulary in " +
+                                 path);
         }
     }
 }
@@ -92,11 +94,11 @@ Vocab::~Vocab() {
 
 std::vector<int32_t> Vocab::tokenize(const std::string & text, bool add_special, bool parse_special) const {
     std::vector<int32_t> out(text.size() + 8);
-    int n = llama_tokenize(vocab_, text.data(), (int32_t) text.size(), out.data(), (int32_t) out.size(), add_special,
+    int n = llama_tokenize(vocab_, text.data(), (int32_t)text.size(), out.data(), (int32_t)out.size(), add_special,
                            parse_special);
     if (n < 0) {
         out.resize(-n);
-        n = llama_tokenize(vocab_, text.data(), (int32_t) text.size(), out.data(), (int32_t) out.size(), add_special,
+        n = llama_tokenize(vocab_, text.data(), (int32_t)text.size(), out.data(), (int32_t)out.size(), add_special,
                            parse_special);
     }
     if (n < 0) throw InvalidParameter("tokenization failed");
@@ -110,11 +112,11 @@ std::string Vocab::detokenize(const std::vector<int32_t> & tokens, bool remove_s
         if (t < 0 || t >= nv) throw InvalidParameter("token id " + std::to_string(t) + " is outside the vocabulary");
     }
     std::string out(tokens.size() * 8 + 16, '\0');
-    int n = llama_detokenize(vocab_, tokens.data(), (int32_t) tokens.size(), out.data(), (int32_t) out.size(),
+    int n = llama_detokenize(vocab_, tokens.data(), (int32_t)tokens.size(), out.data(), (int32_t)out.size(),
                              remove_special, unparse_special);
     if (n < 0) {
         out.resize(-n);
-        n = llama_detokenize(vocab_, tokens.data(), (int32_t) tokens.size(), out.data(), (int32_t) out.size(),
+        n = llama_detokenize(vocab_, tokens.data(), (int32_t)tokens.size(), out.data(), (int32_t)out.size(),
                              remove_special, unparse_special);
     }
     if (n < 0) throw InvalidParameter("detokenization failed");
@@ -128,7 +130,7 @@ std::string Vocab::token_to_piece(int32_t token, bool special) const {
     int n = llama_token_to_piece(vocab_, token, buf, sizeof buf, 0, special);
     if (n < 0) {
         std::string s(-n, '\0');
-        n = llama_token_to_piece(vocab_, token, s.data(), (int32_t) s.size(), 0, special);
+        n = llama_token_to_piece(vocab_, token, s.data(), (int32_t)s.size(), 0, special);
         s.resize(std::max(n, 0));
         return s;
     }
@@ -160,7 +162,7 @@ std::string Vocab::meta(const std::string & key) const {
     char buf[512];
     const int n = llama_model_meta_val_str(model_, key.c_str(), buf, sizeof buf);
     if (n < 0) return "";
-    if ((size_t) n >= sizeof buf) {
+    if ((size_t)n >= sizeof buf) {
         std::string s(n + 1, '\0');
         llama_model_meta_val_str(model_, key.c_str(), s.data(), s.size());
         s.resize(n);

@@ -5,16 +5,16 @@
 namespace ggml_ext {
 
 std::vector<float> hadamard(int n) {
-    std::vector<float> h((size_t) n * n, 0.0f);
-    h[0] = 1.0f / std::sqrt((float) n);
+    std::vector<float> h((size_t)n * n, 0.0f);
+    h[0] = 1.0f / std::sqrt((float)n);
     // Sylvester construction: [[H, H], [H, -H]], doubling the filled block each pass.
     for (int s = 1; s < n; s *= 2) {
         for (int i = 0; i < s; ++i) {
             for (int j = 0; j < s; ++j) {
-                const float v = h[(size_t) i * n + j];
-                h[(size_t) (i + s) * n + j] = v;
-                h[(size_t) i * n + j + s] = v;
-                h[(size_t) (i + s) * n + j + s] = -v;
+                const float v = h[(size_t)i * n + j];
+                h[(size_t)(i + s) * n + j] = v;
+                h[(size_t)i * n + j + s] = v;
+                h[(size_t)(i + s) * n + j + s] = -v;
             }
         }
     }
