@@ -183,6 +183,22 @@ def test_q8_0_export_loads(tmp_path: Path) -> None:
     np.testing.assert_allclose(np.asarray(norm.data), m.layers[1].mixer.q_norm.weight.detach().numpy() + 1)
 
 
+def test_gguf_import_inverts_export(tmp_path: Path) -> None:
+    _torch()
+    from train_pair.export import export_target, target_weights
+    from train_pair.gguf_import import load_target_gguf
+    from train_pair.model import Qwen35
+
+    cfg = _tiny_cfg()
+    m = _randomise(Qwen35(cfg, cfg.n_vocab), 6)
+    want = target_weights(m)
+    for wt, tol in (("f32", 1e-6), ("q8_0", 0.02)):  # f32: only the +-1 and exp/log rounding
+        back = load_target_gguf(export_target(m, tmp_path / f"t-{wt}.gguf", wt))
+        assert back.cfg == cfg
+        got = target_weights(back)
+        assert max(float(np.abs(got[k] - want[k]).max()) for k in want) <= tol, wt
+
+
 # --- drafter -------------------------------------------------------------------------------------
 
 
@@ -207,6 +223,7 @@ def _drafter(**kw: Any) -> Any:
 
 
 def test_spread_layer_ids() -> None:
+    _torch()
     from train_pair.drafter import spread_layer_ids
 
     assert spread_layer_ids(64) == [1, 16, 31, 46, 61]  # Qwen3.6-27B-DFlash

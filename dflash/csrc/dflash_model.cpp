@@ -154,7 +154,7 @@ DflashModel::DflashModel(const GgufFile & f) : path_(f.path()) {
         L.ffn_down = take(f, bn("ffn_down.weight"), {hp.n_ff, E});
     }
     std::set<std::string> known;
-    for (auto & ft : file_tensors_) known.insert(ft.second);
+    for (const auto & n : weights_.names()) known.insert(n);
     for (ggml_tensor * t = ggml_get_first_tensor(f.meta()); t; t = ggml_get_next_tensor(f.meta(), t)) {
         require(known.count(ggml_get_name(t)) != 0,
                 "unexpected tensor '" + std::string(ggml_get_name(t)) + "' in " + f.path() +
@@ -175,14 +175,7 @@ ggml_tensor * DflashModel::take(const GgufFile & f, const std::string & tname, s
         // Norm weights feed elementwise ops, which need f32 (converters keep 1-D tensors f32).
         require(src->type == GGML_TYPE_F32, "tensor '" + tname + "' must be f32, found " + ggml_type_name(src->type));
     }
-    if (!ctx_) {
-        ggml_init_params p = {ggml_tensor_overhead() * (size_t)(16 * hp.n_layer + 16), nullptr, true};
-        ctx_ = ggml_init(p);
-    }
-    ggml_tensor * t = ggml_dup_tensor(ctx_, src);
-    ggml_set_name(t, tname.c_str());
-    file_tensors_.emplace_back(t, tname);
-    return t;
+    return weights_.add(src, tname);
 }
 
 void DflashModel::bind_target(const Qwen35Model & target) {
@@ -208,95 +201,16 @@ void DflashModel::bind_target(const Qwen35Model & target) {
 }
 
 void DflashModel::assign_buffers(const Backends & b) {
-    // As for the target: a device "extra" buffer type (the CPU's repacked layouts) where it
-    // takes the weight's matmul, else the default type.
-    std::vector<ggml_backend_buffer_type_t> extra;
-    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(b.main_dev);
-    auto get_extra = reg ? (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(
-                               reg, "ggml_backend_dev_get_extra_bufts")
-                         : nullptr;
-    if (get_extra) {
-        for (auto ** p = get_extra(b.main_dev); p && *p; ++p) extra.push_back(*p);
-    }
-    ggml_init_params ip = {ggml_tensor_overhead() * 8, nullptr, true};
-    ggml_context * probe = ggml_init(ip);
-    buft_of_.assign(file_tensors_.size(), b.main_buft);
-    for (size_t i = 0; i < file_tensors_.size(); ++i) {
-        ggml_tensor * w = file_tensors_[i].first;
-        if (ggml_n_dims(w) != 2) continue;
-        for (auto * buft : extra) {
-            ggml_tensor * x = ggml_new_tensor_2d(probe, GGML_TYPE_F32, w->ne[0], 1);
-            ggml_tensor * op = ggml_mul_mat(probe, w, x);
-            ggml_backend_buffer_t dummy = ggml_backend_buft_alloc_buffer(buft, 0);
-            ggml_backend_buffer_t saved = w->buffer;
-            w->buffer = dummy;
-            const bool ok = ggml_backend_dev_supports_op(b.main_dev, op);
-            w->buffer = saved;
-            ggml_backend_buffer_free(dummy);
-            ggml_reset(probe);
-            if (ok) {
-                buft_of_[i] = buft;
-                break;
-            }
-        }
-    }
-    ggml_free(probe);
+    // The embedding is read with get_rows and conv kernels elementwise: default buffer type.
+    weights_.assign_buffers(b, [this](const ggml_tensor * w, const std::string & n) { return true; });
 }
 
-size_t DflashModel::weight_bytes() const {
-    size_t total = 0;
-    for (size_t i = 0; i < file_tensors_.size(); ++i) {
-        total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft_of_[i], file_tensors_[i].first),
-                          ggml_backend_buft_get_alignment(buft_of_[i]));
-    }
-    return total;
-}
+size_t DflashModel::weight_bytes() const { return weights_.bytes(); }
 
 void DflashModel::load(const GgufFile & f, const ProgressFn & progress) {
-    std::vector<ggml_backend_buffer_type_t> types;
-    for (auto * bt : buft_of_) {
-        if (std::find(types.begin(), types.end(), bt) == types.end()) types.push_back(bt);
-    }
-    for (auto * bt : types) {
-        size_t size = 0;
-        const size_t align = ggml_backend_buft_get_alignment(bt);
-        for (size_t i = 0; i < file_tensors_.size(); ++i) {
-            if (buft_of_[i] == bt)
-                size += GGML_PAD(ggml_backend_buft_get_alloc_size(bt, file_tensors_[i].first), align);
-        }
-        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(bt, size);
-        if (!buf)
-            throw ModelLoadError("could not allocate " + std::to_string(size >> 20) + " MiB for the drafter weights");
-        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        bufs_.push_back(buf);
-        ggml_tallocr ta = ggml_tallocr_new(buf);
-        for (size_t i = 0; i < file_tensors_.size(); ++i) {
-            if (buft_of_[i] == bt) ggml_tallocr_alloc(&ta, file_tensors_[i].first);
-        }
-    }
-    std::unique_ptr<FILE, int (*)(FILE *)> fp(fopen(f.path().c_str(), "rb"), fclose);
-    if (!fp) throw ModelLoadError("cannot open " + f.path());
-    size_t total = 0, done = 0;
-    for (auto & [t, n] : file_tensors_) total += ggml_nbytes(t);
-    std::vector<uint8_t> staging;
-    for (auto & [t, n] : file_tensors_) {
-        const size_t nbytes = ggml_nbytes(t);
-        if (fseeko(fp.get(), (off_t)f.tensor_file_offset(n), SEEK_SET) != 0) {
-            throw ModelLoadError("seek failed in " + f.path());
-        }
-        staging.resize(nbytes);
-        if (fread(staging.data(), 1, nbytes, fp.get()) != nbytes) {
-            throw ModelLoadError("read failed (truncated?) in " + f.path());
-        }
-        ggml_backend_tensor_set(t, staging.data(), 0, nbytes);
-        done += nbytes;
-        if (progress) progress(done, total);
-    }
+    weights_.load(f, progress, "drafter weights");
 }
 
-DflashModel::~DflashModel() {
-    for (auto * b : bufs_) ggml_backend_buffer_free(b);
-    if (ctx_) ggml_free(ctx_);
-}
+DflashModel::~DflashModel() = default;
 
 }  // namespace dflash

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backend.h"
+#include "weight_store.h"
 #include "qwen35_model.h"
 
 #include <cstdint>
@@ -89,10 +90,7 @@ class DflashModel {
   private:
     ggml_tensor * take(const GgufFile & file, const std::string & name, std::vector<int64_t> shape);
     std::string path_;
-    ggml_context * ctx_ = nullptr;
-    std::vector<ggml_backend_buffer_t> bufs_;
-    std::vector<std::pair<ggml_tensor *, std::string>> file_tensors_;
-    std::vector<ggml_backend_buffer_type_t> buft_of_;
+    WeightStore weights_;
 };
 
 }  // namespace dflash

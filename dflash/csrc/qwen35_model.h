@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backend.h"
+#include "weight_store.h"
 
 #include <cstdint>
 #include <functional>
@@ -71,8 +72,6 @@ struct Qwen35Layer {
     ggml_tensor * ffn_down = nullptr;
 };
 
-using ProgressFn = std::function<void(size_t done_bytes, size_t total_bytes)>;
-
 class Qwen35Model {
   public:
     // Reads and validates the metadata; allocates nothing.
@@ -99,10 +98,7 @@ class Qwen35Model {
   private:
     ggml_tensor * take(const GgufFile & file, const std::string & name, std::vector<int64_t> shape,
                        bool required = true);
-    ggml_context * ctx_ = nullptr;
-    std::vector<ggml_backend_buffer_t> bufs_;
-    std::vector<std::pair<ggml_tensor *, std::string>> file_tensors_;  // ours -> name in the file
-    std::vector<ggml_backend_buffer_type_t> buft_of_;                  // per file tensor
+    WeightStore weights_;
 };
 
 }  // namespace dflash

@@ -184,9 +184,10 @@ class GatedAttention(nn.Module):
                 if t > 1:
                     kpos = torch.arange(p0 + t, device=x.device)
                     mask = kpos[None, :] <= (p0 + torch.arange(t, device=x.device))[:, None]
-        rep = cfg.n_head // cfg.n_head_kv  # q head i uses kv head i // rep (ggml's broadcast)
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and t > 1)
+        # GQA: q head i uses kv head i // (n_head / n_head_kv), as ggml's broadcast does
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal and t > 1, enable_gqa=True
+        )
         o = o.transpose(1, 2).reshape(b, t, cfg.n_head * hd)
         return self.o_proj(o * torch.sigmoid(gate.reshape(b, t, cfg.n_head * hd)))
 
@@ -258,12 +259,10 @@ class Qwen35(nn.Module):
         return self.lm_head(self.norm(x)), hidden
 
     def no_decay_names(self) -> set[str]:
-        """Parameters kept out of weight decay: norms, embeddings' partner biases, GDN dynamics."""
-        return {
-            n
-            for n, p in self.named_parameters()
-            if p.dim() < 2 or n.endswith(("A_log", "dt_bias", "mixer.conv"))
-        }
+        """Kept out of weight decay: norms, GDN dynamics (A_log, dt_bias, conv) and the embedding,
+        whose rows for unused tokens (the drafter's <|mask|> among them) then keep their init scale."""
+        keep = ("A_log", "dt_bias", "mixer.conv", "embed.weight")
+        return {n for n, p in self.named_parameters() if p.dim() < 2 or n.endswith(keep)}
 
 
 def count_params(model: nn.Module) -> int:

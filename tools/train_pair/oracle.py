@@ -1,8 +1,8 @@
 """The issue's oracle: dflash's logits on the exported GGUF == the PyTorch model's, on the same tokens.
 
 The PyTorch side runs in float64 (the reference); dflash runs the f32 GGUF on the CPU with an f32
-KV cache, so the difference is ggml's f32 rounding alone. ``python -m train_pair.oracle RUN_DIR``
-checks a finished run's target (needs the native module, so on the dev machine).
+KV cache, so the difference is ggml's f32 rounding alone. ``python -m train_pair.oracle T.gguf``
+checks a shipped target file (needs the native module, so on the dev machine).
 """
 
 from __future__ import annotations
@@ -52,21 +52,38 @@ def compare(model: Qwen35, gguf: Path, tokens: list[int], kv_type: str = "f32") 
     )
 
 
+def heldout_tokens(n: int) -> list[int]:
+    """The first ``n`` tokens of the held-out stdlib files (real text, not random ids)."""
+    from .corpus import collect, core_encoder, is_heldout
+
+    docs, _ = collect()
+    text = "".join(d.text for d in docs if is_heldout(d.path, 20))
+    return core_encoder()([text[: 8 * n]])[0][:n]
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Check a shipped target GGUF: import it (dequantized) into PyTorch, write it back as f32, and
+    compare dflash on that f32 file (tight) and on the given file itself (its own quantisation)."""
     import argparse
     import json
+    import tempfile
 
-    from .checkpoint import load_target
+    from .export import export_target
+    from .gguf_import import load_target_gguf
 
     p = argparse.ArgumentParser(prog="python -m train_pair.oracle", description=__doc__.splitlines()[0])
-    p.add_argument("run_dir", type=Path)
+    p.add_argument("gguf", type=Path, help="a qwen35 target GGUF (f32, q8_0, ...)")
     p.add_argument("--tokens", type=int, default=256)
     a = p.parse_args(argv)
-    model = load_target(a.run_dir / "target" / "model.pt", torch.device("cpu"))
-    held = np.load(a.run_dir / "corpus" / "heldout.npy")[: a.tokens].astype(int).tolist()
-    r = compare(model, a.run_dir / "target" / "target-f32.gguf", held)
-    print(json.dumps({**vars(r), "rel": r.rel}, indent=1))
-    return 0
+    torch.set_num_threads(1)
+    model = load_target_gguf(a.gguf)
+    tokens = heldout_tokens(a.tokens)
+    with tempfile.TemporaryDirectory() as d:
+        f32 = compare(model, export_target(model, Path(d) / "f32.gguf", "f32"), tokens)
+    given = compare(model, a.gguf, tokens)
+    report = {"f32_roundtrip": {**vars(f32), "rel": f32.rel}, "given_file": {**vars(given), "rel": given.rel}}
+    print(json.dumps(report, indent=1))
+    return 0 if f32.rel <= 1e-4 and f32.argmax_agree == 1.0 else 1
 
 
 if __name__ == "__main__":
