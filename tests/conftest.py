@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,3 +28,14 @@ class ModelFactory:
 @pytest.fixture(scope="session")
 def synth_model(tmp_path_factory: pytest.TempPathFactory) -> ModelFactory:
     return ModelFactory(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _run_outside_the_source_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """`python -c` / `python -m` subprocesses put their working folder first on sys.path; from the
+    repository root that is the source `dflash/` without the built extension, not the installed
+    package under test. Every test runs from a scratch folder instead."""
+    old = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(old)

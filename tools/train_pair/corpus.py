@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -87,7 +88,8 @@ def tokenizers_encoder() -> Encoder:
     v = load_vocab()
     tok = tk.Tokenizer(
         tk.models.BPE(
-            vocab={t: i for i, t in enumerate(v.tokens)}, merges=[tuple(m.split(" ")) for m in v.merges]
+            vocab={t: i for i, t in enumerate(v.tokens)},
+            merges=[(a, b) for a, b in (m.split(" ", 1) for m in v.merges)],
         )
     )
     tok.pre_tokenizer = tk.pre_tokenizers.Sequence(
@@ -154,7 +156,7 @@ def build(
         mismatches = [d.path for d, a, b in zip(docs, ids, ref, strict=True) if a != b]
     eot = load_vocab().token_id(ENDOFTEXT)
     parts: dict[str, list[np.ndarray]] = {"train": [], "heldout": []}
-    files = []
+    files: list[dict[str, Any]] = []
     for d, seq in zip(docs, ids, strict=True):
         split = "heldout" if is_heldout(d.path, heldout_permille) else "train"
         parts[split].append(np.asarray([*seq, eot], dtype=np.uint16))

@@ -200,6 +200,9 @@ class Drafter(nn.Module):
             if name.endswith(("o_proj.weight", "down_proj.weight")):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layers))
 
+    def draft_layers(self) -> list[DraftLayer]:
+        return [layer for layer in self.layers if isinstance(layer, DraftLayer)]
+
     def features(self, hidden: list[Tensor]) -> Tensor:
         """Per-layer target outputs -> the concatenated raw features the fc reads."""
         return torch.cat([hidden[i] for i in self.cfg.layer_ids], -1)

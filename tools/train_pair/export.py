@@ -34,7 +34,7 @@ def target_weights(model: Qwen35) -> dict[str, np.ndarray]:
     w = {"token_embd.weight": _np(model.embed.weight), "output_norm.weight": _np(model.norm.gain())}
     if not model.cfg.tied_embeddings:
         w["output.weight"] = _np(model.lm_head.weight)
-    for il, blk in enumerate(model.layers):
+    for il, blk in enumerate(model.blocks()):
         p = f"blk.{il}."
         w[p + "attn_norm.weight"] = _np(blk.attn_norm.gain())
         w[p + "post_attention_norm.weight"] = _np(blk.post_norm.gain())
@@ -73,7 +73,7 @@ def drafter_state(drafter: Drafter) -> dict[str, torch.Tensor]:
     """z-lab safetensors names (embedding and head are the target's and are not stored)."""
     sd = {"fc.weight": drafter.fc.weight, "hidden_norm.weight": drafter.hidden_norm.weight}
     sd["norm.weight"] = drafter.norm.weight
-    for i, layer in enumerate(drafter.layers):
+    for i, layer in enumerate(drafter.draft_layers()):
         p = f"layers.{i}."
         sd[p + "input_layernorm.weight"] = layer.input_layernorm.weight
         sd[p + "post_attention_layernorm.weight"] = layer.post_attention_layernorm.weight

@@ -67,7 +67,7 @@ def load_target_gguf(path: Path) -> Qwen35:
     w = read_weights(r)
     model = Qwen35(cfg, cfg.n_vocab)
 
-    def put(p: torch.nn.Parameter, name: str, fn: Any = None) -> None:
+    def put(p: torch.Tensor, name: str, fn: Any = None) -> None:
         v = torch.from_numpy(w[name])
         p.data.copy_(fn(v) if fn is not None else v)
 
@@ -78,7 +78,7 @@ def load_target_gguf(path: Path) -> Qwen35:
     put(model.norm.weight, "output_norm.weight", minus1)
     if not cfg.tied_embeddings:
         put(model.lm_head.weight, "output.weight")
-    for il, blk in enumerate(model.layers):
+    for il, blk in enumerate(model.blocks()):
         p = f"blk.{il}."
         put(blk.attn_norm.weight, p + "attn_norm.weight", minus1)
         put(blk.post_norm.weight, p + "post_attention_norm.weight", minus1)

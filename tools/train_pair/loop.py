@@ -45,7 +45,8 @@ def lr_at(progress: float, peak: float, warmup: float, min_ratio: float) -> floa
 def adamw(
     named: Iterable[tuple[str, nn.Parameter]], lr: float, weight_decay: float, no_decay: set[str]
 ) -> torch.optim.AdamW:
-    decay, keep = [], []
+    decay: list[nn.Parameter] = []
+    keep: list[nn.Parameter] = []
     for n, p in named:
         if p.requires_grad:
             (keep if n in no_decay or p.dim() < 2 else decay).append(p)

@@ -234,6 +234,9 @@ class Qwen35(nn.Module):
             if name.endswith(("o_proj.weight", "mixer.out.weight", "ffn_down.weight")):
                 nn.init.normal_(p, 0.0, std / math.sqrt(2 * self.cfg.n_layer))
 
+    def blocks(self) -> list[Block]:
+        return [b for b in self.layers if isinstance(b, Block)]
+
     def forward(
         self,
         tokens: Tensor,

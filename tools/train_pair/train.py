@@ -219,12 +219,12 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
 
     # held-out acceptance
     if not done("acceptance"):
-        n = s.eval_prompts
+        n_eval = s.eval_prompts
         held = chain_acceptance(target, drafter, regen_held.tokens, regen_held.prompt_len, device)
-        train = chain_acceptance(target, drafter, regen.tokens[:n], regen.prompt_len[:n], device)
+        train = chain_acceptance(target, drafter, regen.tokens[:n_eval], regen.prompt_len[:n_eval], device)
         summary["acceptance"] = {
             "heldout": {**held.as_dict(), "prompts": int(regen_held.tokens.shape[0])},
-            "train": {**train.as_dict(), "prompts": int(min(n, regen.tokens.shape[0]))},
+            "train": {**train.as_dict(), "prompts": int(min(n_eval, regen.tokens.shape[0]))},
         }
         print(
             f"[train] held-out acceptance length {held.mean:.2f} (train prompts {train.mean:.2f})", flush=True
