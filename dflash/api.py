@@ -223,7 +223,7 @@ class _Run:
         self.cancel = cancel
         self.id = f"cmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
-        self.text = TextStream(lambda t: eng._vocab.detokenize(list(t)), stop)
+        self.text = TextStream(lambda t: eng._vocab.token_to_piece(t, False), stop)
         self.n_out = 0
         self.stats: Any = None
         self.spec: dict[str, Any] | None = None  # chain statistics of this request

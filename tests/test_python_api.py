@@ -379,8 +379,8 @@ PIECES: dict[int, bytes] = {
 }
 
 
-def _detok(ids: Sequence[int]) -> bytes:
-    return b"".join(PIECES[i] for i in ids)
+def _detok(token: int) -> bytes:
+    return PIECES[token]
 
 
 def _feed(ts: TextStream, ids: Sequence[int]) -> list[str]:
