@@ -3,6 +3,7 @@
 #include "errors.h"
 #include "spec_chain.h"
 #include "target_engine.h"
+#include "tree_builder.h"
 #include "upstream_ref.h"
 #include "vocab.h"
 
@@ -74,6 +75,42 @@ py::array_t<T> rows_array(std::vector<T> && v, int64_t cols) {
     return py::array_t<T>({rows, cols}, {cols * (int64_t)sizeof(T), (int64_t)sizeof(T)}, heap->data(), owner);
 }
 
+template <typename T>
+py::array_t<T> vec_array(std::vector<T> && v) {
+    const int64_t n = (int64_t)v.size();
+    auto * heap = new std::vector<T>(std::move(v));
+    py::capsule owner(heap, [](void * p) { delete static_cast<std::vector<T> *>(p); });
+    return py::array_t<T>({n}, {(int64_t)sizeof(T)}, heap->data(), owner);
+}
+
+using IdArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+py::dict tree_dict(DraftTree && t) {
+    py::dict d;
+    d["n_chain"] = t.n_chain;
+    d["max_depth"] = t.max_depth;
+    d["tokens"] = vec_array(std::move(t.tokens));
+    d["parents"] = vec_array(std::move(t.parents));
+    d["depths"] = vec_array(std::move(t.depths));
+    d["ranks"] = vec_array(std::move(t.ranks));
+    d["logq"] = vec_array(std::move(t.logq));
+    d["child_start"] = vec_array(std::move(t.child_start));
+    d["child_list"] = vec_array(std::move(t.child_list));
+    return d;
+}
+
+py::tuple walk_arrays(const IdArray & tokens, const IdArray & parents, const IdArray & choices) {
+    if (tokens.ndim() != 1 || parents.ndim() != 1 || choices.ndim() != 1)
+        throw InvalidParameter("walk_tree: tokens, parents and choices must be 1-D");
+    if (tokens.shape(0) != parents.shape(0))
+        throw InvalidParameter("walk_tree: tokens and parents differ in length (" + std::to_string(tokens.shape(0)) +
+                               " vs " + std::to_string(parents.shape(0)) + ")");
+    if (tokens.shape(0) > kTreeMaxBudget) throw InvalidParameter("walk_tree: too many nodes");
+    const DraftTree t = tree_from_parents(tokens.data(), parents.data(), (int)tokens.shape(0));
+    const TreeWalk w = walk_tree(t, choices.data(), (int)std::min<py::ssize_t>(choices.shape(0), INT32_MAX));
+    return py::make_tuple(w.path, w.next_token);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -108,6 +145,30 @@ PYBIND11_MODULE(_core, m) {
     });
 
     m.def("set_log_verbosity", &set_log_verbosity, py::arg("verbose"));
+
+    m.def(
+        "build_tree",
+        [](const IdArray & top_ids, const py::array_t<float, py::array::c_style | py::array::forcecast> & top_logp,
+           int budget, bool chain_seed) {
+            if (top_ids.ndim() != 2 || top_logp.ndim() != 2)
+                throw InvalidParameter("build_tree: top_ids and top_logp must be 2-D arrays (depths, top_k)");
+            if (top_ids.shape(0) != top_logp.shape(0) || top_ids.shape(1) != top_logp.shape(1))
+                throw InvalidParameter("build_tree: top_ids and top_logp differ in shape");
+            if (top_ids.shape(0) > kTreeMaxDepth || top_ids.shape(1) > kTreeMaxTopK)
+                throw InvalidParameter("build_tree: at most " + std::to_string(kTreeMaxDepth) + " depths and " +
+                                       std::to_string(kTreeMaxTopK) + " candidates per depth");
+            DraftTree t = build_tree(top_ids.data(), top_logp.data(), (int)top_ids.shape(0), (int)top_ids.shape(1),
+                                     budget, chain_seed);
+            return tree_dict(std::move(t));
+        },
+        py::arg("top_ids"), py::arg("top_logp"), py::arg("budget"), py::arg("chain_seed") = true);
+    m.def("walk_tree", &walk_arrays, py::arg("tokens"), py::arg("parents"), py::arg("choices"));
+    m.def(
+        "walk_tree",
+        [](const py::dict & tree, const IdArray & choices) {
+            return walk_arrays(tree["tokens"].cast<IdArray>(), tree["parents"].cast<IdArray>(), choices);
+        },
+        py::arg("tree"), py::arg("choices"));
     set_log_verbosity(false);
 
     py::class_<EngineConfig>(m, "EngineConfig")

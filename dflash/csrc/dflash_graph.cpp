@@ -1,6 +1,7 @@
 #include "dflash_graph.h"
 
 #include "ggml.h"
+#include "graph_common.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,7 +20,7 @@ struct Builder {
     const DraftSpec & spec;
     DraftGraph & g;
 
-    ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
+    ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) { return rms_norm_mul(ctx, x, w, hp.rms_eps); }
 
     ggml_tensor * rope(ggml_tensor * x, ggml_tensor * pos) {
         return ggml_rope_ext(ctx, x, pos, nullptr, hp.n_rot, GGML_ROPE_TYPE_NEOX, (int)hp.n_ctx_train,
@@ -67,17 +68,11 @@ struct Builder {
 
     ggml_tensor * ffn(int il, ggml_tensor * x) {
         const auto & L = model.layers[il];
-        ggml_tensor * gate = ggml_mul_mat(ctx, L.ffn_gate, x);
-        ggml_tensor * up = ggml_mul_mat(ctx, L.ffn_up, x);
-        return ggml_mul_mat(ctx, L.ffn_down, ggml_swiglu_split(ctx, gate, up));
+        return swiglu_ffn(ctx, x, L.ffn_gate, L.ffn_up, L.ffn_down);
     }
 };
 
-ggml_tensor * input(ggml_context * ctx, ggml_type t, int64_t n0, int64_t n1 = 1) {
-    ggml_tensor * x = n1 == 1 ? ggml_new_tensor_1d(ctx, t, n0) : ggml_new_tensor_2d(ctx, t, n0, n1);
-    ggml_set_input(x);
-    return x;
-}
+ggml_tensor * input(ggml_context * ctx, ggml_type t, int64_t n0, int64_t n1 = 1) { return graph_input(ctx, t, n0, n1); }
 
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
 

@@ -1,6 +1,7 @@
 #include "qwen35_graph.h"
 
 #include "ggml.h"
+#include "graph_common.h"
 #include "ggml_ext.h"
 #include "kv_types.h"
 
@@ -20,7 +21,7 @@ struct Builder {
     ForwardGraph & g;
     int n;  // tokens in this forward
 
-    ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) { return ggml_mul(ctx, ggml_rms_norm(ctx, x, hp.rms_eps), w); }
+    ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) { return rms_norm_mul(ctx, x, w, hp.rms_eps); }
 
     // Upstream's GDN L2 norm: rms_norm with eps/n, scaled by 1/sqrt(n).
     ggml_tensor * l2_norm(ggml_tensor * x) {
@@ -150,17 +151,11 @@ struct Builder {
 
     ggml_tensor * ffn(int il, ggml_tensor * x) {
         const auto & L = model.layers[il];
-        ggml_tensor * gate = ggml_mul_mat(ctx, L.ffn_gate, x);
-        ggml_tensor * up = ggml_mul_mat(ctx, L.ffn_up, x);
-        return ggml_mul_mat(ctx, L.ffn_down, ggml_swiglu_split(ctx, gate, up));
+        return swiglu_ffn(ctx, x, L.ffn_gate, L.ffn_up, L.ffn_down);
     }
 };
 
-ggml_tensor * input(ggml_context * ctx, ggml_type t, int64_t n0, int64_t n1 = 1) {
-    ggml_tensor * x = n1 == 1 ? ggml_new_tensor_1d(ctx, t, n0) : ggml_new_tensor_2d(ctx, t, n0, n1);
-    ggml_set_input(x);
-    return x;
-}
+ggml_tensor * input(ggml_context * ctx, ggml_type t, int64_t n0, int64_t n1 = 1) { return graph_input(ctx, t, n0, n1); }
 
 }  // namespace
 
