@@ -6,7 +6,6 @@ chunks) with a `usage` block and a `timings` block like llama.cpp's server.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 import uuid
@@ -227,34 +226,55 @@ class _Run:
         self.n_out = 0
         self.stats: Any = None
         self.spec: dict[str, Any] | None = None  # chain statistics of this request
+        # Created now so that bad parameters raise here, before any chunk is streamed.
+        self.session = _core.DecodeSession(
+            eng._target,
+            eng._draft,
+            tokens,
+            self.max_tokens,
+            self.temperature,
+            self.top_k,
+            self.top_p,
+            self.seed,
+            eng._eog,
+            eng.max_draft,
+        )
         self.finish_reason = "length"
 
-    def _run(self, emit: Any) -> None:
-        def on_token(tok: int) -> bool:
-            self.n_out += 1
-            if tok in self.eng._eog:
-                return True
-            delta = self.text.push(tok)
-            if delta:
-                emit(delta)
-            if self.text.stopped:
-                return False
-            return not (self.cancel is not None and self.cancel.is_set())
-
-        args = (self.tokens, self.max_tokens, self.temperature, self.top_k, self.top_p, self.seed)
-        if self.eng._draft is not None:
-            self.stats, self.spec = _core.generate_chain(
-                self.eng._target, self.eng._draft, *args, self.eng._eog, on_token, self.eng.max_draft
-            )
-            self.eng._add_stats(self.spec)
-        else:
-            self.stats = self.eng._target.generate(*args, self.eng._eog, on_token)
-        if self.stats.stop_reason == "eog" or self.text.stopped or self.stats.stop_reason == "callback":
+    def _deltas(self) -> Iterator[str]:
+        """Text pieces as the engine produces them. The caller's thread pulls one engine step at
+        a time (the GIL is released inside), so stopping - a stop string, `cancel`, or simply
+        not asking for more - takes effect after the current step, with no thread to join."""
+        eng = self.eng
+        session = self.session
+        eog = set(eng._eog)
+        try:
+            while not session.done:
+                if self.cancel is not None and self.cancel.is_set():
+                    self.finish_reason = "stop"
+                    break
+                for tok in session.step():
+                    if tok in eog:
+                        continue
+                    delta = self.text.push(tok)
+                    if delta:
+                        yield delta
+                    if self.text.stopped:
+                        break
+                if self.text.stopped:
+                    break
+        finally:
+            # Runs also when the consumer stops early (GeneratorExit): the statistics stay valid.
+            self.stats = session.stats
+            if eng._draft is not None:
+                self.spec = session.spec
+                eng._add_stats(self.spec)
+        if self.stats.stop_reason == "eog" or self.text.stopped:
             self.finish_reason = "stop"
         if not self.text.stopped:
             rest = self.text.flush()
             if rest:
-                emit(rest)
+                yield rest
 
     def _usage(self) -> dict[str, int]:
         n = self.stats.n_generated if self.stats else 0
@@ -286,9 +306,7 @@ class _Run:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.eng.model_path}
 
     def complete(self, obj: str) -> dict[str, Any]:
-        parts: list[str] = []
-        self._run(parts.append)
-        text = "".join(parts)
+        text = "".join(self._deltas())
         if obj == "chat.completion":
             choice: dict[str, Any] = {
                 "index": 0,
@@ -302,24 +320,6 @@ class _Run:
 
     def stream_chunks(self, obj: str) -> Iterator[dict[str, Any]]:
         chat = obj == "chat.completion.chunk"
-        q: queue.Queue[tuple[str, Any]] = queue.Queue()
-        stop_flag = threading.Event()
-        user_cancel = self.cancel
-
-        class _Either:
-            def is_set(self) -> bool:
-                return stop_flag.is_set() or (user_cancel is not None and user_cancel.is_set())
-
-        self.cancel = _Either()  # type: ignore[assignment]
-
-        def work() -> None:
-            try:
-                self._run(lambda d: q.put(("delta", d)))
-                q.put(("done", None))
-            except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
-                q.put(("error", e))
-
-        worker = threading.Thread(target=work, name="dflash-generate", daemon=True)
 
         def chunk(delta: dict[str, Any] | str, finish: str | None) -> dict[str, Any]:
             if chat:
@@ -329,28 +329,14 @@ class _Run:
             return {**self._head(obj), "choices": [c]}
 
         def gen() -> Iterator[dict[str, Any]]:
-            worker.start()
-            try:
-                if chat:
-                    yield chunk({"role": "assistant", "content": ""}, None)
-                while True:
-                    kind, val = q.get()
-                    if kind == "delta":
-                        yield chunk({"content": val} if chat else val, None)
-                    elif kind == "error":
-                        raise val
-                    else:
-                        break
-                last = chunk({} if chat else "", self.finish_reason)
-                last["usage"] = self._usage()
-                last["timings"] = self._timings()
-                yield last
-            finally:
-                # Closed early (client gone): stop after the current step, and wait, so the
-                # engine is free when this generator is done.
-                stop_flag.set()
-                if worker.is_alive():
-                    worker.join()
+            if chat:
+                yield chunk({"role": "assistant", "content": ""}, None)
+            for piece in self._deltas():
+                yield chunk({"content": piece} if chat else piece, None)
+            last = chunk({} if chat else "", self.finish_reason)
+            last["usage"] = self._usage()
+            last["timings"] = self._timings()
+            yield last
 
         return gen()
 

@@ -1,5 +1,6 @@
 // The Python extension dflash._core: a thin layer; the Python API lives in dflash/api.py.
 #include "draft_engine.h"
+#include "decode_session.h"
 #include "errors.h"
 #include "spec_chain.h"
 #include "target_engine.h"
@@ -344,6 +345,44 @@ PYBIND11_MODULE(_core, m) {
                 return d;
             },
             py::arg("anchor"), py::arg("start"), py::arg("want_logits") = false);
+
+    py::class_<DecodeSession>(m, "DecodeSession")
+        .def(py::init([](TargetEngine & target, DraftEngine * draft, const std::vector<int32_t> & prompt,
+                         int max_tokens, float temperature, int top_k, float top_p, uint64_t seed,
+                         const std::vector<int32_t> & eog, int max_draft) {
+                 SamplingParams sp;
+                 sp.temperature = temperature;
+                 sp.top_k = top_k;
+                 sp.top_p = top_p;
+                 sp.seed = seed;
+                 ChainOptions opt;
+                 opt.max_draft = max_draft;
+                 return std::make_unique<DecodeSession>(target, draft, prompt, max_tokens, sp, eog, opt);
+             }),
+             py::arg("target"), py::arg("draft"), py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"),
+             py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("eog_tokens"), py::arg("max_draft") = 15,
+             py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
+        .def("step",
+             [](DecodeSession & s) {
+                 py::gil_scoped_release rel;
+                 return s.step();
+             })
+        .def_property_readonly("done", &DecodeSession::done)
+        .def_property_readonly("stats", [](const DecodeSession & s) { return s.stats(); })
+        .def_property_readonly("spec", [](const DecodeSession & s) {
+            const SpecStats & ss = s.spec();
+            py::dict spec;
+            spec["drafts"] = ss.drafts;
+            spec["draft_tokens"] = ss.draft_tokens;
+            spec["accepted"] = ss.accepted;
+            spec["accepted_per_pos"] = ss.accepted_per_pos;
+            spec["target_forwards"] = ss.target_forwards;
+            spec["acceptance_length"] = ss.acceptance_length();
+            spec["draft_ms"] = ss.draft_ms;
+            spec["verify_ms"] = ss.verify_ms;
+            spec["commit_ms"] = ss.commit_ms;
+            return spec;
+        });
 
     m.def(
         "generate_chain",

@@ -20,7 +20,6 @@ struct SpecStats {
     std::vector<int> accepted_per_pos;  // [i]: drafts whose token i+1 was accepted
     double draft_ms = 0, verify_ms = 0, commit_ms = 0;
 
-    void add(const SpecStats & o);
     double acceptance_length() const { return drafts ? 1.0 + (double)accepted / drafts : 0.0; }
 };
 

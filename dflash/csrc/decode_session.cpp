@@ -1,0 +1,176 @@
+#include "decode_session.h"
+
+#include "errors.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace dflash {
+
+namespace {
+
+double now_ms() {
+    using namespace std::chrono;
+    return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+// Rows [0, n) of a forward's captured layers side by side, in the drafter's layer order.
+std::vector<float> feature_rows(const ForwardResult & r, int64_t n_embd, int n) {
+    const size_t L = r.captures.size();
+    std::vector<float> rows((size_t)n * L * n_embd);
+    for (int i = 0; i < n; ++i) {
+        for (size_t l = 0; l < L; ++l) {
+            const float * src = r.captures[l].data() + (size_t)i * n_embd;
+            std::copy(src, src + n_embd, rows.data() + ((size_t)i * L + l) * n_embd);
+        }
+    }
+    return rows;
+}
+
+}  // namespace
+
+DecodeSession::DecodeSession(TargetEngine & target, DraftEngine * draft, std::vector<int32_t> prompt, int max_tokens,
+                             const SamplingParams & sp, std::vector<int32_t> eog, const ChainOptions & opt)
+    : target_(target),
+      draft_(draft),
+      prompt_(std::move(prompt)),
+      max_tokens_(max_tokens),
+      sp_(sp),
+      eog_(std::move(eog)),
+      opt_(opt),
+      sampler_(sp) {
+    validate(sp);
+    const int n_ctx = target.config().n_ctx;
+    if (prompt_.empty()) throw InvalidParameter("the prompt is empty");
+    if (max_tokens < 0) throw InvalidParameter("max_tokens must be >= 0");
+    // The prompt plus one generated token must fit; generation stops at the context end.
+    if ((int)prompt_.size() + 1 > n_ctx) throw ContextOverflow((int)prompt_.size() + 1, n_ctx);
+    const int64_t V = target.hparams().n_vocab;
+    for (int32_t t : prompt_) {
+        if (t < 0 || t >= V) throw InvalidParameter("token id " + std::to_string(t) + " is outside the vocabulary");
+    }
+    if (draft_) {
+        if (opt.max_draft < 0) throw InvalidParameter("max_draft must be >= 0");
+        max_draft_ = std::min({opt.max_draft, draft_->hparams().block_size - 1, target.config().n_verify_max - 1});
+        layers_ = draft_->hparams().target_layers;
+        spec_.accepted_per_pos.assign(std::max(max_draft_, 0), 0);
+    }
+    st_.n_prompt = (int)prompt_.size();
+    st_.stop_reason = "length";
+}
+
+int32_t DecodeSession::pick(const ForwardResult & r, int row) {
+    const int64_t V = target_.hparams().n_vocab;
+    return sp_.greedy() ? r.argmax[row] : sampler_.sample(r.logits.data() + (size_t)row * V, V);
+}
+
+std::vector<int32_t> DecodeSession::emit(std::vector<int32_t> toks) {
+    std::vector<int32_t> out;
+    for (int32_t t : toks) {
+        out.push_back(t);
+        st_.n_generated++;
+        if (std::find(eog_.begin(), eog_.end(), t) != eog_.end()) {
+            st_.stop_reason = "eog";
+            done_ = true;
+            break;
+        }
+        if (st_.n_generated >= max_tokens_) {
+            done_ = true;
+            break;
+        }
+    }
+    if (!out.empty()) anchor_ = out.back();
+    st_.predict_ms = now_ms() - t_first_;
+    return out;
+}
+
+std::vector<int32_t> DecodeSession::first_step() {
+    started_ = true;
+    t0_ = now_ms();
+    target_.reset();
+    if (draft_) draft_->reset();
+    const int n_batch = target_.config().n_batch;
+    const int64_t E = target_.hparams().n_embd;
+    ForwardResult r;
+    for (size_t i = 0; i < prompt_.size(); i += n_batch) {
+        const int n = (int)std::min<size_t>(n_batch, prompt_.size() - i);
+        r = target_.forward(prompt_.data() + i, n, false, !sp_.greedy(), layers_);
+        if (draft_) {
+            const auto rows = feature_rows(r, E, n);
+            draft_->inject(rows.data(), n, (int)i);
+        }
+        spec_.target_forwards++;
+    }
+    t_first_ = now_ms();
+    st_.prompt_ms = t_first_ - t0_;
+    if (max_tokens_ == 0) {
+        done_ = true;
+        return {};
+    }
+    return emit({pick(r, 0)});
+}
+
+std::vector<int32_t> DecodeSession::chain_step() {
+    const int64_t E = target_.hparams().n_embd, V = target_.hparams().n_vocab;
+    const int start = target_.n_past();  // position of the anchor
+    const int room = target_.config().n_ctx - start;
+    const int n_draft = std::max(0, std::min({max_draft_, max_tokens_ - st_.n_generated - 1, room - 1}));
+
+    std::vector<int32_t> batch = {anchor_};
+    double t = now_ms();
+    if (n_draft > 0) {
+        DraftResult d = draft_->draft(anchor_, start, false);
+        std::vector<int32_t> drafts(d.argmax.begin(), d.argmax.begin() + n_draft);
+        if (opt_.rewrite_drafts) {
+            opt_.rewrite_drafts(start, drafts);
+            drafts.resize(n_draft, 0);
+            for (int32_t & tok : drafts) tok = std::clamp<int32_t>(tok, 0, (int32_t)V - 1);
+        }
+        batch.insert(batch.end(), drafts.begin(), drafts.end());
+        spec_.drafts++;
+        spec_.draft_tokens += n_draft;
+    }
+    spec_.draft_ms += now_ms() - t;
+
+    t = now_ms();
+    ForwardResult v = target_.verify(batch.data(), (int)batch.size(), !sp_.greedy(), layers_);
+    spec_.verify_ms += now_ms() - t;
+    spec_.target_forwards++;
+
+    // Walk: the target's token after each kept position; keep going while it is the draft's.
+    std::vector<int32_t> out;
+    int k = 0;
+    while (true) {
+        const int32_t y = pick(v, k);
+        out.push_back(y);
+        if (k < n_draft && y == batch[k + 1]) {
+            spec_.accepted_per_pos[k]++;
+            ++k;
+            continue;
+        }
+        break;
+    }
+    spec_.accepted += k;
+
+    t = now_ms();
+    target_.commit(k + 1);  // the anchor + k accepted drafts; out.back() is the next anchor
+    const auto rows = feature_rows(v, E, k + 1);
+    draft_->inject(rows.data(), k + 1, start);
+    spec_.commit_ms += now_ms() - t;
+    return emit(std::move(out));
+}
+
+std::vector<int32_t> DecodeSession::step() {
+    if (done_) return {};
+    if (!started_) return first_step();
+    if (target_.n_past() + 1 > target_.config().n_ctx) {  // context full: "length"
+        done_ = true;
+        return {};
+    }
+    if (draft_) return chain_step();
+    ForwardResult r = target_.forward(&anchor_, 1, false, !sp_.greedy());
+    spec_.target_forwards++;
+    return emit({pick(r, 0)});
+}
+
+}  // namespace dflash
