@@ -78,30 +78,35 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     commit_sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), 2048, false, true);
     commit_mem_.resize(ggml_tensor_overhead() * 8192 + ggml_graph_overhead_custom(2048, false));
 
-    // Worst cases: a full prefill chunk at the end of the context, and an all-logits chunk.
-    size_t worst = 0;
-    for (int pass = 0; pass < 2; ++pass) {
+    // Compute: measure the worst cases (a full prefill chunk at the end of the context, and an
+    // all-logits chunk), check them against what weights and caches leave, then reserve both so
+    // the buffers never grow mid-request.
+    auto worst_case = [&](int pass) {
         ForwardSpec spec;
         spec.n_tokens = pass == 0 ? cfg_.n_batch : cfg_.n_logits_batch;
         spec.n_past = cfg_.n_ctx - spec.n_tokens;
         spec.all_logits = pass == 1;
+        return spec;
+    };
+    size_t worst = 0;
+    for (int pass = 0; pass < 2; ++pass) {
         GraphCtx gc(graph_mem_);
-        ForwardGraph g = build_qwen35_forward(gc.ctx, *model_, *cache_, spec);
+        ForwardGraph g = build_qwen35_forward(gc.ctx, *model_, *cache_, worst_case(pass));
         std::vector<size_t> sizes(bks.size(), 0);
         ggml_backend_sched_reserve_size(sched_, g.gf, sizes.data());
         worst = std::max(worst, sizes[0]);
-        if (pass == 1) {
-            plan_.add("compute", worst);
-            plan_.free_bytes = free_b - std::min(free_b, plan_.sum() - worst);  // what is left after weights+caches
-            MemoryPlan rest;
-            rest.device = plan_.device;
-            rest.free_bytes = plan_.free_bytes;
-            rest.total_bytes = total_b;
-            rest.add("compute", worst);
-            rest.check();
-            plan_.free_bytes = free_b;
-            if (!ggml_backend_sched_reserve(sched_, g.gf)) throw EngineError("could not reserve the compute buffers");
-        }
+    }
+    MemoryPlan rest;
+    rest.device = plan_.device;
+    rest.free_bytes = free_b > plan_.sum() ? free_b - plan_.sum() : 0;  // left after weights + caches
+    rest.total_bytes = total_b;
+    rest.add("compute", worst);
+    rest.check();
+    plan_.add("compute", worst);
+    for (int pass = 0; pass < 2; ++pass) {
+        GraphCtx gc(graph_mem_);
+        ForwardGraph g = build_qwen35_forward(gc.ctx, *model_, *cache_, worst_case(pass));
+        if (!ggml_backend_sched_reserve(sched_, g.gf)) throw EngineError("could not reserve the compute buffers");
     }
 }
 
