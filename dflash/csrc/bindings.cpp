@@ -26,6 +26,29 @@ py::array_t<float> logits_array(std::vector<float> && v, int64_t n_vocab) {
                               owner);
 }
 
+py::dict spec_dict(const SpecStats & ss) {
+    py::dict spec;
+    spec["drafts"] = ss.drafts;
+    spec["draft_tokens"] = ss.draft_tokens;
+    spec["accepted"] = ss.accepted;
+    spec["accepted_per_pos"] = ss.accepted_per_pos;
+    spec["target_forwards"] = ss.target_forwards;
+    spec["acceptance_length"] = ss.acceptance_length();
+    spec["draft_ms"] = ss.draft_ms;
+    spec["verify_ms"] = ss.verify_ms;
+    spec["commit_ms"] = ss.commit_ms;
+    return spec;
+}
+
+SamplingParams sampling(float temperature, int top_k, float top_p, uint64_t seed) {
+    SamplingParams sp;
+    sp.temperature = temperature;
+    sp.top_k = top_k;
+    sp.top_p = top_p;
+    sp.seed = seed;
+    return sp;
+}
+
 py::dict hparams_dict(const Qwen35Hparams & hp) {
     py::dict d;
     d["n_vocab"] = hp.n_vocab;
@@ -270,11 +293,7 @@ PYBIND11_MODULE(_core, m) {
             "generate",
             [](TargetEngine & e, const std::vector<int32_t> & prompt, int max_tokens, float temperature, int top_k,
                float top_p, uint64_t seed, const std::vector<int32_t> & eog, py::function on_token) {
-                SamplingParams sp;
-                sp.temperature = temperature;
-                sp.top_k = top_k;
-                sp.top_p = top_p;
-                sp.seed = seed;
+                const SamplingParams sp = sampling(temperature, top_k, top_p, seed);
                 py::gil_scoped_release rel;
                 return e.generate(prompt, max_tokens, sp, eog, [&](int32_t tok) {
                     py::gil_scoped_acquire g;
@@ -350,11 +369,7 @@ PYBIND11_MODULE(_core, m) {
         .def(py::init([](TargetEngine & target, DraftEngine * draft, const std::vector<int32_t> & prompt,
                          int max_tokens, float temperature, int top_k, float top_p, uint64_t seed,
                          const std::vector<int32_t> & eog, int max_draft) {
-                 SamplingParams sp;
-                 sp.temperature = temperature;
-                 sp.top_k = top_k;
-                 sp.top_p = top_p;
-                 sp.seed = seed;
+                 const SamplingParams sp = sampling(temperature, top_k, top_p, seed);
                  ChainOptions opt;
                  opt.max_draft = max_draft;
                  return std::make_unique<DecodeSession>(target, draft, prompt, max_tokens, sp, eog, opt);
@@ -369,31 +384,14 @@ PYBIND11_MODULE(_core, m) {
              })
         .def_property_readonly("done", &DecodeSession::done)
         .def_property_readonly("stats", [](const DecodeSession & s) { return s.stats(); })
-        .def_property_readonly("spec", [](const DecodeSession & s) {
-            const SpecStats & ss = s.spec();
-            py::dict spec;
-            spec["drafts"] = ss.drafts;
-            spec["draft_tokens"] = ss.draft_tokens;
-            spec["accepted"] = ss.accepted;
-            spec["accepted_per_pos"] = ss.accepted_per_pos;
-            spec["target_forwards"] = ss.target_forwards;
-            spec["acceptance_length"] = ss.acceptance_length();
-            spec["draft_ms"] = ss.draft_ms;
-            spec["verify_ms"] = ss.verify_ms;
-            spec["commit_ms"] = ss.commit_ms;
-            return spec;
-        });
+        .def_property_readonly("spec", [](const DecodeSession & s) { return spec_dict(s.spec()); });
 
     m.def(
         "generate_chain",
         [](TargetEngine & target, DraftEngine & draft, const std::vector<int32_t> & prompt, int max_tokens,
            float temperature, int top_k, float top_p, uint64_t seed, const std::vector<int32_t> & eog,
            py::function on_token, int max_draft, py::object rewrite_drafts) {
-            SamplingParams sp;
-            sp.temperature = temperature;
-            sp.top_k = top_k;
-            sp.top_p = top_p;
-            sp.seed = seed;
+            const SamplingParams sp = sampling(temperature, top_k, top_p, seed);
             ChainOptions opt;
             opt.max_draft = max_draft;
             if (!rewrite_drafts.is_none()) {
@@ -414,17 +412,7 @@ PYBIND11_MODULE(_core, m) {
                     },
                     opt, ss);
             }
-            py::dict spec;
-            spec["drafts"] = ss.drafts;
-            spec["draft_tokens"] = ss.draft_tokens;
-            spec["accepted"] = ss.accepted;
-            spec["accepted_per_pos"] = ss.accepted_per_pos;
-            spec["target_forwards"] = ss.target_forwards;
-            spec["acceptance_length"] = ss.acceptance_length();
-            spec["draft_ms"] = ss.draft_ms;
-            spec["verify_ms"] = ss.verify_ms;
-            spec["commit_ms"] = ss.commit_ms;
-            return py::make_tuple(st, spec);
+            return py::make_tuple(st, spec_dict(ss));
         },
         py::arg("target"), py::arg("draft"), py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"),
         py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("eog_tokens"), py::arg("on_token"),

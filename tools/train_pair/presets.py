@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from dflash.synth.presets import get_preset
 from dflash.synth.qwen35 import Qwen35Config
 
 
@@ -51,22 +52,7 @@ PRESETS: dict[str, Preset] = {
     # The synth "small" shape (about 27M parameters; q8_0 target + drafter stay under 40 MB):
     # 6 GDN + 2 gated-attention layers; a 3-layer drafter (sliding, sliding, full).
     "default": Preset(
-        target=Qwen35Config(
-            name="dflash-pair-target",
-            hidden=512,
-            n_layer=8,
-            n_ff=1024,
-            n_head=8,
-            n_head_kv=2,
-            head_dim=128,
-            rope_dim=32,
-            full_attention_interval=4,
-            n_v_heads=8,
-            n_k_heads=4,
-            ssm_state=64,
-            context_length=32768,
-            n_vocab=VOCAB,
-        ),
+        target=replace(get_preset("small").config, name="dflash-pair-target", n_vocab=VOCAB),
         train=TrainSettings(seq_len=1024, batch=64, lr=2e-3),
     ),
     "tiny": Preset(
