@@ -282,6 +282,23 @@ PYBIND11_MODULE(_core, m) {
                  py::gil_scoped_release rel;
                  e.commit(n_accept);
              })
+        .def(
+            "verify_tree",
+            [](TargetEngine & e, const std::vector<int32_t> & tokens, const std::vector<int32_t> & parents) {
+                if (tokens.size() != parents.size()) throw InvalidParameter("tokens and parents differ in length");
+                ForwardResult r;
+                {
+                    py::gil_scoped_release rel;
+                    r = e.verify_tree(tokens.data(), parents, true, {});
+                }
+                return py::make_tuple(logits_array(std::move(r.logits), e.hparams().n_vocab), r.argmax);
+            },
+            py::arg("tokens"), py::arg("parents"))
+        .def("commit_path",
+             [](TargetEngine & e, const std::vector<int32_t> & path) {
+                 py::gil_scoped_release rel;
+                 e.commit_path(path);
+             })
         .def_property_readonly("pending", &TargetEngine::pending)
         .def("recurrent_state",
              [](const TargetEngine & e, int layer) {

@@ -231,22 +231,46 @@ ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model,
     return gf;
 }
 
+ggml_cgraph * build_qwen35_kv_compact(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
+                                      ggml_tensor * src_rows, ggml_tensor * dst_rows) {
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 1024, false);
+    for (int il = 0; il < model.hp.n_layer; ++il) {
+        if (model.hp.is_recurrent[il]) continue;
+        for (ggml_tensor * c : {cache.k[il], cache.v[il]}) {
+            // gather first (a copy), then scatter: sources and destinations may overlap
+            ggml_tensor * rows = ggml_get_rows(ctx, c, src_rows);
+            ggml_build_forward_expand(gf, ggml_set_rows(ctx, c, rows, dst_rows));
+        }
+    }
+    return gf;
+}
+
 void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const ForwardSpec & spec,
                        const int32_t * tokens) {
     const int n = spec.n_tokens;
     ggml_backend_tensor_set(g.tokens, tokens, 0, sizeof(int32_t) * n);
     std::vector<int32_t> pos(4 * (size_t)n, 0);
     std::vector<int64_t> idx(n);
+    const bool tree = !spec.tree_parents.empty();
+    std::vector<int> depth(n, 0);
     for (int i = 0; i < n; ++i) {
-        pos[i] = pos[n + i] = pos[2 * n + i] = spec.n_past + i;
-        idx[i] = spec.n_past + i;
+        if (tree && spec.tree_parents[i] >= 0) depth[i] = depth[spec.tree_parents[i]] + 1;
+        const int p = spec.n_past + (tree ? depth[i] : i);
+        pos[i] = pos[n + i] = pos[2 * n + i] = p;
+        idx[i] = spec.n_past + i;  // cache rows: one per token, in forward order
     }
     ggml_backend_tensor_set(g.pos, pos.data(), 0, sizeof(int32_t) * pos.size());
     ggml_backend_tensor_set(g.kv_idx, idx.data(), 0, sizeof(int64_t) * idx.size());
     std::vector<ggml_fp16_t> mask((size_t)g.n_kv * n);
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
     for (int i = 0; i < n; ++i) {
-        for (int j = 0; j < g.n_kv; ++j) mask[(size_t)i * g.n_kv + j] = j <= spec.n_past + i ? zero : ninf;
+        ggml_fp16_t * row = mask.data() + (size_t)i * g.n_kv;
+        if (!tree) {
+            for (int j = 0; j < g.n_kv; ++j) row[j] = j <= spec.n_past + i ? zero : ninf;
+            continue;
+        }
+        for (int j = 0; j < g.n_kv; ++j) row[j] = j < spec.n_past ? zero : ninf;
+        for (int a = i; a >= 0; a = spec.tree_parents[a]) row[spec.n_past + a] = zero;  // ancestors-or-self
     }
     ggml_backend_tensor_set(g.mask, mask.data(), 0, sizeof(ggml_fp16_t) * mask.size());
     if (g.k_rot) {

@@ -20,6 +20,10 @@ struct ForwardSpec {
     // Speculative verify: keep the recurrent state as it was and save the delta-rule inputs
     // and conv window into the cache's verify scratch for a later commit.
     bool defer_recurrent = false;
+    // DDTree verify: parents[i] is the index of token i's parent in this forward (-1 for the
+    // root, token 0). Positions become n_past + depth and each token attends to the committed
+    // prefix plus its ancestors-or-self. Empty: a plain causal chain.
+    std::vector<int32_t> tree_parents;
 };
 
 struct ForwardGraph {
@@ -48,6 +52,11 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
 // the delta rule from the saved inputs, the conv state from the saved window.
 ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
                                   int n_accept);
+
+// Moves attention K/V rows src[d] -> dst0 + d in every attention layer (a tree verify's
+// accepted path becoming consecutive positions; valid because RoPE depends only on depth).
+ggml_cgraph * build_qwen35_kv_compact(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
+                                      ggml_tensor * src_rows, ggml_tensor * dst_rows);
 
 // Fills the inputs after the graph is allocated (causal mask over the committed prefix).
 void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const ForwardSpec & spec,

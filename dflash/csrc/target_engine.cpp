@@ -124,6 +124,7 @@ void TargetEngine::drop_cached_graph() {
 void TargetEngine::reset() {
     cache_->clear();
     pending_n_ = 0;
+    pending_parents_.clear();
 }
 
 void TargetEngine::check_fits(int n_new) const {
@@ -148,6 +149,7 @@ ForwardResult TargetEngine::verify(const int32_t * tokens, int n, bool want_logi
 
 void TargetEngine::commit(int a) {
     if (pending_n_ == 0) throw InvalidParameter("commit without a pending verify");
+    if (!pending_parents_.empty()) throw InvalidParameter("a tree verify is pending: use commit_path");
     if (a < 1 || a > pending_n_) {
         throw InvalidParameter("commit of " + std::to_string(a) + " tokens; the verify had " +
                                std::to_string(pending_n_));
@@ -176,8 +178,70 @@ std::pair<std::vector<float>, std::vector<float>> TargetEngine::recurrent_state(
     return {conv, ssm};
 }
 
+ForwardResult TargetEngine::verify_tree(const int32_t * tokens, const std::vector<int32_t> & parents, bool want_logits,
+                                        const std::vector<int> & capture_layers) {
+    const int n = (int)parents.size();
+    if (n < 1 || n > cfg_.n_verify_max) {
+        throw InvalidParameter("tree of " + std::to_string(n) + " tokens; n_verify_max is " +
+                               std::to_string(cfg_.n_verify_max));
+    }
+    if (parents[0] != -1) throw InvalidParameter("the tree's first token is the root: its parent must be -1");
+    for (int i = 1; i < n; ++i) {
+        if (parents[i] < 0 || parents[i] >= i) {
+            throw InvalidParameter("tree parent of token " + std::to_string(i) + " must be in [0, " +
+                                   std::to_string(i) + ")");
+        }
+    }
+    if (model_->hp.n_recurrent_layers() > 0) {
+        throw InvalidParameter("tree verify of Gated DeltaNet layers needs the tree ops (not implemented yet)");
+    }
+    ForwardResult r = run_forward(tokens, n, true, want_logits, capture_layers, true, parents);
+    pending_n_ = n;
+    pending_parents_ = parents;
+    return r;
+}
+
+void TargetEngine::commit_path(const std::vector<int32_t> & path) {
+    if (pending_n_ == 0 || pending_parents_.empty())
+        throw InvalidParameter("commit_path without a pending tree verify");
+    if (path.empty() || path[0] != 0) throw InvalidParameter("a path starts at the root (node 0)");
+    for (size_t d = 1; d < path.size(); ++d) {
+        if (path[d] <= 0 || path[d] >= pending_n_ || pending_parents_[path[d]] != path[d - 1]) {
+            throw InvalidParameter("path node " + std::to_string(path[d]) + " is not a child of the node before it");
+        }
+    }
+    const int start = cache_->n_past - pending_n_;
+    const int n = (int)path.size();
+    std::vector<int32_t> src(n);  // get_rows takes i32 rows, set_rows i64
+    std::vector<int64_t> dst(n);
+    for (int d = 0; d < n; ++d) {
+        src[d] = start + path[d];
+        dst[d] = start + d;
+    }
+    ggml_init_params p = {commit_mem_.size(), commit_mem_.data(), true};
+    ggml_context * ctx = ggml_init(p);
+    ggml_tensor * s_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+    ggml_tensor * d_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
+    ggml_set_input(s_rows);
+    ggml_set_input(d_rows);
+    ggml_cgraph * gf = build_qwen35_kv_compact(ctx, *model_, *cache_, s_rows, d_rows);
+    ggml_backend_sched_reset(commit_sched_);
+    bool ok = ggml_backend_sched_alloc_graph(commit_sched_, gf);
+    if (ok) {
+        ggml_backend_tensor_set(s_rows, src.data(), 0, sizeof(int32_t) * n);
+        ggml_backend_tensor_set(d_rows, dst.data(), 0, sizeof(int64_t) * n);
+        ok = ggml_backend_sched_graph_compute(commit_sched_, gf) == GGML_STATUS_SUCCESS;
+    }
+    ggml_free(ctx);
+    if (!ok) throw EngineError("the backend failed to compact the accepted path");
+    cache_->n_past = start + n;
+    pending_n_ = 0;
+    pending_parents_.clear();
+}
+
 ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
-                                        const std::vector<int> & capture_layers, bool defer) {
+                                        const std::vector<int> & capture_layers, bool defer,
+                                        const std::vector<int32_t> & tree_parents) {
     if (pending_n_ > 0) throw InvalidParameter("a verify is pending: commit it before the next forward");
     const auto & hp = model_->hp;
     if (n < 1 || n > (all_logits ? cfg_.n_logits_batch : cfg_.n_batch)) {
@@ -199,6 +263,7 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
     spec.all_logits = all_logits;
     spec.capture_layers = capture_layers;
     spec.defer_recurrent = defer;
+    spec.tree_parents = tree_parents;
 
     const int n_kv = padded_n_kv(spec.n_past + n, cache_->cfg.n_ctx);
     const bool reuse = cached_.ctx && cached_.n_tokens == n && cached_.n_kv == n_kv &&

@@ -71,6 +71,14 @@ class TargetEngine {
     // exactly the state after them, and the context ends there.
     void commit(int n_accept);
     bool pending() const { return pending_n_ > 0; }
+    // DDTree verify: tokens[0] is the anchor (parent -1), parents[i] < i. Every node's logits
+    // are those of the sequence prefix + its root-to-node path. Only for targets without Gated
+    // DeltaNet layers until the tree ops exist (issue 4): others get InvalidParameter.
+    ForwardResult verify_tree(const int32_t * tokens, const std::vector<int32_t> & parents, bool want_logits,
+                              const std::vector<int> & capture_layers);
+    // Keep the root-to-node path (node indices, starting with 0) of the pending tree verify:
+    // its K/V rows move to consecutive positions.
+    void commit_path(const std::vector<int32_t> & path);
     // Copies of one GDN layer's recurrent state (conv window, delta-rule state) for tests.
     std::pair<std::vector<float>, std::vector<float>> recurrent_state(int layer) const;
     // From a clean state: every token's logits for the sequence (n x n_vocab), chunked.
@@ -101,11 +109,13 @@ class TargetEngine {
     } cached_;
     void drop_cached_graph();
     ForwardResult run_forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
-                              const std::vector<int> & capture_layers, bool defer);
+                              const std::vector<int> & capture_layers, bool defer,
+                              const std::vector<int32_t> & tree_parents = {});
     // Commit graphs run on their own scheduler so the cached decode graph stays allocated.
     ggml_backend_sched_t commit_sched_ = nullptr;
     std::vector<uint8_t> commit_mem_;
-    int pending_n_ = 0;  // tokens of an uncommitted verify
+    int pending_n_ = 0;                     // tokens of an uncommitted verify
+    std::vector<int32_t> pending_parents_;  // of an uncommitted tree verify (empty: chain)
     MemoryPlan plan_;
 };
 
