@@ -1,8 +1,9 @@
-"""DDTree verify on the target, attention part: a tree of drafts in one forward (positions =
-start + depth, mask = committed prefix + ancestors-or-self) gives at every node the logits of
-the plain sequence prompt + root-to-node path, and committing a path moves its K/V rows to
-consecutive positions so decoding continues exactly. Tested on an all-attention qwen35 model
-(full_attention_interval 1); Gated DeltaNet layers need the tree ops and are refused for now."""
+"""DDTree verify on the target: a tree of drafts in one forward (positions = start + depth,
+attention mask = committed prefix + ancestors-or-self, Gated DeltaNet layers run per
+root-to-leaf path) gives at every node the logits of the plain sequence prompt + root-to-node
+path; committing a path moves its K/V rows to consecutive positions and replays the recurrent
+state along it, so decoding continues exactly. Tested on an all-attention qwen35 model and on
+the hybrid tiny models."""
 
 from __future__ import annotations
 
@@ -50,13 +51,11 @@ trees = st.integers(2, 24).flatmap(
 )
 
 
-@settings(max_examples=15, deadline=None)
-@given(trees)
-def test_tree_logits_and_commit_equal_the_sequence(attn_model: Path, case: tuple) -> None:
+def _check_tree(model: Path, case: tuple) -> None:
     n, seeds, tokens, pick = case
     parents = [-1] + [s % i for i, s in zip(range(1, n), seeds, strict=True)]
     prompt = [7, 8, 9, 10, 11, 12]
-    spec, ar = _engine(attn_model), _engine(attn_model)
+    spec, ar = _engine(model), _engine(model)
     spec.forward(prompt, False)
     logits, _ = spec.verify_tree(tokens, parents)
     bound = TOL * (1 + float(np.abs(logits).max()))
@@ -74,7 +73,20 @@ def test_tree_logits_and_commit_equal_the_sequence(attn_model: Path, case: tuple
     assert float(np.abs(after[0] - ref).max()) <= TOL * (1 + float(np.abs(ref).max()))
 
 
-def test_tree_guards(attn_model: Path, synth_model) -> None:
+@settings(max_examples=15, deadline=None)
+@given(trees)
+def test_tree_on_attention_only_model(attn_model: Path, case: tuple) -> None:
+    _check_tree(attn_model, case)
+
+
+@pytest.mark.parametrize("preset", ["tiny-a", "tiny-b"])
+@settings(max_examples=12, deadline=None)
+@given(case=trees)
+def test_tree_on_hybrid_model(synth_model, preset: str, case: tuple) -> None:
+    _check_tree(synth_model(preset, "f32"), case)
+
+
+def test_tree_guards(attn_model: Path) -> None:
     eng = _engine(attn_model)
     eng.forward([1, 2, 3], False)
     with pytest.raises(_core.InvalidParameterError, match="parent must be -1"):
@@ -88,7 +100,3 @@ def test_tree_guards(attn_model: Path, synth_model) -> None:
         eng.commit_path([0, 1, 2])
     eng.commit_path([0, 2])
     assert eng.n_past == 5
-    hybrid = _engine(synth_model("tiny-b", "f32"))
-    hybrid.forward([1, 2, 3], False)
-    with pytest.raises(_core.InvalidParameterError, match="Gated DeltaNet"):
-        hybrid.verify_tree([1, 2], [-1, 0])

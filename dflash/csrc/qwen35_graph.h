@@ -36,11 +36,27 @@ struct ForwardGraph {
     ggml_tensor * mask = nullptr;    // f16 [n_kv, n_tokens]
     ggml_tensor * k_rot = nullptr;   // Hadamard matrices for quantised K/V (or null)
     ggml_tensor * v_rot = nullptr;
+    // tree verify with Gated DeltaNet layers: the tree as root-to-leaf paths
+    ggml_tensor * tree_gather = nullptr;   // i32 [depth * paths]: token of (path, depth)
+    ggml_tensor * tree_scatter = nullptr;  // i32 [n_tokens]: (path, depth) slot of each token
     // outputs
     ggml_tensor * logits = nullptr;  // f32 [n_vocab, n_out]
     ggml_tensor * argmax = nullptr;  // i32 [n_out]
     std::vector<ggml_tensor *> captures;
 };
+
+// Node capacity of the commit graphs (recurrent replay + K/V compaction).
+constexpr int COMMIT_GRAPH_NODES = 8192;
+
+// A tree as its root-to-leaf paths, padded to the same length by repeating the leaf (a causal
+// recurrence's outputs before the padding do not see it).
+struct TreePaths {
+    int depth = 0;                 // tokens per path (max depth + 1)
+    int paths = 0;                 // leaves
+    std::vector<int32_t> gather;   // [paths * depth]: token index at (path, depth)
+    std::vector<int32_t> scatter;  // [n]: path * depth + depth(token) of one path through it
+};
+TreePaths tree_paths(const std::vector<int32_t> & parents);
 
 // Attended cache rows for a forward ending at n_end tokens (padded for the CUDA FA kernels).
 int padded_n_kv(int n_end, int n_ctx);
@@ -55,6 +71,11 @@ ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model,
 
 // Moves attention K/V rows src[d] -> dst0 + d in every attention layer (a tree verify's
 // accepted path becoming consecutive positions; valid because RoPE depends only on depth).
+// The recurrent part of committing a tree path: replays the path's saved delta-rule inputs
+// and rebuilds the conv state from the path's inputs (rows: path token indices, i32 [a]).
+void build_qwen35_commit_tree(ggml_context * ctx, ggml_cgraph * gf, const Qwen35Model & model,
+                              const TargetCache & cache, ggml_tensor * rows);
+
 ggml_cgraph * build_qwen35_kv_compact(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
                                       ggml_tensor * src_rows, ggml_tensor * dst_rows);
 

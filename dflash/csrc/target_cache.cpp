@@ -6,14 +6,14 @@
 namespace dflash {
 
 TargetCache::TargetCache(const Qwen35Hparams & hp, const TargetCacheConfig & c) : cfg(c) {
-    ggml_init_params p = {ggml_tensor_overhead() * (size_t)(10 * hp.n_layer + 8), nullptr, true};
+    ggml_init_params p = {ggml_tensor_overhead() * (size_t)(12 * hp.n_layer + 8), nullptr, true};
     ctx_ = ggml_init(p);
     const int64_t kv_row = hp.head_dim * hp.n_head_kv;
     k.assign(hp.n_layer, nullptr);
     v.assign(hp.n_layer, nullptr);
     conv.assign(hp.n_layer, nullptr);
     ssm.assign(hp.n_layer, nullptr);
-    for (auto * v : {&vq, &vk, &vv, &vg, &vb, &vconv}) v->assign(hp.n_layer, nullptr);
+    for (auto * v : {&vq, &vk, &vv, &vg, &vb, &vconv, &vx}) v->assign(hp.n_layer, nullptr);
     const int64_t nv = cfg.n_verify_max, S = hp.ssm_d_state;
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         if (!hp.is_recurrent[il]) {
@@ -32,7 +32,8 @@ TargetCache::TargetCache(const Qwen35Hparams & hp, const TargetCacheConfig & c) 
             vg[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, 1, hp.ssm_n_v_heads, nv);
             vb[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, 1, hp.ssm_n_v_heads, nv);
             vconv[il] = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.ssm_d_conv - 1 + nv, hp.conv_channels());
-            for (auto * t : {vq[il], vk[il], vv[il], vg[il], vb[il], vconv[il]}) rs_tensors_.push_back(t);
+            vx[il] = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.conv_channels(), nv);
+            for (auto * t : {vq[il], vk[il], vv[il], vg[il], vb[il], vconv[il], vx[il]}) rs_tensors_.push_back(t);
         }
     }
 }

@@ -41,6 +41,7 @@ class TargetCache {
     std::vector<ggml_tensor *> vv;      // [S, H_v, n_verify_max]
     std::vector<ggml_tensor *> vg, vb;  // [1, H_v, n_verify_max] (log-decay, beta)
     std::vector<ggml_tensor *> vconv;   // [d_conv-1 + n_verify_max, channels]: old state + inputs
+    std::vector<ggml_tensor *> vx;      // [channels, n_verify_max]: each token's conv input (tree)
 
   private:
     ggml_context * ctx_ = nullptr;

@@ -75,8 +75,9 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     if (backends_->is_gpu) bks.push_back(backends_->cpu);
     graph_mem_.resize(ggml_tensor_overhead() * 32768 + ggml_graph_overhead_custom(16384, false));
     sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), 16384, false, true);
-    commit_sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), 2048, false, true);
-    commit_mem_.resize(ggml_tensor_overhead() * 8192 + ggml_graph_overhead_custom(2048, false));
+    commit_sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), COMMIT_GRAPH_NODES, false, true);
+    commit_mem_.resize(ggml_tensor_overhead() * COMMIT_GRAPH_NODES +
+                       ggml_graph_overhead_custom(COMMIT_GRAPH_NODES, false));
 
     // Compute: measure the worst cases (a full prefill chunk at the end of the context, and an
     // all-logits chunk), check them against what weights and caches leave, then reserve both so
@@ -192,9 +193,6 @@ ForwardResult TargetEngine::verify_tree(const int32_t * tokens, const std::vecto
                                    std::to_string(i) + ")");
         }
     }
-    if (model_->hp.n_recurrent_layers() > 0) {
-        throw InvalidParameter("tree verify of Gated DeltaNet layers needs the tree ops (not implemented yet)");
-    }
     ForwardResult r = run_forward(tokens, n, true, want_logits, capture_layers, true, parents);
     pending_n_ = n;
     pending_parents_ = parents;
@@ -224,12 +222,16 @@ void TargetEngine::commit_path(const std::vector<int32_t> & path) {
     ggml_tensor * d_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
     ggml_set_input(s_rows);
     ggml_set_input(d_rows);
+    ggml_tensor * p_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);  // path tokens in the verify scratch
+    ggml_set_input(p_rows);
     ggml_cgraph * gf = build_qwen35_kv_compact(ctx, *model_, *cache_, s_rows, d_rows);
+    if (model_->hp.n_recurrent_layers() > 0) build_qwen35_commit_tree(ctx, gf, *model_, *cache_, p_rows);
     ggml_backend_sched_reset(commit_sched_);
     bool ok = ggml_backend_sched_alloc_graph(commit_sched_, gf);
     if (ok) {
         ggml_backend_tensor_set(s_rows, src.data(), 0, sizeof(int32_t) * n);
         ggml_backend_tensor_set(d_rows, dst.data(), 0, sizeof(int64_t) * n);
+        if (model_->hp.n_recurrent_layers() > 0) ggml_backend_tensor_set(p_rows, path.data(), 0, sizeof(int32_t) * n);
         ok = ggml_backend_sched_graph_compute(commit_sched_, gf) == GGML_STATUS_SUCCESS;
     }
     ggml_free(ctx);
@@ -266,8 +268,15 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
     spec.tree_parents = tree_parents;
 
     const int n_kv = padded_n_kv(spec.n_past + n, cache_->cfg.n_ctx);
+    // A tree through Gated DeltaNet layers changes the graph with its (depth, paths).
+    std::pair<int, int> tree_shape = {0, 0};
+    if (!tree_parents.empty() && hp.n_recurrent_layers() > 0) {
+        const TreePaths tp = tree_paths(tree_parents);
+        tree_shape = {tp.depth, tp.paths};
+    }
     const bool reuse = cached_.ctx && cached_.n_tokens == n && cached_.n_kv == n_kv &&
-                       cached_.all_logits == all_logits && cached_.captures == capture_layers && cached_.defer == defer;
+                       cached_.all_logits == all_logits && cached_.captures == capture_layers &&
+                       cached_.defer == defer && cached_.tree_shape == tree_shape;
     if (!reuse) {
         drop_cached_graph();
         ggml_init_params p = {graph_mem_.size(), graph_mem_.data(), true};
@@ -287,6 +296,7 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
         cached_.all_logits = all_logits;
         cached_.captures = capture_layers;
         cached_.defer = defer;
+        cached_.tree_shape = tree_shape;
     }
     const ForwardGraph & g = cached_.g;
     set_qwen35_inputs(g, *model_, spec, tokens);

@@ -72,8 +72,8 @@ class TargetEngine {
     void commit(int n_accept);
     bool pending() const { return pending_n_ > 0; }
     // DDTree verify: tokens[0] is the anchor (parent -1), parents[i] < i. Every node's logits
-    // are those of the sequence prefix + its root-to-node path. Only for targets without Gated
-    // DeltaNet layers until the tree ops exist (issue 4): others get InvalidParameter.
+    // are those of the sequence prefix + its root-to-node path (Gated DeltaNet layers run each
+    // root-to-leaf path as a sequence of the existing ops; the tree ops of issue 4 replace that).
     ForwardResult verify_tree(const int32_t * tokens, const std::vector<int32_t> & parents, bool want_logits,
                               const std::vector<int> & capture_layers);
     // Keep the root-to-node path (node indices, starting with 0) of the pending tree verify:
@@ -105,6 +105,7 @@ class TargetEngine {
         int n_tokens = -1, n_kv = -1;
         bool all_logits = false;
         bool defer = false;
+        std::pair<int, int> tree_shape = {0, 0};
         std::vector<int> captures;
     } cached_;
     void drop_cached_graph();
