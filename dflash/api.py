@@ -53,18 +53,26 @@ class Engine:
         self.model_path = str(model_path) if model_path is not None else str(default_model_path())
         self.draft_path = draft_path
         self.spec_options = dict(spec_options)
-        unknown = set(spec_options) - {"max_draft", "draft_kv_type", "all_bidirectional", "budget"}
+        unknown = set(spec_options) - {
+            "max_draft",
+            "draft_kv_type",
+            "all_bidirectional",
+            "budget",
+            "chain_seed",
+            "draft_top_k",
+        }
         if unknown:
             raise InvalidParameterError(f"unknown speculative option(s): {', '.join(sorted(unknown))}")
-        if spec_options.get("budget") not in (None, 0):
-            raise InvalidParameterError(
-                "DDTree (budget) is not available in this build yet; chain DFlash only"
-            )
+        # budget > 0: DDTree with that many draft nodes per step; else chain DFlash.
+        self.budget = int(spec_options.get("budget") or 0)
+        if not 0 <= self.budget <= 1023:
+            raise InvalidParameterError(f"budget must be in [0, 1023], got {self.budget}")
+        self.chain_seed = bool(spec_options.get("chain_seed", True))
         self.max_draft = int(spec_options.get("max_draft", 15))
         if not 0 <= self.max_draft <= 63:
             raise InvalidParameterError(f"max_draft must be in [0, 63], got {self.max_draft}")
         cfg = _core.EngineConfig()
-        cfg.n_verify_max = self.max_draft + 1
+        cfg.n_verify_max = max(self.max_draft, self.budget) + 1
         cfg.n_ctx = int(n_ctx)
         cfg.k_type = kv_type_k or kv_type
         cfg.v_type = kv_type_v or kv_type
@@ -93,6 +101,7 @@ class Engine:
             dcfg = _core.DraftEngineConfig()
             dcfg.kv_type = str(spec_options.get("draft_kv_type", "f16"))
             dcfg.all_bidirectional = bool(spec_options.get("all_bidirectional", False))
+            dcfg.top_k = int(spec_options.get("draft_top_k", 8))
             gguf_path = resolve_drafter(str(draft_path), self.model_path)
             self._draft = _core.DraftEngine(str(gguf_path), self._target, dcfg)
 
@@ -238,6 +247,8 @@ class _Run:
             self.seed,
             eng._eog,
             eng.max_draft,
+            eng.budget,
+            eng.chain_seed,
         )
         self.finish_reason = "length"
 

@@ -79,7 +79,7 @@ def _ours(
 
 
 def _chain(
-    path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a: argparse.Namespace
+    path: str, kv: str, prompt: list[int], n_gen: int, repeats: int, a: argparse.Namespace, budget: int = 0
 ) -> dict[str, Any]:
     """Chain DFlash with the given drafter. With --synthetic-accept L (bench only, labelled in the
     JSON) the drafts are rewritten from the autoregressive output so that each verify accepts
@@ -89,7 +89,7 @@ def _chain(
     cfg = _core.EngineConfig()
     cfg.n_ctx, cfg.k_type, cfg.v_type = a.n_ctx, kv, kv
     cfg.n_gpu_layers, cfg.n_threads, cfg.n_batch = a.n_gpu_layers, a.threads, a.n_batch
-    cfg.n_verify_max = a.max_draft + 1
+    cfg.n_verify_max = max(a.max_draft, budget) + 1
     eng = _core.TargetEngine(path, cfg)
     dcfg = _core.DraftEngineConfig()
     draft = _core.DraftEngine(a.draft, eng, dcfg)
@@ -109,14 +109,18 @@ def _chain(
     spec: dict[str, Any] = {}
     for r in range(repeats + 1):
         st, spec = _core.generate_chain(
-            eng, draft, prompt, n_gen, 0.0, 0, 1.0, 0, [], lambda t: True, a.max_draft, rewrite
+            eng, draft, prompt, n_gen, 0.0, 0, 1.0, 0, [], lambda t: True, a.max_draft, rewrite, budget
         )
         if r == 0:
             continue
         pp.append(len(prompt) / (st.prompt_ms / 1000))
         tg.append((st.n_generated - 1) / (st.predict_ms / 1000))
         al.append(spec["acceptance_length"])
-    out: dict[str, Any] = {"engine": "dflash-chain", "backend": eng.backend, "drafter": a.draft}
+    out: dict[str, Any] = {
+        "engine": f"dflash-ddtree-b{budget}" if budget else "dflash-chain",
+        "backend": eng.backend,
+        "drafter": a.draft,
+    }
     if a.synthetic_accept:
         out["synthetic_acceptance_length"] = a.synthetic_accept
     out["last_run"] = {
@@ -208,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-upstream", action="store_true", help="skip the in-process upstream baseline")
     ap.add_argument("--draft", default=None, help="drafter GGUF: also bench chain DFlash")
     ap.add_argument("--max-draft", type=int, default=15, help="draft tokens verified per step")
+    ap.add_argument("--budgets", default="", help="comma-separated DDTree budgets to sweep (with --draft)")
     ap.add_argument(
         "--synthetic-accept",
         type=int,
@@ -238,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = [_ours(path, kv, prompt, a.gen_tokens, a.repeats, a)]
         if a.draft:
             runs.append(_chain(path, kv, prompt, a.gen_tokens, a.repeats, a))
+            for b in (int(x) for x in a.budgets.split(",") if x.strip()):
+                runs.append(_chain(path, kv, prompt, a.gen_tokens, a.repeats, a, budget=b))
         if not a.no_upstream:
             runs.append(_upstream(path, kv, prompt, a.gen_tokens, a.repeats, a))
         if a.llama_bench:

@@ -182,5 +182,9 @@ def test_engine_api_with_drafter(pair, tmp_path, monkeypatch):
     spec2 = dflash.Engine(model_path=str(pair[0]), draft_path=str(zdir), n_ctx=256, n_threads=2)
     c = spec2.create_completion("def f(x):", max_tokens=48, temperature=0)
     assert c["choices"][0]["text"] == a["choices"][0]["text"]
+    # DDTree through the same API: same greedy text
+    tree = dflash.Engine(model_path=str(pair[0]), draft_path=str(pair[1]), n_ctx=256, n_threads=2, budget=12)
+    d = tree.create_completion("def f(x):", max_tokens=48, temperature=0)
+    assert d["choices"][0]["text"] == a["choices"][0]["text"] and d["timings"]["draft_n"] > 0
     with pytest.raises(dflash.InvalidParameterError):
-        dflash.Engine(model_path=str(pair[0]), draft_path=str(pair[1]), budget=16)
+        dflash.Engine(model_path=str(pair[0]), draft_path=str(pair[1]), budget=-1)

@@ -385,15 +385,17 @@ PYBIND11_MODULE(_core, m) {
     py::class_<DecodeSession>(m, "DecodeSession")
         .def(py::init([](TargetEngine & target, DraftEngine * draft, const std::vector<int32_t> & prompt,
                          int max_tokens, float temperature, int top_k, float top_p, uint64_t seed,
-                         const std::vector<int32_t> & eog, int max_draft) {
+                         const std::vector<int32_t> & eog, int max_draft, int budget, bool chain_seed) {
                  const SamplingParams sp = sampling(temperature, top_k, top_p, seed);
                  ChainOptions opt;
                  opt.max_draft = max_draft;
+                 opt.budget = budget;
+                 opt.chain_seed = chain_seed;
                  return std::make_unique<DecodeSession>(target, draft, prompt, max_tokens, sp, eog, opt);
              }),
              py::arg("target"), py::arg("draft"), py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"),
              py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("eog_tokens"), py::arg("max_draft") = 15,
-             py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
+             py::arg("budget") = 0, py::arg("chain_seed") = true, py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
         .def("step",
              [](DecodeSession & s) {
                  py::gil_scoped_release rel;
@@ -407,10 +409,12 @@ PYBIND11_MODULE(_core, m) {
         "generate_chain",
         [](TargetEngine & target, DraftEngine & draft, const std::vector<int32_t> & prompt, int max_tokens,
            float temperature, int top_k, float top_p, uint64_t seed, const std::vector<int32_t> & eog,
-           py::function on_token, int max_draft, py::object rewrite_drafts) {
+           py::function on_token, int max_draft, py::object rewrite_drafts, int budget, bool chain_seed) {
             const SamplingParams sp = sampling(temperature, top_k, top_p, seed);
             ChainOptions opt;
             opt.max_draft = max_draft;
+            opt.budget = budget;
+            opt.chain_seed = chain_seed;
             if (!rewrite_drafts.is_none()) {
                 opt.rewrite_drafts = [rewrite_drafts](int start, std::vector<int32_t> & drafts) {
                     py::gil_scoped_acquire g;
@@ -433,7 +437,8 @@ PYBIND11_MODULE(_core, m) {
         },
         py::arg("target"), py::arg("draft"), py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"),
         py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("eog_tokens"), py::arg("on_token"),
-        py::arg("max_draft") = 15, py::arg("rewrite_drafts") = py::none());
+        py::arg("max_draft") = 15, py::arg("rewrite_drafts") = py::none(), py::arg("budget") = 0,
+        py::arg("chain_seed") = true);
 
     py::class_<Vocab>(m, "Vocab")
         .def(py::init([](const std::string & path) {

@@ -1,6 +1,7 @@
 #include "decode_session.h"
 
 #include "errors.h"
+#include "tree_builder.h"
 
 #include <algorithm>
 #include <chrono>
@@ -52,8 +53,13 @@ DecodeSession::DecodeSession(TargetEngine & target, DraftEngine * draft, std::ve
     if (draft_) {
         if (opt.max_draft < 0) throw InvalidParameter("max_draft must be >= 0");
         max_draft_ = std::min({opt.max_draft, draft_->hparams().block_size - 1, target.config().n_verify_max - 1});
+        if (opt.budget < 0) throw InvalidParameter("budget must be >= 0");
+        if (opt.budget > target.config().n_verify_max - 1) {
+            throw InvalidParameter("budget " + std::to_string(opt.budget) +
+                                   " exceeds n_verify_max - 1 = " + std::to_string(target.config().n_verify_max - 1));
+        }
         layers_ = draft_->hparams().target_layers;
-        spec_.accepted_per_pos.assign(std::max(max_draft_, 0), 0);
+        spec_.accepted_per_pos.assign(opt.budget > 0 ? draft_->hparams().block_size - 1 : std::max(max_draft_, 0), 0);
     }
     st_.n_prompt = (int)prompt_.size();
     st_.stop_reason = "length";
@@ -160,6 +166,84 @@ std::vector<int32_t> DecodeSession::chain_step() {
     return emit(std::move(out));
 }
 
+std::vector<int32_t> DecodeSession::tree_step() {
+    const int64_t E = target_.hparams().n_embd;
+    const int start = target_.n_past();
+    const int room = target_.config().n_ctx - start;
+    // depth limit: the block, the token budget left, the context left
+    const int depth =
+        std::max(0, std::min({draft_->hparams().block_size - 1, max_tokens_ - st_.n_generated - 1, room - 1}));
+    const int budget = std::min(opt_.budget, room - 1);
+    std::vector<int32_t> tokens = {anchor_}, parents = {-1};
+    DraftTree tree;
+    double t = now_ms();
+    if (depth > 0 && budget > 0) {
+        DraftResult d = draft_->draft(anchor_, start, false);
+        const int K = draft_->config().top_k;
+        if (opt_.rewrite_drafts) {
+            // tests/benches: rewrite the top-1 candidate of each depth (the seeded chain)
+            std::vector<int32_t> top1(depth);
+            for (int dd = 0; dd < depth; ++dd) top1[dd] = d.top_ids[(size_t)dd * K];
+            opt_.rewrite_drafts(start, top1);
+            top1.resize(depth, 0);
+            for (int dd = 0; dd < depth; ++dd) {
+                int32_t * row = d.top_ids.data() + (size_t)dd * K;
+                const int32_t tok = std::clamp<int32_t>(top1[dd], 0, (int32_t)target_.hparams().n_vocab - 1);
+                for (int j = 1; j < K; ++j) {
+                    if (row[j] == tok) row[j] = row[0];  // keep the row free of duplicates
+                }
+                row[0] = tok;
+            }
+        }
+        build_tree(d.top_ids.data(), d.top_logp.data(), depth, K, budget, opt_.chain_seed, tree);
+        for (int i = 0; i < tree.size(); ++i) {
+            tokens.push_back(tree.tokens[i]);
+            parents.push_back(tree.parents[i] + 1);  // positions: 0 = the anchor, i+1 = node i
+        }
+        spec_.drafts++;
+        spec_.draft_tokens += tree.size();
+    }
+    spec_.draft_ms += now_ms() - t;
+
+    t = now_ms();
+    ForwardResult v = target_.verify_tree(tokens.data(), parents, !sp_.greedy(), layers_);
+    spec_.verify_ms += now_ms() - t;
+    spec_.target_forwards++;
+
+    // Walk: the target's choice at each position; follow the child that drafted it.
+    std::vector<int32_t> choices(tokens.size());
+    for (size_t p = 0; p < tokens.size(); ++p) choices[p] = pick(v, (int)p);
+    std::vector<int32_t> path = {0};
+    std::vector<int32_t> out;
+    if (tree.size() > 0) {
+        TreeWalk w = walk_tree(tree, choices.data(), (int)choices.size());
+        for (size_t d = 0; d < w.path.size(); ++d) {
+            path.push_back(w.path[d] + 1);
+            out.push_back(tree.tokens[w.path[d]]);
+            if (d < spec_.accepted_per_pos.size()) spec_.accepted_per_pos[d]++;
+        }
+        out.push_back(w.next_token);
+    } else {
+        out.push_back(choices[0]);
+    }
+    spec_.accepted += (int)path.size() - 1;
+
+    t = now_ms();
+    target_.commit_path(path);
+    ForwardResult rows_src;
+    rows_src.captures.resize(v.captures.size());
+    for (size_t l = 0; l < v.captures.size(); ++l) {
+        for (int32_t p : path) {
+            const float * src = v.captures[l].data() + (size_t)p * E;
+            rows_src.captures[l].insert(rows_src.captures[l].end(), src, src + E);
+        }
+    }
+    const auto rows = feature_rows(rows_src, E, (int)path.size());
+    draft_->inject(rows.data(), (int)path.size(), start);
+    spec_.commit_ms += now_ms() - t;
+    return emit(std::move(out));
+}
+
 std::vector<int32_t> DecodeSession::step() {
     if (done_) return {};
     if (!started_) return first_step();
@@ -167,7 +251,7 @@ std::vector<int32_t> DecodeSession::step() {
         done_ = true;
         return {};
     }
-    if (draft_) return chain_step();
+    if (draft_) return opt_.budget > 0 ? tree_step() : chain_step();
     ForwardResult r = target_.forward(&anchor_, 1, false, !sp_.greedy());
     spec_.target_forwards++;
     return emit({pick(r, 0)});

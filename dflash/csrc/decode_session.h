@@ -27,6 +27,7 @@ class DecodeSession {
   private:
     std::vector<int32_t> first_step();
     std::vector<int32_t> chain_step();
+    std::vector<int32_t> tree_step();
     // Keeps the tokens up to an end-of-generation token or the budget; marks the end.
     std::vector<int32_t> emit(std::vector<int32_t> toks);
     int32_t pick(const ForwardResult & r, int row);

@@ -24,7 +24,9 @@ struct SpecStats {
 };
 
 struct ChainOptions {
-    int max_draft = 15;  // draft tokens verified per step (<= block size - 1, <= n_verify_max - 1)
+    int max_draft = 15;      // draft tokens verified per step (<= block size - 1, <= n_verify_max - 1)
+    int budget = 0;          // > 0: DDTree - verify a tree of this many draft nodes (<= n_verify_max - 1)
+    bool chain_seed = true;  // DDTree: the top-1 chain is always in the tree
     // Tests and benches only: may rewrite the drafted tokens before the verify (to exercise
     // acceptance with random-weight models, or to impose a synthetic acceptance profile).
     std::function<void(int start, std::vector<int32_t> & drafts)> rewrite_drafts;
