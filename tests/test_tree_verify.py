@@ -67,6 +67,12 @@ def _check_tree(model: Path, case: tuple) -> None:
     path = _path_to(parents, pick % n)
     spec.commit_path(path)
     assert spec.n_past == len(prompt) + len(path)
+    # the committed recurrent state is the one of the plain sequence prompt + path
+    ar.eval_logits(prompt + [tokens[j] for j in path])
+    for layer, recurrent in enumerate(spec.hparams["is_recurrent"]):
+        if recurrent:
+            for got, want in zip(spec.recurrent_state(layer), ar.recurrent_state(layer), strict=True):
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     nxt = 99
     after, _, _ = spec.forward([nxt], True)
     ref = ar.eval_logits(prompt + [tokens[j] for j in path] + [nxt])[-1]
