@@ -3,6 +3,7 @@ plain engine, and the spec_decode_* metrics counting the drafts."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -53,3 +54,20 @@ def test_server_with_drafter(pair: tuple[Path, Path], make_server: Any) -> None:
         metrics = c.get("/metrics").text
     assert _metric(metrics, "spec_decode_num_draft_tokens_total") == r["timings"]["draft_n"]
     assert _metric(metrics, "spec_decode_num_drafts_total") > 0
+
+
+def test_server_with_ddtree_budget(pair: tuple[Path, Path], make_server: Any) -> None:
+    import dflash
+
+    plain = dflash.Engine(str(pair[0]), n_ctx=256, n_threads=1)
+    tree = dflash.Engine(str(pair[0]), draft_path=str(pair[1]), n_ctx=256, n_threads=1, budget=8)
+    body = {"prompt": "class A:", "max_tokens": 24, "temperature": 0, "stream": True}
+    expected = plain.create_completion(**{**body, "stream": False})["choices"][0]["text"]
+    srv = make_server(lambda: tree)
+    with srv.client() as c, c.stream("POST", "/v1/completions", json=body) as resp:
+        text = ""
+        for line in resp.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunk = json.loads(line[6:])
+                text += chunk["choices"][0]["text"]
+    assert text == expected
