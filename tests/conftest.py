@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,3 +40,41 @@ def _run_outside_the_source_tree(tmp_path_factory: pytest.TempPathFactory) -> It
     os.chdir(tmp_path_factory.mktemp("cwd"))
     yield
     os.chdir(old)
+
+
+MASK_TOKEN = 4091  # <|mask|> of the committed 4096-token vocabulary
+
+
+@pytest.fixture(scope="session")
+def drafter_pair(synth_model: ModelFactory, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """drafter_pair(seed, **drafter_fields) -> (tiny-b target, f32 drafter GGUF) for speculative
+    tests: a synthetic z-lab drafter (hidden 128, 2 layers, reading target layers 1, 4, 6) run
+    through convert-draft as users do; cached per arguments."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "convert"))
+    from dflash_convert import convert_draft
+    from dflash_convert.synthetic import write_synthetic_drafter
+
+    cache: dict[str, tuple[Path, Path]] = {}
+
+    def make(seed: int = 1, **fields: Any) -> tuple[Path, Path]:
+        key = f"{seed}-{sorted(fields.items())}"
+        if key not in cache:
+            target = synth_model("tiny-b", "f32")
+            d = tmp_path_factory.mktemp("drafter") / "drafter"
+            write_synthetic_drafter(
+                d,
+                seed=seed,
+                hidden=128,
+                vocab=4096,
+                mask_token_id=MASK_TOKEN,
+                num_target_layers=8,
+                target_layer_ids=(1, 4, 6),
+                n_layers=2,
+                **fields,
+            )
+            cache[key] = (target, convert_draft(d, d.parent / "drafter.gguf", outtype="f32", target=target))
+        return cache[key]
+
+    return make

@@ -11,29 +11,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from dflash_convert import convert_draft
-from dflash_convert.synthetic import write_synthetic_drafter
 
 from dflash import _core
 
-MASK_TOKEN = 4091
-
 
 @pytest.fixture(scope="module")
-def pair(synth_model: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    target = synth_model("tiny-b", "f32")
-    d = tmp_path_factory.mktemp("ddtree") / "drafter"
-    write_synthetic_drafter(
-        d,
-        seed=2,
-        hidden=128,
-        vocab=4096,
-        mask_token_id=MASK_TOKEN,
-        num_target_layers=8,
-        target_layer_ids=(1, 4, 6),
-        n_layers=2,
-    )
-    return target, convert_draft(d, d.parent / "drafter.gguf", outtype="f32", target=target)
+def pair(drafter_pair: Any) -> tuple[Path, Path]:
+    return drafter_pair(seed=2)
 
 
 def _engines(pair: tuple[Path, Path], n_verify_max: int) -> tuple[Any, Any]:

@@ -12,25 +12,8 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from dflash_convert import convert_draft
-    from dflash_convert.synthetic import write_synthetic_drafter
-
-    from dflash.synth import get_preset, write_qwen35_gguf
-
-    root = tmp_path_factory.mktemp("spec")
-    target = write_qwen35_gguf(root / "tiny-b.gguf", get_preset("tiny-b").config, seed=0)
-    write_synthetic_drafter(
-        root / "drafter",
-        seed=1,
-        hidden=128,
-        vocab=4096,
-        mask_token_id=4091,
-        num_target_layers=8,
-        target_layer_ids=(1, 4, 6),
-        n_layers=2,
-    )
-    return target, convert_draft(root / "drafter", root / "drafter.gguf", outtype="f32", target=target)
+def pair(drafter_pair: Any) -> tuple[Path, Path]:
+    return drafter_pair(seed=1)
 
 
 def _metric(text: str, name: str) -> float:
