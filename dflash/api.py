@@ -29,7 +29,12 @@ def _stop_list(stop: str | Sequence[str] | None) -> list[str]:
 
 
 class Engine:
-    """One loaded target model (and, later, its drafter). Not thread-safe: one call at a time."""
+    """One loaded target model and, optionally, its drafter. Not thread-safe: one call at a time.
+
+    With no `model_path`, the embedded default model loads, and with it the packaged drafter
+    (chain DFlash; `budget=N` for DDTree) unless `draft_path` is given or `default_draft=False`.
+    An explicit `model_path` never gets the packaged drafter: pass `draft_path` for speculation.
+    """
 
     def __init__(
         self,
@@ -45,13 +50,18 @@ class Engine:
         kv_type_k: str | None = None,
         kv_type_v: str | None = None,
         progress: bool = False,
+        default_draft: bool = True,
         **spec_options: Any,
     ) -> None:
-        from dflash.models import default_model_path
+        from dflash.models import default_draft_path, default_model_path
 
         _core.set_log_verbosity(verbose)
-        self.model_path = str(model_path) if model_path is not None else str(default_model_path())
-        self.draft_path = draft_path
+        if model_path is None:
+            model_path = str(default_model_path())
+            packaged = default_draft_path() if draft_path is None and default_draft else None
+            draft_path = str(packaged) if packaged is not None else draft_path
+        self.model_path = str(model_path)
+        self.draft_path = str(draft_path) if draft_path is not None else None
         self.spec_options = dict(spec_options)
         unknown = set(spec_options) - {
             "max_draft",

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from dflash import bench_upstream
+
 
 def _git_commit() -> str:
     if os.environ.get("DFLASH_COMMIT"):  # the GPU machine's copy of the tree has no git metadata
@@ -197,7 +199,24 @@ def _median(xs: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(x == "--pair" or x.startswith("--pair=") for x in args):
+        from dflash.bench_pair import main as pair_main
+
+        return pair_main(args)
+    if "--tree-steps" in args:
+        from dflash.bench_tree import main as tree_main
+
+        return tree_main([x for x in args if x != "--tree-steps"])
     ap = argparse.ArgumentParser(prog="dflash bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tree-steps", action="store_true", help="DDTree step cost per budget (bench_tree)")
+    ap.add_argument(
+        "--pair",
+        nargs="?",
+        metavar="DIR",
+        help="bench the trained target + drafter pair on its held-out prompts instead (dflash.bench_pair; "
+        "see `dflash bench --pair -h`)",
+    )
     ap.add_argument("-m", "--model", default=None, help="GGUF to bench (default: --preset)")
     ap.add_argument("--preset", default="tiny-b", help="synthetic preset written when no --model is given")
     ap.add_argument("--weight-type", default=None, help="weight type for --preset")
@@ -221,8 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         "tokens (acceptance length); measures engine speed apart from draft quality",
     )
     ap.add_argument("--llama-bench", default=None, help="path of upstream's llama-bench to run as well")
+    bench_upstream.add_arguments(ap)  # --llama-server, --synth-len
     ap.add_argument("-o", "--out", default=None, help="JSON output (default bench/results/<name>.json)")
     a = ap.parse_args(argv)
+    bench_upstream.check_args(a, ap)
 
     path = a.model
     if path is None:
@@ -249,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(_upstream(path, kv, prompt, a.gen_tokens, a.repeats, a))
         if a.llama_bench:
             runs.append(_llama_bench(a.llama_bench, path, kv, a))
+        if a.llama_server:
+            runs.extend(bench_upstream.server_runs(path, kv, prompt, a, runs))
         for r in runs:
             r["kv_type"] = kv
             r["prefill_tps_median"] = _median(r.get("prefill_tps", []))

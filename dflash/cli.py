@@ -10,6 +10,15 @@ from typing import Any
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--model", default=None, help="target GGUF (default: the embedded default model)")
+    p.add_argument(
+        "-md",
+        "--draft",
+        default=None,
+        help="drafter GGUF or z-lab directory (default: the packaged drafter, with the default model only)",
+    )
+    p.add_argument("--no-draft", action="store_true", help="no drafter, not even the packaged one")
+    p.add_argument("--max-draft", type=int, default=15, help="chain DFlash: draft tokens per step")
+    p.add_argument("--budget", type=int, default=0, help="DDTree draft nodes per step (0: chain DFlash)")
     p.add_argument("-c", "--n-ctx", type=int, default=4096)
     p.add_argument("--kv-type", default="f16", help="KV cache type: f16, q8_0, q4_0, bf16, f32")
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1, help="0 = CPU only")
@@ -22,6 +31,10 @@ def _engine(a: argparse.Namespace) -> Any:
 
     return Engine(
         model_path=a.model,
+        draft_path=None if a.no_draft else a.draft,
+        default_draft=not a.no_draft,
+        max_draft=a.max_draft,
+        budget=a.budget,
         n_ctx=a.n_ctx,
         kv_type=a.kv_type,
         n_gpu_layers=a.n_gpu_layers,
@@ -56,9 +69,10 @@ def cmd_generate(a: argparse.Namespace) -> int:
         last = c
     t = last.get("timings", {})
     sys.stdout.write("\n")
+    spec = f", acceptance length {t.get('acceptance_length', 0):.2f}" if eng.speculative else ""
     print(
         f"[{eng.backend}] prompt {t.get('prompt_n', 0)} tokens at {t.get('prompt_per_second', 0):.1f} t/s, "
-        f"generated {t.get('predicted_n', 0)} tokens at {t.get('predicted_per_second', 0):.1f} t/s",
+        f"generated {t.get('predicted_n', 0)} tokens at {t.get('predicted_per_second', 0):.1f} t/s{spec}",
         file=sys.stderr,
     )
     return 0
@@ -70,6 +84,7 @@ def cmd_info(a: argparse.Namespace) -> int:
         json.dumps(
             {
                 "model": eng.model_path,
+                "draft": eng.draft_path,
                 "backend": eng.backend,
                 "hparams": eng.hparams,
                 "memory_plan": eng.memory_plan,

@@ -78,3 +78,53 @@ def drafter_pair(synth_model: ModelFactory, tmp_path_factory: pytest.TempPathFac
         return cache[key]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def packaged_pair(drafter_pair: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A package-data pair folder (as tools/train_pair/install.py writes dflash/data/pair) made from
+    the synthetic tiny-b target and drafter: a stand-in export (GGUFs under the shipped names, a
+    summary, held-out code prompts, a card) run through the installer."""
+    import json
+    import shutil
+    import sys
+
+    tools = str(Path(__file__).resolve().parents[1] / "tools")
+    if tools not in sys.path:
+        sys.path.append(tools)
+    from train_pair.install import install
+
+    target, drafter = drafter_pair(seed=1)
+    export = tmp_path_factory.mktemp("export")
+    shutil.copyfile(target, export / "target-q8_0.gguf")
+    shutil.copyfile(drafter, export / "drafter-q8_0.gguf")
+    (export / "summary.json").write_text(json.dumps({"corpus": {"heldout_permille": 20}}))
+    code = [
+        "def fibonacci(n):\n    if n < 2:\n",
+        "class Stack:\n    def __init__(self):\n",
+        "import os\n\n\ndef main():\n",
+    ]
+    with open(export / "heldout_prompts.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"prompt": p, "prompt_tokens": 0}) + "\n" for p in code)
+    (export / "MODEL_CARD.md").write_text("# test pair\n")
+    dest = tmp_path_factory.mktemp("package-data") / "pair"
+    install(export, dest, n_code=3, n_prose=2)
+    return dest
+
+
+@pytest.fixture
+def use_packaged_pair(packaged_pair: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """dflash.models' package-data pair folder pointed at `packaged_pair` for one test."""
+    import dflash.models
+
+    monkeypatch.setattr(dflash.models, "PAIR_DIR", packaged_pair)
+    return packaged_pair
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How long the upstream programs built during this session took (test_upstream_draft_dflash)."""
+    import sys
+
+    built = getattr(sys.modules.get("dflash.upstream_tools"), "BUILD_SECONDS", {})
+    for name, seconds in built.items():
+        terminalreporter.write_line(f"dflash: built upstream {name} in {seconds:.0f} s")

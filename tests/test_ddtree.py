@@ -6,6 +6,7 @@ and branches off the chain, all run."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ import numpy as np
 import pytest
 
 from dflash import _core
+
+TEST_NGL = int(os.environ.get("DFLASH_TEST_NGL", "0"))  # 99 on the GPU machine
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +25,7 @@ def pair(drafter_pair: Any) -> tuple[Path, Path]:
 
 def _engines(pair: tuple[Path, Path], n_verify_max: int) -> tuple[Any, Any]:
     cfg = _core.EngineConfig()
-    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 512, 0, 1, n_verify_max
+    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 512, TEST_NGL, 1, n_verify_max
     target = _core.TargetEngine(str(pair[0]), cfg)
     dcfg = _core.DraftEngineConfig()
     dcfg.kv_type, dcfg.top_k = "f32", 4
@@ -141,3 +144,54 @@ def test_sampled_ddtree_matches_target_distribution(pair):
     tv = 0.5 * sum(abs(seen.get(key, 0) / n - joint.get(key, 0.0)) for key in set(joint) | set(seen))
     assert tv < 0.15, tv
     assert accepted > n // 4
+
+
+@pytest.mark.parametrize("budget", [0, 1, 8, 64])
+def test_step_statistics_are_consistent(pair, budget):
+    """SpecStats of chain (budget 0) and DDTree steps add up: every generated token after the
+    first comes from a decode step (accepted drafts + the target's own token), per-depth
+    acceptance counts steps whose accepted path reached that depth (non-increasing, summing to
+    the accepted tokens), and every step verifies its anchor plus its draft nodes."""
+    target, draft = _engines(pair, 65)
+    prompt = [11, 12, 13, 14, 15]
+    n = 48
+    ref = _ar(target, prompt, n + 20)
+    rng = np.random.default_rng(budget)
+
+    def rewrite(start: int, top1: list[int]) -> list[int]:
+        i = start - len(prompt) + 1
+        good = ref[i : i + len(top1)] + [0] * len(top1)
+        bad_at = int(rng.integers(1, 8))  # accepts of 0..7 drafts
+        return [t if j < bad_at else (t + 1) % 4096 for j, t in enumerate(good[: len(top1)])]
+
+    out: list[int] = []
+    st, spec = _core.generate_chain(
+        target, draft, prompt, n, 0.0, 0, 1.0, 0, [], lambda t: out.append(t) or True, 15, rewrite, budget
+    )
+    assert out == ref[:n] and st.n_generated == n
+    per = spec["accepted_per_pos"]
+    assert sum(per) == spec["accepted"] > 0
+    assert all(a >= b for a, b in zip(per, per[1:], strict=False))
+    assert per[0] <= spec["drafts"] <= spec["steps"]
+    assert spec["steps"] == spec["target_forwards"] - 1  # one prefill forward
+    assert spec["committed"] == n - 1 == spec["accepted"] + spec["steps"]
+    assert spec["verified_tokens"] == spec["draft_tokens"] + spec["steps"]
+    assert spec["tokens_per_forward"] == pytest.approx(spec["committed"] / spec["steps"])
+    assert spec["acceptance_length"] == pytest.approx(1 + spec["accepted"] / spec["drafts"])
+    assert spec["draft_tokens"] <= max(budget, 15) * spec["drafts"]
+    for k in ("draft_ms", "verify_ms", "commit_ms"):
+        assert spec[k] > 0, k
+    assert (spec["tree_ms"] > 0) == (budget > 0)
+
+    # The same through DecodeSession, stepped by hand with the rewrite hook.
+    rng = np.random.default_rng(budget)
+    s = _core.DecodeSession(
+        target, draft, prompt, n, 0.0, 0, 1.0, 0, [], budget=budget, rewrite_drafts=rewrite
+    )
+    got: list[int] = []
+    while not s.done:
+        got += s.step()
+    assert got == out
+    spec2 = s.spec
+    for k in ("steps", "committed", "accepted", "draft_tokens", "verified_tokens", "accepted_per_pos"):
+        assert spec2[k] == spec[k], k

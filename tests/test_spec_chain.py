@@ -8,6 +8,7 @@ random corruptions: every accept/reject path of the loop runs, including full ac
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ import numpy as np
 import pytest
 
 from dflash import _core
+
+TEST_NGL = int(os.environ.get("DFLASH_TEST_NGL", "0"))  # 99 on the GPU machine
+
 
 N_PROMPTS, N_GEN = 20, 128
 
@@ -27,7 +31,7 @@ def pair(drafter_pair: Any) -> tuple[Path, Path]:
 
 def _engines(pair: tuple[Path, Path]) -> tuple[_core.TargetEngine, _core.DraftEngine]:
     cfg = _core.EngineConfig()
-    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 512, 0, 2, 16
+    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 512, TEST_NGL, 2, 16
     target = _core.TargetEngine(str(pair[0]), cfg)
     dcfg = _core.DraftEngineConfig()
     dcfg.kv_type = "f32"

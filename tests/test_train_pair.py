@@ -349,3 +349,14 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     assert GGUFReader(out / "export" / "drafter-q8_0.gguf").fields["dflash.block_size"].contents() == 16
     # resuming a finished run redoes nothing
     assert main([*argv.split(), "--resume"]) == 0
+    # the export installs as package data and runs through `dflash bench --pair`, lossless
+    from train_pair.install import install
+
+    from dflash import bench_pair
+
+    install(out / "export", tmp_path / "pair", n_code=2, n_prose=1)
+    bench = ["--pair", str(tmp_path / "pair"), "-n", "16", "--budgets", "4", "--no-upstream-spec"]
+    assert bench_pair.main([*bench, "-ngl", "0", "-t", "1", "-o", str(tmp_path / "b.json")]) == 0
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert doc["prompts"]["kinds"] == {"code": 2, "prose": 1}
+    assert all(m["identical_to_ours_ar"] for m in doc["modes"] if m["mode"].startswith("ours"))

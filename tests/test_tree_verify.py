@@ -7,6 +7,7 @@ the hybrid tiny models."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 
 from dflash import _core
 from dflash.synth import get_preset, write_qwen35_gguf
+
+TEST_NGL = int(os.environ.get("DFLASH_TEST_NGL", "0"))  # 99 on the GPU machine
 
 TOL = 2e-3  # relative to 1 + max |logit|: batched vs single-token kernels round differently
 
@@ -29,7 +32,7 @@ def attn_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _engine(path: Path) -> _core.TargetEngine:
     cfg = _core.EngineConfig()
-    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 256, 0, 1, 32
+    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 256, TEST_NGL, 1, 32
     return _core.TargetEngine(str(path), cfg)
 
 

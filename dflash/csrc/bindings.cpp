@@ -2,6 +2,7 @@
 #include "draft_engine.h"
 #include "decode_session.h"
 #include "errors.h"
+#include "op_runner.h"
 #include "spec_chain.h"
 #include "target_engine.h"
 #include "tree_builder.h"
@@ -12,6 +13,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include <chrono>
+#include <memory>
 
 namespace py = pybind11;
 using namespace dflash;
@@ -33,11 +37,32 @@ py::dict spec_dict(const SpecStats & ss) {
     spec["accepted"] = ss.accepted;
     spec["accepted_per_pos"] = ss.accepted_per_pos;
     spec["target_forwards"] = ss.target_forwards;
+    spec["steps"] = ss.steps;
+    spec["verified_tokens"] = ss.verified_tokens;
+    spec["committed"] = ss.committed;
+    spec["tokens_per_forward"] = ss.tokens_per_forward();
     spec["acceptance_length"] = ss.acceptance_length();
     spec["draft_ms"] = ss.draft_ms;
+    spec["tree_ms"] = ss.tree_ms;
     spec["verify_ms"] = ss.verify_ms;
     spec["commit_ms"] = ss.commit_ms;
     return spec;
+}
+
+// Python callable (start, drafts) -> drafts as the C++ rewrite hook (tests and benches only). The
+// hook is copied without the GIL (into the session), so it holds the callable through a shared_ptr
+// whose last owner is released with the GIL held (the binding's own ChainOptions or the session).
+std::function<void(int, std::vector<int32_t> &)> rewrite_hook(const py::object & fn) {
+    if (fn.is_none()) return {};
+    auto f = std::make_shared<py::object>(fn);
+    return [f](int start, std::vector<int32_t> & drafts) {
+        py::gil_scoped_acquire g;
+        drafts = (*f)(start, drafts).cast<std::vector<int32_t>>();
+    };
+}
+
+double elapsed_ms(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 SamplingParams sampling(float temperature, int top_k, float top_p, uint64_t seed) {
@@ -170,6 +195,39 @@ PYBIND11_MODULE(_core, m) {
 
     m.def("set_log_verbosity", &set_log_verbosity, py::arg("verbose"));
 
+    // ggml_ext op tests: run one tree op on the CPU or the GPU (arrays in numpy order).
+    using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+    auto op_input = [](const F32Array & a) {
+        OpInput in;
+        in.data.assign(a.data(), a.data() + a.size());
+        for (py::ssize_t d = a.ndim() - 1; d >= 0; --d) in.ne.push_back(a.shape(d));
+        return in;
+    };
+    auto shaped = [](std::vector<float> && v, std::vector<py::ssize_t> shape) {
+        return py::array_t<float>(shape, v.data());
+    };
+    m.def(
+        "op_tree_ssm_conv",
+        [=](const F32Array & x, const F32Array & conv_state, const F32Array & w, std::vector<int32_t> parents, bool gpu,
+            int n_threads) {
+            auto r = run_tree_ssm_conv(op_input(x), op_input(conv_state), op_input(w), parents, gpu, n_threads);
+            return shaped(std::move(r), {x.shape(0), x.shape(1)});
+        },
+        py::arg("x"), py::arg("conv_state"), py::arg("w"), py::arg("parents"), py::arg("gpu") = false,
+        py::arg("n_threads") = 2, "x [n, C], conv_state [C, K-1], w [C, K] -> [n, C]");
+    m.def(
+        "op_tree_gated_delta_net",
+        [=](const F32Array & q, const F32Array & k, const F32Array & v, const F32Array & g, const F32Array & beta,
+            const F32Array & state, std::vector<int32_t> parents, bool gpu, int n_threads) {
+            auto r = run_tree_gated_delta_net(op_input(q), op_input(k), op_input(v), op_input(g), op_input(beta),
+                                              op_input(state), parents, gpu, n_threads);
+            return shaped(std::move(r), {v.shape(0), v.shape(1), v.shape(2)});
+        },
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("state"), py::arg("parents"),
+        py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "q, k [n, Hk, S], v [n, Hv, S], g, beta [n, Hv, 1], state [Hv, S, S] (row j = column j of S) -> [n, Hv, S]");
+    m.def("gpu_backend_available", &gpu_backend_available);
+
     m.def(
         "build_tree",
         [](const IdArray & top_ids, const py::array_t<float, py::array::c_style | py::array::forcecast> & top_logp,
@@ -261,6 +319,18 @@ PYBIND11_MODULE(_core, m) {
                 const int64_t E = e.hparams().n_embd;
                 for (auto & c : r.captures) caps.append(logits_array(std::move(c), E));
                 return py::make_tuple(logits_array(std::move(r.logits), e.hparams().n_vocab), r.argmax, caps);
+            },
+            py::arg("tokens"), py::arg("all_logits") = true, py::arg("capture_layers") = std::vector<int>{})
+        .def(
+            "time_forward",
+            [](TargetEngine & e, const std::vector<int32_t> & tokens, bool all_logits,
+               const std::vector<int> & capture_layers) {
+                // Benches: forward() timed in C++ (argmax of the output rows and the captures read
+                // back, no logits), the wall time in ms. Advances n_past like forward().
+                py::gil_scoped_release rel;
+                const auto t0 = std::chrono::steady_clock::now();
+                e.forward(tokens.data(), (int)tokens.size(), all_logits, false, capture_layers);
+                return elapsed_ms(t0);
             },
             py::arg("tokens"), py::arg("all_logits") = true, py::arg("capture_layers") = std::vector<int>{})
         .def(
@@ -383,19 +453,22 @@ PYBIND11_MODULE(_core, m) {
             py::arg("anchor"), py::arg("start"), py::arg("want_logits") = false);
 
     py::class_<DecodeSession>(m, "DecodeSession")
-        .def(py::init([](TargetEngine & target, DraftEngine * draft, const std::vector<int32_t> & prompt,
-                         int max_tokens, float temperature, int top_k, float top_p, uint64_t seed,
-                         const std::vector<int32_t> & eog, int max_draft, int budget, bool chain_seed) {
-                 const SamplingParams sp = sampling(temperature, top_k, top_p, seed);
-                 ChainOptions opt;
-                 opt.max_draft = max_draft;
-                 opt.budget = budget;
-                 opt.chain_seed = chain_seed;
-                 return std::make_unique<DecodeSession>(target, draft, prompt, max_tokens, sp, eog, opt);
-             }),
-             py::arg("target"), py::arg("draft"), py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"),
-             py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("eog_tokens"), py::arg("max_draft") = 15,
-             py::arg("budget") = 0, py::arg("chain_seed") = true, py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
+        .def(
+            py::init([](TargetEngine & target, DraftEngine * draft, const std::vector<int32_t> & prompt, int max_tokens,
+                        float temperature, int top_k, float top_p, uint64_t seed, const std::vector<int32_t> & eog,
+                        int max_draft, int budget, bool chain_seed, py::object rewrite_drafts) {
+                const SamplingParams sp = sampling(temperature, top_k, top_p, seed);
+                ChainOptions opt;
+                opt.max_draft = max_draft;
+                opt.budget = budget;
+                opt.chain_seed = chain_seed;
+                opt.rewrite_drafts = rewrite_hook(rewrite_drafts);
+                return std::make_unique<DecodeSession>(target, draft, prompt, max_tokens, sp, eog, opt);
+            }),
+            py::arg("target"), py::arg("draft"), py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"),
+            py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("eog_tokens"), py::arg("max_draft") = 15,
+            py::arg("budget") = 0, py::arg("chain_seed") = true, py::arg("rewrite_drafts") = py::none(),
+            py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
         .def("step",
              [](DecodeSession & s) {
                  py::gil_scoped_release rel;
@@ -415,12 +488,7 @@ PYBIND11_MODULE(_core, m) {
             opt.max_draft = max_draft;
             opt.budget = budget;
             opt.chain_seed = chain_seed;
-            if (!rewrite_drafts.is_none()) {
-                opt.rewrite_drafts = [rewrite_drafts](int start, std::vector<int32_t> & drafts) {
-                    py::gil_scoped_acquire g;
-                    drafts = rewrite_drafts(start, drafts).cast<std::vector<int32_t>>();
-                };
-            }
+            opt.rewrite_drafts = rewrite_hook(rewrite_drafts);
             SpecStats ss;
             GenerateStats st;
             {
@@ -502,6 +570,14 @@ PYBIND11_MODULE(_core, m) {
                  }
                  return logits_array(std::move(v), u.n_vocab());
              })
+        .def(
+            "time_decode",
+            [](UpstreamModel & u, const std::vector<int32_t> & prefix, const std::vector<int32_t> & tokens,
+               bool all_logits) {
+                py::gil_scoped_release rel;
+                return u.time_decode(prefix, tokens, all_logits);
+            },
+            py::arg("prefix"), py::arg("tokens"), py::arg("all_logits") = true)
         .def("greedy", [](UpstreamModel & u, const std::vector<int32_t> & prompt, int n_gen) {
             UpstreamTimings tm;
             std::vector<int32_t> out;

@@ -123,9 +123,10 @@ std::vector<int32_t> DecodeSession::chain_step() {
     const int n_draft = std::max(0, std::min({max_draft_, max_tokens_ - st_.n_generated - 1, room - 1}));
 
     std::vector<int32_t> batch = {anchor_};
-    double t = now_ms();
     if (n_draft > 0) {
+        const double t = now_ms();
         DraftResult d = draft_->draft(anchor_, start, false);
+        spec_.draft_ms += now_ms() - t;
         std::vector<int32_t> drafts(d.argmax.begin(), d.argmax.begin() + n_draft);
         if (opt_.rewrite_drafts) {
             opt_.rewrite_drafts(start, drafts);
@@ -136,12 +137,13 @@ std::vector<int32_t> DecodeSession::chain_step() {
         spec_.drafts++;
         spec_.draft_tokens += n_draft;
     }
-    spec_.draft_ms += now_ms() - t;
 
-    t = now_ms();
+    double t = now_ms();
     ForwardResult v = target_.verify(batch.data(), (int)batch.size(), !sp_.greedy(), layers_);
     spec_.verify_ms += now_ms() - t;
     spec_.target_forwards++;
+    spec_.steps++;
+    spec_.verified_tokens += (int)batch.size();
 
     // Walk: the target's token after each kept position; keep going while it is the draft's.
     std::vector<int32_t> out;
@@ -163,7 +165,9 @@ std::vector<int32_t> DecodeSession::chain_step() {
     const auto rows = feature_rows(v, E, k + 1);
     draft_->inject(rows.data(), k + 1, start);
     spec_.commit_ms += now_ms() - t;
-    return emit(std::move(out));
+    out = emit(std::move(out));
+    spec_.committed += (int)out.size();
+    return out;
 }
 
 std::vector<int32_t> DecodeSession::tree_step() {
@@ -176,9 +180,10 @@ std::vector<int32_t> DecodeSession::tree_step() {
     const int budget = std::min(opt_.budget, room - 1);
     std::vector<int32_t> tokens = {anchor_}, parents = {-1};
     DraftTree tree;
-    double t = now_ms();
     if (depth > 0 && budget > 0) {
+        double t = now_ms();
         DraftResult d = draft_->draft(anchor_, start, false);
+        spec_.draft_ms += now_ms() - t;
         const int K = draft_->config().top_k;
         if (opt_.rewrite_drafts) {
             // tests/benches: rewrite the top-1 candidate of each depth (the seeded chain)
@@ -195,26 +200,30 @@ std::vector<int32_t> DecodeSession::tree_step() {
                 row[0] = tok;
             }
         }
+        t = now_ms();
         build_tree(d.top_ids.data(), d.top_logp.data(), depth, K, budget, opt_.chain_seed, tree);
         for (int i = 0; i < tree.size(); ++i) {
             tokens.push_back(tree.tokens[i]);
             parents.push_back(tree.parents[i] + 1);  // positions: 0 = the anchor, i+1 = node i
         }
+        spec_.tree_ms += now_ms() - t;
         spec_.drafts++;
         spec_.draft_tokens += tree.size();
     }
-    spec_.draft_ms += now_ms() - t;
 
-    t = now_ms();
+    double t = now_ms();
     ForwardResult v = target_.verify_tree(tokens.data(), parents, !sp_.greedy(), layers_);
     spec_.verify_ms += now_ms() - t;
     spec_.target_forwards++;
+    spec_.steps++;
+    spec_.verified_tokens += (int)tokens.size();
 
     // Walk: the target's choice at each position; follow the child that drafted it.
     std::vector<int32_t> choices(tokens.size());
     for (size_t p = 0; p < tokens.size(); ++p) choices[p] = pick(v, (int)p);
     std::vector<int32_t> path = {0};
     std::vector<int32_t> out;
+    t = now_ms();
     if (tree.size() > 0) {
         TreeWalk w = walk_tree(tree, choices.data(), (int)choices.size());
         for (size_t d = 0; d < w.path.size(); ++d) {
@@ -226,6 +235,7 @@ std::vector<int32_t> DecodeSession::tree_step() {
     } else {
         out.push_back(choices[0]);
     }
+    spec_.tree_ms += now_ms() - t;
     spec_.accepted += (int)path.size() - 1;
 
     t = now_ms();
@@ -241,7 +251,9 @@ std::vector<int32_t> DecodeSession::tree_step() {
     const auto rows = feature_rows(rows_src, E, (int)path.size());
     draft_->inject(rows.data(), (int)path.size(), start);
     spec_.commit_ms += now_ms() - t;
-    return emit(std::move(out));
+    out = emit(std::move(out));
+    spec_.committed += (int)out.size();
+    return out;
 }
 
 std::vector<int32_t> DecodeSession::step() {
@@ -254,7 +266,11 @@ std::vector<int32_t> DecodeSession::step() {
     if (draft_) return opt_.budget > 0 ? tree_step() : chain_step();
     ForwardResult r = target_.forward(&anchor_, 1, false, !sp_.greedy());
     spec_.target_forwards++;
-    return emit({pick(r, 0)});
+    spec_.steps++;
+    spec_.verified_tokens++;
+    std::vector<int32_t> out = emit({pick(r, 0)});
+    spec_.committed += (int)out.size();
+    return out;
 }
 
 }  // namespace dflash

@@ -1,8 +1,10 @@
 #include "qwen35_graph.h"
 
+#include "errors.h"
 #include "ggml.h"
 #include "graph_common.h"
 #include "ggml_ext.h"
+#include "ggml_ext_tree.h"
 #include "kv_types.h"
 
 #include <algorithm>
@@ -19,8 +21,7 @@ struct Builder {
     const TargetCache & cache;
     const ForwardSpec & spec;
     ForwardGraph & g;
-    int n;          // tokens in this forward
-    int paths = 0;  // tree verify: root-to-leaf paths
+    int n;  // tokens in this forward
 
     ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) { return rms_norm_mul(ctx, x, w, hp.rms_eps); }
 
@@ -87,70 +88,55 @@ struct Builder {
         return ggml_mul_mat(ctx, L.wo, o);
     }
 
-    // Gated DeltaNet over a tree: every root-to-leaf path runs as its own sequence through
-    // the existing conv and delta-rule ops (shared prefixes are recomputed), then each token
-    // takes its output from one path through it. The committed state is untouched; each
-    // token's inputs are saved for commit_path.
+    // Gated DeltaNet over a tree (ggml_ext tree ops): each node's conv window and delta-rule state
+    // continue from its parent's. The committed state is untouched; each node's inputs are saved
+    // for commit_path, which replays the accepted path exactly.
     ggml_tensor * gated_deltanet_tree(int il, ggml_tensor * x) {
         const auto & L = model.layers[il];
         const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads;
         const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
-        const int64_t D = g.tree_gather->ne[0] / paths, P = paths;
-        auto per_path = [&](ggml_tensor * t2d) {  // [w, n] token rows -> [w, D*P] path slots
-            return ggml_get_rows(ctx, t2d, g.tree_gather);
-        };
-        auto per_token = [&](ggml_tensor * t, int64_t w) {  // [.., D, P] path slots -> [w, n]
-            return ggml_get_rows(ctx, ggml_reshape_2d(ctx, ggml_cont(ctx, t), w, D * P), g.tree_scatter);
-        };
 
-        ggml_tensor * qkv = ggml_mul_mat(ctx, L.wqkv, x);                                  // [C, n]
-        ggml_tensor * z = ggml_mul_mat(ctx, L.wgate, x);                                   // [S*Hv, n]
-        ggml_tensor * beta = ggml_sigmoid(ctx, per_path(ggml_mul_mat(ctx, L.w_beta, x)));  // [Hv, D*P]
-        ggml_tensor * alpha = per_path(ggml_mul_mat(ctx, L.w_alpha, x));
+        ggml_tensor * qkv = ggml_mul_mat(ctx, L.wqkv, x);  // [C, n]
+        ggml_tensor * z = ggml_mul_mat(ctx, L.wgate, x);   // [S*Hv, n]
+        ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, ggml_mul_mat(ctx, L.w_beta, x), 1, Hv, n, 1));
+        ggml_tensor * alpha = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.w_alpha, x), Hv, n, 1);
         ggml_tensor * gate = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.dt_bias)), L.ssm_a);
-        beta = ggml_reshape_4d(ctx, beta, 1, Hv, D, P);
-        gate = ggml_reshape_4d(ctx, gate, 1, Hv, D, P);
+        gate = ggml_reshape_4d(ctx, gate, 1, Hv, n, 1);
 
-        ggml_tensor * xp = ggml_reshape_3d(ctx, per_path(qkv), C, D, P);
-        ggml_tensor * conv_state =
-            ggml_repeat_4d(ctx, ggml_reshape_3d(ctx, cache.conv[il], K - 1, C, 1), K - 1, C, P, 1);
-        ggml_tensor * conv_in =
-            ggml_concat(ctx, conv_state, ggml_cont(ctx, ggml_transpose(ctx, xp)), 0);  // [K-1+D, C, P]
         ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
-        ggml_tensor * conv = ggml_silu(ctx, ggml_ssm_conv(ctx, conv_in, kernel));  // [C, D, P]
+        ggml_tensor * conv_state = ggml_reshape_2d(ctx, cache.conv[il], K - 1, C);
+        ggml_tensor * conv = ggml_silu(ctx, ggml_ext::tree_ssm_conv(ctx, qkv, conv_state, kernel, g.tree));  // [C, n]
 
         const size_t row = ggml_row_size(conv->type, C);
         const size_t es = ggml_element_size(conv);
-        ggml_tensor * q = ggml_view_4d(ctx, conv, S, Hk, D, P, es * S, row, row * D, 0);
-        ggml_tensor * k = ggml_view_4d(ctx, conv, S, Hk, D, P, es * S, row, row * D, es * S * Hk);
-        ggml_tensor * v = ggml_view_4d(ctx, conv, S, Hv, D, P, es * S, row, row * D, es * 2 * S * Hk);
+        ggml_tensor * q = ggml_view_4d(ctx, conv, S, Hk, n, 1, es * S, row, row * n, 0);
+        ggml_tensor * k = ggml_view_4d(ctx, conv, S, Hk, n, 1, es * S, row, row * n, es * S * Hk);
+        ggml_tensor * v = ggml_view_4d(ctx, conv, S, Hv, n, 1, es * S, row, row * n, es * 2 * S * Hk);
         q = l2_norm(q);
         k = l2_norm(k);
 
-        ggml_tensor * state = ggml_repeat_4d(ctx, ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1), S, S, Hv, P);
-        ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
-        ggml_tensor * o_paths = ggml_view_2d(ctx, out, S * Hv, D * P, ggml_row_size(out->type, S * Hv), 0);
-        ggml_tensor * o = ggml_reshape_4d(ctx, ggml_get_rows(ctx, o_paths, g.tree_scatter), S, Hv, n, 1);
+        ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
+        ggml_tensor * o =
+            ggml_ext::tree_gated_delta_net(ctx, q, k, v, gate, beta, state, g.tree, ggml_ext::kTreeMaxDepth);
 
-        auto save = [&](ggml_tensor * src2d, ggml_tensor * scratch) {  // [w, n] -> scratch [.., .., n_max]
-            ggml_tensor * dst =
-                ggml_view_2d(ctx, scratch, src2d->ne[0], n, src2d->ne[0] * ggml_element_size(scratch), 0);
-            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, src2d, dst));
+        auto save = [&](ggml_tensor * src, int64_t w, ggml_tensor * scratch) {  // [w, n] -> scratch rows 0..n-1
+            ggml_tensor * dst = ggml_view_2d(ctx, scratch, w, n, w * ggml_element_size(scratch), 0);
+            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_2d(ctx, ggml_cont(ctx, src), w, n), dst));
         };
-        save(per_token(q, S * Hk), cache.vq[il]);
-        save(per_token(k, S * Hk), cache.vk[il]);
-        save(per_token(v, S * Hv), cache.vv[il]);
-        save(per_token(gate, Hv), cache.vg[il]);
-        save(per_token(beta, Hv), cache.vb[il]);
-        save(qkv, cache.vx[il]);
+        save(q, S * Hk, cache.vq[il]);
+        save(k, S * Hk, cache.vk[il]);
+        save(v, S * Hv, cache.vv[il]);
+        save(gate, Hv, cache.vg[il]);
+        save(beta, Hv, cache.vb[il]);
+        save(qkv, C, cache.vx[il]);
 
         ggml_tensor * zz = ggml_reshape_4d(ctx, z, S, Hv, n, 1);
-        o = ggml_mul(ctx, norm(o, L.ssm_norm), ggml_silu(ctx, zz));
+        o = ggml_mul(ctx, norm(ggml_reshape_4d(ctx, o, S, Hv, n, 1), L.ssm_norm), ggml_silu(ctx, zz));
         return ggml_mul_mat(ctx, L.ssm_out, ggml_reshape_2d(ctx, o, S * Hv, n));
     }
 
     ggml_tensor * gated_deltanet(int il, ggml_tensor * x) {
-        if (g.tree_gather) return gated_deltanet_tree(il, x);
+        if (g.tree) return gated_deltanet_tree(il, x);
         const auto & L = model.layers[il];
         const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads;
         const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
@@ -223,31 +209,6 @@ ggml_tensor * input(ggml_context * ctx, ggml_type t, int64_t n0, int64_t n1 = 1)
 
 }  // namespace
 
-TreePaths tree_paths(const std::vector<int32_t> & parents) {
-    const int n = (int)parents.size();
-    std::vector<int> depth(n, 0);
-    std::vector<bool> has_child(n, false);
-    for (int i = 1; i < n; ++i) {
-        depth[i] = depth[parents[i]] + 1;
-        has_child[parents[i]] = true;
-    }
-    TreePaths tp;
-    tp.depth = *std::max_element(depth.begin(), depth.end()) + 1;
-    tp.scatter.assign(n, -1);
-    for (int leaf = 0; leaf < n; ++leaf) {
-        if (has_child[leaf]) continue;
-        std::vector<int32_t> path(depth[leaf] + 1);
-        for (int a = leaf; a >= 0; a = parents[a]) path[depth[a]] = a;
-        for (int d = 0; d < tp.depth; ++d) {
-            const int32_t tok = path[std::min<int>(d, depth[leaf])];
-            tp.gather.push_back(tok);
-            if (d <= depth[leaf] && tp.scatter[tok] < 0) tp.scatter[tok] = tp.paths * tp.depth + d;
-        }
-        tp.paths++;
-    }
-    return tp;
-}
-
 void build_qwen35_commit_tree(ggml_context * ctx, ggml_cgraph * gf, const Qwen35Model & model,
                               const TargetCache & cache, ggml_tensor * rows) {
     const auto & hp = model.hp;
@@ -298,14 +259,8 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     }
     if (kv_type_rotated(cache.cfg.v_type) && hp.head_dim % 64 == 0) g.v_rot = input(ctx, GGML_TYPE_F32, 64, 64);
 
-    int paths = 0;
-    if (!spec.tree_parents.empty() && hp.n_recurrent_layers() > 0) {
-        const TreePaths tp = tree_paths(spec.tree_parents);
-        paths = tp.paths;
-        g.tree_gather = input(ctx, GGML_TYPE_I32, (int64_t)tp.depth * tp.paths);
-        g.tree_scatter = input(ctx, GGML_TYPE_I32, n);
-    }
-    Builder b{ctx, model, hp, cache, spec, g, n, paths};
+    if (!spec.tree_parents.empty() && hp.n_recurrent_layers() > 0) g.tree = input(ctx, GGML_TYPE_I32, n, 3);
+    Builder b{ctx, model, hp, cache, spec, g, n};
     ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.tokens);
     g.captures.assign(spec.capture_layers.size(), nullptr);
     for (int il = 0; il < hp.n_layer; ++il) {
@@ -397,10 +352,12 @@ void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const 
         for (int a = i; a >= 0; a = spec.tree_parents[a]) row[spec.n_past + a] = zero;  // ancestors-or-self
     }
     ggml_backend_tensor_set(g.mask, mask.data(), 0, sizeof(ggml_fp16_t) * mask.size());
-    if (g.tree_gather) {
-        const TreePaths tp = tree_paths(spec.tree_parents);
-        ggml_backend_tensor_set(g.tree_gather, tp.gather.data(), 0, sizeof(int32_t) * tp.gather.size());
-        ggml_backend_tensor_set(g.tree_scatter, tp.scatter.data(), 0, sizeof(int32_t) * tp.scatter.size());
+    if (g.tree) {
+        ggml_ext::TreeIndex ti;
+        std::string err;
+        if (!ggml_ext::make_tree_index(spec.tree_parents, ti, &err))
+            throw EngineError("tree verify: " + err);  // checked in verify_tree
+        ggml_backend_tensor_set(g.tree, ti.data.data(), 0, sizeof(int32_t) * ti.data.size());
     }
     if (g.k_rot) {
         auto h = ggml_ext::hadamard((int)g.k_rot->ne[0]);

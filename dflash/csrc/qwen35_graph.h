@@ -36,9 +36,8 @@ struct ForwardGraph {
     ggml_tensor * mask = nullptr;    // f16 [n_kv, n_tokens]
     ggml_tensor * k_rot = nullptr;   // Hadamard matrices for quantised K/V (or null)
     ggml_tensor * v_rot = nullptr;
-    // tree verify with Gated DeltaNet layers: the tree as root-to-leaf paths
-    ggml_tensor * tree_gather = nullptr;   // i32 [depth * paths]: token of (path, depth)
-    ggml_tensor * tree_scatter = nullptr;  // i32 [n_tokens]: (path, depth) slot of each token
+    // tree verify with Gated DeltaNet layers: ggml_ext's tree index (parents, preorder, depths)
+    ggml_tensor * tree = nullptr;  // i32 [n_tokens, 3]
     // outputs
     ggml_tensor * logits = nullptr;  // f32 [n_vocab, n_out]
     ggml_tensor * argmax = nullptr;  // i32 [n_out]
@@ -47,16 +46,6 @@ struct ForwardGraph {
 
 // Node capacity of the commit graphs (recurrent replay + K/V compaction).
 constexpr int COMMIT_GRAPH_NODES = 8192;
-
-// A tree as its root-to-leaf paths, padded to the same length by repeating the leaf (a causal
-// recurrence's outputs before the padding do not see it).
-struct TreePaths {
-    int depth = 0;                 // tokens per path (max depth + 1)
-    int paths = 0;                 // leaves
-    std::vector<int32_t> gather;   // [paths * depth]: token index at (path, depth)
-    std::vector<int32_t> scatter;  // [n]: path * depth + depth(token) of one path through it
-};
-TreePaths tree_paths(const std::vector<int32_t> & parents);
 
 // Attended cache rows for a forward ending at n_end tokens (padded for the CUDA FA kernels).
 int padded_n_kv(int n_end, int n_ctx);

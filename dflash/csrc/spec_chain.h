@@ -14,13 +14,22 @@ namespace dflash {
 
 struct SpecStats {
     int drafts = 0;        // verify steps that carried draft tokens
-    int draft_tokens = 0;  // draft tokens verified
+    int draft_tokens = 0;  // draft tokens (DDTree: tree nodes) verified
     int accepted = 0;      // draft tokens accepted
     int target_forwards = 0;
-    std::vector<int> accepted_per_pos;  // [i]: drafts whose token i+1 was accepted
-    double draft_ms = 0, verify_ms = 0, commit_ms = 0;
+    int steps = 0;            // decode steps after the prefill: one target forward each
+    int verified_tokens = 0;  // rows of those forwards: the anchor plus the draft tokens / tree nodes
+    int committed = 0;        // tokens those steps emitted: accepted drafts plus the target's own token
+    // [i]: steps whose accepted draft (DDTree: accepted root-to-leaf path) reached depth i+1
+    std::vector<int> accepted_per_pos;
+    // draft_ms: the drafter's forward (top-K included: it is part of the draft graph); tree_ms:
+    // DDTree host work - building the tree from the top-K lists and walking it with the target's
+    // choices; verify_ms: the target forward; commit_ms: recurrent/KV commit and the drafter's
+    // feature injection. Test/bench draft rewrites are in none of them.
+    double draft_ms = 0, tree_ms = 0, verify_ms = 0, commit_ms = 0;
 
     double acceptance_length() const { return drafts ? 1.0 + (double)accepted / drafts : 0.0; }
+    double tokens_per_forward() const { return steps ? (double)committed / steps : 0.0; }
 };
 
 struct ChainOptions {

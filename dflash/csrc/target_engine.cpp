@@ -1,5 +1,7 @@
 #include "target_engine.h"
 
+#include "ggml_ext_tree.h"
+
 #include "errors.h"
 #include "ggml.h"
 #include "kv_types.h"
@@ -193,6 +195,9 @@ ForwardResult TargetEngine::verify_tree(const int32_t * tokens, const std::vecto
                                    std::to_string(i) + ")");
         }
     }
+    ggml_ext::TreeIndex index;
+    std::string why;
+    if (!ggml_ext::make_tree_index(parents, index, &why)) throw InvalidParameter("tree verify: " + why);
     ForwardResult r = run_forward(tokens, n, true, want_logits, capture_layers, true, parents);
     pending_n_ = n;
     pending_parents_ = parents;
@@ -268,15 +273,11 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
     spec.tree_parents = tree_parents;
 
     const int n_kv = padded_n_kv(spec.n_past + n, cache_->cfg.n_ctx);
-    // A tree through Gated DeltaNet layers changes the graph with its (depth, paths).
-    std::pair<int, int> tree_shape = {0, 0};
-    if (!tree_parents.empty() && hp.n_recurrent_layers() > 0) {
-        const TreePaths tp = tree_paths(tree_parents);
-        tree_shape = {tp.depth, tp.paths};
-    }
+    // A tree's structure is a graph input: one graph serves every tree of n tokens.
+    const bool tree = !tree_parents.empty();
     const bool reuse = cached_.ctx && cached_.n_tokens == n && cached_.n_kv == n_kv &&
                        cached_.all_logits == all_logits && cached_.captures == capture_layers &&
-                       cached_.defer == defer && cached_.tree_shape == tree_shape;
+                       cached_.defer == defer && cached_.tree == tree;
     if (!reuse) {
         drop_cached_graph();
         ggml_init_params p = {graph_mem_.size(), graph_mem_.data(), true};
@@ -296,7 +297,7 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
         cached_.all_logits = all_logits;
         cached_.captures = capture_layers;
         cached_.defer = defer;
-        cached_.tree_shape = tree_shape;
+        cached_.tree = tree;
     }
     const ForwardGraph & g = cached_.g;
     set_qwen35_inputs(g, *model_, spec, tokens);

@@ -105,7 +105,7 @@ class TargetEngine {
         int n_tokens = -1, n_kv = -1;
         bool all_logits = false;
         bool defer = false;
-        std::pair<int, int> tree_shape = {0, 0};
+        bool tree = false;
         std::vector<int> captures;
     } cached_;
     void drop_cached_graph();

@@ -115,6 +115,30 @@ std::vector<float> UpstreamModel::eval_chunks(const std::vector<int32_t> & token
     return out;
 }
 
+double UpstreamModel::time_decode(const std::vector<int32_t> & prefix, const std::vector<int32_t> & tokens,
+                                  bool all_logits) {
+    const int n = (int)tokens.size();
+    if (n < 1 || n > cfg_.n_batch) throw InvalidParameter("time_decode: 1..n_batch tokens");
+    if ((int)(prefix.size() + tokens.size()) > cfg_.n_ctx) {
+        throw ContextOverflow((int)(prefix.size() + tokens.size()), cfg_.n_ctx);
+    }
+    const int32_t V = n_vocab();
+    for (const auto * v : {&prefix, &tokens}) {
+        for (int32_t t : *v) {
+            if (t < 0 || t >= V) throw InvalidParameter("token id outside the vocabulary");
+        }
+    }
+    clear();
+    for (size_t i = 0; i < prefix.size(); i += cfg_.n_batch) {
+        decode(prefix.data() + i, (int)std::min<size_t>(cfg_.n_batch, prefix.size() - i), (int)i, false);
+    }
+    llama_synchronize(ctx_);
+    const double t0 = now_ms();
+    decode(tokens.data(), n, (int)prefix.size(), all_logits);
+    llama_synchronize(ctx_);
+    return now_ms() - t0;
+}
+
 std::vector<int32_t> UpstreamModel::greedy(const std::vector<int32_t> & prompt, int n_gen, UpstreamTimings * tm) {
     if ((int)prompt.size() + n_gen > cfg_.n_ctx) throw ContextOverflow((int)prompt.size() + n_gen, cfg_.n_ctx);
     clear();

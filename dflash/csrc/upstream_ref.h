@@ -37,6 +37,10 @@ class UpstreamModel {
     std::vector<float> eval_logits(const std::vector<int32_t> & tokens);
     // Same, decoding the sequence in the given chunk sizes (e.g. a prefill then single tokens).
     std::vector<float> eval_chunks(const std::vector<int32_t> & tokens, const std::vector<int> & chunks);
+    // Benches: clears the context, decodes `prefix` (untimed, n_batch chunks), then `tokens` in one
+    // llama_decode (every row's logits when all_logits, as a speculative verify asks) and returns
+    // that decode's wall time in ms, synchronised.
+    double time_decode(const std::vector<int32_t> & prefix, const std::vector<int32_t> & tokens, bool all_logits);
     // Greedy: prefill then n_gen tokens, each fed back; returns the generated tokens.
     std::vector<int32_t> greedy(const std::vector<int32_t> & prompt, int n_gen, UpstreamTimings * timings = nullptr);
 

@@ -140,7 +140,7 @@ def create_app(settings: Settings, engine_factory: Callable[[], Any] | None = No
     async def models() -> dict[str, Any]:
         info = ready()
         meta = {"n_ctx": info.n_ctx, "n_vocab": info.n_vocab, "model_path": info.model_path}
-        meta["draft_path"] = settings.draft
+        meta["draft_path"] = info.draft_path  # the packaged drafter too, with the default model
         card = {
             "id": model_id(info),
             "object": "model",

@@ -115,6 +115,7 @@ def run_bench(
     kw = dict(engine_kwargs or {})
     engine: Any = dflash.Engine(model, **kw)
     model_path = str(engine.model_path)
+    draft_path = getattr(engine, "draft_path", None)  # the packaged drafter too, with the default model
     engine.create_completion(prompt, max_tokens=8, temperature=0)  # warm-up
     direct: list[dict[str, Any]] = [
         engine.create_completion(prompt, max_tokens=max_tokens, temperature=0) for _ in range(runs)
@@ -123,6 +124,8 @@ def run_bench(
     gc.collect()
 
     argv = ["--model", model_path, "--log-level", "warning"]
+    if draft_path and "draft_path" not in kw:
+        argv += ["--draft", str(draft_path)]
     for key, value in kw.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     req = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
@@ -137,6 +140,7 @@ def run_bench(
     want = direct[0]["choices"][0]["text"]
     report: dict[str, Any] = {
         "model": model_path,
+        "draft": draft_path,
         "engine": kw,
         "prompt_tokens": direct[0]["usage"]["prompt_tokens"],
         "completion_tokens": direct[0]["usage"]["completion_tokens"],

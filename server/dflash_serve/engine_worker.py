@@ -38,6 +38,7 @@ class EngineInfo:
     model_path: str
     n_ctx: int
     n_vocab: int
+    draft_path: str | None = None
 
 
 @dataclass(eq=False)
@@ -204,7 +205,10 @@ class EngineWorker:
         ticker.start()
         try:
             eng = self.factory()
-            self.info = EngineInfo(str(eng.model_path), int(eng.n_ctx), int(eng.n_vocab))
+            draft = getattr(eng, "draft_path", None)
+            self.info = EngineInfo(
+                str(eng.model_path), int(eng.n_ctx), int(eng.n_vocab), str(draft) if draft else None
+            )
         except BaseException as exc:  # noqa: BLE001 - report any load failure, then give up
             self.load_error = f"{type(exc).__name__}: {exc}"
             self.state = State.FAILED
@@ -217,11 +221,12 @@ class EngineWorker:
         self.state = State.READY
         self._settled.set()
         log.info(
-            "model ready in %.1f s: %s (n_ctx=%d, n_vocab=%d)",
+            "model ready in %.1f s: %s (n_ctx=%d, n_vocab=%d, drafter %s)",
             time.monotonic() - t0,
             self.info.model_path,
             self.info.n_ctx,
             self.info.n_vocab,
+            self.info.draft_path or "none",
         )
         return True
 

@@ -23,6 +23,9 @@ class Settings(BaseSettings):
 
     model: str | None = Field(None, description="target GGUF (default: the package's embedded model)")
     draft: str | None = Field(None, description="drafter: GGUF file or safetensors directory")
+    default_draft: bool = Field(
+        True, description="with neither model nor draft given, also load the packaged drafter"
+    )
     budget: int | None = Field(None, ge=1, description="DDTree node budget (engine option `budget`)")
     spec_options: dict[str, Any] = Field(
         default_factory=dict, description="extra engine options, KEY=VALUE (JSON values allowed)"
@@ -77,6 +80,7 @@ class Settings(BaseSettings):
         kwargs.update(
             model_path=self.model,
             draft_path=self.draft,
+            default_draft=self.default_draft,
             n_ctx=self.n_ctx,
             kv_type=self.kv_type,
             n_gpu_layers=self.n_gpu_layers,

@@ -43,7 +43,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_field_has_a_flag_and_a_sample() -> None:
     dests = {a.dest for a in build_parser()._actions}
     assert set(Settings.model_fields) <= dests
-    simple = set(Settings.model_fields) - {"spec_options", "api_key", "verbose", "config"}
+    simple = set(Settings.model_fields) - {"spec_options", "api_key", "verbose", "default_draft", "config"}
     assert simple == set(SAMPLES)
 
 
@@ -71,6 +71,11 @@ def test_bool_secret_and_spec_options(monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse_spec_options(["a=1", "b=x", "c=[1, 2]"]) == {"a": 1, "b": "x", "c": [1, 2]}
     with pytest.raises(ValueError):
         parse_spec_options(["novalue"])
+    # the packaged drafter with the default model: on unless turned off
+    assert load_settings([])[0].default_draft is True
+    assert load_settings(["--no-default-draft"])[0].engine_kwargs()["default_draft"] is False
+    monkeypatch.setenv("DFLASH_DEFAULT_DRAFT", "false")
+    assert load_settings([])[0].default_draft is False
 
 
 def test_precedence_cli_env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: unpack the carried upstream tree and wheels, build dflash's _core and
-# upstream's llama-bench with CUDA for sm_90. Source it: it exports PYTHONPATH and paths.
+# upstream's llama-bench, llama-server and llama-speculative-simple with CUDA for sm_90 (one
+# build, the same ggml). Source it: it exports PYTHONPATH, LLAMA_BENCH, LLAMA_SERVER,
+# LLAMA_SPEC_SIMPLE and DFLASH_UPSTREAM_BIN (their folder, for dflash.upstream_tools).
 # Carry: .carry (upstream.tar.gz = a trimmed vendor/llama.cpp of the pinned sdist, whl/).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
@@ -14,7 +16,12 @@ if [ ! -f build/cuda/build.ninja ]; then
     -DCMAKE_CUDA_ARCHITECTURES=90 -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" > /tmp/cmake.log 2>&1 \
     || { tail -40 /tmp/cmake.log; exit 1; }
 fi
-cmake --build build/cuda -j16 --target _core llama-bench 2>&1 | grep -E "error|FAILED" -A5 | head -60 || true
+cmake --build build/cuda -j16 --target _core llama-bench llama-server llama-speculative-simple 2>&1 \
+  | grep -E "error|FAILED" -A5 | head -60 || true
 cp build/cuda/dflash/csrc/_core*.so dflash/
-export LLAMA_BENCH=$ROOT/build/cuda/bin/llama-bench
+export DFLASH_UPSTREAM_BIN=$ROOT/build/cuda/bin
+export LLAMA_BENCH=$DFLASH_UPSTREAM_BIN/llama-bench
+export LLAMA_SERVER=$DFLASH_UPSTREAM_BIN/llama-server
+export LLAMA_SPEC_SIMPLE=$DFLASH_UPSTREAM_BIN/llama-speculative-simple
+ls "$LLAMA_BENCH" "$LLAMA_SERVER" "$LLAMA_SPEC_SIMPLE" > /dev/null
 python3 -c "import dflash._core as c; print('dflash._core ok')"

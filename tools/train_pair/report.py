@@ -1,9 +1,18 @@
-"""Loss-curve PNGs and the model card (markdown) from a run's ``summary.json`` and logs."""
+"""Loss-curve PNGs and the model card (markdown) from a run's ``summary.json`` and logs.
+
+Re-render a card (e.g. with the results of ``dflash bench --pair``, run on the installed pair):
+
+    PYTHONPATH=.:tools python -m train_pair.report dflash/data/pair --bench bench/results/pair-T.json
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+PLOTS = {"target_loss.png": "target loss", "drafter_loss.png": "drafter loss"}
 
 
 def _smooth(xs: list[float]) -> list[float]:
@@ -69,6 +78,16 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
+def _tokens(n: float) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
+
+
+def _plot(name: str, plots: Sequence[str] | None) -> list[str]:
+    if plots is not None and name not in plots:
+        return [f"(No {PLOTS[name]} plot: matplotlib was not installed for this run.)", ""]
+    return [f"![{PLOTS[name]}]({name})", ""]
+
+
 def _corpus(c: dict[str, Any]) -> list[str]:
     tr, ho, tok = c["totals"]["train"], c["totals"]["heldout"], c["tokenizer"]
     check = (
@@ -102,7 +121,7 @@ def _corpus(c: dict[str, Any]) -> list[str]:
     ]
 
 
-def _target(t: dict[str, Any], c: dict[str, Any], precision: str) -> list[str]:
+def _target(t: dict[str, Any], c: dict[str, Any], precision: str, plots: Sequence[str] | None) -> list[str]:
     tc, st = t["config"], t["settings"]
     epochs = t["tokens_seen"] / max(c["totals"]["train"]["tokens"], 1)
     return [
@@ -117,17 +136,16 @@ def _target(t: dict[str, Any], c: dict[str, Any], precision: str) -> list[str]:
         f"{tc['ssm_conv']}, vocab {tc['n_vocab']}, untied head: {t['params']:,} parameters.",
         "",
         f"Training: {t['steps']:,} steps of {st['batch']} x {st['seq_len']} tokens "
-        f"({t['tokens_seen'] / 1e6:.0f}M tokens, {epochs:.1f} epochs) in {t['seconds'] / 60:.1f} min "
+        f"({_tokens(t['tokens_seen'])} tokens, {epochs:.1f} epochs) in {t['seconds'] / 60:.1f} min "
         f"({t['tokens_per_second'] / 1e3:.0f}k tokens/s), AdamW peak lr {st['lr']:g}, cosine, {precision}. "
         f"Final train loss {t['final_train_loss']:.3f}; held-out loss {t['heldout_loss']:.3f} nats/token "
         f"(perplexity {t['heldout_ppl']:.2f}).",
         "",
-        "![target loss](target_loss.png)",
-        "",
+        *_plot("target_loss.png", plots),
     ]
 
 
-def _drafter(d: dict[str, Any], r: dict[str, Any]) -> list[str]:
+def _drafter(d: dict[str, Any], r: dict[str, Any], plots: Sequence[str] | None) -> list[str]:
     dc, st = d["config"], d["settings"]
     return [
         "## Drafter (DFlash)",
@@ -142,7 +160,7 @@ def _drafter(d: dict[str, Any], r: dict[str, Any]) -> list[str]:
         "",
         f"Data: {r['sequences']:,} target-regenerated sequences of {r['length']} tokens (prompts of "
         f"{r['prompt_min']}-{r['prompt_max']} corpus tokens starting at a line, continued greedily by the "
-        f"trained target: {r['generated_tokens'] / 1e6:.1f}M generated tokens in "
+        f"trained target: {_tokens(r['generated_tokens'])} generated tokens in "
         f"{r['seconds'] / 60:.1f} min).",
         f"Training: {d['steps']:,} steps of {st['d_batch']} sequences x {d['blocks']} random anchors in "
         f"{d['seconds'] / 60:.1f} min, position-weighted cross-entropy (gamma {st['gamma']:g}), AdamW peak "
@@ -151,8 +169,7 @@ def _drafter(d: dict[str, Any], r: dict[str, Any]) -> list[str]:
         f"Kept: the state of step {d['best_step']:,}, best chain acceptance on {d['val_prompts']} fresh "
         f"training-file prompts ({d['best_val_accept']:.2f}).",
         "",
-        "![drafter loss](drafter_loss.png)",
-        "",
+        *_plot("drafter_loss.png", plots),
     ]
 
 
@@ -174,7 +191,34 @@ def _acceptance(a: dict[str, Any], bs: int, length: int, precision: str) -> list
     ]
 
 
-def model_card(s: dict[str, Any]) -> str:
+def _time(s: dict[str, Any]) -> list[str]:
+    parts = {"target": s["target"]["seconds"], "regeneration": s["regen"]["seconds"]}
+    parts["drafter"] = s["drafter"]["seconds"]
+    each = ", ".join(f"{k} {v / 60:.1f} min" for k, v in parts.items())
+    return [f"Training time: {sum(parts.values()) / 60:.1f} min on {s['device']} ({each}).", ""]
+
+
+def _bench(doc: dict[str, Any]) -> list[str]:
+    from dflash.bench_pair_summary import markdown
+
+    return ["## Speed (`dflash bench --pair`)", "", markdown(doc).rstrip("\n"), ""]
+
+
+def _use() -> list[str]:
+    return [
+        "## Use",
+        "",
+        "Installed by `tools/train_pair/install.py` as dflash's embedded default (`dflash/data/pair/`): "
+        "`dflash.Engine()`, `dflash generate` and `dflash-serve` without a model load this target with this "
+        "drafter (chain DFlash; `budget=N` for DDTree).",
+        "",
+    ]
+
+
+def model_card(
+    s: dict[str, Any], plots: Sequence[str] | None = None, bench: dict[str, Any] | None = None
+) -> str:
+    """The card; `plots`: the PNG names written (None: link both), `bench`: a `dflash bench --pair` JSON."""
     precision = "bf16 autocast" if s["device"] != "CPU" else "float32"
     bs = s["drafter"]["config"]["block_size"]
     lines = [
@@ -187,10 +231,12 @@ def model_card(s: dict[str, Any]) -> str:
         f"Command: `{s['command']}`  ",
         f"Seed {s['seed']}, preset `{s['preset']}`, {s['device']}, torch {s['torch']}, {s['started']}.",
         "",
+        *_time(s),
         *_corpus(s["corpus"]),
-        *_target(s["target"], s["corpus"], precision),
-        *_drafter(s["drafter"], s["regen"]),
+        *_target(s["target"], s["corpus"], precision, plots),
+        *_drafter(s["drafter"], s["regen"], plots),
         *_acceptance(s["acceptance"], bs, s["regen"]["length"], precision),
+        *(_bench(bench) if bench else []),
         "## Files",
         "",
         "| file | size |",
@@ -200,5 +246,27 @@ def model_card(s: dict[str, Any]) -> str:
         "The target GGUF carries the BPE and the chat template; `drafter-q8_0.gguf` was made by "
         "`convert-draft drafter/ --target target-q8_0.gguf --outtype q8_0` from the z-lab-layout `drafter/`.",
         "",
+        *_use(),
     ]
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m train_pair.report", description="Re-render MODEL_CARD.md.")
+    p.add_argument("dir", type=Path, help="a run's export/ or an installed pair folder (with summary.json)")
+    p.add_argument("--bench", type=Path, help="a `dflash bench --pair` JSON to add as the speed section")
+    p.add_argument("-o", "--out", type=Path, help="default: DIR/MODEL_CARD.md")
+    a = p.parse_args(argv)
+    summary = json.loads((a.dir / "summary.json").read_text(encoding="utf-8"))
+    bench = json.loads(a.bench.read_text(encoding="utf-8")) if a.bench else None
+    plots = [name for name in PLOTS if (a.dir / name).is_file()]
+    out = a.out or a.dir / "MODEL_CARD.md"
+    out.write_text(model_card(summary, plots, bench), encoding="utf-8")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

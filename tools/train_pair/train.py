@@ -251,8 +251,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         return summary
 
     # plots + card
-    plot_curves(_load_json(tdir / "log.json"), _load_json(ddir / "log.json"), edir)
-    (edir / "MODEL_CARD.md").write_text(model_card(summary), encoding="utf-8")
+    plots = plot_curves(_load_json(tdir / "log.json"), _load_json(ddir / "log.json"), edir)
+    (edir / "MODEL_CARD.md").write_text(model_card(summary, [p.name for p in plots]), encoding="utf-8")
     summary["report"] = True
     finish("report")
     return summary
