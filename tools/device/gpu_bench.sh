@@ -15,7 +15,7 @@ echo "[gpu] training collected at $(($(date +%s) - t0)) s"
 if [ -f /tmp/pair/export/drafter-q8_0.gguf ]; then
   tar -C /tmp/pair -cf - export train.log | split -b 15M - "$OUT/pair.tar.part-"
   timeout 150 python3 -m dflash.bench --pair /tmp/pair/export --prompts dflash/data/pair/prompts.jsonl -ngl 99 \
-    -n 128 --budgets 4,8,16,32,64 -o "$OUT/h200-pair.json" > "$OUT/pair-bench.log" 2>&1
+    -n 128 --budgets "${PAIR_BUDGETS-4,8,16,32,64}" -o "$OUT/h200-pair.json" > "$OUT/pair-bench.log" 2>&1
   echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 25 "$OUT/pair-bench.log"
 fi
 timeout 200 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 256 -r 3 \
@@ -23,6 +23,10 @@ timeout 200 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-
   > "$OUT/chain-bench.log" 2>&1
 echo "[gpu] chain bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 20 "$OUT/chain-bench.log"
 left=$((570 - ($(date +%s) - t0)))
-timeout "$left" python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf -ngl 99 -c 4096 \
+[ -n "${SKIP_TREE:-}" ] || timeout "$left" python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf -ngl 99 -c 4096 \
   --kv-type f16 --synthetic-accept 8 -o "$OUT/h200-27b-tree-steps.json" > "$OUT/tree-bench.log" 2>&1
 echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 20 "$OUT/tree-bench.log"
+if [ -n "${DIAG:-}" ]; then
+  DFLASH_TEST_NGL=99 timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_tree_verify.py > "$OUT/diag.log" 2>&1
+  grep -v "^  File" "$OUT/diag.log" | head -40
+fi
