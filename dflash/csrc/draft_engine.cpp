@@ -97,6 +97,9 @@ DraftEngine::DraftEngine(const std::string & path, const TargetEngine & target, 
     backends_.memory(rest.free_bytes, rest.total_bytes);
     rest.add("draft compute", sizes[0]);
     rest.check();
+    gctx.reset();  // a fresh build: the measured graph was already split
+    gctx.reset(ggml_init(gp));
+    g = build_dflash_draft(gctx.get(), *model_, kv_, worst);
     if (!ggml_backend_sched_reserve(sched_.get(), g.gf))
         throw EngineError("could not reserve the draft compute buffers");
 }
@@ -156,14 +159,19 @@ void DraftEngine::run(const DraftSpec & spec, const DraftInputs & in) {
     if (!cached_.ctx || !same_spec(cached_.spec, spec)) {
         drop_cached_graph();
         ggml_init_params p = {graph_mem_.size(), graph_mem_.data(), true};
+        // Plan this graph's own allocation first (ggml would reuse the last plan when sizes fit,
+        // ignoring which tensors are outputs), on a throwaway build: a graph the scheduler split
+        // once has its sources rewired to input copies and must not be split again.
+        {
+            std::unique_ptr<ggml_context, void (*)(ggml_context *)> plan_ctx(ggml_init(p), ggml_free);
+            DraftGraph plan = build_dflash_draft(plan_ctx.get(), *model_, kv_, spec);
+            ggml_backend_sched_reset(sched_.get());
+            if (!ggml_backend_sched_reserve(sched_.get(), plan.gf)) throw EngineError("could not plan the draft graph");
+        }
         cached_.ctx = ggml_init(p);
         cached_.g = build_dflash_draft(cached_.ctx, *model_, kv_, spec);
         cached_.spec = spec;
-        // Plan this graph's own allocation first (ggml would reuse the last plan when sizes fit,
-        // ignoring which tensors are outputs).
-        ggml_backend_sched_reset(sched_.get());
-        if (!ggml_backend_sched_reserve(sched_.get(), cached_.g.gf) ||
-            !ggml_backend_sched_alloc_graph(sched_.get(), cached_.g.gf)) {
+        if (!ggml_backend_sched_alloc_graph(sched_.get(), cached_.g.gf)) {
             drop_cached_graph();
             throw EngineError("could not allocate the draft graph");
         }

@@ -7,21 +7,9 @@
 #include "kv_types.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 
 namespace dflash {
-
-// TEMPORARY (session 2 CUDA fault hunt): DFLASH_DEBUG_SCHED bits switch off scheduler steps added
-// since the last good CUDA run - 1: the reserve before each new graph's allocation, 2: the
-// worst-case reserves at load, 4: the separate commit scheduler (one scheduler for everything).
-static int debug_sched_mode() {
-    static const int mode = [] {
-        const char * e = std::getenv("DFLASH_DEBUG_SCHED");
-        return e ? std::atoi(e) : 0;
-    }();
-    return mode;
-}
 
 namespace {
 
@@ -89,9 +77,7 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     if (backends_->is_gpu) bks.push_back(backends_->cpu);
     graph_mem_.resize(ggml_tensor_overhead() * 32768 + ggml_graph_overhead_custom(16384, false));
     sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), 16384, false, true);
-    commit_sched_ = (debug_sched_mode() & 4)
-                        ? sched_
-                        : ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), COMMIT_GRAPH_NODES, false, true);
+    commit_sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), COMMIT_GRAPH_NODES, false, true);
     commit_mem_.resize(ggml_tensor_overhead() * COMMIT_GRAPH_NODES +
                        ggml_graph_overhead_custom(COMMIT_GRAPH_NODES, false));
 
@@ -120,7 +106,7 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     rest.add("compute", worst);
     rest.check();
     plan_.add("compute", worst);
-    for (int pass = 0; pass < 2 && !(debug_sched_mode() & 2); ++pass) {
+    for (int pass = 0; pass < 2; ++pass) {
         GraphCtx gc(graph_mem_);
         ForwardGraph g = build_qwen35_forward(gc.ctx, *model_, *cache_, worst_case(pass));
         if (!ggml_backend_sched_reserve(sched_, g.gf)) throw EngineError("could not reserve the compute buffers");
@@ -130,7 +116,7 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
 TargetEngine::~TargetEngine() {
     drop_cached_graph();
     if (sched_) ggml_backend_sched_free(sched_);
-    if (commit_sched_ && commit_sched_ != sched_) ggml_backend_sched_free(commit_sched_);
+    if (commit_sched_) ggml_backend_sched_free(commit_sched_);
 }
 
 void TargetEngine::drop_cached_graph() {
@@ -294,15 +280,21 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
                        cached_.defer == defer && cached_.tree == tree;
     if (!reuse) {
         drop_cached_graph();
+        // Plan this shape's allocation first (ggml would reuse the last plan when sizes fit,
+        // ignoring which tensors are outputs, so other layers' captures could be overwritten).
+        // The plan is made on a throwaway build: scheduling a graph rewrites its nodes' sources
+        // to the backend copies of its inputs, so a graph that was split once must not be split
+        // again (on CUDA the second split reads inputs that are never filled).
+        {
+            GraphCtx plan_ctx(graph_mem_);
+            ForwardGraph plan = build_qwen35_forward(plan_ctx.ctx, *model_, *cache_, spec);
+            ggml_backend_sched_reset(sched_);
+            if (!ggml_backend_sched_reserve(sched_, plan.gf)) throw EngineError("could not plan the forward graph");
+        }
         ggml_init_params p = {graph_mem_.size(), graph_mem_.data(), true};
         cached_.ctx = ggml_init(p);
         cached_.g = build_qwen35_forward(cached_.ctx, *model_, *cache_, spec);
-        // Plan this graph's own allocation first: ggml reuses the previous plan whenever node count
-        // and sizes fit, without looking at which tensors are outputs, so captures of other layers
-        // than the previous graph's would be overwritten by later nodes.
-        ggml_backend_sched_reset(sched_);
-        if ((!(debug_sched_mode() & 1) && !ggml_backend_sched_reserve(sched_, cached_.g.gf)) ||
-            !ggml_backend_sched_alloc_graph(sched_, cached_.g.gf)) {
+        if (!ggml_backend_sched_alloc_graph(sched_, cached_.g.gf)) {
             drop_cached_graph();
             throw EngineError("could not allocate the forward graph");
         }
