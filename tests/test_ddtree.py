@@ -195,3 +195,17 @@ def test_step_statistics_are_consistent(pair, budget):
     spec2 = s.spec
     for k in ("steps", "committed", "accepted", "draft_tokens", "verified_tokens", "accepted_per_pos"):
         assert spec2[k] == spec[k], k
+
+
+def test_drafter_blocks_deeper_than_the_tree_ops_are_refused_up_front(drafter_pair: Any) -> None:
+    """A DDTree over a drafter whose block is deeper than the tree ops allow (32 levels) is refused
+    when the session is created, not in the middle of a request; chain decoding still works."""
+    deep = drafter_pair(seed=3, block_size=40)
+    target, draft = _engines(deep, 48)
+    with pytest.raises(_core.InvalidParameterError, match="block size 40"):
+        _core.DecodeSession(target, draft, [1, 2, 3], 8, 0.0, 0, 1.0, 0, [], budget=8)
+    s = _core.DecodeSession(target, draft, [1, 2, 3], 8, 0.0, 0, 1.0, 0, [], budget=0)
+    got: list[int] = []
+    while not s.done:
+        got += s.step()
+    assert got == _ar(target, [1, 2, 3], 8)

@@ -1,5 +1,7 @@
 #include "decode_session.h"
 
+#include "ggml_ext_tree.h"
+
 #include "errors.h"
 #include "tree_builder.h"
 
@@ -57,6 +59,11 @@ DecodeSession::DecodeSession(TargetEngine & target, DraftEngine * draft, std::ve
         if (opt.budget > target.config().n_verify_max - 1) {
             throw InvalidParameter("budget " + std::to_string(opt.budget) +
                                    " exceeds n_verify_max - 1 = " + std::to_string(target.config().n_verify_max - 1));
+        }
+        if (opt.budget > 0 && draft_->hparams().block_size - 1 > ggml_ext::kTreeMaxDepth) {
+            throw InvalidParameter("DDTree: the drafter's block size " + std::to_string(draft_->hparams().block_size) +
+                                   " gives trees deeper than the tree ops' " + std::to_string(ggml_ext::kTreeMaxDepth) +
+                                   " levels; use budget=0 (chain)");
         }
         layers_ = draft_->hparams().target_layers;
         spec_.accepted_per_pos.assign(opt.budget > 0 ? draft_->hparams().block_size - 1 : std::max(max_draft_, 0), 0);
