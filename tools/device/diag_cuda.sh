@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU: build, then the smallest CUDA engine runs (tools/device/diag_cuda.py) under
 # compute-sanitizer, which names the faulting kernel when a CUDA error needs chasing.
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 source tools/device/setup.sh > /tmp/setup.log 2>&1
 set +e +u +o pipefail
 tail -n 2 /tmp/setup.log

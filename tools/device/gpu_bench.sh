@@ -4,7 +4,7 @@
 # (issue 3) and the DDTree step cost per budget (issue 4). The pair is the packaged one, or a run
 # that gpu_train_and_test.sh started (PAIR=/tmp/pair/export, collected when its training ends).
 # JSON and logs land in $OUT. Carry: .carry (upstream.tar.gz, whl/).
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 mkdir -p "$OUT"
 t0=$(date +%s)
 source tools/device/setup.sh

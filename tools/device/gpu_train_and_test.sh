@@ -3,7 +3,7 @@
 # gpu_bench.sh collects it), build for sm_90, write the 27B-shaped benchmark files, and run the
 # engine tests on CUDA. Carry: .carry (upstream.tar.gz, whl/, pair-run/ = the corpus stage built
 # on the dev machine, so the device trains on exactly the corpus the prompt set was drawn from).
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 mkdir -p "$OUT"
 t0=$(date +%s)
 rm -rf /tmp/pair && cp -r .carry/pair-run /tmp/pair
