@@ -194,6 +194,20 @@ def _llama_bench(binary: str, path: str, kv: str, a: argparse.Namespace) -> dict
     return res
 
 
+def model_path(a: argparse.Namespace) -> str:
+    """-m, or the synthetic --preset model (--weight-type) written once into $TMPDIR."""
+    if a.model is not None:
+        return str(a.model)
+    from dflash.synth import get_preset, write_qwen35_gguf
+
+    pre = get_preset(a.preset)
+    wt = a.weight_type or pre.weight_type
+    path = str(Path(os.environ.get("TMPDIR", "/tmp")) / f"dflash-bench-{a.preset}-{wt}.gguf")
+    if not Path(path).exists():
+        write_qwen35_gguf(path, pre.config, seed=0, weight_type=wt, progress=True)
+    return path
+
+
 def _median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else 0.0
 
@@ -245,15 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     bench_upstream.check_args(a, ap)
 
-    path = a.model
-    if path is None:
-        from dflash.synth import get_preset, write_qwen35_gguf
-
-        pre = get_preset(a.preset)
-        wt = a.weight_type or pre.weight_type
-        path = str(Path(os.environ.get("TMPDIR", "/tmp")) / f"dflash-bench-{a.preset}-{wt}.gguf")
-        if not Path(path).exists():
-            write_qwen35_gguf(path, pre.config, seed=0, weight_type=wt, progress=True)
+    path = model_path(a)
 
     from dflash import _core
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from dflash.bench import _git_commit, _machine, _median
+from dflash.bench import _git_commit, _machine, _median, model_path
 
 DEFAULT_BUDGETS = "1,2,4,8,16,32,64,128,256"
 STEP_KEYS = ("draft_ms", "tree_ms", "verify_ms", "commit_ms")
@@ -191,15 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.synthetic_accept < 0:
         ap.error("--synthetic-accept must be >= 0")
 
-    path = a.model
-    if path is None:
-        from dflash.synth import get_preset, write_qwen35_gguf
-
-        pre = get_preset(a.preset)
-        wt = a.weight_type or pre.weight_type
-        path = str(Path(os.environ.get("TMPDIR", "/tmp")) / f"dflash-bench-{a.preset}-{wt}.gguf")
-        if not Path(path).exists():
-            write_qwen35_gguf(path, pre.config, seed=0, weight_type=wt, progress=True)
+    path = model_path(a)
 
     from dflash import _core
 

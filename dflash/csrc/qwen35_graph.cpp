@@ -88,58 +88,15 @@ struct Builder {
         return ggml_mul_mat(ctx, L.wo, o);
     }
 
-    // Gated DeltaNet over a tree (ggml_ext tree ops): each node's conv window and delta-rule state
-    // continue from its parent's. The committed state is untouched; each node's inputs are saved
-    // for commit_path, which replays the accepted path exactly.
-    ggml_tensor * gated_deltanet_tree(int il, ggml_tensor * x) {
-        const auto & L = model.layers[il];
-        const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads;
-        const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
-
-        ggml_tensor * qkv = ggml_mul_mat(ctx, L.wqkv, x);  // [C, n]
-        ggml_tensor * z = ggml_mul_mat(ctx, L.wgate, x);   // [S*Hv, n]
-        ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, ggml_mul_mat(ctx, L.w_beta, x), 1, Hv, n, 1));
-        ggml_tensor * alpha = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.w_alpha, x), Hv, n, 1);
-        ggml_tensor * gate = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.dt_bias)), L.ssm_a);
-        gate = ggml_reshape_4d(ctx, gate, 1, Hv, n, 1);
-
-        ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
-        ggml_tensor * conv_state = ggml_reshape_2d(ctx, cache.conv[il], K - 1, C);
-        ggml_tensor * conv = ggml_silu(ctx, ggml_ext::tree_ssm_conv(ctx, qkv, conv_state, kernel, g.tree));  // [C, n]
-
-        const size_t row = ggml_row_size(conv->type, C);
-        const size_t es = ggml_element_size(conv);
-        ggml_tensor * q = ggml_view_4d(ctx, conv, S, Hk, n, 1, es * S, row, row * n, 0);
-        ggml_tensor * k = ggml_view_4d(ctx, conv, S, Hk, n, 1, es * S, row, row * n, es * S * Hk);
-        ggml_tensor * v = ggml_view_4d(ctx, conv, S, Hv, n, 1, es * S, row, row * n, es * 2 * S * Hk);
-        q = l2_norm(q);
-        k = l2_norm(k);
-
-        ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
-        ggml_tensor * o =
-            ggml_ext::tree_gated_delta_net(ctx, q, k, v, gate, beta, state, g.tree, ggml_ext::kTreeMaxDepth);
-
-        auto save = [&](ggml_tensor * src, int64_t w, ggml_tensor * scratch) {  // [w, n] -> scratch rows 0..n-1
-            ggml_tensor * dst = ggml_view_2d(ctx, scratch, w, n, w * ggml_element_size(scratch), 0);
-            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_2d(ctx, ggml_cont(ctx, src), w, n), dst));
-        };
-        save(q, S * Hk, cache.vq[il]);
-        save(k, S * Hk, cache.vk[il]);
-        save(v, S * Hv, cache.vv[il]);
-        save(gate, Hv, cache.vg[il]);
-        save(beta, Hv, cache.vb[il]);
-        save(qkv, C, cache.vx[il]);
-
-        ggml_tensor * zz = ggml_reshape_4d(ctx, z, S, Hv, n, 1);
-        o = ggml_mul(ctx, norm(ggml_reshape_4d(ctx, o, S, Hv, n, 1), L.ssm_norm), ggml_silu(ctx, zz));
-        return ggml_mul_mat(ctx, L.ssm_out, ggml_reshape_2d(ctx, o, S * Hv, n));
-    }
-
+    // Gated DeltaNet layer. A chain runs ggml's causal conv and delta rule over [cached state, new
+    // tokens]; a tree (DDTree verify) runs ggml_ext's tree ops, where each node's conv window and
+    // state continue from its parent's. A verify (deferred chain, or any tree) leaves the recurrent
+    // state as it was and saves each token's delta-rule inputs: commit replays the accepted ones.
     ggml_tensor * gated_deltanet(int il, ggml_tensor * x) {
-        if (g.tree) return gated_deltanet_tree(il, x);
         const auto & L = model.layers[il];
         const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads;
         const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
+        const bool tree = g.tree != nullptr, defer = tree || spec.defer_recurrent;
 
         ggml_tensor * qkv = ggml_mul_mat(ctx, L.wqkv, x);  // [C, n]
         ggml_tensor * z = ggml_mul_mat(ctx, L.wgate, x);   // [S*Hv, n]
@@ -148,21 +105,28 @@ struct Builder {
         ggml_tensor * gate = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.dt_bias)), L.ssm_a);
         gate = ggml_reshape_4d(ctx, gate, 1, Hv, n, 1);
 
-        // Causal depthwise conv over [cached K-1 inputs, new inputs]; keep the last K-1 as state.
-        ggml_tensor * conv_state = ggml_reshape_3d(ctx, cache.conv[il], K - 1, C, 1);
-        ggml_tensor * conv_in =
-            ggml_concat(ctx, conv_state, ggml_transpose(ctx, ggml_reshape_3d(ctx, qkv, C, n, 1)), 0);
-        if (spec.defer_recurrent) {
-            ggml_tensor * window = cache.vconv[il];
-            ggml_tensor * dst = ggml_view_2d(ctx, window, K - 1 + n, C, window->nb[1], 0);
-            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_2d(ctx, conv_in, K - 1 + n, C), dst));
-        } else {
-            ggml_tensor * last = ggml_view_3d(ctx, conv_in, K - 1, C, 1, conv_in->nb[1], conv_in->nb[2],
-                                              ggml_row_size(conv_in->type, n));
-            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, last, cache.conv[il]));
-        }
         ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
-        ggml_tensor * conv = ggml_silu(ctx, ggml_ssm_conv(ctx, conv_in, kernel));  // [C, n, 1]
+        ggml_tensor * conv = nullptr;  // [C, n(, 1)]
+        if (tree) {
+            ggml_tensor * conv_state = ggml_reshape_2d(ctx, cache.conv[il], K - 1, C);
+            conv = ggml_ext::tree_ssm_conv(ctx, qkv, conv_state, kernel, g.tree);
+        } else {
+            // Causal depthwise conv over [cached K-1 inputs, new inputs]; keep the last K-1 as state.
+            ggml_tensor * conv_state = ggml_reshape_3d(ctx, cache.conv[il], K - 1, C, 1);
+            ggml_tensor * conv_in =
+                ggml_concat(ctx, conv_state, ggml_transpose(ctx, ggml_reshape_3d(ctx, qkv, C, n, 1)), 0);
+            if (defer) {
+                ggml_tensor * window = cache.vconv[il];
+                ggml_tensor * dst = ggml_view_2d(ctx, window, K - 1 + n, C, window->nb[1], 0);
+                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_2d(ctx, conv_in, K - 1 + n, C), dst));
+            } else {
+                ggml_tensor * last = ggml_view_3d(ctx, conv_in, K - 1, C, 1, conv_in->nb[1], conv_in->nb[2],
+                                                  ggml_row_size(conv_in->type, n));
+                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, last, cache.conv[il]));
+            }
+            conv = ggml_ssm_conv(ctx, conv_in, kernel);
+        }
+        conv = ggml_silu(ctx, conv);
 
         const size_t row = ggml_row_size(conv->type, C);
         const size_t es = ggml_element_size(conv);
@@ -173,30 +137,36 @@ struct Builder {
         k = l2_norm(k);
 
         ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
-        ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
-        ggml_tensor * o = ggml_view_4d(ctx, out, S, Hv, n, 1, ggml_row_size(out->type, S),
-                                       ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv * n), 0);
-        if (spec.defer_recurrent) {
-            auto save = [&](ggml_tensor * src, ggml_tensor * scratch) {
-                ggml_tensor * dst =
-                    ggml_view_3d(ctx, scratch, scratch->ne[0], scratch->ne[1], n, scratch->nb[1], scratch->nb[2], 0);
-                ggml_build_forward_expand(g.gf,
-                                          ggml_cpy(ctx, ggml_reshape_3d(ctx, src, src->ne[0], src->ne[1], n), dst));
-            };
-            save(q, cache.vq[il]);
-            save(k, cache.vk[il]);
-            save(ggml_cont(ctx, v), cache.vv[il]);
-            save(gate, cache.vg[il]);
-            save(beta, cache.vb[il]);
+        ggml_tensor * o = nullptr;  // [S, Hv, n, 1]
+        if (tree) {
+            o = ggml_ext::tree_gated_delta_net(ctx, q, k, v, gate, beta, state, g.tree, ggml_ext::kTreeMaxDepth);
+            o = ggml_reshape_4d(ctx, o, S, Hv, n, 1);
         } else {
-            ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * n));
-            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
+            ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
+            o = ggml_view_4d(ctx, out, S, Hv, n, 1, ggml_row_size(out->type, S), ggml_row_size(out->type, S * Hv),
+                             ggml_row_size(out->type, S * Hv * n), 0);
+            if (!defer) {
+                ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * n));
+                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
+            }
+        }
+        if (defer) {
+            auto save = [&](ggml_tensor * src, int64_t w, ggml_tensor * scratch) {  // [w, n] -> scratch rows
+                ggml_tensor * dst = ggml_view_2d(ctx, scratch, w, n, w * ggml_element_size(scratch), 0);
+                if (!ggml_is_contiguous(src)) src = ggml_cont(ctx, src);
+                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_2d(ctx, src, w, n), dst));
+            };
+            save(q, S * Hk, cache.vq[il]);
+            save(k, S * Hk, cache.vk[il]);
+            save(v, S * Hv, cache.vv[il]);
+            save(gate, Hv, cache.vg[il]);
+            save(beta, Hv, cache.vb[il]);
+            if (tree) save(qkv, C, cache.vx[il]);  // the path's conv state is rebuilt from these
         }
 
         ggml_tensor * zz = ggml_reshape_4d(ctx, z, S, Hv, n, 1);
         o = ggml_mul(ctx, norm(o, L.ssm_norm), ggml_silu(ctx, zz));
-        o = ggml_reshape_2d(ctx, o, S * Hv, n);
-        return ggml_mul_mat(ctx, L.ssm_out, o);
+        return ggml_mul_mat(ctx, L.ssm_out, ggml_reshape_2d(ctx, o, S * Hv, n));
     }
 
     ggml_tensor * ffn(int il, ggml_tensor * x) {

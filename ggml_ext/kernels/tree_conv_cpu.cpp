@@ -2,6 +2,7 @@
 // summing products in ggml_ssm_conv's order, so a node's output equals that op's on the node's
 // path bit for bit (no fused multiply-adds; ggml's own loop vectorises the products instead).
 #include "ggml_ext_tree_cpu.h"
+#include "tree_conv_taps.h"
 
 #include "ggml-cpu-impl.h"
 #include "ggml.h"
@@ -21,17 +22,7 @@ extern "C" void ggml_ext_compute_forward_tree_ssm_conv(const ggml_compute_params
 
     std::vector<int64_t> src(K);  // per tap: x column (>= 0) or -1 - conv state column
     for (int64_t i = params->ith; i < n; i += params->nth) {
-        // taps from the newest (the node) back to the oldest
-        int64_t a = i, m = 0;
-        for (int64_t o = 0; o < K; ++o) {
-            if (a >= 0) {
-                src[K - 1 - o] = a;
-                ++m;
-                a = parent[a];
-            } else {
-                src[K - 1 - o] = -1 - (K - 2 - (o - m));
-            }
-        }
+        tree_conv_taps(parent, i, (int)K, src.data());
         for (int64_t c = 0; c < C; ++c) {
             float sum = 0.0f;
             for (int64_t j = 0; j < K; ++j) {

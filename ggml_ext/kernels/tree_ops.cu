@@ -7,6 +7,7 @@
 // updates, no per-node state written to global memory.
 #include "ggml_ext_tree.h"
 #include "ggml_ext_tree_cuda.cuh"
+#include "tree_conv_taps.h"
 
 namespace {
 
@@ -20,17 +21,7 @@ __global__ void tree_ssm_conv_kernel(const float * __restrict__ x, const float *
     if (c >= C) return;
     constexpr int kMaxK = 8;
     int64_t src[kMaxK];
-    int64_t a = i;
-    int m = 0;
-    for (int o = 0; o < K; ++o) {
-        if (a >= 0) {
-            src[K - 1 - o] = a;
-            ++m;
-            a = parent[a];
-        } else {
-            src[K - 1 - o] = -1 - (K - 2 - (o - m));
-        }
-    }
+    tree_conv_taps(parent, i, K, src);
     float sum = 0.0f;
     for (int j = 0; j < K; ++j) {
         const float xv = src[j] >= 0 ? x[src[j] * C + c] : cs[c * (K - 1) + (-1 - src[j])];
