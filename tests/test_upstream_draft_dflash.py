@@ -58,7 +58,9 @@ def test_upstream_draft_dflash_drafts_and_matches_our_greedy(spec_simple: Path, 
     assert r["prompt_echo_found"], r["generated"][:200]
     tokens, ours = _greedy_pieces(target, PROMPT, N + 1)
     assert r["n_predict"] == len(tokens)
-    assert r["generated"].encode("utf-8", "surrogateescape") == ours
+    # The blank lines upstream prints after the text varied between runs (one CI run kept two
+    # more than the usual framing), so the bytes are compared without trailing newlines.
+    assert r["generated"].encode("utf-8", "surrogateescape").rstrip(b"\n") == ours.rstrip(b"\n")
 
 
 def test_parse_log_and_output() -> None:
