@@ -83,7 +83,9 @@ def _file(path: Path) -> dict[str, Any]:
     return {"path": str(path), "bytes": path.stat().st_size}
 
 
-def run(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+def run(a: argparse.Namespace, argv: list[str], out: Path | None = None) -> dict[str, Any]:
+    """Runs every mode; with `out`, rewrites the JSON after each mode ("complete": false until
+    the last), so that a bench cut short by a time limit keeps what it measured."""
     from dflash import _core
 
     pair = Path(a.pair) if a.pair else models.PAIR_DIR
@@ -115,24 +117,17 @@ def run(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             ("upstream-spec", lambda: run_upstream_spec(t, d, prompts, cfg, a.max_draft, a.spec_binary))
         )
 
-    modes: list[dict[str, Any]] = []
-    for name, fn in plan:
-        m: dict[str, Any] = {"mode": name, **fn()}
-        ref = modes[0]["samples"] if modes else m["samples"]
-        m["identical_to_ours_ar"] = mark_identity(m["samples"], ref)
-        m["summary"] = summarise(m["samples"], ref)
-        modes.append(m)
-        _print(m)
-
     summary_path = pair / "summary.json"
     trained = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
     kinds = {k: sum(p.kind == k for p in prompts) for k in sorted({p.kind for p in prompts})}
-    return {
+    modes: list[dict[str, Any]] = []
+    doc: dict[str, Any] = {
         "command": "dflash bench " + shlex.join(argv),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": _git_commit(),
         "machine": _machine(),
-        "backend": modes[0].get("backend", ""),
+        "backend": "",
+        "complete": False,
         "pair": {
             "dir": str(pair),
             "target": _file(target),
@@ -151,6 +146,19 @@ def run(a: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
         "modes": modes,
     }
+    for i, (name, fn) in enumerate(plan):
+        m: dict[str, Any] = {"mode": name, **fn()}
+        ref = modes[0]["samples"] if modes else m["samples"]
+        m["identical_to_ours_ar"] = mark_identity(m["samples"], ref)
+        m["summary"] = summarise(m["samples"], ref)
+        modes.append(m)
+        _print(m)
+        doc["backend"] = modes[0].get("backend", "")
+        doc["complete"] = i == len(plan) - 1
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    return doc
 
 
 def _print(m: dict[str, Any]) -> None:
@@ -173,10 +181,8 @@ def _print(m: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = _parser().parse_args(argv)
-    doc = run(a, argv)
     out = Path(a.out) if a.out else Path("bench/results") / f"pair-{int(time.time())}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    doc = run(a, argv, out)
     print(markdown(doc), end="")
     print(f"wrote {out}")
     return 0

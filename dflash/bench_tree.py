@@ -229,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         row["forward_ms"] = _forward_samples(target, toks[:n], a.repeats, [])
         row["forward_capture_ms"] = _forward_samples(target, toks[:n], a.repeats, layers)
         rows.append(row)
+        m = row["ddtree"]["median"]
+        print(  # progress, in case a time limit cuts the run before the table
+            f"budget {b}: draft {m['draft_ms']:.2f} tree {m['tree_ms']:.3f} verify {m['verify_ms']:.2f} "
+            f"commit {m['commit_ms']:.2f} fwd(N) {_median(row['forward_ms']):.2f} ms",
+            flush=True,
+        )
     ar = _ar_samples(target, prompt, a.repeats, a.n_batch)
     backend = target.backend
     del draft, target

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_policy import SameTokens
 
 from dflash import _core
 
@@ -73,6 +74,7 @@ def test_greedy_ddtree_equals_autoregressive(pair, budget, n_prompts):
     target, draft = _engines(pair, max(budget, 16) + 1)
     rng = np.random.default_rng(budget)
     accepted = 0
+    rewritten, real = SameTokens(f"budget {budget}, rewritten"), SameTokens(f"budget {budget}, real drafter")
     for k in range(n_prompts):
         prompt = rng.integers(0, 4096, size=int(rng.integers(4, 30))).tolist()
         ref = _ar(target, prompt, 128)
@@ -86,11 +88,13 @@ def test_greedy_ddtree_equals_autoregressive(pair, budget, n_prompts):
             return [t if j != bad_at else (t + 1) % 4096 for j, t in enumerate(good[: len(top1)])]
 
         out, spec = _tree(target, draft, prompt, 128, budget, rewrite)
-        assert out == ref
+        rewritten.check(out, ref, target, prompt)
         accepted += spec["accepted"]
         if k < 2:  # the real drafter's trees: nearly every node rejected
             plain, _ = _tree(target, draft, prompt, 128, budget)
-            assert plain == ref
+            real.check(plain, ref, target, prompt)
+    rewritten.finish()
+    real.finish()
     assert accepted > 0
 
 

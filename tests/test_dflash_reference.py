@@ -421,3 +421,32 @@ def test_target_captures_do_not_depend_on_the_previous_graph(synth_model: Any) -
     first = features(target, tokens, [0, 2])
     every = features(target, tokens, [0, 1, 2, 3])
     np.testing.assert_array_equal(first, np.concatenate([every[:, :64], every[:, 128:192]], axis=1))
+
+
+def test_device_feature_rows_match_host_rows(synth_model: Any, make_drafter: MakeDrafter) -> None:
+    """The decode loop injects the target's captured rows in place (no host copy); the drafter must
+    see exactly what a host injection of the same rows gives, for consecutive rows (prefill, chain)
+    and for a tree path's scattered rows, and refuse rows a later target forward overwrote."""
+    tpath = synth_model("tiny-a", "f32")
+    dpath = make_drafter(tpath, 4, hidden=64, target_layer_ids=(0, 2), **SWA_DRAFTER)
+    target = target_engine(tpath)
+    host, dev = draft_engine(dpath, target, n_batch=16), draft_engine(dpath, target, n_batch=16)
+    tokens = np.random.default_rng(9).integers(0, 4000, size=40).tolist()
+    feats = features(target, tokens, [0, 2])  # leaves these rows in the target's device buffer
+    host.inject(feats[:37], 0)
+    dev.inject_target(list(range(37)), 0)  # 37 > n_batch: chunks through the device path too
+    path = [37, 39, 38]  # a path's rows, out of order, for positions 37..39
+    host.inject(feats[path], 37)
+    dev.inject_target(path, 37)
+    a, b = host.draft(11, 40, True), dev.draft(11, 40, True)
+    np.testing.assert_array_equal(a["logits"], b["logits"])
+
+    dev.inject_target([0, 1], 40)
+    target.forward(tokens[:8], True, [0, 2])  # overwrites the rows before the drafter took them
+    with pytest.raises(_core.EngineError, match="overwritten"):
+        dev.draft(11, 42, False)
+    with pytest.raises(_core.InvalidParameterError, match="out of range"):
+        dev.inject_target([10_000], 40)
+    target.forward(tokens[:8], True, [1])  # other layers: the drafter's rows are not there
+    with pytest.raises(_core.InvalidParameterError, match="did not capture"):
+        dev.inject_target([0], 40)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_policy import ON_GPU, SameTokens
 
 from dflash import _core
 
@@ -29,9 +30,10 @@ def pair(drafter_pair: Any) -> tuple[Path, Path]:
     return drafter_pair(seed=1, layer_types=("sliding_attention", "full_attention"), sliding_window=8)
 
 
-def _engines(pair: tuple[Path, Path]) -> tuple[_core.TargetEngine, _core.DraftEngine]:
+def _engines(pair: tuple[Path, Path], n_batch: int = 512) -> tuple[_core.TargetEngine, _core.DraftEngine]:
     cfg = _core.EngineConfig()
     cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 512, TEST_NGL, 2, 16
+    cfg.n_batch = n_batch
     target = _core.TargetEngine(str(pair[0]), cfg)
     dcfg = _core.DraftEngineConfig()
     dcfg.kv_type = "f32"
@@ -63,6 +65,7 @@ def test_greedy_chain_equals_autoregressive(pair):
     target, draft = _engines(pair)
     rng = np.random.default_rng(0)
     total = Counter()
+    rewritten, real = SameTokens("chain, rewritten drafts"), SameTokens("chain, real drafter")
     for n, prompt in enumerate(_prompts(target.hparams["n_vocab"])):
         ref = _ar(target, prompt, N_GEN)
 
@@ -76,11 +79,13 @@ def test_greedy_chain_equals_autoregressive(pair):
             return [t if j != bad_at else (t + 1) % 4096 for j, t in enumerate(good[: len(drafts)])]
 
         out, spec = _chain(target, draft, prompt, N_GEN, rewrite)
-        assert out == ref
+        rewritten.check(out, ref, target, prompt)
         total.update(accepted=spec["accepted"], drafts=spec["drafts"])
         if n < 4:  # the real (random-weight) drafter: nearly every draft rejected
             plain, _ = _chain(target, draft, prompt, N_GEN)
-            assert plain == ref
+            real.check(plain, ref, target, prompt)
+    rewritten.finish()
+    real.finish()
     assert total["accepted"] > 5 * total["drafts"]  # the rewritten drafts were mostly accepted
 
 
@@ -94,6 +99,30 @@ def test_chain_stats_and_limits(pair):
     assert spec["accepted_per_pos"][0] == spec["drafts"]
     assert spec["acceptance_length"] > 8
     assert spec["target_forwards"] < 10  # 1 prefill + a few verifies instead of 40 decode steps
+
+
+def test_chunked_prefill_feeds_the_drafter(pair):
+    """A prompt longer than the prefill chunk: each chunk's feature rows reach the drafter before
+    the next chunk's forward overwrites them on the device, so the drafts (and the accepted
+    counts) are those of a one-chunk prefill."""
+    prompt = np.random.default_rng(3).integers(0, 4096, size=45).tolist()
+    runs = []
+    for n_batch in (16, 512):
+        target, draft = _engines(pair, n_batch)
+        ref = _ar(target, prompt, 48)
+        drafts: list[list[int]] = []
+
+        def record(start: int, d: list[int], drafts: list[list[int]] = drafts) -> list[int]:
+            drafts.append(list(d))
+            return d
+
+        out, spec = _chain(target, draft, prompt, 48, record)
+        same = SameTokens(f"chunked prefill, n_batch {n_batch}")
+        same.check(out, ref, target, prompt)
+        same.finish()
+        runs.append((drafts, spec["accepted_per_pos"]))
+    if not ON_GPU:  # on the GPU the chunks' features round differently (another matmul split)
+        assert runs[0] == runs[1]
 
 
 def _topk_probs(logits: np.ndarray, k: int, temp: float) -> dict[int, float]:

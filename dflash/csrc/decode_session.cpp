@@ -17,16 +17,10 @@ double now_ms() {
     return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
-// Rows [0, n) of a forward's captured layers side by side, in the drafter's layer order.
-std::vector<float> feature_rows(const ForwardResult & r, int64_t n_embd, int n) {
-    const size_t L = r.captures.size();
-    std::vector<float> rows((size_t)n * L * n_embd);
-    for (int i = 0; i < n; ++i) {
-        for (size_t l = 0; l < L; ++l) {
-            const float * src = r.captures[l].data() + (size_t)i * n_embd;
-            std::copy(src, src + n_embd, rows.data() + ((size_t)i * L + l) * n_embd);
-        }
-    }
+// Feature rows 0..n-1 of the target's last forward.
+std::vector<int32_t> first_rows(int n) {
+    std::vector<int32_t> rows(n);
+    for (int i = 0; i < n; ++i) rows[i] = i;
     return rows;
 }
 
@@ -103,15 +97,12 @@ std::vector<int32_t> DecodeSession::first_step() {
     target_.reset();
     if (draft_) draft_->reset();
     const int n_batch = target_.config().n_batch;
-    const int64_t E = target_.hparams().n_embd;
     ForwardResult r;
     for (size_t i = 0; i < prompt_.size(); i += n_batch) {
         const int n = (int)std::min<size_t>(n_batch, prompt_.size() - i);
+        if (draft_ && i > 0) draft_->flush();  // the next forward overwrites the feature rows
         r = target_.forward(prompt_.data() + i, n, false, !sp_.greedy(), layers_);
-        if (draft_) {
-            const auto rows = feature_rows(r, E, n);
-            draft_->inject(rows.data(), n, (int)i);
-        }
+        if (draft_) draft_->inject_target(first_rows(n), (int)i);
         spec_.target_forwards++;
     }
     t_first_ = now_ms();
@@ -124,7 +115,7 @@ std::vector<int32_t> DecodeSession::first_step() {
 }
 
 std::vector<int32_t> DecodeSession::chain_step() {
-    const int64_t E = target_.hparams().n_embd, V = target_.hparams().n_vocab;
+    const int64_t V = target_.hparams().n_vocab;
     const int start = target_.n_past();  // position of the anchor
     const int room = target_.config().n_ctx - start;
     const int n_draft = std::max(0, std::min({max_draft_, max_tokens_ - st_.n_generated - 1, room - 1}));
@@ -143,6 +134,8 @@ std::vector<int32_t> DecodeSession::chain_step() {
         batch.insert(batch.end(), drafts.begin(), drafts.end());
         spec_.drafts++;
         spec_.draft_tokens += n_draft;
+    } else {
+        draft_->flush();  // no draft() took the queued rows; the verify overwrites them
     }
 
     double t = now_ms();
@@ -169,8 +162,7 @@ std::vector<int32_t> DecodeSession::chain_step() {
 
     t = now_ms();
     target_.commit(k + 1);  // the anchor + k accepted drafts; out.back() is the next anchor
-    const auto rows = feature_rows(v, E, k + 1);
-    draft_->inject(rows.data(), k + 1, start);
+    draft_->inject_target(first_rows(k + 1), start);
     spec_.commit_ms += now_ms() - t;
     out = emit(std::move(out));
     spec_.committed += (int)out.size();
@@ -178,7 +170,6 @@ std::vector<int32_t> DecodeSession::chain_step() {
 }
 
 std::vector<int32_t> DecodeSession::tree_step() {
-    const int64_t E = target_.hparams().n_embd;
     const int start = target_.n_past();
     const int room = target_.config().n_ctx - start;
     // depth limit: the block, the token budget left, the context left
@@ -216,6 +207,8 @@ std::vector<int32_t> DecodeSession::tree_step() {
         spec_.tree_ms += now_ms() - t;
         spec_.drafts++;
         spec_.draft_tokens += tree.size();
+    } else {
+        draft_->flush();
     }
 
     double t = now_ms();
@@ -247,16 +240,7 @@ std::vector<int32_t> DecodeSession::tree_step() {
 
     t = now_ms();
     target_.commit_path(path);
-    ForwardResult rows_src;
-    rows_src.captures.resize(v.captures.size());
-    for (size_t l = 0; l < v.captures.size(); ++l) {
-        for (int32_t p : path) {
-            const float * src = v.captures[l].data() + (size_t)p * E;
-            rows_src.captures[l].insert(rows_src.captures[l].end(), src, src + E);
-        }
-    }
-    const auto rows = feature_rows(rows_src, E, (int)path.size());
-    draft_->inject(rows.data(), (int)path.size(), start);
+    draft_->inject_target(path, start);  // the path's feature rows, in place on the device
     spec_.commit_ms += now_ms() - t;
     out = emit(std::move(out));
     spec_.committed += (int)out.size();

@@ -98,10 +98,16 @@ DraftGraph build_dflash_draft(ggml_context * ctx, const DflashModel & model, con
 
     // (a) context injection: only K/V of the new rows, into the cache.
     if (spec.n_inject > 0) {
-        g.feat = input(ctx, GGML_TYPE_F32, hp.n_feature(), spec.n_inject);
+        ggml_tensor * feat = nullptr;
+        if (spec.feat_src) {
+            g.feat_rows = input(ctx, GGML_TYPE_I32, spec.n_inject);
+            feat = ggml_get_rows(ctx, spec.feat_src, g.feat_rows);
+        } else {
+            feat = g.feat = input(ctx, GGML_TYPE_F32, hp.n_feature(), spec.n_inject);
+        }
         g.inj_pos = input(ctx, GGML_TYPE_I32, spec.n_inject);
         g.inj_idx = input(ctx, GGML_TYPE_I64, spec.n_inject);
-        ggml_tensor * h = b.norm(ggml_mul_mat(ctx, model.fc, g.feat), model.hidden_norm);
+        ggml_tensor * h = b.norm(ggml_mul_mat(ctx, model.fc, feat), model.hidden_norm);
         for (int il = 0; il < hp.n_layer; ++il) b.write_rows(il, b.kv_rows(il, h, g.inj_pos), g.inj_idx);
     }
     if (spec.n_block == 0) return g;
@@ -141,13 +147,19 @@ void set_dflash_inputs(const DraftGraph & g, const DflashModel & model, const Dr
                        const DraftInputs & in) {
     const auto & hp = model.hp;
     if (spec.n_inject > 0) {
-        const int64_t nf = hp.n_feature();
-        std::vector<float> feat((size_t)nf * spec.n_inject, 0.0f);
-        std::copy(in.feat, in.feat + (size_t)nf * in.n_real_inject, feat.begin());
+        if (g.feat_rows) {
+            std::vector<int32_t> rows(spec.n_inject, 0);  // padding reads row 0, lands in the trash row
+            std::copy(in.feat_rows, in.feat_rows + in.n_real_inject, rows.begin());
+            ggml_backend_tensor_set(g.feat_rows, rows.data(), 0, sizeof(int32_t) * rows.size());
+        } else {
+            const int64_t nf = hp.n_feature();
+            std::vector<float> feat((size_t)nf * spec.n_inject, 0.0f);
+            std::copy(in.feat, in.feat + (size_t)nf * in.n_real_inject, feat.begin());
+            ggml_backend_tensor_set(g.feat, feat.data(), 0, sizeof(float) * feat.size());
+        }
         std::vector<int32_t> pos(spec.n_inject, 0);
         std::vector<int64_t> idx(spec.n_inject, kv.trash_row());
         for (int i = 0; i < in.n_real_inject; ++i) pos[i] = (int32_t)(idx[i] = in.inject_pos0 + i);
-        ggml_backend_tensor_set(g.feat, feat.data(), 0, sizeof(float) * feat.size());
         ggml_backend_tensor_set(g.inj_pos, pos.data(), 0, sizeof(int32_t) * pos.size());
         ggml_backend_tensor_set(g.inj_idx, idx.data(), 0, sizeof(int64_t) * idx.size());
     }

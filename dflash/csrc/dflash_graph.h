@@ -34,18 +34,23 @@ struct DraftSpec {
     // Attended rows: [0, kv_hi) for full layers, [kv_lo_sliding, kv_hi) for sliding ones.
     int kv_hi = 0;
     int kv_lo_sliding = 0;
+    // Feature rows gathered from this device tensor (the target's captured features, version
+    // feat_version) instead of uploaded from the host.
+    ggml_tensor * feat_src = nullptr;
+    uint64_t feat_version = 0;
 };
 
 struct DraftGraph {
     ggml_cgraph * gf = nullptr;
     // inputs
-    ggml_tensor * feat = nullptr;     // f32 [n_feature, n_inject]
-    ggml_tensor * inj_pos = nullptr;  // i32 [n_inject]
-    ggml_tensor * inj_idx = nullptr;  // i64 [n_inject]
-    ggml_tensor * tokens = nullptr;   // i32 [n_block]
-    ggml_tensor * pos = nullptr;      // i32 [n_block]
-    ggml_tensor * blk_idx = nullptr;  // i64 [n_block]
-    ggml_tensor * mask[2][2] = {};    // [sliding][causal]: f16 [n_kv of that layer kind, n_block]
+    ggml_tensor * feat = nullptr;       // f32 [n_feature, n_inject] (host upload), or
+    ggml_tensor * feat_rows = nullptr;  // i32 [n_inject]: rows of spec.feat_src
+    ggml_tensor * inj_pos = nullptr;    // i32 [n_inject]
+    ggml_tensor * inj_idx = nullptr;    // i64 [n_inject]
+    ggml_tensor * tokens = nullptr;     // i32 [n_block]
+    ggml_tensor * pos = nullptr;        // i32 [n_block]
+    ggml_tensor * blk_idx = nullptr;    // i64 [n_block]
+    ggml_tensor * mask[2][2] = {};      // [sliding][causal]: f16 [n_kv of that layer kind, n_block]
     // outputs (block only)
     ggml_tensor * logits = nullptr;    // f32 [n_vocab, n_block - 1]
     ggml_tensor * argmax = nullptr;    // i32 [n_block - 1]
@@ -62,9 +67,10 @@ DraftGraph build_dflash_draft(ggml_context * ctx, const DflashModel & model, con
 
 // What one run reads: the feature rows to inject and the block to draft.
 struct DraftInputs {
-    const float * feat = nullptr;  // n_real_inject x n_feature
-    int n_real_inject = 0;         // <= spec.n_inject; the rest is padding
-    int inject_pos0 = 0;           // position of the first feature row
+    const float * feat = nullptr;         // n_real_inject x n_feature (host rows), or
+    const int32_t * feat_rows = nullptr;  // n_real_inject rows of spec.feat_src
+    int n_real_inject = 0;                // <= spec.n_inject; the rest is padding
+    int inject_pos0 = 0;                  // position of the first feature row
     int32_t anchor = 0;
     int start = 0;  // block position (anchor)
     int n_ctx = 0;  // committed context rows visible to the block (positions < n_ctx)

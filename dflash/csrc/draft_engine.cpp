@@ -19,14 +19,14 @@ int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 bool same_spec(const DraftSpec & a, const DraftSpec & b) {
     return a.n_inject == b.n_inject && a.n_block == b.n_block && a.top_k == b.top_k && a.kv_hi == b.kv_hi &&
-           a.kv_lo_sliding == b.kv_lo_sliding;
+           a.kv_lo_sliding == b.kv_lo_sliding && a.feat_src == b.feat_src && a.feat_version == b.feat_version;
 }
 
 }  // namespace
 
-DraftEngine::DraftEngine(const std::string & path, const TargetEngine & target, const DraftEngineConfig & cfg,
+DraftEngine::DraftEngine(const std::string & path, TargetEngine & target, const DraftEngineConfig & cfg,
                          const ProgressFn & progress)
-    : cfg_(cfg), backends_(target.backends()) {
+    : cfg_(cfg), target_(target), backends_(target.backends()) {
     if (cfg_.n_ctx == 0) cfg_.n_ctx = target.config().n_ctx;
     if (cfg_.n_ctx < 1 || cfg_.n_ctx > (1 << 22)) {
         throw InvalidParameter("draft n_ctx must be in [1, 4194304], got " + std::to_string(cfg_.n_ctx));
@@ -46,6 +46,8 @@ DraftEngine::DraftEngine(const std::string & path, const TargetEngine & target, 
         throw InvalidParameter("draft top_k must be in [1, n_vocab], got " + std::to_string(cfg_.top_k));
     }
     cfg_.n_batch = std::min(cfg_.n_batch, cfg_.n_ctx);
+    // The target keeps this drafter's layers on the device (planned and checked there).
+    target.reserve_features(hp.target_layers);
 
     // Draft KV: one row per position up to n_ctx, the block scratch past it, one trash row.
     kv_.n_rows = round_up(cfg_.n_ctx + hp.block_size + 1, 256);
@@ -115,6 +117,7 @@ void DraftEngine::reset() {
     n_committed_ = 0;
     n_pending_ = 0;
     pending_.clear();
+    pending_rows_.clear();
 }
 
 void DraftEngine::truncate(int n) {
@@ -126,10 +129,14 @@ void DraftEngine::truncate(int n) {
         n_committed_ = n;
         n_pending_ = 0;
     }
-    pending_.resize((size_t)n_pending_ * model_->hp.n_feature());
+    if (pending_on_target_) {
+        pending_rows_.resize(n_pending_);
+    } else {
+        pending_.resize((size_t)n_pending_ * model_->hp.n_feature());
+    }
 }
 
-void DraftEngine::inject(const float * rows, int n, int pos0) {
+void DraftEngine::begin_inject(int n, int pos0) {
     if (n < 0) throw InvalidParameter("inject: negative row count");
     if (pos0 < 0 || pos0 > n_ctx()) {
         throw InvalidParameter("inject: rows must continue the context (pos0 " + std::to_string(pos0) +
@@ -137,9 +144,55 @@ void DraftEngine::inject(const float * rows, int n, int pos0) {
     }
     if (pos0 + n > cfg_.n_ctx) throw ContextOverflow(pos0 + n, cfg_.n_ctx);
     truncate(pos0);
+}
+
+void DraftEngine::inject(const float * rows, int n, int pos0) {
+    begin_inject(n, pos0);
+    if (pending_on_target_) flush();
+    pending_on_target_ = false;
     pending_.insert(pending_.end(), rows, rows + (size_t)n * model_->hp.n_feature());
     n_pending_ += n;
     flush_full_chunks();
+}
+
+void DraftEngine::inject_target(const std::vector<int32_t> & rows, int pos0) {
+    const int n = (int)rows.size();
+    if (target_.feature_layers() != model_->hp.target_layers || !target_.features()) {
+        throw InvalidParameter("inject_target: the target's last forward did not capture this drafter's layers");
+    }
+    const int64_t n_rows = target_.features()->ne[1];
+    for (int32_t r : rows) {
+        if (r < 0 || r >= n_rows)
+            throw InvalidParameter("inject_target: feature row " + std::to_string(r) + " out of range");
+    }
+    begin_inject(n, pos0);
+    // Rows of another forward (or host rows) go into the cache first.
+    if (n_pending_ > 0 && (!pending_on_target_ || pending_gen_ != target_.feature_generation())) flush();
+    pending_on_target_ = true;
+    pending_gen_ = target_.feature_generation();
+    pending_rows_.insert(pending_rows_.end(), rows.begin(), rows.end());
+    n_pending_ += n;
+    flush_full_chunks();
+}
+
+void DraftEngine::flush() {
+    while (n_pending_ > 0) flush_rows(std::min(n_pending_, cfg_.n_batch));
+}
+
+DraftInputs DraftEngine::pending_inputs(int from, int n) const {
+    if (n > 0 && pending_on_target_ && pending_gen_ != target_.feature_generation()) {
+        // A caller bug, not bad input: the rows were overwritten by a later target forward.
+        throw EngineError("queued feature rows were overwritten by a target forward before reaching the drafter");
+    }
+    DraftInputs in;
+    if (pending_on_target_) {
+        in.feat_rows = pending_rows_.data() + from;
+    } else {
+        in.feat = pending_.data() + (size_t)from * model_->hp.n_feature();
+    }
+    in.n_real_inject = n;
+    in.inject_pos0 = n_committed_ + from;
+    return in;
 }
 
 DraftSpec DraftEngine::spec_for(int n_inject, bool block, int start) const {
@@ -148,6 +201,10 @@ DraftSpec DraftEngine::spec_for(int n_inject, bool block, int start) const {
     // Padded to whole blocks so that the chain loop (1..B accepted rows per step) reuses one graph.
     s.n_inject = n_inject == 0 ? 0 : std::min(round_up(n_inject, hp.block_size), round_up(cfg_.n_batch, hp.block_size));
     s.top_k = cfg_.top_k;
+    if (n_inject > 0 && pending_on_target_) {
+        s.feat_src = target_.features();
+        s.feat_version = target_.features_version();
+    }
     if (block) {
         s.n_block = hp.block_size;
         std::tie(s.kv_lo_sliding, s.kv_hi) = draft_kv_range(hp, start, hp.block_size, kv_.n_rows);
@@ -182,19 +239,19 @@ void DraftEngine::run(const DraftSpec & spec, const DraftInputs & in) {
     }
 }
 
-void DraftEngine::flush_full_chunks() {
-    const int64_t nf = model_->hp.n_feature();
-    while (n_pending_ > cfg_.n_batch) {
-        const int n = cfg_.n_batch;
-        DraftInputs in;
-        in.feat = pending_.data();
-        in.n_real_inject = n;
-        in.inject_pos0 = n_committed_;
-        run(spec_for(n, false, 0), in);
-        pending_.erase(pending_.begin(), pending_.begin() + (size_t)n * nf);
-        n_pending_ -= n;
-        n_committed_ += n;
+void DraftEngine::flush_rows(int n) {
+    run(spec_for(n, false, 0), pending_inputs(0, n));
+    if (pending_on_target_) {
+        pending_rows_.erase(pending_rows_.begin(), pending_rows_.begin() + n);
+    } else {
+        pending_.erase(pending_.begin(), pending_.begin() + (size_t)n * model_->hp.n_feature());
     }
+    n_pending_ -= n;
+    n_committed_ += n;
+}
+
+void DraftEngine::flush_full_chunks() {
+    while (n_pending_ > cfg_.n_batch) flush_rows(cfg_.n_batch);
 }
 
 DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits) {
@@ -209,10 +266,7 @@ DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits) {
     }
     if (start > cfg_.n_ctx) throw ContextOverflow(start + 1, cfg_.n_ctx);
 
-    DraftInputs in;
-    in.feat = pending_.data();
-    in.n_real_inject = n_pending_;
-    in.inject_pos0 = n_committed_;
+    DraftInputs in = pending_inputs(0, n_pending_);
     in.anchor = anchor;
     in.start = start;
     in.n_ctx = n_ctx();
@@ -222,6 +276,7 @@ DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits) {
     n_committed_ += n_pending_;
     n_pending_ = 0;
     pending_.clear();
+    pending_rows_.clear();
 
     const DraftGraph & g = cached_.g;
     const int n_out = hp.block_size - 1, K = spec.top_k;

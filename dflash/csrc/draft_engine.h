@@ -1,7 +1,7 @@
 // The DFlash drafter ready to run next to a TargetEngine: its weights and draft KV cache on
 // the target's device, its own scheduler, and the inject/draft entry points a speculative loop
-// calls. The target's embedding and LM head are used in place, so the target engine must
-// outlive this one.
+// calls. The target's embedding, LM head and captured-feature rows are used in place, so the
+// target engine must outlive this one.
 #pragma once
 
 #include "dflash_graph.h"
@@ -34,7 +34,7 @@ struct DraftResult {
 
 class DraftEngine {
   public:
-    DraftEngine(const std::string & path, const TargetEngine & target, const DraftEngineConfig & cfg,
+    DraftEngine(const std::string & path, TargetEngine & target, const DraftEngineConfig & cfg,
                 const ProgressFn & progress = {});
     ~DraftEngine();
     DraftEngine(const DraftEngine &) = delete;
@@ -55,6 +55,13 @@ class DraftEngine {
     // order) for positions pos0..pos0+n-1; pos0 <= n_ctx() (a lower pos0 replaces the rows from there).
     // Rows are queued and enter the cache in the next draft() graph (or in n_batch chunks).
     void inject(const float * rows, int n, int pos0);
+    // The same from the target's device feature rows (rows[i] of target.features(), captured by
+    // its last forward with this drafter's layers) for positions pos0..: nothing goes through the
+    // host. Queued rows must reach the cache before the target's next forward overwrites them:
+    // draft() or flush() does that.
+    void inject_target(const std::vector<int32_t> & rows, int pos0);
+    // Moves every queued row into the cache now.
+    void flush();
     // Drafts the block [anchor, MASK x (B-1)] at positions start..start+B-1 (start >= n_ctx()).
     DraftResult draft(int32_t anchor, int start, bool want_logits);
 
@@ -66,10 +73,15 @@ class DraftEngine {
     };
     void run(const DraftSpec & spec, const DraftInputs & in);
     void flush_full_chunks();
+    void flush_rows(int n);  // the first n queued rows, inject only
+    void begin_inject(int n, int pos0);
+    // Queued rows [from, from + n) as a graph's inputs.
+    DraftInputs pending_inputs(int from, int n) const;
     void drop_cached_graph();
     DraftSpec spec_for(int n_inject, bool block, int start) const;
 
     DraftEngineConfig cfg_;
+    TargetEngine & target_;
     const Backends & backends_;
     std::unique_ptr<GgufFile> file_;
     std::unique_ptr<DflashModel> model_;
@@ -83,9 +95,14 @@ class DraftEngine {
     Cached cached_;  // the last graph; reused when the next run has the same spec
     MemoryPlan plan_;
 
-    int n_committed_ = 0;         // rows already in the cache
-    int n_pending_ = 0;           // queued rows, positions n_committed_..
-    std::vector<float> pending_;  // n_pending_ x n_feature
+    int n_committed_ = 0;  // rows already in the cache
+    int n_pending_ = 0;    // queued rows, positions n_committed_..
+    // Queued rows are host rows (pending_, n_pending_ x n_feature) or rows of the target's
+    // feature buffer (pending_rows_, written by the target forward number pending_gen_).
+    bool pending_on_target_ = false;
+    std::vector<float> pending_;
+    std::vector<int32_t> pending_rows_;
+    uint64_t pending_gen_ = 0;
 };
 
 }  // namespace dflash

@@ -232,7 +232,6 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     if (!spec.tree_parents.empty() && hp.n_recurrent_layers() > 0) g.tree = input(ctx, GGML_TYPE_I32, n, 3);
     Builder b{ctx, model, hp, cache, spec, g, n};
     ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.tokens);
-    g.captures.assign(spec.capture_layers.size(), nullptr);
     for (int il = 0; il < hp.n_layer; ++il) {
         ggml_tensor * h = b.norm(x, model.layers[il].attn_norm);
         h = hp.is_recurrent[il] ? b.gated_deltanet(il, h) : b.attention(il, h);
@@ -240,11 +239,10 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
         ggml_tensor * f = b.ffn(il, b.norm(x, model.layers[il].attn_post_norm));
         x = ggml_add(ctx, f, x);
         for (size_t c = 0; c < spec.capture_layers.size(); ++c) {
-            if (spec.capture_layers[c] == il) {
-                g.captures[c] = x;
-                ggml_set_output(x);
-                ggml_build_forward_expand(g.gf, x);
-            }
+            if (spec.capture_layers[c] != il) continue;
+            ggml_tensor * dst = ggml_view_2d(ctx, spec.features, hp.n_embd, n, spec.features->nb[1],
+                                             ggml_row_size(GGML_TYPE_F32, hp.n_embd * (int64_t)c));
+            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, x, dst));
         }
     }
     x = b.norm(x, model.output_norm);

@@ -15,8 +15,9 @@ namespace dflash {
 struct ForwardSpec {
     int n_tokens = 1;
     int n_past = 0;
-    bool all_logits = false;          // logits of every token, else of the last one only
-    std::vector<int> capture_layers;  // expose these layers' outputs (residual stream)
+    bool all_logits = false;           // logits of every token, else of the last one only
+    std::vector<int> capture_layers;   // copy these layers' outputs (residual stream) ...
+    ggml_tensor * features = nullptr;  // ... into rows 0..n_tokens-1 of this f32 [L * n_embd, rows]
     // Speculative verify: keep the recurrent state as it was and save the delta-rule inputs
     // and conv window into the cache's verify scratch for a later commit.
     bool defer_recurrent = false;
@@ -41,7 +42,6 @@ struct ForwardGraph {
     // outputs
     ggml_tensor * logits = nullptr;  // f32 [n_vocab, n_out]
     ggml_tensor * argmax = nullptr;  // i32 [n_out]
-    std::vector<ggml_tensor *> captures;
 };
 
 // Node capacity of the commit graphs (recurrent replay + K/V compaction).

@@ -134,18 +134,57 @@ void TargetEngine::check_fits(int n_new) const {
     if (cache_->n_past + n_new > cfg_.n_ctx) throw ContextOverflow(cache_->n_past + n_new, cfg_.n_ctx);
 }
 
+int TargetEngine::feature_rows() const { return std::max({cfg_.n_batch, cfg_.n_logits_batch, cfg_.n_verify_max}); }
+
+void TargetEngine::reserve_features(const std::vector<int> & layers) {
+    const auto & hp = model_->hp;
+    for (int l : layers) {
+        if (l < 0 || l >= hp.n_layer) throw InvalidParameter("capture layer " + std::to_string(l) + " out of range");
+    }
+    if (layers == feature_layers_ && (features_ || layers.empty())) return;
+    drop_cached_graph();  // it writes into the old buffer
+    features_version_++;
+    features_ = nullptr;
+    feat_buf_.reset();
+    feat_ctx_.reset();
+    feature_layers_.clear();
+    auto planned = std::find_if(plan_.items.begin(), plan_.items.end(),
+                                [](const auto & it) { return it.first.rfind("captured features", 0) == 0; });
+    if (planned != plan_.items.end()) plan_.items.erase(planned);
+    if (layers.empty()) return;
+
+    ggml_init_params p = {ggml_tensor_overhead(), nullptr, true};
+    feat_ctx_.reset(ggml_init(p));
+    ggml_tensor * t =
+        ggml_new_tensor_2d(feat_ctx_.get(), GGML_TYPE_F32, (int64_t)layers.size() * hp.n_embd, feature_rows());
+    ggml_set_name(t, "captured_features");
+    const std::string what = "captured features (" + std::to_string(layers.size()) + " layers x " +
+                             std::to_string(feature_rows()) + " rows)";
+    MemoryPlan more;
+    more.device = plan_.device;
+    backends_->memory(more.free_bytes, more.total_bytes);
+    more.add(what, ggml_backend_alloc_ctx_tensors_from_buft_size(feat_ctx_.get(), backends_->main_buft));
+    more.check();
+    feat_buf_.reset(ggml_backend_alloc_ctx_tensors_from_buft(feat_ctx_.get(), backends_->main_buft));
+    if (!feat_buf_) throw EngineError("could not allocate the captured-feature buffer");
+    ggml_backend_buffer_clear(feat_buf_.get(), 0);  // rows a drafter pads with are read, never garbage
+    plan_.add(what, more.items[0].second);
+    features_ = t;
+    feature_layers_ = layers;
+}
+
 ForwardResult TargetEngine::forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
-                                    const std::vector<int> & capture_layers) {
-    return run_forward(tokens, n, all_logits, want_logits, capture_layers, false);
+                                    const std::vector<int> & capture_layers, bool read_captures) {
+    return run_forward(tokens, n, all_logits, want_logits, capture_layers, read_captures, false);
 }
 
 ForwardResult TargetEngine::verify(const int32_t * tokens, int n, bool want_logits,
-                                   const std::vector<int> & capture_layers) {
+                                   const std::vector<int> & capture_layers, bool read_captures) {
     if (n < 1 || n > cfg_.n_verify_max) {
         throw InvalidParameter("verify of " + std::to_string(n) + " tokens; n_verify_max is " +
                                std::to_string(cfg_.n_verify_max));
     }
-    ForwardResult r = run_forward(tokens, n, true, want_logits, capture_layers, true);
+    ForwardResult r = run_forward(tokens, n, true, want_logits, capture_layers, read_captures, true);
     pending_n_ = n;
     return r;
 }
@@ -182,7 +221,7 @@ std::pair<std::vector<float>, std::vector<float>> TargetEngine::recurrent_state(
 }
 
 ForwardResult TargetEngine::verify_tree(const int32_t * tokens, const std::vector<int32_t> & parents, bool want_logits,
-                                        const std::vector<int> & capture_layers) {
+                                        const std::vector<int> & capture_layers, bool read_captures) {
     const int n = (int)parents.size();
     if (n < 1 || n > cfg_.n_verify_max) {
         throw InvalidParameter("tree of " + std::to_string(n) + " tokens; n_verify_max is " +
@@ -198,7 +237,7 @@ ForwardResult TargetEngine::verify_tree(const int32_t * tokens, const std::vecto
     ggml_ext::TreeIndex index;
     std::string why;
     if (!ggml_ext::make_tree_index(parents, index, &why)) throw InvalidParameter("tree verify: " + why);
-    ForwardResult r = run_forward(tokens, n, true, want_logits, capture_layers, true, parents);
+    ForwardResult r = run_forward(tokens, n, true, want_logits, capture_layers, read_captures, true, parents);
     pending_n_ = n;
     pending_parents_ = parents;
     return r;
@@ -247,7 +286,7 @@ void TargetEngine::commit_path(const std::vector<int32_t> & path) {
 }
 
 ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
-                                        const std::vector<int> & capture_layers, bool defer,
+                                        const std::vector<int> & capture_layers, bool read_captures, bool defer,
                                         const std::vector<int32_t> & tree_parents) {
     if (pending_n_ > 0) throw InvalidParameter("a verify is pending: commit it before the next forward");
     const auto & hp = model_->hp;
@@ -260,15 +299,14 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
                                    std::to_string(hp.n_vocab) + ")");
         }
     }
-    for (int l : capture_layers) {
-        if (l < 0 || l >= hp.n_layer) throw InvalidParameter("capture layer " + std::to_string(l) + " out of range");
-    }
     check_fits(n);
+    reserve_features(capture_layers);  // a no-op for the drafter's layers
     ForwardSpec spec;
     spec.n_tokens = n;
     spec.n_past = cache_->n_past;
     spec.all_logits = all_logits;
     spec.capture_layers = capture_layers;
+    spec.features = features_;
     spec.defer_recurrent = defer;
     spec.tree_parents = tree_parents;
 
@@ -311,6 +349,7 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
         throw EngineError("the backend failed to compute the forward graph");
     }
     cache_->n_past += n;
+    if (!capture_layers.empty()) feature_gen_++;
 
     ForwardResult r;
     const int64_t n_out = g.argmax->ne[0];
@@ -320,9 +359,17 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
         r.logits.resize((size_t)n_out * hp.n_vocab);
         ggml_backend_tensor_get(g.logits, r.logits.data(), 0, sizeof(float) * r.logits.size());
     }
-    for (auto * c : g.captures) {
-        r.captures.emplace_back((size_t)ggml_nelements(c));
-        ggml_backend_tensor_get(c, r.captures.back().data(), 0, ggml_nbytes(c));
+    if (read_captures && !capture_layers.empty()) {
+        const int64_t E = hp.n_embd, L = (int64_t)capture_layers.size();
+        std::vector<float> rows((size_t)n * L * E);
+        ggml_backend_tensor_get(features_, rows.data(), 0, sizeof(float) * rows.size());
+        r.captures.assign(L, std::vector<float>((size_t)n * E));
+        for (int i = 0; i < n; ++i) {
+            for (int64_t l = 0; l < L; ++l) {
+                const float * src = rows.data() + ((size_t)i * L + l) * E;
+                std::copy(src, src + E, r.captures[l].data() + (size_t)i * E);
+            }
+        }
     }
     return r;
 }

@@ -10,6 +10,9 @@
 #include "sampler.h"
 #include "target_cache.h"
 
+#include "ggml-backend.h"
+#include "ggml.h"
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,7 +34,7 @@ struct EngineConfig {
 struct ForwardResult {
     std::vector<float> logits;                 // n_out x n_vocab (empty unless requested)
     std::vector<int32_t> argmax;               // n_out
-    std::vector<std::vector<float>> captures;  // per capture layer: n_tokens x n_embd
+    std::vector<std::vector<float>> captures;  // per capture layer: n_tokens x n_embd (when read back)
 };
 
 struct GenerateStats {
@@ -61,12 +64,25 @@ class TargetEngine {
     const Backends & backends() const { return *backends_; }
 
     void reset();
+    // Captured features stay on the device: a forward with capture layers writes row i of
+    // features() = those layers' outputs for its token i, side by side in the given order, and
+    // copies them to the host only when read_captures is set. The drafter reads the rows in
+    // place; the buffer is planned here (a drafter reserves it when it attaches).
+    void reserve_features(const std::vector<int> & layers);
+    ggml_tensor * features() const { return features_; }
+    const std::vector<int> & feature_layers() const { return feature_layers_; }
+    // Counts forwards that rewrote features(): rows from an older forward are gone.
+    uint64_t feature_generation() const { return feature_gen_; }
+    // Counts reallocations of features(): graphs that read the old tensor must be rebuilt.
+    uint64_t features_version() const { return features_version_; }
+
     // One forward of tokens at the current position (<= n_batch tokens); advances n_past.
     ForwardResult forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
-                          const std::vector<int> & capture_layers = {});
+                          const std::vector<int> & capture_layers = {}, bool read_captures = false);
     // Speculative verify: a forward of n <= n_verify_max tokens with every position's argmax
     // (and logits if asked) whose recurrent update is held back until commit().
-    ForwardResult verify(const int32_t * tokens, int n, bool want_logits, const std::vector<int> & capture_layers);
+    ForwardResult verify(const int32_t * tokens, int n, bool want_logits, const std::vector<int> & capture_layers,
+                         bool read_captures = false);
     // Keep the first n_accept tokens of the pending verify: the recurrent state becomes
     // exactly the state after them, and the context ends there.
     void commit(int n_accept);
@@ -75,7 +91,7 @@ class TargetEngine {
     // are those of the sequence prefix + its root-to-node path (Gated DeltaNet layers run each
     // root-to-leaf path as a sequence of the existing ops; the tree ops of issue 4 replace that).
     ForwardResult verify_tree(const int32_t * tokens, const std::vector<int32_t> & parents, bool want_logits,
-                              const std::vector<int> & capture_layers);
+                              const std::vector<int> & capture_layers, bool read_captures = false);
     // Keep the root-to-node path (node indices, starting with 0) of the pending tree verify:
     // its K/V rows move to consecutive positions.
     void commit_path(const std::vector<int32_t> & path);
@@ -110,8 +126,16 @@ class TargetEngine {
     } cached_;
     void drop_cached_graph();
     ForwardResult run_forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
-                              const std::vector<int> & capture_layers, bool defer,
+                              const std::vector<int> & capture_layers, bool read_captures, bool defer,
                               const std::vector<int32_t> & tree_parents = {});
+    // Device rows of captured features (see reserve_features).
+    std::unique_ptr<ggml_context, void (*)(ggml_context *)> feat_ctx_{nullptr, ggml_free};
+    std::unique_ptr<ggml_backend_buffer, void (*)(ggml_backend_buffer_t)> feat_buf_{nullptr, ggml_backend_buffer_free};
+    ggml_tensor * features_ = nullptr;  // f32 [n_layers_captured * n_embd, feature_rows()]
+    std::vector<int> feature_layers_;
+    uint64_t feature_gen_ = 0;
+    uint64_t features_version_ = 0;
+    int feature_rows() const;
     // Commit graphs run on their own scheduler so the cached decode graph stays allocated.
     ggml_backend_sched_t commit_sched_ = nullptr;
     std::vector<uint8_t> commit_mem_;
