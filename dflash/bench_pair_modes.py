@@ -114,7 +114,9 @@ def run_ours(
         return r
 
     samples = _repeat(prompts, cfg, once)
-    return {"backend": eng.backend, "samples": samples}
+    # the last graphs' scheduler splits and nodes (> 1 split on a GPU: an op ran on the CPU)
+    shapes = {"target": eng.graph_shapes, "draft": dr.graph_shape if dr is not None else None}
+    return {"backend": eng.backend, "graph_shapes": shapes, "samples": samples}
 
 
 def run_upstream_ar(target: str, prompts: Sequence[Prompt], cfg: RunConfig) -> dict[str, Any]:

@@ -47,20 +47,11 @@ def _target_config(a: argparse.Namespace, n_verify: int) -> Any:
 
 
 def _tree_steps(
-    target: Any, draft: Any, prompt: list[int], budget: int, a: argparse.Namespace, ref: list[int] | None
+    target: Any, draft: Any, prompt: list[int], budget: int, a: argparse.Namespace
 ) -> dict[str, Any]:
     """One generation with DDTree at `budget`: the per-step split of the measured steps (after
     the prefill and --warmup-steps) from the session's statistics."""
     from dflash import _core
-
-    rewrite = None
-    if ref is not None:
-        keep, n_vocab = a.synthetic_accept - 1, int(target.hparams["n_vocab"])
-
-        def rewrite(start: int, top1: list[int]) -> list[int]:
-            i = start - len(prompt) + 1  # index in ref of the first drafted token
-            good = ref[i : i + len(top1)] + [0] * len(top1)
-            return [t if j < keep else (t + 1) % n_vocab for j, t in enumerate(good[: len(top1)])]
 
     s = _core.DecodeSession(
         target,
@@ -74,7 +65,7 @@ def _tree_steps(
         [],
         budget=budget,
         chain_seed=not a.no_chain_seed,
-        rewrite_drafts=rewrite,
+        forced_accept=a.synthetic_accept - 1 if a.synthetic_accept else -1,
     )
     s.step()  # prefill
     rows: dict[str, list[float]] = {k: [] for k in (*STEP_KEYS, "step_ms", "nodes", "accepted", "committed")}
@@ -177,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         "--synthetic-accept",
         type=int,
         default=0,
-        help="BENCH ONLY: rewrite the top-1 chain from the autoregressive output so each step accepts "
-        "this many tokens (acceptance length); default: the drafter's own trees",
+        help="BENCH ONLY: each step accepts the top-1 path this deep plus the target's token "
+        "(acceptance length L, whatever the target says; the output is not the model's); "
+        "default: the drafter's own trees",
     )
     ap.add_argument("--no-upstream", action="store_true", help="skip upstream libllama's forwards")
     ap.add_argument("-o", "--out", default=None, help="JSON output (default bench/results/<name>.json)")
@@ -209,23 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     a.max_tokens = min((a.warmup_steps + a.steps + 1) * block + 1, a.n_ctx - a.prompt_tokens - n_max - 1)
     if a.max_tokens < a.warmup_steps + a.steps + 2:
         ap.error(f"-c {a.n_ctx} is too small for the prompt, the steps and a verify of {n_max} tokens")
-    ref: list[int] | None = None
-    if a.synthetic_accept:
-        gen: list[int] = []
-
-        def keep(t: int) -> bool:
-            gen.append(t)
-            return True
-
-        target.generate(prompt, a.max_tokens + block, 0.0, 0, 1.0, 0, [], keep)
-        ref = gen
     layers = [int(x) for x in draft.hparams["target_layers"]]
 
     rows: list[dict[str, Any]] = []
     for b in budgets:
         n = b + 1
         row: dict[str, Any] = {"budget": b, "n_tokens": n}
-        row["ddtree"] = _tree_steps(target, draft, prompt, b, a, ref)
+        row["ddtree"] = _tree_steps(target, draft, prompt, b, a)
+        row["graph_shapes"] = {"target": target.graph_shapes, "draft": draft.graph_shape}
         row["forward_ms"] = _forward_samples(target, toks[:n], a.repeats, [])
         row["forward_capture_ms"] = _forward_samples(target, toks[:n], a.repeats, layers)
         rows.append(row)

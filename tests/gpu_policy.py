@@ -1,15 +1,17 @@
 """What the speculative-decoding tests expect on the GPU machine (DFLASH_TEST_NGL > 0), in one place.
 
-On CUDA a forward of many tokens and a forward of one token run different kernels (cuBLAS or
-mmq instead of the vector matmuls, the tiled instead of the vector attention kernel), so the same
-position's logits differ by rounding. ggml runs cuBLAS in TF32, which alone moves the tiny f32
-models' logits by ~1e-2 of their scale; the tests turn TF32 off (NVIDIA_TF32_OVERRIDE=0, read when
-cuBLAS starts) so that what is left is fp32 and f16 rounding. Quantized weights are no better
-here: activations are quantized per block, and a rounding flip there moves later layers visibly
-(ggml's CPU q8_0 kernels differ between batches of >= 64 rows and single rows in the same way,
-upstream included). So on the GPU, logit tolerances are the GPU's, and greedy output must equal
-autoregressive output token for token except where the first divergence is a near-tie of the
-autoregressive logits (counted, printed and bounded)."""
+On CUDA a forward of many tokens and a forward of one token run different kernels, so the same
+position's logits differ by rounding. For f32 weights ggml's matmul of 2..16 columns (mmf) runs on
+TF32 tensor cores, and cuBLAS (more columns) is TF32 too unless NVIDIA_TF32_OVERRIDE=0 (the tests
+set it; it does not reach ggml's own kernels). Measured on the H200 (bench/results/
+h200-s3-cuda-tests.log): verify vs single-token logits differ by up to 0.084 on the tiny models,
+about 5e-3 of their scale; 0 when both sides run the same number of columns. Quantized weights are
+no better: activations are quantized per block and a rounding flip there moves later layers
+visibly (ggml's CPU q8_0 kernels differ between batches of >= 64 rows and single rows the same
+way, upstream included). So on the GPU, logit and state tolerances are the GPU's, and greedy
+output must equal autoregressive output token for token except where the first divergence is a
+near-tie of the autoregressive logits (counted, printed and bounded). Batch-invariant kernels
+(issue 7) are what would make CUDA output identical."""
 
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ ON_GPU = NGL > 0
 if ON_GPU:
     os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
 # |batched - single-token logits| <= LOGIT_TOL * (1 + max |logit|)
-LOGIT_TOL = 3e-2 if ON_GPU else 2e-3
-TIE_TOL = 3e-3  # a first divergence is a near-tie when the AR logit gap is below this (relative)
+LOGIT_TOL = 6e-2 if ON_GPU else 2e-3
+STATE_TOL = 5e-2 if ON_GPU else 1e-4  # recurrent state after commit vs AR (rtol; atol = STATE_TOL / 10)
+TIE_TOL = 1e-2  # a first divergence is a near-tie when the AR logit gap is below this (relative, GPU)
 
 
 class SameTokens:

@@ -213,3 +213,35 @@ def test_drafter_blocks_deeper_than_the_tree_ops_are_refused_up_front(drafter_pa
     while not s.done:
         got += s.step()
     assert got == _ar(target, [1, 2, 3], 8)
+
+
+@pytest.mark.parametrize("budget", [0, 16])
+def test_forced_acceptance_for_benches(pair, budget):
+    """Bench-only forced acceptance (upstream's --spec-synth-len counterpart): every step keeps
+    exactly k drafts - the chain's first ones or the tree's top-1 path - whatever the target says,
+    so engine speed at acceptance length k + 1 can be measured on random weights."""
+    target, draft = _engines(pair, 17)
+    k, n = 5, 64
+    out: list[int] = []
+    st, spec = _core.generate_chain(
+        target,
+        draft,
+        [3, 4, 5],
+        n,
+        0.0,
+        0,
+        1.0,
+        0,
+        [],
+        lambda t: out.append(t) or True,
+        15,
+        None,
+        budget,
+        forced_accept=k,
+    )
+    assert len(out) == n == st.n_generated
+    per = spec["accepted_per_pos"]
+    full = per[k - 1]  # steps that kept all k (all but the budget-capped last one)
+    assert full >= spec["drafts"] - 1 and per[k] == 0
+    assert spec["accepted"] >= k * full
+    assert 1 + k - 0.5 <= spec["acceptance_length"] <= 1 + k

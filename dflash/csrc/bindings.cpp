@@ -297,6 +297,15 @@ PYBIND11_MODULE(_core, m) {
                                    return d;
                                })
         .def("reset", &TargetEngine::reset)
+        .def_property_readonly("graph_shapes",
+                               [](const TargetEngine & e) {
+                                   py::dict d;
+                                   for (auto [name, g] : {std::pair{"forward", e.forward_graph_shape()},
+                                                          std::pair{"commit", e.commit_graph_shape()}}) {
+                                       d[name] = py::dict(py::arg("splits") = g.splits, py::arg("nodes") = g.nodes);
+                                   }
+                                   return d;
+                               })
         .def("eval_logits",
              [](TargetEngine & e, const std::vector<int32_t> & tokens) {
                  std::vector<float> v;
@@ -421,6 +430,11 @@ PYBIND11_MODULE(_core, m) {
                                    return d;
                                })
         .def("reset", &DraftEngine::reset)
+        .def_property_readonly("graph_shape",
+                               [](const DraftEngine & e) {
+                                   auto g = e.graph_shape();
+                                   return py::dict(py::arg("splits") = g.splits, py::arg("nodes") = g.nodes);
+                               })
         .def("truncate", &DraftEngine::truncate, py::arg("n"))
         .def(
             "inject",
@@ -469,19 +483,20 @@ PYBIND11_MODULE(_core, m) {
         .def(
             py::init([](TargetEngine & target, DraftEngine * draft, const std::vector<int32_t> & prompt, int max_tokens,
                         float temperature, int top_k, float top_p, uint64_t seed, const std::vector<int32_t> & eog,
-                        int max_draft, int budget, bool chain_seed, py::object rewrite_drafts) {
+                        int max_draft, int budget, bool chain_seed, py::object rewrite_drafts, int forced_accept) {
                 const SamplingParams sp = sampling(temperature, top_k, top_p, seed);
                 ChainOptions opt;
                 opt.max_draft = max_draft;
                 opt.budget = budget;
                 opt.chain_seed = chain_seed;
                 opt.rewrite_drafts = rewrite_hook(rewrite_drafts);
+                opt.forced_accept = forced_accept;
                 return std::make_unique<DecodeSession>(target, draft, prompt, max_tokens, sp, eog, opt);
             }),
             py::arg("target"), py::arg("draft"), py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"),
             py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("eog_tokens"), py::arg("max_draft") = 15,
             py::arg("budget") = 0, py::arg("chain_seed") = true, py::arg("rewrite_drafts") = py::none(),
-            py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
+            py::arg("forced_accept") = -1, py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
         .def("step",
              [](DecodeSession & s) {
                  py::gil_scoped_release rel;
@@ -495,13 +510,15 @@ PYBIND11_MODULE(_core, m) {
         "generate_chain",
         [](TargetEngine & target, DraftEngine & draft, const std::vector<int32_t> & prompt, int max_tokens,
            float temperature, int top_k, float top_p, uint64_t seed, const std::vector<int32_t> & eog,
-           py::function on_token, int max_draft, py::object rewrite_drafts, int budget, bool chain_seed) {
+           py::function on_token, int max_draft, py::object rewrite_drafts, int budget, bool chain_seed,
+           int forced_accept) {
             const SamplingParams sp = sampling(temperature, top_k, top_p, seed);
             ChainOptions opt;
             opt.max_draft = max_draft;
             opt.budget = budget;
             opt.chain_seed = chain_seed;
             opt.rewrite_drafts = rewrite_hook(rewrite_drafts);
+            opt.forced_accept = forced_accept;
             SpecStats ss;
             GenerateStats st;
             {
@@ -519,7 +536,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("target"), py::arg("draft"), py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"),
         py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("eog_tokens"), py::arg("on_token"),
         py::arg("max_draft") = 15, py::arg("rewrite_drafts") = py::none(), py::arg("budget") = 0,
-        py::arg("chain_seed") = true);
+        py::arg("chain_seed") = true, py::arg("forced_accept") = -1);
 
     py::class_<Vocab>(m, "Vocab")
         .def(py::init([](const std::string & path) {

@@ -148,7 +148,13 @@ std::vector<int32_t> DecodeSession::chain_step() {
     // Walk: the target's token after each kept position; keep going while it is the draft's.
     std::vector<int32_t> out;
     int k = 0;
-    while (true) {
+    if (opt_.forced_accept >= 0) {  // bench only: see ChainOptions
+        k = std::min(opt_.forced_accept, n_draft);
+        out.assign(batch.begin() + 1, batch.begin() + 1 + k);
+        for (int j = 0; j < k; ++j) spec_.accepted_per_pos[j]++;
+        out.push_back(pick(v, k));
+    }
+    while (opt_.forced_accept < 0) {
         const int32_t y = pick(v, k);
         out.push_back(y);
         if (k < n_draft && y == batch[k + 1]) {
@@ -177,6 +183,7 @@ std::vector<int32_t> DecodeSession::tree_step() {
         std::max(0, std::min({draft_->hparams().block_size - 1, max_tokens_ - st_.n_generated - 1, room - 1}));
     const int budget = std::min(opt_.budget, room - 1);
     std::vector<int32_t> tokens = {anchor_}, parents = {-1};
+    std::vector<int32_t> top1;  // the drafter's best token per depth (forced acceptance follows it)
     DraftTree tree;
     if (depth > 0 && budget > 0) {
         double t = now_ms();
@@ -198,6 +205,7 @@ std::vector<int32_t> DecodeSession::tree_step() {
                 row[0] = tok;
             }
         }
+        for (int dd = 0; dd < depth; ++dd) top1.push_back(d.top_ids[(size_t)dd * K]);
         t = now_ms();
         build_tree(d.top_ids.data(), d.top_logp.data(), depth, K, budget, opt_.chain_seed, tree);
         for (int i = 0; i < tree.size(); ++i) {
@@ -224,7 +232,21 @@ std::vector<int32_t> DecodeSession::tree_step() {
     std::vector<int32_t> path = {0};
     std::vector<int32_t> out;
     t = now_ms();
-    if (tree.size() > 0) {
+    if (tree.size() > 0 && opt_.forced_accept >= 0) {  // bench only: the top-1 path, forced_accept deep
+        int node = -1;                                 // tree index of the last path node (-1: the anchor)
+        for (int dd = 0; dd < std::min<int>(opt_.forced_accept, (int)top1.size()); ++dd) {
+            int next = -1;
+            for (int i = 0; i < tree.size() && next < 0; ++i) {
+                if (tree.parents[i] == node && tree.tokens[i] == top1[dd]) next = i;
+            }
+            if (next < 0) break;
+            node = next;
+            path.push_back(node + 1);
+            out.push_back(tree.tokens[node]);
+            spec_.accepted_per_pos[dd]++;
+        }
+        out.push_back(choices[node + 1]);
+    } else if (tree.size() > 0) {
         TreeWalk w = walk_tree(tree, choices.data(), (int)choices.size());
         for (size_t d = 0; d < w.path.size(); ++d) {
             path.push_back(w.path[d] + 1);

@@ -108,6 +108,11 @@ DraftEngine::DraftEngine(const std::string & path, TargetEngine & target, const 
 
 DraftEngine::~DraftEngine() { drop_cached_graph(); }
 
+TargetEngine::GraphShape DraftEngine::graph_shape() const {
+    if (!cached_.ctx) return {};
+    return {ggml_backend_sched_get_n_splits(sched_.get()), ggml_graph_n_nodes(cached_.g.gf)};
+}
+
 void DraftEngine::drop_cached_graph() {
     if (cached_.ctx) ggml_free(cached_.ctx);
     cached_ = Cached{};

@@ -47,6 +47,8 @@ class DraftEngine {
     // Context rows held: positions 0..n_ctx()-1 have features (committed or queued).
     int n_ctx() const { return n_committed_ + n_pending_; }
     void set_all_bidirectional(bool on) { cfg_.all_bidirectional = on; }
+    // Diagnostics: scheduler splits and nodes of the last draft graph (see TargetEngine).
+    TargetEngine::GraphShape graph_shape() const;
 
     void reset();
     // Forget context rows at positions >= n.

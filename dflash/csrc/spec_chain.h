@@ -39,6 +39,11 @@ struct ChainOptions {
     // Tests and benches only: may rewrite the drafted tokens before the verify (to exercise
     // acceptance with random-weight models, or to impose a synthetic acceptance profile).
     std::function<void(int start, std::vector<int32_t> & drafts)> rewrite_drafts;
+    // Benches only (like upstream's --spec-synth-len): >= 0 accepts exactly this many drafts per
+    // step whatever the target says - the chain's first ones, or a DDTree's top-1 path - so the
+    // engine's speed at a given acceptance is measured on random weights. The output is not the
+    // model's.
+    int forced_accept = -1;
 };
 
 GenerateStats generate_chain(TargetEngine & target, DraftEngine & draft, const std::vector<int32_t> & prompt,

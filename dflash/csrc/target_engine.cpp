@@ -119,6 +119,24 @@ TargetEngine::~TargetEngine() {
     if (commit_sched_) ggml_backend_sched_free(commit_sched_);
 }
 
+TargetEngine::GraphShape TargetEngine::forward_graph_shape() const {
+    if (!cached_.ctx) return {};
+    return {ggml_backend_sched_get_n_splits(sched_), ggml_graph_n_nodes(cached_.g.gf)};
+}
+
+// Commit graphs are built per step (their shape follows the accepted length) and allocated on
+// the commit scheduler; set_inputs runs once they have buffers.
+void TargetEngine::run_commit(ggml_cgraph * gf, const std::function<void()> & set_inputs) {
+    ggml_backend_sched_reset(commit_sched_);
+    bool ok = ggml_backend_sched_alloc_graph(commit_sched_, gf);
+    if (ok) {
+        if (set_inputs) set_inputs();
+        last_commit_ = {ggml_backend_sched_get_n_splits(commit_sched_), ggml_graph_n_nodes(gf)};
+        ok = ggml_backend_sched_graph_compute(commit_sched_, gf) == GGML_STATUS_SUCCESS;
+    }
+    if (!ok) throw EngineError("the backend failed to compute the commit");
+}
+
 void TargetEngine::drop_cached_graph() {
     if (cached_.ctx) ggml_free(cached_.ctx);
     cached_ = Cached{};
@@ -199,11 +217,13 @@ void TargetEngine::commit(int a) {
     ggml_init_params p = {commit_mem_.size(), commit_mem_.data(), true};
     ggml_context * ctx = ggml_init(p);
     ggml_cgraph * gf = build_qwen35_commit(ctx, *model_, *cache_, a);
-    ggml_backend_sched_reset(commit_sched_);
-    const bool ok = ggml_backend_sched_alloc_graph(commit_sched_, gf) &&
-                    ggml_backend_sched_graph_compute(commit_sched_, gf) == GGML_STATUS_SUCCESS;
+    try {
+        run_commit(gf);
+    } catch (...) {
+        ggml_free(ctx);
+        throw;
+    }
     ggml_free(ctx);
-    if (!ok) throw EngineError("the backend failed to compute the recurrent commit");
     // Attention rows past the accepted ones are masked from now on and overwritten later.
     cache_->n_past -= pending_n_ - a;
     pending_n_ = 0;
@@ -270,16 +290,18 @@ void TargetEngine::commit_path(const std::vector<int32_t> & path) {
     ggml_set_input(p_rows);
     ggml_cgraph * gf = build_qwen35_kv_compact(ctx, *model_, *cache_, s_rows, d_rows);
     if (model_->hp.n_recurrent_layers() > 0) build_qwen35_commit_tree(ctx, gf, *model_, *cache_, p_rows);
-    ggml_backend_sched_reset(commit_sched_);
-    bool ok = ggml_backend_sched_alloc_graph(commit_sched_, gf);
-    if (ok) {
-        ggml_backend_tensor_set(s_rows, src.data(), 0, sizeof(int32_t) * n);
-        ggml_backend_tensor_set(d_rows, dst.data(), 0, sizeof(int64_t) * n);
-        if (model_->hp.n_recurrent_layers() > 0) ggml_backend_tensor_set(p_rows, path.data(), 0, sizeof(int32_t) * n);
-        ok = ggml_backend_sched_graph_compute(commit_sched_, gf) == GGML_STATUS_SUCCESS;
+    try {
+        run_commit(gf, [&] {
+            ggml_backend_tensor_set(s_rows, src.data(), 0, sizeof(int32_t) * n);
+            ggml_backend_tensor_set(d_rows, dst.data(), 0, sizeof(int64_t) * n);
+            if (model_->hp.n_recurrent_layers() > 0)
+                ggml_backend_tensor_set(p_rows, path.data(), 0, sizeof(int32_t) * n);
+        });
+    } catch (...) {
+        ggml_free(ctx);
+        throw;
     }
     ggml_free(ctx);
-    if (!ok) throw EngineError("the backend failed to compact the accepted path");
     cache_->n_past = start + n;
     pending_n_ = 0;
     pending_parents_.clear();

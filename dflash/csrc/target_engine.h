@@ -57,6 +57,13 @@ class TargetEngine {
     const MemoryPlan & plan() const { return plan_; }
     const EngineConfig & config() const { return cfg_; }
     std::string backend_description() const { return backends_->description(); }
+    // Diagnostics: the scheduler's splits (one per backend hand-over) and nodes of the last
+    // forward and commit graphs; more than one split on a GPU means an op fell back to the CPU.
+    struct GraphShape {
+        int splits = 0, nodes = 0;
+    };
+    GraphShape forward_graph_shape() const;
+    GraphShape commit_graph_shape() const { return last_commit_; }
     const std::string & model_name() const { return model_->name; }
     int n_past() const { return cache_->n_past; }
     // The loaded weights and the device, for engines that share them (the drafter).
@@ -139,6 +146,8 @@ class TargetEngine {
     // Commit graphs run on their own scheduler so the cached decode graph stays allocated.
     ggml_backend_sched_t commit_sched_ = nullptr;
     std::vector<uint8_t> commit_mem_;
+    GraphShape last_commit_;
+    void run_commit(ggml_cgraph * gf, const std::function<void()> & set_inputs = {});
     int pending_n_ = 0;                     // tokens of an uncommitted verify
     std::vector<int32_t> pending_parents_;  // of an uncommitted tree verify (empty: chain)
     MemoryPlan plan_;

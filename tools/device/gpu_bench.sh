@@ -31,6 +31,14 @@ if [ "$stage" = a ]; then
   echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
   grep -E "identical|max \|verify" "$OUT/cuda-tests.log"
   PAIR=${PAIR:-dflash/data/pair}
+  # Where the tiny pair's step time goes: plain forwards of N tokens vs the AR step and the
+  # DDTree step split, with and without ggml's CUDA graphs (does the verify replay a graph?).
+  for graphs in on off; do
+    env $([ $graphs = off ] && echo GGML_CUDA_DISABLE_GRAPHS=1) timeout 60 python3 -m dflash.bench --tree-steps \
+      -m "$PAIR/target-q8_0.gguf" --draft "$PAIR/drafter-q8_0.gguf" -ngl 99 -c 2048 --budgets 1,15,32 \
+      --synthetic-accept 6 -o "$OUT/h200-pair-tree-steps-graphs-$graphs.json" > "$OUT/pair-steps-$graphs.log" 2>&1
+    echo "[gpu] pair steps (CUDA graphs $graphs) rc=$?"; tail -n 5 "$OUT/pair-steps-$graphs.log"
+  done
   timeout "$(left)" python3 -m dflash.bench --pair "$PAIR" --prompts bench/prompts/pair-heldout-code48.jsonl \
     -ngl 99 -n 512 --budgets "${PAIR_BUDGETS-16,32,64,128}" -o "$OUT/h200-pair.json" > "$OUT/pair-bench.log" 2>&1
   echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; cat "$OUT/pair-bench.log" | head -40
