@@ -105,17 +105,18 @@ def run(a: argparse.Namespace, argv: list[str], out: Path | None = None) -> dict
     cfg = RunConfig(a.n_predict, a.repeats, a.n_ctx, a.n_batch, a.n_gpu_layers, a.threads, a.kv_type)
     t, d = str(target), str(drafter)
 
+    # Upstream's modes right after ours AR and chain: a run cut by a time limit keeps the comparison.
     plan: list[tuple[str, Any]] = [
         ("ours-ar", lambda: run_ours(t, None, prompts, cfg, a.max_draft, 0)),
         ("ours-chain", lambda: run_ours(t, d, prompts, cfg, a.max_draft, 0)),
     ]
-    plan += [(f"ours-ddtree-b{b}", lambda b=b: run_ours(t, d, prompts, cfg, a.max_draft, b)) for b in budgets]
     if not a.no_upstream:
         plan.append(("upstream-ar", lambda: run_upstream_ar(t, prompts, cfg)))
     if not a.no_upstream_spec:
         plan.append(
             ("upstream-spec", lambda: run_upstream_spec(t, d, prompts, cfg, a.max_draft, a.spec_binary))
         )
+    plan += [(f"ours-ddtree-b{b}", lambda b=b: run_ours(t, d, prompts, cfg, a.max_draft, b)) for b in budgets]
 
     summary_path = pair / "summary.json"
     trained = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}

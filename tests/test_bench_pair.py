@@ -50,7 +50,7 @@ def test_bench_pair_every_mode_same_greedy_output(
 ) -> None:
     calls = _stub_upstream_tools(monkeypatch, fail=False)
     doc = _bench(packaged_pair, tmp_path / "pair.json")
-    assert [m["mode"] for m in doc["modes"]] == [*OURS, "upstream-ar", "upstream-spec"]
+    assert [m["mode"] for m in doc["modes"]] == [*OURS[:2], "upstream-ar", "upstream-spec", *OURS[2:]]
     assert doc["prompts"]["kinds"] == {"code": 2, "prose": 2}
     assert doc["commit"] and doc["machine"]["cores"] and doc["command"].startswith("dflash bench --pair")
     modes = {m["mode"]: m for m in doc["modes"]}
@@ -86,6 +86,7 @@ def test_bench_pair_records_a_failing_upstream_spec(
 ) -> None:
     _stub_upstream_tools(monkeypatch, fail=True)
     doc = _bench(packaged_pair, tmp_path / "a.json", "--n-prompts", "1")
-    assert "exited with 1" in doc["modes"][-1]["error"] and doc["modes"][-1]["samples"] == []
+    spec = next(m for m in doc["modes"] if m["mode"] == "upstream-spec")
+    assert "exited with 1" in spec["error"] and spec["samples"] == []
     doc = _bench(packaged_pair, tmp_path / "b.json", "--no-upstream-spec", "--no-upstream")
     assert [m["mode"] for m in doc["modes"]] == OURS

@@ -450,3 +450,18 @@ def test_device_feature_rows_match_host_rows(synth_model: Any, make_drafter: Mak
     target.forward(tokens[:8], True, [1])  # other layers: the drafter's rows are not there
     with pytest.raises(_core.InvalidParameterError, match="did not capture"):
         dev.inject_target([0], 40)
+
+
+def test_chain_drafts_skip_the_top_k(synth_model: Any, make_drafter: MakeDrafter) -> None:
+    """Chain decoding asks only for the argmax: the same logits and argmax, no candidates."""
+    tpath = synth_model("tiny-a", "f32")
+    dpath = make_drafter(tpath, 4, hidden=64, target_layer_ids=(0, 2), **SWA_DRAFTER)
+    target = target_engine(tpath)
+    full, lean = draft_engine(dpath, target), draft_engine(dpath, target)
+    feats = features(target, list(range(500, 530)), [0, 2])
+    full.inject(feats, 0)
+    lean.inject(feats, 0)
+    a, b = full.draft(9, 30, True), lean.draft(9, 30, True, want_top_k=False)
+    np.testing.assert_array_equal(a["logits"], b["logits"])
+    assert a["argmax"] == b["argmax"] and b["top_ids"] is None and b["top_logp"] is None
+    assert a["top_ids"].shape == (15, 8)

@@ -463,21 +463,21 @@ PYBIND11_MODULE(_core, m) {
              })
         .def(
             "draft",
-            [](DraftEngine & e, int32_t anchor, int start, bool want_logits) {
+            [](DraftEngine & e, int32_t anchor, int start, bool want_logits, bool want_top_k) {
                 DraftResult r;
                 {
                     py::gil_scoped_release rel;
-                    r = e.draft(anchor, start, want_logits);
+                    r = e.draft(anchor, start, want_logits, want_top_k);
                 }
                 const int64_t k = e.config().top_k;
                 py::dict d;
                 d["argmax"] = r.argmax;
-                d["top_ids"] = rows_array(std::move(r.top_ids), k);
-                d["top_logp"] = rows_array(std::move(r.top_logp), k);
+                d["top_ids"] = want_top_k ? py::object(rows_array(std::move(r.top_ids), k)) : py::none();
+                d["top_logp"] = want_top_k ? py::object(rows_array(std::move(r.top_logp), k)) : py::none();
                 d["logits"] = want_logits ? py::object(rows_array(std::move(r.logits), e.n_vocab())) : py::none();
                 return d;
             },
-            py::arg("anchor"), py::arg("start"), py::arg("want_logits") = false);
+            py::arg("anchor"), py::arg("start"), py::arg("want_logits") = false, py::arg("want_top_k") = true);
 
     py::class_<DecodeSession>(m, "DecodeSession")
         .def(

@@ -123,7 +123,7 @@ std::vector<int32_t> DecodeSession::chain_step() {
     std::vector<int32_t> batch = {anchor_};
     if (n_draft > 0) {
         const double t = now_ms();
-        DraftResult d = draft_->draft(anchor_, start, false);
+        DraftResult d = draft_->draft(anchor_, start, false, false);  // chain: the argmax is enough
         spec_.draft_ms += now_ms() - t;
         std::vector<int32_t> drafts(d.argmax.begin(), d.argmax.begin() + n_draft);
         if (opt_.rewrite_drafts) {

@@ -132,11 +132,16 @@ DraftGraph build_dflash_draft(ggml_context * ctx, const DflashModel & model, con
     x = ggml_view_2d(ctx, x, x->ne[0], n - 1, x->nb[1], x->nb[1]);
     g.logits = ggml_mul_mat(ctx, model.output, x);
     g.argmax = ggml_argmax(ctx, g.logits);
+    for (ggml_tensor * t : {g.logits, g.argmax}) {
+        ggml_set_output(t);
+        ggml_build_forward_expand(g.gf, t);
+    }
+    if (spec.top_k == 0) return g;  // chain decoding needs only the argmax
     g.top_ids = ggml_top_k(ctx, g.logits, spec.top_k);
     ggml_tensor * probs = ggml_soft_max(ctx, g.logits);
     probs = ggml_reshape_3d(ctx, probs, 1, probs->ne[0], probs->ne[1]);
     g.top_logp = ggml_log(ctx, ggml_reshape_2d(ctx, ggml_get_rows(ctx, probs, g.top_ids), spec.top_k, n - 1));
-    for (ggml_tensor * t : {g.logits, g.argmax, g.top_ids, g.top_logp}) {
+    for (ggml_tensor * t : {g.top_ids, g.top_logp}) {
         ggml_set_output(t);
         ggml_build_forward_expand(g.gf, t);
     }
@@ -186,13 +191,15 @@ void set_dflash_inputs(const DraftGraph & g, const DflashModel & model, const Dr
             m.assign((size_t)n_kv * n, ninf);
             for (int i = 0; i < n; ++i) {
                 const int64_t q = in.start + i;
-                for (int64_t j = 0; j < n_kv; ++j) {
-                    const int64_t r = lo + j;
-                    const bool in_ctx = r < in.n_ctx;
-                    const bool in_block = r >= in.start && r < in.start + n && (!causal || r <= q);
-                    const bool in_window = !s || q - r < hp.sliding_window;
-                    if ((in_ctx || in_block) && in_window) m[(size_t)i * n_kv + j] = zero;
-                }
+                // visible rows: the context and the block (up to q if causal), inside the window
+                const int64_t w0 = s ? q - hp.sliding_window + 1 : 0;
+                auto open = [&](int64_t a, int64_t b) {
+                    a = std::max({a, w0, lo});
+                    b = std::min(b, lo + n_kv);
+                    if (a < b) std::fill(m.begin() + i * n_kv + (a - lo), m.begin() + i * n_kv + (b - lo), zero);
+                };
+                open(0, in.n_ctx);
+                open(in.start, causal ? q + 1 : in.start + n);
             }
             ggml_backend_tensor_set(g.mask[s][c], m.data(), 0, sizeof(ggml_fp16_t) * m.size());
         }

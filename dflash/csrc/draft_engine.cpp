@@ -200,12 +200,12 @@ DraftInputs DraftEngine::pending_inputs(int from, int n) const {
     return in;
 }
 
-DraftSpec DraftEngine::spec_for(int n_inject, bool block, int start) const {
+DraftSpec DraftEngine::spec_for(int n_inject, bool block, int start, bool top_k) const {
     const auto & hp = model_->hp;
     DraftSpec s;
     // Padded to whole blocks so that the chain loop (1..B accepted rows per step) reuses one graph.
     s.n_inject = n_inject == 0 ? 0 : std::min(round_up(n_inject, hp.block_size), round_up(cfg_.n_batch, hp.block_size));
-    s.top_k = cfg_.top_k;
+    s.top_k = block && top_k ? cfg_.top_k : 0;
     if (n_inject > 0 && pending_on_target_) {
         s.feat_src = target_.features();
         s.feat_version = target_.features_version();
@@ -259,7 +259,7 @@ void DraftEngine::flush_full_chunks() {
     while (n_pending_ > cfg_.n_batch) flush_rows(cfg_.n_batch);
 }
 
-DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits) {
+DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits, bool want_top_k) {
     const auto & hp = model_->hp;
     if (anchor < 0 || anchor >= n_vocab_) {
         throw InvalidParameter("anchor token " + std::to_string(anchor) + " is outside the vocabulary (" +
@@ -276,7 +276,7 @@ DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits) {
     in.start = start;
     in.n_ctx = n_ctx();
     in.all_bidirectional = cfg_.all_bidirectional;
-    const DraftSpec spec = spec_for(n_pending_, true, start);
+    const DraftSpec spec = spec_for(n_pending_, true, start, want_top_k);
     run(spec, in);
     n_committed_ += n_pending_;
     n_pending_ = 0;
@@ -288,6 +288,11 @@ DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits) {
     DraftResult r;
     r.argmax.resize(n_out);
     ggml_backend_tensor_get(g.argmax, r.argmax.data(), 0, sizeof(int32_t) * n_out);
+    if (want_logits) {
+        r.logits.resize((size_t)n_out * n_vocab_);
+        ggml_backend_tensor_get(g.logits, r.logits.data(), 0, sizeof(float) * r.logits.size());
+    }
+    if (K == 0) return r;
     std::vector<int32_t> ids((size_t)K * n_out);
     std::vector<float> lp((size_t)K * n_out);
     ggml_backend_tensor_get(g.top_ids, ids.data(), 0, sizeof(int32_t) * ids.size());
@@ -306,10 +311,6 @@ DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits) {
             r.top_ids[o + k] = ids[o + order[k]];
             r.top_logp[o + k] = lp[o + order[k]];
         }
-    }
-    if (want_logits) {
-        r.logits.resize((size_t)n_out * n_vocab_);
-        ggml_backend_tensor_get(g.logits, r.logits.data(), 0, sizeof(float) * r.logits.size());
     }
     return r;
 }

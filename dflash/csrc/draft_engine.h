@@ -65,7 +65,8 @@ class DraftEngine {
     // Moves every queued row into the cache now.
     void flush();
     // Drafts the block [anchor, MASK x (B-1)] at positions start..start+B-1 (start >= n_ctx()).
-    DraftResult draft(int32_t anchor, int start, bool want_logits);
+    // want_top_k = false (chain decoding) skips the top-K candidates (top_ids / top_logp empty).
+    DraftResult draft(int32_t anchor, int start, bool want_logits, bool want_top_k = true);
 
   private:
     struct Cached {
@@ -80,7 +81,7 @@ class DraftEngine {
     // Queued rows [from, from + n) as a graph's inputs.
     DraftInputs pending_inputs(int from, int n) const;
     void drop_cached_graph();
-    DraftSpec spec_for(int n_inject, bool block, int start) const;
+    DraftSpec spec_for(int n_inject, bool block, int start, bool top_k = false) const;
 
     DraftEngineConfig cfg_;
     TargetEngine & target_;

@@ -310,13 +310,12 @@ void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const 
     ggml_backend_tensor_set(g.kv_idx, idx.data(), 0, sizeof(int64_t) * idx.size());
     std::vector<ggml_fp16_t> mask((size_t)g.n_kv * n);
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < n; ++i) {  // fills, not per-element tests: a 257-node tree over 4k rows is 1M entries
         ggml_fp16_t * row = mask.data() + (size_t)i * g.n_kv;
-        if (!tree) {
-            for (int j = 0; j < g.n_kv; ++j) row[j] = j <= spec.n_past + i ? zero : ninf;
-            continue;
-        }
-        for (int j = 0; j < g.n_kv; ++j) row[j] = j < spec.n_past ? zero : ninf;
+        const int visible = tree ? spec.n_past : spec.n_past + i + 1;  // the committed prefix (+ chain)
+        std::fill(row, row + visible, zero);
+        std::fill(row + visible, row + g.n_kv, ninf);
+        if (!tree) continue;
         for (int a = i; a >= 0; a = spec.tree_parents[a]) row[spec.n_past + a] = zero;  // ancestors-or-self
     }
     ggml_backend_tensor_set(g.mask, mask.data(), 0, sizeof(ggml_fp16_t) * mask.size());
