@@ -39,6 +39,25 @@ Backends::~Backends() {
     if (cpu) ggml_backend_free(cpu);
 }
 
+std::vector<ggml_backend_t> Backends::sched_backends() const {
+    if (!is_gpu) return {main};
+    return {main, cpu};
+}
+
+std::vector<ggml_backend_buffer_type_t> Backends::sched_bufts() const {
+    if (!is_gpu) return {main_buft};
+    ggml_backend_buffer_type_t host = ggml_backend_dev_host_buffer_type(main_dev);
+    return {main_buft, host ? host : ggml_backend_get_default_buffer_type(cpu)};
+}
+
+ggml_backend_sched_t Backends::new_sched(size_t max_nodes) const {
+    auto bks = sched_backends();
+    auto bufts = sched_bufts();
+    ggml_backend_sched_t s = ggml_backend_sched_new(bks.data(), bufts.data(), (int)bks.size(), max_nodes, false, true);
+    if (!s) throw EngineError("could not create a graph scheduler");
+    return s;
+}
+
 std::string Backends::description() const {
     std::ostringstream s;
     s << ggml_backend_dev_name(main_dev) << " (" << ggml_backend_dev_description(main_dev) << ")";

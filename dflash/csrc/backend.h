@@ -22,6 +22,14 @@ struct Backends {
     bool is_gpu = false;
     int n_threads = 1;
 
+    // Backends and buffer types for a scheduler: the main device first, then the CPU (when the
+    // main device is a GPU). Graph inputs live with the CPU backend; on a GPU they get pinned
+    // host memory (as llama.cpp does), so the scheduler's uploads are fast, asynchronous copies.
+    std::vector<ggml_backend_t> sched_backends() const;
+    std::vector<ggml_backend_buffer_type_t> sched_bufts() const;
+    // Creates a scheduler over sched_backends() for graphs of up to max_nodes nodes.
+    ggml_backend_sched_t new_sched(size_t max_nodes) const;
+
     std::string description() const;
     // Free and total memory of the main device in bytes.
     void memory(size_t & free, size_t & total) const;

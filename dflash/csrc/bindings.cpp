@@ -302,7 +302,8 @@ PYBIND11_MODULE(_core, m) {
                                    py::dict d;
                                    for (auto [name, g] : {std::pair{"forward", e.forward_graph_shape()},
                                                           std::pair{"commit", e.commit_graph_shape()}}) {
-                                       d[name] = py::dict(py::arg("splits") = g.splits, py::arg("nodes") = g.nodes);
+                                       d[name] = py::dict(py::arg("splits") = g.splits, py::arg("nodes") = g.nodes,
+                                                          py::arg("ops") = g.ops);
                                    }
                                    return d;
                                })
@@ -433,7 +434,8 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("graph_shape",
                                [](const DraftEngine & e) {
                                    auto g = e.graph_shape();
-                                   return py::dict(py::arg("splits") = g.splits, py::arg("nodes") = g.nodes);
+                                   return py::dict(py::arg("splits") = g.splits, py::arg("nodes") = g.nodes,
+                                                   py::arg("ops") = g.ops);
                                })
         .def("truncate", &DraftEngine::truncate, py::arg("n"))
         .def(

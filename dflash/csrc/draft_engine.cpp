@@ -81,7 +81,7 @@ DraftEngine::DraftEngine(const std::string & path, TargetEngine & target, const 
     std::vector<ggml_backend_t> bks = {backends_.main};
     if (backends_.is_gpu) bks.push_back(backends_.cpu);
     graph_mem_.resize(ggml_tensor_overhead() * GRAPH_NODES * 2 + ggml_graph_overhead_custom(GRAPH_NODES, false));
-    sched_.reset(ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), GRAPH_NODES, false, true));
+    sched_.reset(backends_.new_sched(GRAPH_NODES));
     DraftSpec worst;
     worst.n_inject = round_up(cfg_.n_batch, hp.block_size);
     worst.n_block = hp.block_size;
@@ -109,8 +109,7 @@ DraftEngine::DraftEngine(const std::string & path, TargetEngine & target, const 
 DraftEngine::~DraftEngine() { drop_cached_graph(); }
 
 TargetEngine::GraphShape DraftEngine::graph_shape() const {
-    if (!cached_.ctx) return {};
-    return {ggml_backend_sched_get_n_splits(sched_.get()), ggml_graph_n_nodes(cached_.g.gf)};
+    return cached_.ctx ? TargetEngine::graph_shape(sched_.get(), cached_.g.gf) : TargetEngine::GraphShape{};
 }
 
 void DraftEngine::drop_cached_graph() {

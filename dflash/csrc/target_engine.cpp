@@ -76,8 +76,8 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     std::vector<ggml_backend_t> bks = {backends_->main};
     if (backends_->is_gpu) bks.push_back(backends_->cpu);
     graph_mem_.resize(ggml_tensor_overhead() * 32768 + ggml_graph_overhead_custom(16384, false));
-    sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), 16384, false, true);
-    commit_sched_ = ggml_backend_sched_new(bks.data(), nullptr, (int)bks.size(), COMMIT_GRAPH_NODES, false, true);
+    sched_ = backends_->new_sched(16384);
+    commit_sched_ = backends_->new_sched(COMMIT_GRAPH_NODES);
     commit_mem_.resize(ggml_tensor_overhead() * COMMIT_GRAPH_NODES +
                        ggml_graph_overhead_custom(COMMIT_GRAPH_NODES, false));
 
@@ -119,9 +119,25 @@ TargetEngine::~TargetEngine() {
     if (commit_sched_) ggml_backend_sched_free(commit_sched_);
 }
 
+TargetEngine::GraphShape TargetEngine::graph_shape(ggml_backend_sched_t sched, ggml_cgraph * gf) {
+    GraphShape s{ggml_backend_sched_get_n_splits(sched), ggml_graph_n_nodes(gf), 0};
+    for (int i = 0; i < s.nodes; ++i) {
+        switch (ggml_graph_node(gf, i)->op) {
+            case GGML_OP_NONE:
+            case GGML_OP_VIEW:
+            case GGML_OP_RESHAPE:
+            case GGML_OP_PERMUTE:
+            case GGML_OP_TRANSPOSE:
+                break;
+            default:
+                s.ops++;
+        }
+    }
+    return s;
+}
+
 TargetEngine::GraphShape TargetEngine::forward_graph_shape() const {
-    if (!cached_.ctx) return {};
-    return {ggml_backend_sched_get_n_splits(sched_), ggml_graph_n_nodes(cached_.g.gf)};
+    return cached_.ctx ? graph_shape(sched_, cached_.g.gf) : GraphShape{};
 }
 
 // Commit graphs are built per step (their shape follows the accepted length) and allocated on
@@ -131,7 +147,7 @@ void TargetEngine::run_commit(ggml_cgraph * gf, const std::function<void()> & se
     bool ok = ggml_backend_sched_alloc_graph(commit_sched_, gf);
     if (ok) {
         if (set_inputs) set_inputs();
-        last_commit_ = {ggml_backend_sched_get_n_splits(commit_sched_), ggml_graph_n_nodes(gf)};
+        last_commit_ = graph_shape(commit_sched_, gf);
         ok = ggml_backend_sched_graph_compute(commit_sched_, gf) == GGML_STATUS_SUCCESS;
     }
     if (!ok) throw EngineError("the backend failed to compute the commit");

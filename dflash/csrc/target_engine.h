@@ -61,7 +61,9 @@ class TargetEngine {
     // forward and commit graphs; more than one split on a GPU means an op fell back to the CPU.
     struct GraphShape {
         int splits = 0, nodes = 0;
+        int ops = 0;  // nodes that launch work (not views, reshapes or permutes): ~kernels before fusion
     };
+    static GraphShape graph_shape(ggml_backend_sched_t sched, ggml_cgraph * gf);
     GraphShape forward_graph_shape() const;
     GraphShape commit_graph_shape() const { return last_commit_; }
     const std::string & model_name() const { return model_->name; }
