@@ -214,6 +214,15 @@ def model_path(a: argparse.Namespace) -> str:
     return path
 
 
+def write_result(doc: dict[str, Any], out: str | None, default_name: str) -> Path:
+    """Writes a bench JSON (to bench/results/<default_name> unless `out` is given) and says where."""
+    path = Path(out) if out else Path("bench/results") / default_name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2))
+    print(f"wrote {path}")
+    return path
+
+
 def _median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else 0.0
 
@@ -224,12 +233,17 @@ def main(argv: list[str] | None = None) -> int:
         from dflash.bench_pair import main as pair_main
 
         return pair_main(args)
+    if "--matmul" in args:
+        from dflash.bench_matmul import main as matmul_main
+
+        return matmul_main([x for x in args if x != "--matmul"])
     if "--tree-steps" in args:
         from dflash.bench_tree import main as tree_main
 
         return tree_main([x for x in args if x != "--tree-steps"])
     ap = argparse.ArgumentParser(prog="dflash bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tree-steps", action="store_true", help="DDTree step cost per budget (bench_tree)")
+    ap.add_argument("--matmul", action="store_true", help="one matmul per column count (bench_matmul)")
     ap.add_argument(
         "--pair",
         nargs="?",
@@ -304,10 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         "config": {k: v for k, v in vars(a).items()},
         "results": results,
     }
-    out = Path(a.out) if a.out else Path("bench/results") / f"bench-{Path(path).stem}-{int(time.time())}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2))
-    print(f"wrote {out}")
+    write_result(doc, a.out, f"bench-{Path(path).stem}-{int(time.time())}.json")
     return 0
 
 

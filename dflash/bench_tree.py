@@ -19,7 +19,6 @@ ratio). Autoregressive steps are single-token forwards after the prompt. tree_ms
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dflash.bench import _git_commit, _machine, _median, model_path
+from dflash.bench import _git_commit, _machine, _median, model_path, write_result
 
 DEFAULT_BUDGETS = "1,2,4,8,16,32,64,128,256"
 STEP_KEYS = ("draft_ms", "tree_ms", "verify_ms", "commit_ms")
@@ -279,14 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         "ar_step_ms": ar_doc,
         "budgets": rows,
     }
-    out = (
-        Path(a.out)
-        if a.out
-        else Path("bench/results") / f"tree-steps-{Path(path).stem}-{int(time.time())}.json"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2))
-    print(f"wrote {out}")
+    write_result(doc, a.out, f"tree-steps-{Path(path).stem}-{int(time.time())}.json")
     return 0
 
 

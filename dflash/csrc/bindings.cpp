@@ -226,6 +226,28 @@ PYBIND11_MODULE(_core, m) {
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("state"), py::arg("parents"),
         py::arg("gpu") = false, py::arg("n_threads") = 2,
         "q, k [n, Hk, S], v [n, Hv, S], g, beta [n, Hv, 1], state [Hv, S, S] (row j = column j of S) -> [n, Hv, S]");
+    m.def(
+        "op_mul_mat",
+        [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & x, bool tagged, bool gpu,
+            int n_threads) {
+            const std::string raw = w;
+            std::vector<uint8_t> wb(raw.begin(), raw.end());
+            auto r = run_mul_mat(wb, w_type, rows, op_input(x), tagged, gpu, n_threads);
+            return shaped(std::move(r), {x.shape(0), (py::ssize_t)rows});
+        },
+        py::arg("w"), py::arg("w_type"), py::arg("rows"), py::arg("x"), py::arg("tagged") = false,
+        py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "w: rows x k weights as raw ggml bytes of w_type; x [n, k] -> [n, rows]; tagged: "
+        "ggml_ext::mul_mat_invariant");
+    m.def(
+        "time_mul_mat",
+        [](const std::string & w_type, int64_t rows, int64_t k, const std::vector<int64_t> & ns, bool gpu, int reps,
+           int n_threads) {
+            py::gil_scoped_release rel;
+            return time_mul_mat(w_type, rows, k, ns, gpu, reps, n_threads);
+        },
+        py::arg("w_type"), py::arg("rows"), py::arg("k"), py::arg("ns"), py::arg("gpu") = false, py::arg("reps") = 20,
+        py::arg("n_threads") = 2, "-> per n: [ggml ms samples, tagged ms samples]");
     m.def("gpu_backend_available", &gpu_backend_available);
 
     m.def(

@@ -4,14 +4,39 @@
 #include "errors.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "ggml_ext_matmul.h"
 #include "ggml_ext_tree.h"
 
+#include <chrono>
 #include <functional>
+#include <random>
 #include <string>
 
 namespace dflash {
 
 namespace {
+
+// Allocates ctx's tensors on the backend; frees ctx and throws when that fails.
+ggml_backend_buffer_t alloc_tensors(ggml_context * ctx, ggml_backend_t backend) {
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    if (!buf) {
+        ggml_free(ctx);
+        throw EngineError("could not allocate the op's tensors");
+    }
+    return buf;
+}
+
+// Computes gf, reads `out`, and frees the buffer and the context either way.
+std::vector<float> compute_and_free(ggml_backend_t backend, ggml_cgraph * gf, ggml_tensor * out,
+                                    ggml_backend_buffer_t buf, ggml_context * ctx) {
+    const bool ok = ggml_backend_graph_compute(backend, gf) == GGML_STATUS_SUCCESS;
+    std::vector<float> r(ggml_nelements(out));
+    if (ok) ggml_backend_tensor_get(out, r.data(), 0, ggml_nbytes(out));
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+    if (!ok) throw EngineError("the backend failed to compute the op");
+    return r;
+}
 
 using Build = std::function<ggml_tensor *(ggml_context *, const std::vector<ggml_tensor *> &, ggml_tensor * tree)>;
 
@@ -37,22 +62,12 @@ std::vector<float> run(const std::vector<const OpInput *> & ins, const std::vect
     ggml_tensor * out = build(ctx, ts, tree);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, be.main);
-    if (!buf) {
-        ggml_free(ctx);
-        throw EngineError("could not allocate the op's tensors");
-    }
+    ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
     for (size_t i = 0; i < ts.size(); ++i) {
         ggml_backend_tensor_set(ts[i], ins[i]->data.data(), 0, ggml_nbytes(ts[i]));
     }
     ggml_backend_tensor_set(tree, index.data.data(), 0, ggml_nbytes(tree));
-    const bool ok = ggml_backend_graph_compute(be.main, gf) == GGML_STATUS_SUCCESS;
-    std::vector<float> r(ggml_nelements(out));
-    if (ok) ggml_backend_tensor_get(out, r.data(), 0, ggml_nbytes(out));
-    ggml_backend_buffer_free(buf);
-    ggml_free(ctx);
-    if (!ok) throw EngineError("the backend failed to compute the op");
-    return r;
+    return compute_and_free(be.main, gf, out, buf, ctx);
 }
 
 }  // namespace
@@ -88,6 +103,98 @@ std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k
                    return ggml_ext::tree_gated_delta_net(c, r4(t[0]), r4(t[1]), r4(t[2]), r4(t[3]), r4(t[4]), t[5],
                                                          tree, ggml_ext::kTreeMaxDepth);
                });
+}
+
+ggml_type weight_type(const std::string & w_type) {
+    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+        const char * name = ggml_type_name((ggml_type)t);
+        if (name && w_type == name && ggml_get_type_traits((ggml_type)t)->blck_size > 0) return (ggml_type)t;
+    }
+    throw InvalidParameter("mul_mat: unknown weight type '" + w_type + "'");
+}
+
+std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
+                               const OpInput & x, bool tagged, bool gpu, int n_threads) {
+    const ggml_type type = weight_type(w_type);
+    if (x.ne.size() != 2 || rows < 1) throw InvalidParameter("mul_mat: x must be [n, k] and rows >= 1");
+    const int64_t k = x.ne[0], n = x.ne[1];
+    if (k % ggml_blck_size(type) != 0 || (int64_t)w.size() != (int64_t)ggml_row_size(type, k) * rows) {
+        throw InvalidParameter("mul_mat: w must hold rows x k values of its type");
+    }
+    Backends be(gpu ? 99 : 0, n_threads);
+    if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
+    ggml_init_params p = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(p);
+    ggml_tensor * tw = ggml_new_tensor_2d(ctx, type, k, rows);
+    ggml_tensor * tx = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+    ggml_tensor * out = tagged ? ggml_ext::mul_mat_invariant(ctx, tw, tx) : ggml_mul_mat(ctx, tw, tx);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
+    ggml_backend_tensor_set(tw, w.data(), 0, w.size());
+    ggml_backend_tensor_set(tx, x.data.data(), 0, ggml_nbytes(tx));
+    return compute_and_free(be.main, gf, out, buf, ctx);
+}
+
+std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w_type, int64_t rows, int64_t k,
+                                                           const std::vector<int64_t> & ns, bool gpu, int reps,
+                                                           int n_threads) {
+    const ggml_type type = weight_type(w_type);
+    if (rows < 1 || reps < 1 || ns.empty() || k % ggml_blck_size(type) != 0) {
+        throw InvalidParameter("time_mul_mat: bad shape");
+    }
+    for (int64_t n : ns) {
+        if (n < 1) throw InvalidParameter("time_mul_mat: column counts must be >= 1");
+    }
+    Backends be(gpu ? 99 : 0, n_threads);
+    if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
+    const size_t n_graphs = 2 * ns.size();
+    ggml_init_params p = {ggml_tensor_overhead() * (4 * n_graphs + 4) + ggml_graph_overhead() * n_graphs, nullptr,
+                          true};
+    ggml_context * ctx = ggml_init(p);
+    ggml_tensor * tw = ggml_new_tensor_2d(ctx, type, k, rows);
+    std::vector<ggml_tensor *> xs;
+    std::vector<ggml_cgraph *> graphs;
+    for (int64_t n : ns) {
+        ggml_tensor * tx = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+        xs.push_back(tx);
+        for (int tagged = 0; tagged < 2; ++tagged) {
+            ggml_cgraph * gf = ggml_new_graph(ctx);
+            ggml_build_forward_expand(gf,
+                                      tagged ? ggml_ext::mul_mat_invariant(ctx, tw, tx) : ggml_mul_mat(ctx, tw, tx));
+            graphs.push_back(gf);
+        }
+    }
+    ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
+    std::mt19937 gen(1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    {  // valid blocks whatever the type: ggml's own quantizer on random rows
+        std::vector<float> wf((size_t)k * rows);
+        for (auto & v : wf) v = 0.05f * normal(gen);
+        std::vector<uint8_t> wq(ggml_row_size(type, k) * rows);
+        ggml_quantize_chunk(type, wf.data(), wq.data(), 0, rows, k, nullptr);
+        ggml_backend_tensor_set(tw, wq.data(), 0, wq.size());
+    }
+    for (ggml_tensor * tx : xs) {
+        std::vector<float> v(ggml_nelements(tx));
+        for (auto & e : v) e = normal(gen);
+        ggml_backend_tensor_set(tx, v.data(), 0, ggml_nbytes(tx));
+    }
+    std::vector<std::vector<std::vector<double>>> ms(ns.size(), std::vector<std::vector<double>>(2));
+    bool ok = true;
+    for (size_t g = 0; g < graphs.size() && ok; ++g) {
+        for (int i = 0; i <= reps && ok; ++i) {
+            const auto t0 = std::chrono::steady_clock::now();
+            ok = ggml_backend_graph_compute(be.main, graphs[g]) == GGML_STATUS_SUCCESS;
+            ggml_backend_synchronize(be.main);
+            const auto dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0);
+            if (i > 0) ms[g / 2][g % 2].push_back(dt.count());  // the first compute warms up
+        }
+    }
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+    if (!ok) throw EngineError("the backend failed to compute the op");
+    return ms;
 }
 
 bool gpu_backend_available() {

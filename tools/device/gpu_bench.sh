@@ -26,10 +26,12 @@ if [ "$stage" = a ]; then
   NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout 200 python3 -m pytest -q -s \
     -p no:cacheprovider tests/test_tree_ops.py tests/test_oracle_upstream.py tests/test_verify_commit.py \
     tests/test_tree_verify.py tests/test_spec_chain.py tests/test_ddtree.py \
-    tests/test_dflash_reference.py::test_device_feature_rows_match_host_rows \
+    tests/test_dflash_reference.py::test_device_feature_rows_match_host_rows tests/test_mul_mat_invariant.py \
     > "$OUT/cuda-tests.log" 2>&1
   echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
   grep -E "identical|max \|verify" "$OUT/cuda-tests.log"
+  timeout 90 python3 -m dflash.bench --matmul -o "$OUT/h200-matmul.json" > "$OUT/matmul.log" 2>&1
+  echo "[gpu] matmul bench rc=$?"; cat "$OUT/matmul.log"
   PAIR=${PAIR:-dflash/data/pair}
   # Where the tiny pair's step time goes: plain forwards of N tokens vs the AR step and the
   # DDTree step split, with and without ggml's CUDA graphs (does the verify replay a graph?).

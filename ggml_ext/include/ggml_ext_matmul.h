@@ -1,0 +1,23 @@
+// Matmuls whose per-column arithmetic does not depend on how many columns they have
+// (ggml_ext/BATCH_INVARIANCE.md): a verify of many tokens then computes every token's
+// projections bit for bit as a one-token decode does.
+#pragma once
+
+#include "ggml.h"
+
+namespace ggml_ext {
+
+// Marks a MUL_MAT node (op_params slot 2; ggml uses 0 for precision and 1 for hints).
+constexpr int kMulMatTagSlot = 2;
+constexpr int32_t kMulMatInvariantTag = 0x44465331;  // "DFS1"
+
+// ggml_mul_mat(w, x) tagged for ggml_ext's CUDA kernel: on CUDA, for a quantized w with the
+// vector-kernel layout and 2..64 columns, each column gets the arithmetic of ggml's one-column
+// mul_mat_vec_q. Other backends and shapes compute it as ggml does (it is the same op).
+ggml_tensor * mul_mat_invariant(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
+
+inline bool is_mul_mat_invariant(const ggml_tensor * t) {
+    return t->op == GGML_OP_MUL_MAT && t->op_params[kMulMatTagSlot] == kMulMatInvariantTag;
+}
+
+}  // namespace ggml_ext

@@ -1,0 +1,11 @@
+#include "ggml_ext_matmul.h"
+
+namespace ggml_ext {
+
+ggml_tensor * mul_mat_invariant(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+    ggml_tensor * t = ggml_mul_mat(ctx, w, x);
+    t->op_params[kMulMatTagSlot] = kMulMatInvariantTag;  // ggml.h exposes op_params as int32_t[]
+    return t;
+}
+
+}  // namespace ggml_ext
