@@ -61,6 +61,19 @@ def _prompts(n_vocab: int) -> list[list[int]]:
     return [rng.integers(0, n_vocab, size=int(rng.integers(4, 40))).tolist() for _ in range(N_PROMPTS)]
 
 
+def _corrupted_reference(prompt: list[int], ref: list[int], rng: np.random.Generator) -> Any:
+    """A rewrite hook: drafts from the reference with a random corruption, so that accepts of
+    every length happen."""
+
+    def rewrite(start: int, drafts: list[int]) -> list[int]:
+        i = start - len(prompt) + 1  # reference index of the first drafted token
+        good = ref[i : i + len(drafts)] + [0] * len(drafts)
+        bad_at = int(rng.integers(0, 2 * len(drafts)))  # past the end: all good
+        return [t if j != bad_at else (t + 1) % 4096 for j, t in enumerate(good[: len(drafts)])]
+
+    return rewrite
+
+
 def test_greedy_chain_equals_autoregressive(pair):
     target, draft = _engines(pair)
     rng = np.random.default_rng(0)
@@ -69,16 +82,7 @@ def test_greedy_chain_equals_autoregressive(pair):
     for n, prompt in enumerate(_prompts(target.hparams["n_vocab"])):
         ref = _ar(target, prompt, N_GEN)
 
-        # Drafts from the reference with a random corruption: accepts of every length happen.
-        def rewrite(
-            start: int, drafts: list[int], prompt: list[int] = prompt, ref: list[int] = ref
-        ) -> list[int]:
-            i = start - len(prompt) + 1  # reference index of the first drafted token
-            good = ref[i : i + len(drafts)] + [0] * len(drafts)
-            bad_at = int(rng.integers(0, 2 * len(drafts)))  # past the end: all good
-            return [t if j != bad_at else (t + 1) % 4096 for j, t in enumerate(good[: len(drafts)])]
-
-        out, spec = _chain(target, draft, prompt, N_GEN, rewrite)
+        out, spec = _chain(target, draft, prompt, N_GEN, _corrupted_reference(prompt, ref, rng))
         rewritten.check(out, ref, target, prompt)
         total.update(accepted=spec["accepted"], drafts=spec["drafts"])
         if n < 4:  # the real (random-weight) drafter: nearly every draft rejected
@@ -204,3 +208,45 @@ def test_engine_api_with_drafter(pair, tmp_path, monkeypatch):
     assert d["choices"][0]["text"] == a["choices"][0]["text"] and d["timings"]["draft_n"] > 0
     with pytest.raises(dflash.InvalidParameterError):
         dflash.Engine(model_path=str(pair[0]), draft_path=str(pair[1]), budget=-1)
+
+
+@pytest.mark.parametrize("weights", ["q8_0"])
+def test_invariant_matmul_changes_nothing_on_the_cpu(synth_model, weights):
+    """The experimental invariant_matmul switch tags the target's weight matmuls; on the CPU they
+    are ggml's own, so logits stay bit-identical."""
+    path = str(synth_model("tiny-b", weights))
+    out = []
+    for flag in (False, True):
+        cfg = _core.EngineConfig()
+        cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.invariant_matmul = 256, 0, 2, flag
+        out.append(_core.TargetEngine(path, cfg).eval_logits(list(range(40, 80))))
+    np.testing.assert_array_equal(out[0], out[1])
+
+
+GPU = _core.gpu_backend_available()
+REQUIRE_GPU = os.environ.get("DFLASH_REQUIRE_CUDA") == "1"
+
+
+@pytest.mark.skipif(
+    not GPU and not REQUIRE_GPU, reason="no GPU backend in this build (run on the GPU machine)"
+)
+def test_cuda_chain_with_invariant_matmuls_equals_decoding(synth_model, drafter_pair):
+    """On CUDA with a q8_0 target and invariant_matmul, every verify token's matmuls are a decode
+    step's; greedy chain output is then expected to equal autoregressive output exactly (the
+    attention kernels are the remaining difference: see ggml_ext/BATCH_INVARIANCE.md)."""
+    target_path = synth_model("tiny-b", "q8_0")
+    _, drafter = drafter_pair(seed=1, layer_types=("sliding_attention", "full_attention"), sliding_window=8)
+    cfg = _core.EngineConfig()
+    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max, cfg.invariant_matmul = 512, 99, 2, 16, True
+    target = _core.TargetEngine(str(target_path), cfg)
+    dcfg = _core.DraftEngineConfig()
+    dcfg.kv_type = "f32"
+    draft = _core.DraftEngine(str(drafter), target, dcfg)
+    rng = np.random.default_rng(0)
+    same = 0
+    for prompt in _prompts(target.hparams["n_vocab"]):
+        ref = _ar(target, prompt, N_GEN)
+        out, _ = _chain(target, draft, prompt, N_GEN, _corrupted_reference(prompt, ref, rng))
+        same += out == ref
+    print(f"invariant matmuls on CUDA: {same}/{N_PROMPTS} prompts identical to decoding")
+    assert same == N_PROMPTS

@@ -284,7 +284,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("n_threads", &EngineConfig::n_threads)
         .def_readwrite("n_batch", &EngineConfig::n_batch)
         .def_readwrite("n_logits_batch", &EngineConfig::n_logits_batch)
-        .def_readwrite("n_verify_max", &EngineConfig::n_verify_max);
+        .def_readwrite("n_verify_max", &EngineConfig::n_verify_max)
+        .def_readwrite("invariant_matmul", &EngineConfig::invariant_matmul);
 
     py::class_<GenerateStats>(m, "GenerateStats")
         .def_readonly("n_prompt", &GenerateStats::n_prompt)

@@ -10,10 +10,13 @@ inline ggml_tensor * rms_norm_mul(ggml_context * ctx, ggml_tensor * x, ggml_tens
     return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
 }
 
+// A weight matmul: ggml_mul_mat, or ggml_ext::mul_mat_invariant (ggml_ext/BATCH_INVARIANCE.md).
+using MatMulFn = ggml_tensor * (*)(ggml_context *, ggml_tensor *, ggml_tensor *);
+
 // SwiGLU MLP: down(silu(gate x) * up x).
 inline ggml_tensor * swiglu_ffn(ggml_context * ctx, ggml_tensor * x, ggml_tensor * gate, ggml_tensor * up,
-                                ggml_tensor * down) {
-    return ggml_mul_mat(ctx, down, ggml_swiglu_split(ctx, ggml_mul_mat(ctx, gate, x), ggml_mul_mat(ctx, up, x)));
+                                ggml_tensor * down, MatMulFn mm = ggml_mul_mat) {
+    return mm(ctx, down, ggml_swiglu_split(ctx, mm(ctx, gate, x), mm(ctx, up, x)));
 }
 
 // A graph input of 1 or 2 dimensions (filled after allocation).

@@ -4,6 +4,7 @@
 #include "ggml.h"
 #include "graph_common.h"
 #include "ggml_ext.h"
+#include "ggml_ext_matmul.h"
 #include "ggml_ext_tree.h"
 #include "kv_types.h"
 
@@ -21,7 +22,8 @@ struct Builder {
     const TargetCache & cache;
     const ForwardSpec & spec;
     ForwardGraph & g;
-    int n;  // tokens in this forward
+    int n;        // tokens in this forward
+    MatMulFn mm;  // weight matmuls (ForwardSpec::invariant_matmul)
 
     ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) { return rms_norm_mul(ctx, x, w, hp.rms_eps); }
 
@@ -42,9 +44,9 @@ struct Builder {
     ggml_tensor * attention(int il, ggml_tensor * x) {
         const auto & L = model.layers[il];
         const int64_t hd = hp.head_dim;
-        ggml_tensor * qg = ggml_mul_mat(ctx, L.wq, x);  // [2*hd*n_head, n]: per head Q then gate
-        ggml_tensor * k = ggml_mul_mat(ctx, L.wk, x);
-        ggml_tensor * v = ggml_mul_mat(ctx, L.wv, x);
+        ggml_tensor * qg = mm(ctx, L.wq, x);  // [2*hd*n_head, n]: per head Q then gate
+        ggml_tensor * k = mm(ctx, L.wk, x);
+        ggml_tensor * v = mm(ctx, L.wv, x);
         const size_t es = ggml_element_size(qg);
         ggml_tensor * q = ggml_view_3d(ctx, qg, hd, hp.n_head, n, es * hd * 2, es * hd * 2 * hp.n_head, 0);
         q = norm(q, L.q_norm);
@@ -85,7 +87,7 @@ struct Builder {
         o = ggml_reshape_2d(ctx, o, hd * hp.n_head, n);
         if (g.v_rot) o = rotate(o, g.v_rot);
         o = ggml_mul(ctx, o, ggml_sigmoid(ctx, gate));
-        return ggml_mul_mat(ctx, L.wo, o);
+        return mm(ctx, L.wo, o);
     }
 
     // Gated DeltaNet layer. A chain runs ggml's causal conv and delta rule over [cached state, new
@@ -98,10 +100,10 @@ struct Builder {
         const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
         const bool tree = g.tree != nullptr, defer = tree || spec.defer_recurrent;
 
-        ggml_tensor * qkv = ggml_mul_mat(ctx, L.wqkv, x);  // [C, n]
-        ggml_tensor * z = ggml_mul_mat(ctx, L.wgate, x);   // [S*Hv, n]
-        ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, ggml_mul_mat(ctx, L.w_beta, x), 1, Hv, n, 1));
-        ggml_tensor * alpha = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.w_alpha, x), Hv, n, 1);
+        ggml_tensor * qkv = mm(ctx, L.wqkv, x);  // [C, n]
+        ggml_tensor * z = mm(ctx, L.wgate, x);   // [S*Hv, n]
+        ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, mm(ctx, L.w_beta, x), 1, Hv, n, 1));
+        ggml_tensor * alpha = ggml_reshape_3d(ctx, mm(ctx, L.w_alpha, x), Hv, n, 1);
         ggml_tensor * gate = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.dt_bias)), L.ssm_a);
         gate = ggml_reshape_4d(ctx, gate, 1, Hv, n, 1);
 
@@ -166,12 +168,12 @@ struct Builder {
 
         ggml_tensor * zz = ggml_reshape_4d(ctx, z, S, Hv, n, 1);
         o = ggml_mul(ctx, norm(o, L.ssm_norm), ggml_silu(ctx, zz));
-        return ggml_mul_mat(ctx, L.ssm_out, ggml_reshape_2d(ctx, o, S * Hv, n));
+        return mm(ctx, L.ssm_out, ggml_reshape_2d(ctx, o, S * Hv, n));
     }
 
     ggml_tensor * ffn(int il, ggml_tensor * x) {
         const auto & L = model.layers[il];
-        return swiglu_ffn(ctx, x, L.ffn_gate, L.ffn_up, L.ffn_down);
+        return swiglu_ffn(ctx, x, L.ffn_gate, L.ffn_up, L.ffn_down, mm);
     }
 };
 
@@ -230,7 +232,7 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     if (kv_type_rotated(cache.cfg.v_type) && hp.head_dim % 64 == 0) g.v_rot = input(ctx, GGML_TYPE_F32, 64, 64);
 
     if (!spec.tree_parents.empty() && hp.n_recurrent_layers() > 0) g.tree = input(ctx, GGML_TYPE_I32, n, 3);
-    Builder b{ctx, model, hp, cache, spec, g, n};
+    Builder b{ctx, model, hp, cache, spec, g, n, spec.invariant_matmul ? ggml_ext::mul_mat_invariant : ggml_mul_mat};
     ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.tokens);
     for (int il = 0; il < hp.n_layer; ++il) {
         ggml_tensor * h = b.norm(x, model.layers[il].attn_norm);
@@ -247,7 +249,7 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     }
     x = b.norm(x, model.output_norm);
     if (!spec.all_logits && n > 1) x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], x->nb[1] * (n - 1));
-    g.logits = ggml_mul_mat(ctx, model.output, x);
+    g.logits = b.mm(ctx, model.output, x);
     g.argmax = ggml_argmax(ctx, g.logits);
     ggml_set_output(g.logits);
     ggml_set_output(g.argmax);

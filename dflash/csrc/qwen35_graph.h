@@ -25,6 +25,9 @@ struct ForwardSpec {
     // root, token 0). Positions become n_past + depth and each token attends to the committed
     // prefix plus its ancestors-or-self. Empty: a plain causal chain.
     std::vector<int32_t> tree_parents;
+    // Weight matmuls through ggml_ext::mul_mat_invariant (CUDA: a verify's tokens get a
+    // one-token decode's matmul arithmetic; elsewhere the same as ggml_mul_mat).
+    bool invariant_matmul = false;
 };
 
 struct ForwardGraph {

@@ -345,6 +345,7 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
     spec.all_logits = all_logits;
     spec.capture_layers = capture_layers;
     spec.features = features_;
+    spec.invariant_matmul = cfg_.invariant_matmul;
     spec.defer_recurrent = defer;
     spec.tree_parents = tree_parents;
 

@@ -29,6 +29,9 @@ struct EngineConfig {
     int n_batch = 512;        // prefill chunk
     int n_logits_batch = 64;  // chunk when every token's logits are wanted
     int n_verify_max = 16;    // most tokens one speculative verify may hold uncommitted
+    // Experimental (CUDA): weight matmuls through ggml_ext::mul_mat_invariant, so that a verify's
+    // tokens get a decode step's matmul arithmetic (ggml_ext/BATCH_INVARIANCE.md).
+    bool invariant_matmul = false;
 };
 
 struct ForwardResult {
