@@ -148,22 +148,21 @@ std::vector<int32_t> DecodeSession::chain_step() {
     // Walk: the target's token after each kept position; keep going while it is the draft's.
     std::vector<int32_t> out;
     int k = 0;
+    // Each position is picked once (sampling draws from the RNG): the pick that ends the walk is
+    // the target's own token after the kept ones.
+    int32_t next = 0;
     if (opt_.forced_accept >= 0) {  // bench only: see ChainOptions
         k = std::min(opt_.forced_accept, n_draft);
         out.assign(batch.begin() + 1, batch.begin() + 1 + k);
-        for (int j = 0; j < k; ++j) spec_.accepted_per_pos[j]++;
-        out.push_back(pick(v, k));
-    }
-    while (opt_.forced_accept < 0) {
-        const int32_t y = pick(v, k);
-        out.push_back(y);
-        if (k < n_draft && y == batch[k + 1]) {
-            spec_.accepted_per_pos[k]++;
+        next = pick(v, k);
+    } else {
+        for (next = pick(v, 0); k < n_draft && next == batch[k + 1]; next = pick(v, k)) {
+            out.push_back(next);
             ++k;
-            continue;
         }
-        break;
     }
+    for (int j = 0; j < k; ++j) spec_.accepted_per_pos[j]++;
+    out.push_back(next);
     spec_.accepted += k;
 
     t = now_ms();
