@@ -41,6 +41,31 @@ struct Builder {
         return ggml_reshape_4d(ctx, y, x->ne[0], x->ne[1], x->ne[2], x->ne[3]);
     }
 
+    // Batch-invariant chain verify (ForwardSpec::invariant_matmul): each token attends in its own
+    // flash-attention op shaped exactly as a decode step at its position would be (one query, the
+    // cache rows a decode pads to, its mask row), so the kernel and its arithmetic are the
+    // decode's. Null when the plain batched op applies (see ggml_ext/BATCH_INVARIANCE.md).
+    ggml_tensor * per_token_attention(ggml_tensor * q, ggml_tensor * kc, ggml_tensor * vc, float scale) {
+        if (!spec.invariant_matmul || !spec.defer_recurrent || !spec.tree_parents.empty() || n < 2) return nullptr;
+        const int64_t hd = hp.head_dim;
+        ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [hd, n, n_head]
+        ggml_tensor * out = nullptr;
+        for (int i = 0; i < n; ++i) {
+            const int nk = padded_n_kv(spec.n_past + i + 1, cache.cfg.n_ctx);
+            auto rows = [&](ggml_tensor * c) {
+                return ggml_permute(ctx,
+                                    ggml_view_3d(ctx, c, hd, hp.n_head_kv, nk, ggml_row_size(c->type, hd), c->nb[1], 0),
+                                    0, 2, 1, 3);
+            };
+            ggml_tensor * qi = ggml_view_3d(ctx, qp, hd, 1, hp.n_head, qp->nb[1], qp->nb[2], qp->nb[1] * i);
+            ggml_tensor * mi = ggml_view_2d(ctx, g.mask, nk, 1, g.mask->nb[1], g.mask->nb[1] * i);
+            ggml_tensor * oi = ggml_flash_attn_ext(ctx, qi, rows(kc), rows(vc), mi, scale, 0.0f, 0.0f);
+            ggml_prec_set_acc(oi, GGML_PREC_F32);
+            out = out ? ggml_concat(ctx, out, oi, 2) : oi;  // [hd, n_head, i + 1]
+        }
+        return out;
+    }
+
     ggml_tensor * attention(int il, ggml_tensor * x) {
         const auto & L = model.layers[il];
         const int64_t hd = hp.head_dim;
@@ -80,10 +105,12 @@ struct Builder {
         ggml_tensor * kv_v = ggml_view_3d(ctx, vc, hd, hp.n_head_kv, g.n_kv, ggml_row_size(vc->type, hd), vc->nb[1], 0);
 
         const float scale = hp.attn_scale != 0.0f ? hp.attn_scale : 1.0f / std::sqrt((float)hd);
-        ggml_tensor * o =
-            ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), ggml_permute(ctx, kv_k, 0, 2, 1, 3),
-                                ggml_permute(ctx, kv_v, 0, 2, 1, 3), g.mask, scale, 0.0f, 0.0f);
-        ggml_prec_set_acc(o, GGML_PREC_F32);
+        ggml_tensor * o = per_token_attention(q, kc, vc, scale);
+        if (!o) {
+            o = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), ggml_permute(ctx, kv_k, 0, 2, 1, 3),
+                                    ggml_permute(ctx, kv_v, 0, 2, 1, 3), g.mask, scale, 0.0f, 0.0f);
+            ggml_prec_set_acc(o, GGML_PREC_F32);
+        }
         o = ggml_reshape_2d(ctx, o, hd * hp.n_head, n);
         if (g.v_rot) o = rotate(o, g.v_rot);
         o = ggml_mul(ctx, o, ggml_sigmoid(ctx, gate));
