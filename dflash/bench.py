@@ -92,6 +92,7 @@ def _chain(
     cfg.n_ctx, cfg.k_type, cfg.v_type = a.n_ctx, kv, kv
     cfg.n_gpu_layers, cfg.n_threads, cfg.n_batch = a.n_gpu_layers, a.threads, a.n_batch
     cfg.n_verify_max = max(a.max_draft, budget) + 1
+    cfg.invariant_matmul = a.invariant_matmul
     eng = _core.TargetEngine(path, cfg)
     dcfg = _core.DraftEngineConfig()
     draft = _core.DraftEngine(a.draft, eng, dcfg)
@@ -131,6 +132,8 @@ def _chain(
     }
     if a.synthetic_accept:
         out["synthetic_acceptance_length"] = a.synthetic_accept
+    if a.invariant_matmul:
+        out["invariant_matmul"] = True
     out["last_run"] = {
         k: spec[k]
         for k in (
@@ -272,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="BENCH ONLY: accept exactly L-1 drafts per step whatever the target says (acceptance "
         "length L; the output is not the model's); measures engine speed apart from draft quality",
+    )
+    ap.add_argument(
+        "--invariant-matmul",
+        action="store_true",
+        help="experimental: chain/DDTree verifies with decode-identical matmuls and attention "
+        "(ggml_ext/BATCH_INVARIANCE.md)",
     )
     ap.add_argument("--llama-bench", default=None, help="path of upstream's llama-bench to run as well")
     bench_upstream.add_arguments(ap)  # --llama-server, --synth-len

@@ -53,6 +53,11 @@ timeout 170 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-
   --no-upstream --llama-server "$LLAMA_SERVER" --synth-len 10 -o "$OUT/h200-27b-chain-vs-upstream.json" \
   > "$OUT/chain-bench.log" 2>&1
 echo "[gpu] chain bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/chain-bench.log"
+# the same chain with decode-identical verifies (experimental; ggml_ext/BATCH_INVARIANCE.md)
+timeout 100 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
+  --no-upstream --synthetic-accept 10 --invariant-matmul -o "$OUT/h200-27b-chain-invariant.json" \
+  > "$OUT/chain-invariant.log" 2>&1
+echo "[gpu] chain (invariant) rc=$? at $(($(date +%s) - t0)) s"; tail -n 4 "$OUT/chain-invariant.log"
 timeout "$(left)" python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf -ngl 99 -c 4096 \
   --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 -o "$OUT/h200-27b-tree-steps.json" \
   > "$OUT/tree-bench.log" 2>&1
