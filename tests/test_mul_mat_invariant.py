@@ -46,10 +46,10 @@ def test_cuda_columns_match_one_column_products(name: str) -> None:
     rows, k = 320, 2048
     w, _ = _weights(name, rows, k, seed=2)
     rng = np.random.default_rng(3)
-    for n in (2, 3, 4, 5, 8, 9, 16, 33, 64):
+    for n in (2, 4, 5, 16, 64):  # each op_mul_mat call starts a GPU backend: a few columns each
         x = rng.standard_normal((n, k)).astype(np.float32)
         got = _core.op_mul_mat(w, name, rows, x, tagged=True, gpu=True)
-        for j in range(n):
+        for j in sorted({0, n // 2, n - 1}):
             one = _core.op_mul_mat(w, name, rows, x[j : j + 1], gpu=True)[0]
             np.testing.assert_array_equal(got[j], one, err_msg=f"{name}: column {j} of {n}")
         cpu = _core.op_mul_mat(w, name, rows, x)

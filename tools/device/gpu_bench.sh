@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # GPU benches in two back-to-back calls (the machine stays warm 30 s after a call, keeping the
 # build and /tmp): `gpu_bench.sh a` builds, writes the 27B-shaped pair in the background, runs
-# the CUDA test suite and the packaged pair's preset (AR / chain / DDTree sweep, ours and
-# upstream); `gpu_bench.sh b` runs the 27B chain vs upstream draft-dflash at the same synthetic
-# acceptance (issue 3) and the DDTree step cost per budget (issue 4). JSON and logs land in $OUT.
-# Carry: .carry/upstream.tar.gz and .carry/whl. PAIR=/tmp/pair/export benches a pair that
-# gpu_train_and_test.sh trained instead of the packaged one.
+# the CUDA test suite and the matmul bench; `gpu_bench.sh b` runs the 27B chain vs upstream
+# draft-dflash at the same synthetic acceptance (issue 3), the 27B chain with decode-identical
+# verifies, the DDTree step cost per budget (issue 4), where the tiny pair's step time goes (CUDA
+# graphs on/off) and the packaged pair's preset (AR / chain / upstream / DDTree sweep; issue 5).
+# JSON and logs land in $OUT. Carry: .carry/upstream.tar.gz and .carry/whl. PAIR=/tmp/pair/export
+# benches a pair that gpu_train_and_test.sh trained instead of the packaged one.
 cd "$(dirname "$0")/../.." || exit 1
 stage=${1:-a}
 mkdir -p "$OUT"
@@ -23,42 +24,41 @@ if [ "$stage" = a ]; then
       mv /tmp/d27.part /tmp/d27.gguf' > /tmp/synth.log 2>&1 < /dev/null &
   fi
   # TF32 off: see tests/gpu_policy.py
-  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout 200 python3 -m pytest -q -s \
-    -p no:cacheprovider tests/test_tree_ops.py tests/test_oracle_upstream.py tests/test_verify_commit.py \
-    tests/test_tree_verify.py tests/test_spec_chain.py tests/test_ddtree.py \
-    tests/test_dflash_reference.py::test_device_feature_rows_match_host_rows tests/test_mul_mat_invariant.py \
-    > "$OUT/cuda-tests.log" 2>&1
+  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout "$(($(left) - 60))" python3 -m pytest -q -s \
+    -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_oracle_upstream.py \
+    tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py tests/test_ddtree.py \
+    tests/test_dflash_reference.py::test_device_feature_rows_match_host_rows > "$OUT/cuda-tests.log" 2>&1
   echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
-  grep -E "identical|max \|verify" "$OUT/cuda-tests.log"
-  timeout 90 python3 -m dflash.bench --matmul -o "$OUT/h200-matmul.json" > "$OUT/matmul.log" 2>&1
-  echo "[gpu] matmul bench rc=$?"; cat "$OUT/matmul.log"
-  PAIR=${PAIR:-dflash/data/pair}
-  # Where the tiny pair's step time goes: plain forwards of N tokens vs the AR step and the
-  # DDTree step split, with and without ggml's CUDA graphs (does the verify replay a graph?).
-  for graphs in on off; do
-    env $([ $graphs = off ] && echo GGML_CUDA_DISABLE_GRAPHS=1) timeout 60 python3 -m dflash.bench --tree-steps \
-      -m "$PAIR/target-q8_0.gguf" --draft "$PAIR/drafter-q8_0.gguf" -ngl 99 -c 2048 --budgets 1,15,32 \
-      --synthetic-accept 6 -o "$OUT/h200-pair-tree-steps-graphs-$graphs.json" > "$OUT/pair-steps-$graphs.log" 2>&1
-    echo "[gpu] pair steps (CUDA graphs $graphs) rc=$?"; tail -n 5 "$OUT/pair-steps-$graphs.log"
-  done
-  timeout "$(left)" python3 -m dflash.bench --pair "$PAIR" --prompts bench/prompts/pair-heldout-code48.jsonl \
-    -ngl 99 -n 512 --budgets "${PAIR_BUDGETS-16,32,64,128}" -o "$OUT/h200-pair.json" > "$OUT/pair-bench.log" 2>&1
-  echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; cat "$OUT/pair-bench.log" | head -40
+  grep -E "identical|max \|" "$OUT/cuda-tests.log"
+  timeout "$(left)" python3 -m dflash.bench --matmul -o "$OUT/h200-matmul.json" > "$OUT/matmul.log" 2>&1
+  echo "[gpu] matmul bench rc=$? at $(($(date +%s) - t0)) s"; cat "$OUT/matmul.log"
   exit 0
 fi
 
 until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 400 ]; do sleep 2; done
 tail -n 3 /tmp/synth.log
-timeout 170 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
+timeout 150 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
   --no-upstream --llama-server "$LLAMA_SERVER" --synth-len 10 -o "$OUT/h200-27b-chain-vs-upstream.json" \
   > "$OUT/chain-bench.log" 2>&1
 echo "[gpu] chain bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/chain-bench.log"
 # the same chain with decode-identical verifies (experimental; ggml_ext/BATCH_INVARIANCE.md)
-timeout 100 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
+timeout 90 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
   --no-upstream --synthetic-accept 10 --invariant-matmul -o "$OUT/h200-27b-chain-invariant.json" \
   > "$OUT/chain-invariant.log" 2>&1
 echo "[gpu] chain (invariant) rc=$? at $(($(date +%s) - t0)) s"; tail -n 4 "$OUT/chain-invariant.log"
-timeout "$(left)" python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf -ngl 99 -c 4096 \
+timeout 90 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf -ngl 99 -c 4096 \
   --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 -o "$OUT/h200-27b-tree-steps.json" \
   > "$OUT/tree-bench.log" 2>&1
 echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/tree-bench.log"
+PAIR=${PAIR:-dflash/data/pair}
+# Where the tiny pair's step time goes: plain forwards of N tokens vs the AR step and the DDTree
+# step split, with and without ggml's CUDA graphs (does the verify replay a graph?).
+for graphs in on off; do
+  env $([ $graphs = off ] && echo GGML_CUDA_DISABLE_GRAPHS=1) timeout 45 python3 -m dflash.bench --tree-steps \
+    -m "$PAIR/target-q8_0.gguf" --draft "$PAIR/drafter-q8_0.gguf" -ngl 99 -c 2048 --budgets 1,15,32 \
+    --synthetic-accept 6 -o "$OUT/h200-pair-tree-steps-graphs-$graphs.json" > "$OUT/pair-steps-$graphs.log" 2>&1
+  echo "[gpu] pair steps (CUDA graphs $graphs) rc=$?"; tail -n 5 "$OUT/pair-steps-$graphs.log"
+done
+timeout "$(left)" python3 -m dflash.bench --pair "$PAIR" --prompts bench/prompts/pair-heldout-code48.jsonl \
+  -ngl 99 -n 512 --budgets "${PAIR_BUDGETS-16,32,64,128}" -o "$OUT/h200-pair.json" > "$OUT/pair-bench.log" 2>&1
+echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; head -n 12 "$OUT/pair-bench.log"
