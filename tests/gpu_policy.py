@@ -1,9 +1,9 @@
 """What the speculative-decoding tests expect on the GPU machine (DFLASH_TEST_NGL > 0), in one place.
 
 On CUDA a forward of many tokens and a forward of one token run different kernels, so the same
-position's logits differ by rounding. For f32 weights ggml's matmul of 2..16 columns (mmf) runs on
-TF32 tensor cores, and cuBLAS (more columns) is TF32 too unless NVIDIA_TF32_OVERRIDE=0 (the tests
-set it; it does not reach ggml's own kernels). Measured on the H200 (bench/results/
+position's logits differ by rounding. ggml runs cuBLAS in TF32; the tests turn that off
+(NVIDIA_TF32_OVERRIDE=0), which does not reach ggml's own tensor-core kernels (for f32 weights
+and a few columns most likely mmf). Measured on the H200 with it off (bench/results/
 h200-s3-cuda-tests.log): verify vs single-token logits differ by up to 0.084 on the tiny models,
 about 5e-3 of their scale; 0 when both sides run the same number of columns. Quantized weights are
 no better: activations are quantized per block and a rounding flip there moves later layers
