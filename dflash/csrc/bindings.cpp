@@ -61,6 +61,17 @@ std::function<void(int, std::vector<int32_t> &)> rewrite_hook(const py::object &
     };
 }
 
+ChainOptions chain_options(int max_draft, int budget, bool chain_seed, const py::object & rewrite_drafts,
+                           int forced_accept) {
+    ChainOptions opt;
+    opt.max_draft = max_draft;
+    opt.budget = budget;
+    opt.chain_seed = chain_seed;
+    opt.rewrite_drafts = rewrite_hook(rewrite_drafts);
+    opt.forced_accept = forced_accept;
+    return opt;
+}
+
 double elapsed_ms(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -510,12 +521,7 @@ PYBIND11_MODULE(_core, m) {
                         float temperature, int top_k, float top_p, uint64_t seed, const std::vector<int32_t> & eog,
                         int max_draft, int budget, bool chain_seed, py::object rewrite_drafts, int forced_accept) {
                 const SamplingParams sp = sampling(temperature, top_k, top_p, seed);
-                ChainOptions opt;
-                opt.max_draft = max_draft;
-                opt.budget = budget;
-                opt.chain_seed = chain_seed;
-                opt.rewrite_drafts = rewrite_hook(rewrite_drafts);
-                opt.forced_accept = forced_accept;
+                const ChainOptions opt = chain_options(max_draft, budget, chain_seed, rewrite_drafts, forced_accept);
                 return std::make_unique<DecodeSession>(target, draft, prompt, max_tokens, sp, eog, opt);
             }),
             py::arg("target"), py::arg("draft"), py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"),
@@ -538,12 +544,7 @@ PYBIND11_MODULE(_core, m) {
            py::function on_token, int max_draft, py::object rewrite_drafts, int budget, bool chain_seed,
            int forced_accept) {
             const SamplingParams sp = sampling(temperature, top_k, top_p, seed);
-            ChainOptions opt;
-            opt.max_draft = max_draft;
-            opt.budget = budget;
-            opt.chain_seed = chain_seed;
-            opt.rewrite_drafts = rewrite_hook(rewrite_drafts);
-            opt.forced_accept = forced_accept;
+            const ChainOptions opt = chain_options(max_draft, budget, chain_seed, rewrite_drafts, forced_accept);
             SpecStats ss;
             GenerateStats st;
             {
