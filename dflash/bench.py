@@ -217,6 +217,18 @@ def model_path(a: argparse.Namespace) -> str:
     return path
 
 
+def add_synthetic_accept_argument(ap: argparse.ArgumentParser) -> None:
+    """--synthetic-accept L, shared by the chain/DDTree benches and --tree-steps."""
+    ap.add_argument(
+        "--synthetic-accept",
+        type=int,
+        default=0,
+        help="BENCH ONLY: every step accepts exactly L-1 drafts (a DDTree: its top-1 path that deep) "
+        "whatever the target says (acceptance length L; the output is not the model's); measures "
+        "engine speed apart from draft quality",
+    )
+
+
 def write_result(doc: dict[str, Any], out: str | None, default_name: str) -> Path:
     """Writes a bench JSON (to bench/results/<default_name> unless `out` is given) and says where."""
     path = Path(out) if out else Path("bench/results") / default_name
@@ -269,13 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft", default=None, help="drafter GGUF: also bench chain DFlash")
     ap.add_argument("--max-draft", type=int, default=15, help="draft tokens verified per step")
     ap.add_argument("--budgets", default="", help="comma-separated DDTree budgets to sweep (with --draft)")
-    ap.add_argument(
-        "--synthetic-accept",
-        type=int,
-        default=0,
-        help="BENCH ONLY: accept exactly L-1 drafts per step whatever the target says (acceptance "
-        "length L; the output is not the model's); measures engine speed apart from draft quality",
-    )
+    add_synthetic_accept_argument(ap)
     ap.add_argument(
         "--invariant-matmul",
         action="store_true",

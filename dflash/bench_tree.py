@@ -28,7 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from dflash.bench import _git_commit, _machine, _median, model_path, write_result
+from dflash.bench import (
+    _git_commit,
+    _machine,
+    _median,
+    add_synthetic_accept_argument,
+    model_path,
+    write_result,
+)
 
 DEFAULT_BUDGETS = "1,2,4,8,16,32,64,128,256"
 STEP_KEYS = ("draft_ms", "tree_ms", "verify_ms", "commit_ms")
@@ -163,14 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-kv-type", default="f16", help="draft KV cache type")
     ap.add_argument("--top-k", type=int, default=8, help="drafter candidates per depth")
     ap.add_argument("--no-chain-seed", action="store_true", help="do not seed the tree with the top-1 chain")
-    ap.add_argument(
-        "--synthetic-accept",
-        type=int,
-        default=0,
-        help="BENCH ONLY: each step accepts the top-1 path this deep plus the target's token "
-        "(acceptance length L, whatever the target says; the output is not the model's); "
-        "default: the drafter's own trees",
-    )
+    add_synthetic_accept_argument(ap)
     ap.add_argument("--no-upstream", action="store_true", help="skip upstream libllama's forwards")
     ap.add_argument("-o", "--out", default=None, help="JSON output (default bench/results/<name>.json)")
     a = ap.parse_args(argv)
