@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# GPU benches in two back-to-back calls (the machine stays warm 30 s after a call, keeping the
+# GPU benches in three back-to-back calls (the machine stays warm 30 s after a call, keeping the
 # build and /tmp): `gpu_bench.sh a` builds, writes the 27B-shaped pair in the background, runs
 # the CUDA test suite and the matmul bench; `gpu_bench.sh b` runs the 27B chain vs upstream
 # draft-dflash at the same synthetic acceptance (issue 3), the 27B chain with decode-identical
-# verifies, the DDTree step cost per budget (issue 4), where the tiny pair's step time goes (CUDA
-# graphs on/off) and the packaged pair's preset (AR / chain / upstream / DDTree sweep; issue 5).
-# JSON and logs land in $OUT. Carry: .carry/upstream.tar.gz and .carry/whl. PAIR=/tmp/pair/export
-# benches a pair that gpu_train_and_test.sh trained instead of the packaged one.
+# verifies, the DDTree step cost per budget (issue 4) and the kernels per step (issue 7, PyTorch's
+# profiler around our engine) for the 27B and the tiny pair; `gpu_bench.sh c` runs where the tiny
+# pair's step time goes (CUDA graphs on/off) and the packaged pair's preset (AR / chain / upstream
+# / DDTree sweep; issue 5). JSON and logs land in $OUT. Carry: .carry/upstream.tar.gz and
+# .carry/whl. PAIR=/tmp/pair/export benches a pair that gpu_train_and_test.sh trained instead of
+# the packaged one.
 cd "$(dirname "$0")/../.." || exit 1
 stage=${1:-a}
 mkdir -p "$OUT"
@@ -35,6 +37,7 @@ if [ "$stage" = a ]; then
   exit 0
 fi
 
+if [ "$stage" = b ]; then
 until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 400 ]; do sleep 2; done
 tail -n 3 /tmp/synth.log
 timeout 150 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
@@ -50,7 +53,20 @@ timeout 90 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d2
   --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 -o "$OUT/h200-27b-tree-steps.json" \
   > "$OUT/tree-bench.log" 2>&1
 echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/tree-bench.log"
+fi
 PAIR=${PAIR:-dflash/data/pair}
+if [ "$stage" = b ]; then
+  timeout 100 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf --label 27b-q4km \
+    --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
+  echo "[gpu] 27B kernel profile rc=$?"; cat "$OUT/kernels-27b.log"
+  for inv in "" --invariant-matmul; do
+    timeout 50 python3 tools/device/kernel_profile.py -m "$PAIR/target-q8_0.gguf" --draft "$PAIR/drafter-q8_0.gguf" \
+      --label pair$inv $inv -o "$OUT/h200-pair-kernels$inv.json" > "$OUT/kernels-pair$inv.log" 2>&1
+    echo "[gpu] pair kernel profile $inv rc=$?"; cat "$OUT/kernels-pair$inv.log"
+  done
+  echo "[gpu] stage b done at $(($(date +%s) - t0)) s"
+  exit 0
+fi
 # Where the tiny pair's step time goes: plain forwards of N tokens vs the AR step and the DDTree
 # step split, with and without ggml's CUDA graphs (does the verify replay a graph?).
 for graphs in on off; do

@@ -1,0 +1,164 @@
+"""Kernels per step on the GPU (issue 7: "kernels per decode token and per verify").
+
+PyTorch's profiler (CUPTI) records every CUDA kernel the process launches, ours included: the
+engine runs in the same process. For each scenario - an autoregressive step, a plain forward of N
+tokens with the drafter's captures (what a verify costs), a chain step and a DDTree step (draft +
+verify + commit) - it reports per step: kernels launched, the sum of their device times, memcpys,
+the wall time without the profiler, and the kernels that take the most time. Wall time well above
+the kernel sum means launch/host overhead; the top kernels say which kernels to write.
+
+Runs on the GPU machine only (needs torch with CUDA):
+    python3 tools/device/kernel_profile.py -m T.gguf --draft D.gguf -o $OUT/kernels.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from dflash import _core
+from dflash.bench import _git_commit, _machine
+
+
+def _kernel_table(prof: Any, steps: int) -> dict[str, Any]:
+    per_name: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    n_kernels = n_copies = 0
+    kernel_us = copy_us = 0.0
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = e.time_range.elapsed_us()
+        if e.name.startswith(("Memcpy", "Memset")):
+            n_copies += 1
+            copy_us += us
+            continue
+        n_kernels += 1
+        kernel_us += us
+        per_name[e.name][0] += 1
+        per_name[e.name][1] += us
+    top = sorted(per_name.items(), key=lambda kv: -kv[1][1])[:25]
+    return {
+        "kernels_per_step": n_kernels / steps,
+        "kernel_ms_per_step": kernel_us / steps / 1000,
+        "copies_per_step": n_copies / steps,
+        "copy_ms_per_step": copy_us / steps / 1000,
+        "top": [
+            {"kernel": name[:160], "per_step": c / steps, "us_per_step": us / steps} for name, (c, us) in top
+        ],
+    }
+
+
+def _measure(name: str, setup: Callable[[], Callable[[], None]], steps: int) -> dict[str, Any]:
+    """setup() prepares a state and returns one step; each step is timed bare, then profiled."""
+    step = setup()
+    for _ in range(3):
+        step()  # warm: graphs built, CUDA graphs captured
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    wall = (time.perf_counter() - t0) * 1000 / steps
+    step = setup()
+    for _ in range(3):
+        step()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    row = {"scenario": name, "steps": steps, "wall_ms_per_step": wall, **_kernel_table(prof, steps)}
+    print(
+        f"{name:>18}: wall {wall:7.3f} ms  kernels {row['kernels_per_step']:7.1f}  kernel time "
+        f"{row['kernel_ms_per_step']:7.3f} ms  copies {row['copies_per_step']:5.1f}",
+        flush=True,
+    )
+    for t in row["top"][:6]:
+        print(f"{'':>20}{t['us_per_step']:9.1f} us {t['per_step']:6.1f}x  {t['kernel'][:90]}", flush=True)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--label", default="", help="name of the pair in the output")
+    ap.add_argument("--forwards", default="16,32,64", help="forward sizes N to profile")
+    ap.add_argument("--budget", type=int, default=32, help="DDTree budget of the tree scenario")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--synthetic-accept", type=int, default=8, help="forced acceptance length (bench-only)")
+    ap.add_argument("-c", "--n-ctx", type=int, default=4096)
+    ap.add_argument("--invariant-matmul", action="store_true")
+    ap.add_argument("-o", "--out", required=True)
+    a = ap.parse_args()
+
+    ns = [int(x) for x in a.forwards.split(",") if x]
+    cfg = _core.EngineConfig()
+    cfg.n_ctx, cfg.n_gpu_layers = a.n_ctx, 99
+    cfg.n_verify_max = max(max(ns), a.budget + 1, 16)
+    cfg.n_logits_batch = max(cfg.n_logits_batch, cfg.n_verify_max)
+    cfg.invariant_matmul = a.invariant_matmul
+    target = _core.TargetEngine(a.model, cfg)
+    draft = _core.DraftEngine(a.draft, target, _core.DraftEngineConfig())
+    layers = [int(x) for x in draft.hparams["target_layers"]]
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, int(target.hparams["n_vocab"]), size=128).tolist()
+    toks = rng.integers(0, int(target.hparams["n_vocab"]), size=max(ns)).tolist()
+
+    def ar() -> Callable[[], None]:
+        target.reset()
+        target.time_forward(prompt, False, [])
+        return lambda: target.time_forward(prompt[-1:], False, [])
+
+    def forward(n: int) -> Callable[[], Callable[[], None]]:
+        def setup() -> Callable[[], None]:
+            def step() -> None:
+                target.reset()
+                target.time_forward(toks[:n], True, layers)
+
+            return step
+
+        return setup
+
+    def session(budget: int) -> Callable[[], Callable[[], None]]:
+        def setup() -> Callable[[], None]:
+            n_max = a.n_ctx - len(prompt) - 2 * cfg.n_verify_max
+            s = _core.DecodeSession(
+                target, draft, prompt, n_max, 0.0, 0, 1.0, 0, [], budget=budget,
+                forced_accept=a.synthetic_accept - 1,
+            )  # fmt: skip
+            s.step()  # prefill
+            return lambda: s.step()
+
+        return setup
+
+    steps = a.steps
+    rows = [_measure("ar", ar, steps * 4)]
+    rows += [_measure(f"forward{n}+captures", forward(n), steps) for n in ns]
+    rows.append(_measure("chain_step", session(0), steps))
+    rows.append(_measure(f"ddtree_b{a.budget}_step", session(a.budget), steps))
+    doc = {
+        "bench": "kernel_profile",
+        "command": "python3 tools/device/kernel_profile.py " + " ".join(__import__("sys").argv[1:]),
+        "machine": _machine(),
+        "commit": _git_commit(),
+        "label": a.label,
+        "model": a.model,
+        "draft": a.draft,
+        "synthetic_accept": a.synthetic_accept,
+        "invariant_matmul": a.invariant_matmul,
+        "graph_shapes": {"target": target.graph_shapes, "draft": draft.graph_shape},
+        "rows": rows,
+    }
+    with open(a.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
