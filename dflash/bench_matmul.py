@@ -1,7 +1,9 @@
 """`dflash bench --matmul`: one weight matrix times N activation columns, ggml's own kernels
-(mul_mat_vec_q for N <= 8, mul_mat_q above) next to ggml_ext's column-invariant kernel
-(ggml_ext/BATCH_INVARIANCE.md), per N; the 27B's largest shapes by default. Median ms of
-`--reps` computes of one graph, effective weight bandwidth, JSON under bench/results/."""
+(mul_mat_vec_q for N <= 8, mul_mat_q above), the same launched with ggml_ext's mmq policy
+(ggml_ext::mul_mat_tiles: no stream-k fixup where cheaper; what the engine runs) and ggml_ext's
+column-invariant kernel (ggml_ext/BATCH_INVARIANCE.md), per N; the 27B's largest shapes and the
+packaged tiny pair's FFN by default. Median ms of `--reps` computes of one graph, effective
+weight bandwidth, JSON under bench/results/."""
 
 from __future__ import annotations
 
@@ -16,7 +18,11 @@ from dflash.bench import _git_commit, _machine, write_result
 
 # (name, rows, k, type): Qwen3.6-27B's FFN up/gate and down, Q4_K_M's types for them
 BITS_PER_WEIGHT = {"q4_0": 4.5, "q4_K": 4.5, "q5_K": 5.5, "q6_K": 6.5625, "q8_0": 8.5}
-DEFAULT_SHAPES = "ffn_up:17408:5120:q4_K,ffn_down:5120:17408:q6_K,attn_q:12288:5120:q4_K"
+DEFAULT_SHAPES = (
+    "ffn_up:17408:5120:q4_K,ffn_down:5120:17408:q6_K,attn_q:12288:5120:q4_K,"
+    "pair_up:1024:512:q8_0,pair_down:512:1024:q8_0"
+)
+VARIANTS = ("ggml", "tiles", "ext")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
     gpu = a.n_gpu_layers != 0 and _core.gpu_backend_available()
     rows_out: list[dict[str, Any]] = []
-    head = f"{'shape':>10} {'N':>3} {'ggml ms':>9} {'ext ms':>9} {'ggml GB/s':>10} {'ext GB/s':>9}"
+    head = f"{'shape':>10} {'N':>3} " + " ".join(f"{v + ' ms':>9}" for v in VARIANTS)
+    head += " " + " ".join(f"{v + ' GB/s':>10}" for v in VARIANTS)
     print(head, flush=True)
     ns = [int(x) for x in a.columns.split(",")]
     for spec in a.shapes.split(","):
@@ -40,29 +47,24 @@ def main(argv: list[str] | None = None) -> int:
         rows_i, k_i = int(rows), int(k)
         timings = _core.time_mul_mat(wtype, rows_i, k_i, ns, gpu, a.reps)
         gb = rows_i * k_i * BITS_PER_WEIGHT.get(wtype, 8.0) / 8 / 1e6  # weight bytes / 1e6: ms -> GB/s
-        for n, (ggml_ms, ext_ms) in zip(ns, timings, strict=True):
-            g, e = statistics.median(ggml_ms), statistics.median(ext_ms)
-            rows_out.append(
-                {
-                    "shape": name,
-                    "rows": rows_i,
-                    "k": k_i,
-                    "type": wtype,
-                    "n": n,
-                    "ggml_ms": ggml_ms,
-                    "ext_ms": ext_ms,
-                    "ggml_ms_median": g,
-                    "ext_ms_median": e,
-                }
-            )
-            print(f"{name:>10} {n:3d} {g:9.4f} {e:9.4f} {gb / g:10.0f} {gb / e:9.0f}", flush=True)
+        for n, (ggml_ms, ext_ms, tiles_ms) in zip(ns, timings, strict=True):
+            samples = {"ggml": ggml_ms, "tiles": tiles_ms, "ext": ext_ms}
+            med = {v: statistics.median(samples[v]) for v in VARIANTS}
+            row: dict[str, Any] = {"shape": name, "rows": rows_i, "k": k_i, "type": wtype, "n": n}
+            for v in VARIANTS:
+                row[f"{v}_ms"] = samples[v]
+                row[f"{v}_ms_median"] = med[v]
+            rows_out.append(row)
+            line = f"{name:>10} {n:3d} " + " ".join(f"{med[v]:9.4f}" for v in VARIANTS)
+            print(line + " " + " ".join(f"{gb / med[v]:10.0f}" for v in VARIANTS), flush=True)
     doc = {
         "command": "dflash bench --matmul " + shlex.join(argv),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": _git_commit(),
         "machine": _machine(),
         "backend": "gpu" if gpu else "cpu",
-        "note": "ext = ggml_ext::mul_mat_invariant; on the CPU (and for N = 1) both run ggml's kernels",
+        "note": "tiles = ggml_ext::mul_mat_tiles, ext = ggml_ext::mul_mat_invariant; on the CPU (and for "
+        "N = 1) all run ggml's kernels",
         "results": rows_out,
     }
     write_result(doc, a.out, f"matmul-{int(time.time())}.json")

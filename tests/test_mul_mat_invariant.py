@@ -52,5 +52,7 @@ def test_cuda_columns_match_one_column_products(name: str) -> None:
         for j in sorted({0, n // 2, n - 1}):
             one = _core.op_mul_mat(w, name, rows, x[j : j + 1], gpu=True)[0]
             np.testing.assert_array_equal(got[j], one, err_msg=f"{name}: column {j} of {n}")
+        # Close to the CPU's: both quantize the activations to 8 bits, but not alike (CUDA q8_1
+        # per 32 values; the CPU q8_0, or q8_K per 256 for k-quants), so 8-bit error, as above.
         cpu = _core.op_mul_mat(w, name, rows, x)
-        assert np.abs(got - cpu).max() <= 1e-3 * max(1.0, float(np.abs(cpu).max()))
+        assert np.abs(got - cpu).max() <= 2e-2 * max(1.0, float(np.abs(cpu).max()))

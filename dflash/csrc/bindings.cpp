@@ -239,17 +239,19 @@ PYBIND11_MODULE(_core, m) {
         "q, k [n, Hk, S], v [n, Hv, S], g, beta [n, Hv, 1], state [Hv, S, S] (row j = column j of S) -> [n, Hv, S]");
     m.def(
         "op_mul_mat",
-        [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & x, bool tagged, bool gpu,
-            int n_threads) {
+        [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & x, bool tagged, bool tiles,
+            bool gpu, int n_threads) {
+            if (tagged && tiles) throw InvalidParameter("op_mul_mat: tagged and tiles are exclusive");
             const std::string raw = w;
             std::vector<uint8_t> wb(raw.begin(), raw.end());
-            auto r = run_mul_mat(wb, w_type, rows, op_input(x), tagged, gpu, n_threads);
+            const MatMulTag tag = tagged ? MatMulTag::invariant : tiles ? MatMulTag::tiles : MatMulTag::none;
+            auto r = run_mul_mat(wb, w_type, rows, op_input(x), tag, gpu, n_threads);
             return shaped(std::move(r), {x.shape(0), (py::ssize_t)rows});
         },
         py::arg("w"), py::arg("w_type"), py::arg("rows"), py::arg("x"), py::arg("tagged") = false,
-        py::arg("gpu") = false, py::arg("n_threads") = 2,
+        py::arg("tiles") = false, py::arg("gpu") = false, py::arg("n_threads") = 2,
         "w: rows x k weights as raw ggml bytes of w_type; x [n, k] -> [n, rows]; tagged: "
-        "ggml_ext::mul_mat_invariant");
+        "ggml_ext::mul_mat_invariant; tiles: ggml_ext::mul_mat_tiles");
     m.def(
         "time_mul_mat",
         [](const std::string & w_type, int64_t rows, int64_t k, const std::vector<int64_t> & ns, bool gpu, int reps,

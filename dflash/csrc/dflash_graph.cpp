@@ -31,9 +31,9 @@ struct Builder {
     std::pair<ggml_tensor *, ggml_tensor *> kv_rows(int il, ggml_tensor * h, ggml_tensor * pos) {
         const auto & L = model.layers[il];
         const int64_t n = h->ne[1];
-        ggml_tensor * k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wk, h), hp.head_dim, hp.n_head_kv, n);
+        ggml_tensor * k = ggml_reshape_3d(ctx, ggml_ext::mul_mat_tiles(ctx, L.wk, h), hp.head_dim, hp.n_head_kv, n);
         k = rope(norm(k, L.k_norm), pos);
-        ggml_tensor * v = ggml_mul_mat(ctx, L.wv, h);
+        ggml_tensor * v = ggml_ext::mul_mat_tiles(ctx, L.wv, h);
         return {ggml_reshape_2d(ctx, k, hp.kv_row(), n), v};
     }
 
@@ -45,7 +45,7 @@ struct Builder {
     ggml_tensor * attention(int il, ggml_tensor * h) {
         const auto & L = model.layers[il];
         const int64_t hd = hp.head_dim, n = h->ne[1];
-        ggml_tensor * q = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wq, h), hd, hp.n_head, n);
+        ggml_tensor * q = ggml_reshape_3d(ctx, ggml_ext::mul_mat_tiles(ctx, L.wq, h), hd, hp.n_head, n);
         q = rope(norm(q, L.q_norm), g.pos);
         ggml_build_forward_expand(g.gf, q);
         write_rows(il, kv_rows(il, h, g.pos), g.blk_idx);
@@ -63,7 +63,7 @@ struct Builder {
             ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), ggml_permute(ctx, k, 0, 2, 1, 3),
                                 ggml_permute(ctx, v, 0, 2, 1, 3), g.mask[sliding][hp.causal[il]], scale, 0.0f, 0.0f);
         ggml_prec_set_acc(o, GGML_PREC_F32);
-        return ggml_mul_mat(ctx, L.wo, ggml_reshape_2d(ctx, o, hd * hp.n_head, n));
+        return ggml_ext::mul_mat_tiles(ctx, L.wo, ggml_reshape_2d(ctx, o, hd * hp.n_head, n));
     }
 
     ggml_tensor * ffn(int il, ggml_tensor * x) {
@@ -107,7 +107,7 @@ DraftGraph build_dflash_draft(ggml_context * ctx, const DflashModel & model, con
         }
         g.inj_pos = input(ctx, GGML_TYPE_I32, spec.n_inject);
         g.inj_idx = input(ctx, GGML_TYPE_I64, spec.n_inject);
-        ggml_tensor * h = b.norm(ggml_mul_mat(ctx, model.fc, feat), model.hidden_norm);
+        ggml_tensor * h = b.norm(ggml_ext::mul_mat_tiles(ctx, model.fc, feat), model.hidden_norm);
         for (int il = 0; il < hp.n_layer; ++il) b.write_rows(il, b.kv_rows(il, h, g.inj_pos), g.inj_idx);
     }
     if (spec.n_block == 0) return g;
@@ -130,7 +130,7 @@ DraftGraph build_dflash_draft(ggml_context * ctx, const DflashModel & model, con
     x = b.norm(x, model.output_norm);
     // Slot 0 (the anchor) predicts nothing; slots 1..B-1 predict the tokens at their own positions.
     x = ggml_view_2d(ctx, x, x->ne[0], n - 1, x->nb[1], x->nb[1]);
-    g.logits = ggml_mul_mat(ctx, model.output, x);
+    g.logits = ggml_ext::mul_mat_tiles(ctx, model.output, x);
     g.argmax = ggml_argmax(ctx, g.logits);
     for (ggml_tensor * t : {g.logits, g.argmax}) {
         ggml_set_output(t);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ggml.h"
+#include "ggml_ext_matmul.h"
 
 namespace dflash {
 
@@ -10,12 +11,14 @@ inline ggml_tensor * rms_norm_mul(ggml_context * ctx, ggml_tensor * x, ggml_tens
     return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
 }
 
-// A weight matmul: ggml_mul_mat, or ggml_ext::mul_mat_invariant (ggml_ext/BATCH_INVARIANCE.md).
+// A weight matmul: ggml_ext::mul_mat_tiles (ggml's product; on CUDA, mmq launched without the
+// stream-k fixup where that is cheaper), or ggml_ext::mul_mat_invariant
+// (ggml_ext/BATCH_INVARIANCE.md).
 using MatMulFn = ggml_tensor * (*)(ggml_context *, ggml_tensor *, ggml_tensor *);
 
 // SwiGLU MLP: down(silu(gate x) * up x).
 inline ggml_tensor * swiglu_ffn(ggml_context * ctx, ggml_tensor * x, ggml_tensor * gate, ggml_tensor * up,
-                                ggml_tensor * down, MatMulFn mm = ggml_mul_mat) {
+                                ggml_tensor * down, MatMulFn mm = ggml_ext::mul_mat_tiles) {
     return mm(ctx, down, ggml_swiglu_split(ctx, mm(ctx, gate, x), mm(ctx, up, x)));
 }
 

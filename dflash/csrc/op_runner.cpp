@@ -113,8 +113,19 @@ ggml_type weight_type(const std::string & w_type) {
     throw InvalidParameter("mul_mat: unknown weight type '" + w_type + "'");
 }
 
+static ggml_tensor * mul_mat_tagged(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, MatMulTag tag) {
+    switch (tag) {
+        case MatMulTag::invariant:
+            return ggml_ext::mul_mat_invariant(ctx, w, x);
+        case MatMulTag::tiles:
+            return ggml_ext::mul_mat_tiles(ctx, w, x);
+        default:
+            return ggml_mul_mat(ctx, w, x);
+    }
+}
+
 std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
-                               const OpInput & x, bool tagged, bool gpu, int n_threads) {
+                               const OpInput & x, MatMulTag tag, bool gpu, int n_threads) {
     const ggml_type type = weight_type(w_type);
     if (x.ne.size() != 2 || rows < 1) throw InvalidParameter("mul_mat: x must be [n, k] and rows >= 1");
     const int64_t k = x.ne[0], n = x.ne[1];
@@ -127,7 +138,7 @@ std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string
     ggml_context * ctx = ggml_init(p);
     ggml_tensor * tw = ggml_new_tensor_2d(ctx, type, k, rows);
     ggml_tensor * tx = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
-    ggml_tensor * out = tagged ? ggml_ext::mul_mat_invariant(ctx, tw, tx) : ggml_mul_mat(ctx, tw, tx);
+    ggml_tensor * out = mul_mat_tagged(ctx, tw, tx, tag);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
     ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
@@ -148,7 +159,8 @@ std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w
     }
     Backends be(gpu ? 99 : 0, n_threads);
     if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
-    const size_t n_graphs = 2 * ns.size();
+    constexpr int n_tags = 3;
+    const size_t n_graphs = n_tags * ns.size();
     ggml_init_params p = {ggml_tensor_overhead() * (4 * n_graphs + 4) + ggml_graph_overhead() * n_graphs, nullptr,
                           true};
     ggml_context * ctx = ggml_init(p);
@@ -158,10 +170,9 @@ std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w
     for (int64_t n : ns) {
         ggml_tensor * tx = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
         xs.push_back(tx);
-        for (int tagged = 0; tagged < 2; ++tagged) {
+        for (int tag = 0; tag < n_tags; ++tag) {
             ggml_cgraph * gf = ggml_new_graph(ctx);
-            ggml_build_forward_expand(gf,
-                                      tagged ? ggml_ext::mul_mat_invariant(ctx, tw, tx) : ggml_mul_mat(ctx, tw, tx));
+            ggml_build_forward_expand(gf, mul_mat_tagged(ctx, tw, tx, (MatMulTag)tag));
             graphs.push_back(gf);
         }
     }
@@ -180,7 +191,7 @@ std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w
         for (auto & e : v) e = normal(gen);
         ggml_backend_tensor_set(tx, v.data(), 0, ggml_nbytes(tx));
     }
-    std::vector<std::vector<std::vector<double>>> ms(ns.size(), std::vector<std::vector<double>>(2));
+    std::vector<std::vector<std::vector<double>>> ms(ns.size(), std::vector<std::vector<double>>(n_tags));
     bool ok = true;
     for (size_t g = 0; g < graphs.size() && ok; ++g) {
         for (int i = 0; i <= reps && ok; ++i) {
@@ -188,7 +199,7 @@ std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w
             ok = ggml_backend_graph_compute(be.main, graphs[g]) == GGML_STATUS_SUCCESS;
             ggml_backend_synchronize(be.main);
             const auto dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0);
-            if (i > 0) ms[g / 2][g % 2].push_back(dt.count());  // the first compute warms up
+            if (i > 0) ms[g / n_tags][g % n_tags].push_back(dt.count());  // the first compute warms up
         }
     }
     ggml_backend_buffer_free(buf);

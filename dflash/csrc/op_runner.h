@@ -19,13 +19,16 @@ std::vector<float> run_tree_ssm_conv(const OpInput & x, const OpInput & conv_sta
 std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
                                             const OpInput & beta, const OpInput & state,
                                             const std::vector<int32_t> & parents, bool gpu, int n_threads);
-// w (rows x k, raw ggml bytes of `w_type`, e.g. "q8_0") times x (ne [k, n]) -> n x rows; with
-// tagged, through ggml_ext::mul_mat_invariant (ggml_ext's kernel on CUDA for 2..64 columns).
+// How a weight matmul is built: plain ggml_mul_mat, ggml_ext::mul_mat_invariant (ggml_ext's
+// kernel on CUDA for 2..64 columns) or ggml_ext::mul_mat_tiles (ggml's mmq without the stream-k
+// fixup where cheaper).
+enum class MatMulTag { none = 0, invariant = 1, tiles = 2 };
+// w (rows x k, raw ggml bytes of `w_type`, e.g. "q8_0") times x (ne [k, n]) -> n x rows.
 std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
-                               const OpInput & x, bool tagged, bool gpu, int n_threads);
+                               const OpInput & x, MatMulTag tag, bool gpu, int n_threads);
 // Benches: w (rows x k of w_type, random rows quantized once) times n random columns for each n,
-// ggml's MUL_MAT and the tagged one, each timed over `reps` computes of its own graph after a
-// warm-up: ms per compute, [n index][0 = ggml, 1 = tagged][rep].
+// built each MatMulTag way, each timed over `reps` computes of its own graph after a warm-up: ms
+// per compute, [n index][MatMulTag][rep].
 std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w_type, int64_t rows, int64_t k,
                                                            const std::vector<int64_t> & ns, bool gpu, int reps,
                                                            int n_threads);

@@ -259,7 +259,8 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     if (kv_type_rotated(cache.cfg.v_type) && hp.head_dim % 64 == 0) g.v_rot = input(ctx, GGML_TYPE_F32, 64, 64);
 
     if (!spec.tree_parents.empty() && hp.n_recurrent_layers() > 0) g.tree = input(ctx, GGML_TYPE_I32, n, 3);
-    Builder b{ctx, model, hp, cache, spec, g, n, spec.invariant_matmul ? ggml_ext::mul_mat_invariant : ggml_mul_mat};
+    Builder b{ctx,  model, hp, cache,
+              spec, g,     n,  spec.invariant_matmul ? ggml_ext::mul_mat_invariant : ggml_ext::mul_mat_tiles};
     ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.tokens);
     for (int il = 0; il < hp.n_layer; ++il) {
         ggml_tensor * h = b.norm(x, model.layers[il].attn_norm);

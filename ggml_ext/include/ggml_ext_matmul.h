@@ -20,4 +20,15 @@ inline bool is_mul_mat_invariant(const ggml_tensor * t) {
     return t->op == GGML_OP_MUL_MAT && t->op_params[kMulMatTagSlot] == kMulMatInvariantTag;
 }
 
+// ggml_mul_mat(w, x) tagged for ggml_ext's launch policy of ggml's tensor-core kernel (mmq, CUDA,
+// quantized w, more than 8 columns; patches/0003): one block per output tile, with no stream-k
+// fixup pass, when the fixup would cost more than the balance it buys (small matrices, short
+// K). Same result up to the order of float sums; other backends and shapes as ggml does.
+constexpr int32_t kMulMatTilesTag = 0x44465332;  // "DFS2"
+ggml_tensor * mul_mat_tiles(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
+
+inline bool is_mul_mat_tiles(const ggml_tensor * t) {
+    return t->op == GGML_OP_MUL_MAT && t->op_params[kMulMatTagSlot] == kMulMatTilesTag;
+}
+
 }  // namespace ggml_ext

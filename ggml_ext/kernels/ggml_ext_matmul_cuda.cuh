@@ -5,3 +5,17 @@
 #include "ggml-cuda/common.cuh"
 
 bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+
+// mmq launch policy for MUL_MAT nodes tagged ggml_ext::kMulMatTilesTag (patches/0003). While
+// ggml's mmq computes such a node (the scope, opened in ggml_cuda_mul_mat_q), launch_mul_mat_q
+// asks ggml_ext_mmq_prefer_tiles whether to run one block per output tile instead of stream-k.
+struct ggml_ext_mmq_tiles_scope {
+    explicit ggml_ext_mmq_tiles_scope(const ggml_tensor * dst);
+    ~ggml_ext_mmq_tiles_scope();
+    ggml_ext_mmq_tiles_scope(const ggml_ext_mmq_tiles_scope &) = delete;
+    ggml_ext_mmq_tiles_scope & operator=(const ggml_ext_mmq_tiles_scope &) = delete;
+    bool prev;
+};
+
+// ntiles output tiles over nsm multiprocessors, k_iters mmq iterations (256 values of K) each.
+bool ggml_ext_mmq_prefer_tiles(int ntiles, int nsm, int k_iters);

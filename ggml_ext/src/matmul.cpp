@@ -8,4 +8,10 @@ ggml_tensor * mul_mat_invariant(ggml_context * ctx, ggml_tensor * w, ggml_tensor
     return t;
 }
 
+ggml_tensor * mul_mat_tiles(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+    ggml_tensor * t = ggml_mul_mat(ctx, w, x);
+    t->op_params[kMulMatTagSlot] = kMulMatTilesTag;
+    return t;
+}
+
 }  // namespace ggml_ext
