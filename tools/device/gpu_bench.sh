@@ -9,22 +9,11 @@
 # / DDTree sweep; issue 5). JSON and logs land in $OUT. Carry: .carry/upstream.tar.gz and
 # .carry/whl. PAIR=/tmp/pair/export benches a pair that gpu_train_and_test.sh trained instead of
 # the packaged one.
-cd "$(dirname "$0")/../.." || exit 1
 stage=${1:-a}
-mkdir -p "$OUT"
-t0=$(date +%s)
-source tools/device/setup.sh
-set +e +u +o pipefail
-export DFLASH_COMMIT=${DFLASH_COMMIT:-unknown}
-left() { echo $((585 - ($(date +%s) - t0))); }
+source "$(dirname "$0")/stage_common.sh"
 
 if [ "$stage" = a ]; then
-  if [ ! -f /tmp/d27.gguf ]; then
-    setsid bash -c 'python3 -m dflash.synth model --preset qwen36-27b --out /tmp/q27.gguf &&
-      python3 -m dflash_convert.synthetic /tmp/d27dir --preset 27b &&
-      python3 -m dflash_convert.cli /tmp/d27dir -o /tmp/d27.part --outtype bf16 --target /tmp/q27.gguf &&
-      mv /tmp/d27.part /tmp/d27.gguf' > /tmp/synth.log 2>&1 < /dev/null &
-  fi
+  start_27b_synth
   # TF32 off: see tests/gpu_policy.py
   NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout "$(($(left) - 60))" python3 -m pytest -q -s \
     -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_oracle_upstream.py \

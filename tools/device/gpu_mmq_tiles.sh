@@ -6,23 +6,12 @@
 # choice) and on, then the pair preset (ours only; upstream's modes do not use the policy).
 # `gpu_mmq_tiles.sh e`: the 27B chain vs upstream draft-dflash and the 27B tree steps with it.
 # Carry: .carry/upstream.tar.gz and .carry/whl. JSON and logs land in $OUT.
-cd "$(dirname "$0")/../.." || exit 1
 stage=${1:-d}
-mkdir -p "$OUT"
-t0=$(date +%s)
-source tools/device/setup.sh
-set +e +u +o pipefail
-export DFLASH_COMMIT=${DFLASH_COMMIT:-unknown}
-left() { echo $((585 - ($(date +%s) - t0))); }
+source "$(dirname "$0")/stage_common.sh"
 PAIR=dflash/data/pair
 
 if [ "$stage" = d ]; then
-  if [ ! -f /tmp/d27.gguf ]; then
-    setsid bash -c 'python3 -m dflash.synth model --preset qwen36-27b --out /tmp/q27.gguf &&
-      python3 -m dflash_convert.synthetic /tmp/d27dir --preset 27b &&
-      python3 -m dflash_convert.cli /tmp/d27dir -o /tmp/d27.part --outtype bf16 --target /tmp/q27.gguf &&
-      mv /tmp/d27.part /tmp/d27.gguf' > /tmp/synth.log 2>&1 < /dev/null &
-  fi
+  start_27b_synth
   DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout 60 python3 -m pytest -q -p no:cacheprovider \
     tests/test_mul_mat_tiles.py tests/test_mul_mat_invariant.py > "$OUT/cuda-matmul-tests.log" 2>&1
   echo "[gpu] matmul tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-matmul-tests.log")"
