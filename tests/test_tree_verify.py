@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gpu_policy import LOGIT_TOL, STATE_TOL
+from gpu_policy import LOGIT_TOL, assert_state_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,7 +81,7 @@ def _check_tree(model: Path, case: tuple) -> None:
     for layer, recurrent in enumerate(spec.hparams["is_recurrent"]):
         if recurrent:
             for got, want in zip(spec.recurrent_state(layer), ar.recurrent_state(layer), strict=True):
-                np.testing.assert_allclose(got, want, rtol=STATE_TOL, atol=STATE_TOL / 10)
+                assert_state_close(got, want, f"layer {layer}")
     nxt = 99
     after, _, _ = spec.forward([nxt], True)
     ref = ar.eval_logits(prompt + [tokens[j] for j in path] + [nxt])[-1]
