@@ -5,6 +5,7 @@
 # step split and kernels with the policy off (DFLASH_MMQ_FIXUP_ITERS=0: ggml's own stream-k
 # choice) and on, then the pair preset (ours only; upstream's modes do not use the policy).
 # `gpu_mmq_tiles.sh e`: the 27B chain vs upstream draft-dflash and the 27B tree steps with it.
+# `gpu_mmq_tiles.sh f`: a short re-check in one call (matmul bench, pair steps, pair chain/b64).
 # Carry: .carry/upstream.tar.gz and .carry/whl. JSON and logs land in $OUT.
 stage=${1:-d}
 source "$(dirname "$0")/stage_common.sh"
@@ -30,6 +31,20 @@ if [ "$stage" = d ]; then
     -ngl 99 -n 512 --budgets 32,64,128 --no-upstream --no-upstream-spec -o "$OUT/h200-pair-tiles.json" \
     > "$OUT/pair-bench.log" 2>&1
   echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; head -n 6 "$OUT/pair-bench.log"
+  exit 0
+fi
+
+if [ "$stage" = f ]; then  # a re-check after a change of the policy's cost (one call, fresh machine)
+  timeout 40 python3 -m dflash.bench --matmul --shapes attn_q:12288:5120:q4_K,pair_up:1024:512:q8_0,pair_down:512:1024:q8_0 \
+    -o "$OUT/h200-matmul-tiles.json" > "$OUT/matmul.log" 2>&1
+  echo "[gpu] matmul bench rc=$?"; cat "$OUT/matmul.log"
+  timeout 40 python3 -m dflash.bench --tree-steps -m "$PAIR/target-q8_0.gguf" --draft "$PAIR/drafter-q8_0.gguf" \
+    -ngl 99 -c 2048 --budgets 1,15,32,64 --synthetic-accept 6 --no-upstream -o "$OUT/h200-pair-tree-steps-tiles.json" \
+    > "$OUT/pair-steps.log" 2>&1
+  echo "[gpu] pair steps rc=$?"; tail -n 7 "$OUT/pair-steps.log"
+  timeout "$(left)" python3 -m dflash.bench --pair "$PAIR" --prompts bench/prompts/pair-heldout-code48.jsonl \
+    -ngl 99 -n 512 --budgets 64 --no-upstream --no-upstream-spec -o "$OUT/h200-pair-tiles.json" > "$OUT/pair-bench.log" 2>&1
+  echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; head -n 4 "$OUT/pair-bench.log"
   exit 0
 fi
 
