@@ -49,6 +49,7 @@ def _target_config(a: argparse.Namespace, n_verify: int) -> Any:
     cfg.n_gpu_layers, cfg.n_threads, cfg.n_batch = a.n_gpu_layers, a.threads, a.n_batch
     cfg.n_verify_max = n_verify
     cfg.n_logits_batch = max(cfg.n_logits_batch, n_verify)  # a verify computes every row
+    cfg.cache_commit_graphs = not a.scheduled_commits
     return cfg
 
 
@@ -172,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-chain-seed", action="store_true", help="do not seed the tree with the top-1 chain")
     add_synthetic_accept_argument(ap)
     ap.add_argument("--no-upstream", action="store_true", help="skip upstream libllama's forwards")
+    ap.add_argument(
+        "--scheduled-commits",
+        action="store_true",
+        help="commit through a graph built and scheduled per step, not the cached commit graphs",
+    )
     ap.add_argument("-o", "--out", default=None, help="JSON output (default bench/results/<name>.json)")
     a = ap.parse_args(argv)
     a.cache_type_k = a.cache_type_k or a.kv_type

@@ -21,9 +21,10 @@ from dflash import _core
 NGL = int(os.environ.get("DFLASH_TEST_NGL", "0"))
 
 
-def _engine(path: str, n_verify_max: int = 8) -> _core.TargetEngine:
+def _engine(path: str, n_verify_max: int = 8, cache_commits: bool = True) -> _core.TargetEngine:
     cfg = _core.EngineConfig()
     cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 256, NGL, 2, n_verify_max
+    cfg.cache_commit_graphs = cache_commits
     return _core.TargetEngine(path, cfg)
 
 
@@ -86,3 +87,50 @@ def test_verify_guards(synth_model):
         eng.commit(4)
     eng.commit(3)
     assert eng.n_past == 6
+
+
+def test_commit_graphs_are_built_once_per_shape(synth_model):
+    """A commit's graph is built and allocated once per shape (chain or tree path, accepted length)
+    in a buffer planned at load, then reused: the same graph object every time, which ggml-cuda
+    replays as a CUDA graph (commit_graphs.h)."""
+    eng = _engine(str(synth_model("tiny-b", "f32")))
+    assert eng.memory_plan["commit compute"] > 0
+    eng.forward(list(range(1, 20)), False)
+    for step in range(6):
+        eng.verify([5, 6, 7, 8], [])
+        eng.commit(2 if step % 2 else 3)
+    eng.verify_tree([9, 10, 11, 12], [-1, 0, 0, 1])
+    eng.commit_path([0, 1, 3])
+    eng.verify_tree([9, 10, 11, 12], [-1, 0, 0, 1])
+    eng.commit_path([0, 2])
+    shapes = eng.graph_shapes
+    assert shapes["commit"]["splits"] == 1
+    assert shapes["commit_graphs_cached"] == 4  # chain 2 and 3, path 3 and 2
+
+
+@pytest.mark.parametrize("preset", ["tiny-a", "tiny-b"])
+def test_cached_commit_graphs_equal_scheduled_ones(synth_model, preset):
+    """The cached commit graphs and graphs built and scheduled per step (the fallback) leave the
+    same cache: the same ops on the same data, bit for bit."""
+    path = str(synth_model(preset, "f32"))
+    engines = [_engine(path, cache_commits=c) for c in (True, False)]
+    assert engines[1].graph_shapes["commit_graphs_cached"] == 0
+    assert "commit compute" not in engines[1].memory_plan
+    rng = np.random.default_rng(7)
+    prompt = rng.integers(0, engines[0].hparams["n_vocab"], size=20).tolist()
+    steps = [(rng.integers(0, 99, size=6).tolist(), int(rng.integers(1, 7))) for _ in range(4)]
+    for eng in engines:
+        eng.forward(prompt, False)
+        for tokens, a in steps:
+            eng.verify(tokens, [])
+            eng.commit(a)
+        eng.verify_tree([1, 2, 3, 4, 5], [-1, 0, 1, 0, 3])
+        eng.commit_path([0, 3, 4])
+    a, b = engines
+    assert a.n_past == b.n_past
+    for layer, recurrent in enumerate(a.hparams["is_recurrent"]):
+        if recurrent:
+            for x, y in zip(a.recurrent_state(layer), b.recurrent_state(layer), strict=True):
+                assert np.array_equal(x, y), f"layer {layer}"
+    nxt = a.forward([7], True)[0], b.forward([7], True)[0]
+    assert np.array_equal(*nxt)  # attention rows moved alike too

@@ -298,7 +298,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("n_batch", &EngineConfig::n_batch)
         .def_readwrite("n_logits_batch", &EngineConfig::n_logits_batch)
         .def_readwrite("n_verify_max", &EngineConfig::n_verify_max)
-        .def_readwrite("invariant_matmul", &EngineConfig::invariant_matmul);
+        .def_readwrite("invariant_matmul", &EngineConfig::invariant_matmul)
+        .def_readwrite("cache_commit_graphs", &EngineConfig::cache_commit_graphs);
 
     py::class_<GenerateStats>(m, "GenerateStats")
         .def_readonly("n_prompt", &GenerateStats::n_prompt)
@@ -341,6 +342,7 @@ PYBIND11_MODULE(_core, m) {
                                        d[name] = py::dict(py::arg("splits") = g.splits, py::arg("nodes") = g.nodes,
                                                           py::arg("ops") = g.ops);
                                    }
+                                   d["commit_graphs_cached"] = e.commit_graphs_cached();
                                    return d;
                                })
         .def("eval_logits",

@@ -78,8 +78,7 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     graph_mem_.resize(ggml_tensor_overhead() * 32768 + ggml_graph_overhead_custom(16384, false));
     sched_ = backends_->new_sched(16384);
     commit_sched_ = backends_->new_sched(COMMIT_GRAPH_NODES);
-    commit_mem_.resize(ggml_tensor_overhead() * COMMIT_GRAPH_NODES +
-                       ggml_graph_overhead_custom(COMMIT_GRAPH_NODES, false));
+    commit_mem_.resize(commit_graph_mem(*model_));
 
     // Compute: measure the worst cases (a full prefill chunk at the end of the context, and an
     // all-logits chunk), check them against what weights and caches leave, then reserve both so
@@ -99,13 +98,19 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
         ggml_backend_sched_reserve_size(sched_, g.gf, sizes.data());
         worst = std::max(worst, sizes[0]);
     }
+    if (cfg_.cache_commit_graphs) {
+        commits_ = std::make_unique<CommitGraphs>(*model_, *cache_, backends_->main, cfg_.n_verify_max);
+        if (!commits_->usable()) commits_.reset();
+    }
     MemoryPlan rest;
     rest.device = plan_.device;
     rest.free_bytes = free_b > plan_.sum() ? free_b - plan_.sum() : 0;  // left after weights + caches
     rest.total_bytes = total_b;
     rest.add("compute", worst);
+    if (commits_) rest.add("commit compute", commits_->buffer_bytes());
     rest.check();
     plan_.add("compute", worst);
+    if (commits_) plan_.add("commit compute", commits_->buffer_bytes());
     for (int pass = 0; pass < 2; ++pass) {
         GraphCtx gc(graph_mem_);
         ForwardGraph g = build_qwen35_forward(gc.ctx, *model_, *cache_, worst_case(pass));
@@ -120,7 +125,11 @@ TargetEngine::~TargetEngine() {
 }
 
 TargetEngine::GraphShape TargetEngine::graph_shape(ggml_backend_sched_t sched, ggml_cgraph * gf) {
-    GraphShape s{ggml_backend_sched_get_n_splits(sched), ggml_graph_n_nodes(gf), 0};
+    return graph_shape(ggml_backend_sched_get_n_splits(sched), gf);
+}
+
+TargetEngine::GraphShape TargetEngine::graph_shape(int n_splits, ggml_cgraph * gf) {
+    GraphShape s{n_splits, ggml_graph_n_nodes(gf), 0};
     for (int i = 0; i < s.nodes; ++i) {
         switch (ggml_graph_node(gf, i)->op) {
             case GGML_OP_NONE:
@@ -230,16 +239,11 @@ void TargetEngine::commit(int a) {
         throw InvalidParameter("commit of " + std::to_string(a) + " tokens; the verify had " +
                                std::to_string(pending_n_));
     }
-    ggml_init_params p = {commit_mem_.size(), commit_mem_.data(), true};
-    ggml_context * ctx = ggml_init(p);
-    ggml_cgraph * gf = build_qwen35_commit(ctx, *model_, *cache_, a);
-    try {
-        run_commit(gf);
-    } catch (...) {
-        ggml_free(ctx);
-        throw;
+    if (commits_) {
+        last_commit_ = graph_shape(1, commits_->run_chain(a));
+    } else {
+        commit_scheduled(false, a, {});
     }
-    ggml_free(ctx);
     // Attention rows past the accepted ones are masked from now on and overwritten later.
     cache_->n_past -= pending_n_ - a;
     pending_n_ = 0;
@@ -296,28 +300,11 @@ void TargetEngine::commit_path(const std::vector<int32_t> & path) {
         src[d] = start + path[d];
         dst[d] = start + d;
     }
-    ggml_init_params p = {commit_mem_.size(), commit_mem_.data(), true};
-    ggml_context * ctx = ggml_init(p);
-    ggml_tensor * s_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
-    ggml_tensor * d_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
-    ggml_set_input(s_rows);
-    ggml_set_input(d_rows);
-    ggml_tensor * p_rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);  // path tokens in the verify scratch
-    ggml_set_input(p_rows);
-    ggml_cgraph * gf = build_qwen35_kv_compact(ctx, *model_, *cache_, s_rows, d_rows);
-    if (model_->hp.n_recurrent_layers() > 0) build_qwen35_commit_tree(ctx, gf, *model_, *cache_, p_rows);
-    try {
-        run_commit(gf, [&] {
-            ggml_backend_tensor_set(s_rows, src.data(), 0, sizeof(int32_t) * n);
-            ggml_backend_tensor_set(d_rows, dst.data(), 0, sizeof(int64_t) * n);
-            if (model_->hp.n_recurrent_layers() > 0)
-                ggml_backend_tensor_set(p_rows, path.data(), 0, sizeof(int32_t) * n);
-        });
-    } catch (...) {
-        ggml_free(ctx);
-        throw;
+    if (commits_) {
+        last_commit_ = graph_shape(1, commits_->run_path(src, dst, path));
+    } else {
+        commit_scheduled(true, n, [&](const CommitGraph & c) { set_commit_path_inputs(c, src, dst, path); });
     }
-    ggml_free(ctx);
     cache_->n_past = start + n;
     pending_n_ = 0;
     pending_parents_.clear();
@@ -473,6 +460,20 @@ GenerateStats TargetEngine::generate(const std::vector<int32_t> & prompt, int ma
     st.predict_ms = st.n_generated > 0 ? now_ms() - t_first : 0;
     if (st.n_generated == 0) st.prompt_ms = now_ms() - t0;
     return st;
+}
+
+// A commit where the main backend lacks one of its ops: built for this step, scheduled.
+void TargetEngine::commit_scheduled(bool tree, int a, const std::function<void(const CommitGraph &)> & set_inputs) {
+    ggml_init_params p = {commit_mem_.size(), commit_mem_.data(), true};
+    ggml_context * ctx = ggml_init(p);
+    const CommitGraph c = build_commit_graph(ctx, *model_, *cache_, tree, a);
+    try {
+        run_commit(c.gf, set_inputs ? [&] { set_inputs(c); } : std::function<void()>{});
+    } catch (...) {
+        ggml_free(ctx);
+        throw;
+    }
+    ggml_free(ctx);
 }
 
 }  // namespace dflash

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend.h"
+#include "commit_graphs.h"
 #include "gguf_file.h"
 #include "memory_plan.h"
 #include "qwen35_graph.h"
@@ -32,6 +33,9 @@ struct EngineConfig {
     // Experimental (CUDA): weight matmuls through ggml_ext::mul_mat_invariant, so that a verify's
     // tokens get a decode step's matmul arithmetic (ggml_ext/BATCH_INVARIANCE.md).
     bool invariant_matmul = false;
+    // Commits through graphs built once per shape and kept (commit_graphs.h); off: a graph built
+    // and scheduled per step (the fallback where the main backend lacks a commit op; benches).
+    bool cache_commit_graphs = true;
 };
 
 struct ForwardResult {
@@ -67,8 +71,11 @@ class TargetEngine {
         int ops = 0;  // nodes that launch work (not views, reshapes or permutes): ~kernels before fusion
     };
     static GraphShape graph_shape(ggml_backend_sched_t sched, ggml_cgraph * gf);
+    static GraphShape graph_shape(int n_splits, ggml_cgraph * gf);
     GraphShape forward_graph_shape() const;
     GraphShape commit_graph_shape() const { return last_commit_; }
+    // Commit graphs built and kept so far (0 when commits are scheduled per step instead).
+    int commit_graphs_cached() const { return commits_ ? (int)commits_->n_cached() : 0; }
     const std::string & model_name() const { return model_->name; }
     int n_past() const { return cache_->n_past; }
     // The loaded weights and the device, for engines that share them (the drafter).
@@ -148,11 +155,15 @@ class TargetEngine {
     uint64_t feature_gen_ = 0;
     uint64_t features_version_ = 0;
     int feature_rows() const;
-    // Commit graphs run on their own scheduler so the cached decode graph stays allocated.
+    // Commits: cached graphs on the main backend (commit_graphs.h; null when off or when that
+    // backend lacks a commit op), else graphs built per step on their own scheduler (the cached
+    // forward stays allocated).
+    std::unique_ptr<CommitGraphs> commits_;
     ggml_backend_sched_t commit_sched_ = nullptr;
     std::vector<uint8_t> commit_mem_;
     GraphShape last_commit_;
     void run_commit(ggml_cgraph * gf, const std::function<void()> & set_inputs = {});
+    void commit_scheduled(bool tree, int a, const std::function<void(const CommitGraph &)> & set_inputs);
     int pending_n_ = 0;                     // tokens of an uncommitted verify
     std::vector<int32_t> pending_parents_;  // of an uncommitted tree verify (empty: chain)
     MemoryPlan plan_;
