@@ -253,6 +253,20 @@ PYBIND11_MODULE(_core, m) {
         "w: rows x k weights as raw ggml bytes of w_type; x [n, k] -> [n, rows]; tagged: "
         "ggml_ext::mul_mat_invariant; tiles: ggml_ext::mul_mat_tiles");
     m.def(
+        "op_top_k",
+        [=](const F32Array & x, int k, bool tagged, bool gpu, int n_threads) {
+            std::vector<int32_t> r;
+            {
+                const OpInput in = op_input(x);
+                py::gil_scoped_release rel;
+                r = run_top_k(in, k, tagged, gpu, n_threads);
+            }
+            return py::array_t<int32_t>({x.shape(0), (py::ssize_t)k}, r.data());
+        },
+        py::arg("x"), py::arg("k"), py::arg("tagged") = false, py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "x [rows, n] -> [rows, k] indices of each row's k largest values (no particular order); tagged: "
+        "ggml_ext::top_k_rows");
+    m.def(
         "time_mul_mat",
         [](const std::string & w_type, int64_t rows, int64_t k, const std::vector<int64_t> & ns, bool gpu, int reps,
            int n_threads) {

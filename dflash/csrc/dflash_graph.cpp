@@ -1,6 +1,7 @@
 #include "dflash_graph.h"
 
 #include "ggml.h"
+#include "ggml_ext_top_k.h"
 #include "graph_common.h"
 
 #include <algorithm>
@@ -137,7 +138,7 @@ DraftGraph build_dflash_draft(ggml_context * ctx, const DflashModel & model, con
         ggml_build_forward_expand(g.gf, t);
     }
     if (spec.top_k == 0) return g;  // chain decoding needs only the argmax
-    g.top_ids = ggml_top_k(ctx, g.logits, spec.top_k);
+    g.top_ids = ggml_ext::top_k_rows(ctx, g.logits, spec.top_k);
     ggml_tensor * probs = ggml_soft_max(ctx, g.logits);
     probs = ggml_reshape_3d(ctx, probs, 1, probs->ne[0], probs->ne[1]);
     g.top_logp = ggml_log(ctx, ggml_reshape_2d(ctx, ggml_get_rows(ctx, probs, g.top_ids), spec.top_k, n - 1));

@@ -1,10 +1,13 @@
 #include "op_runner.h"
 
+#include <cstring>
+
 #include "backend.h"
 #include "errors.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml_ext_matmul.h"
+#include "ggml_ext_top_k.h"
 #include "ggml_ext_tree.h"
 
 #include <chrono>
@@ -145,6 +148,24 @@ std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string
     ggml_backend_tensor_set(tw, w.data(), 0, w.size());
     ggml_backend_tensor_set(tx, x.data.data(), 0, ggml_nbytes(tx));
     return compute_and_free(be.main, gf, out, buf, ctx);
+}
+
+std::vector<int32_t> run_top_k(const OpInput & x, int k, bool tagged, bool gpu, int n_threads) {
+    if (x.ne.size() != 2 || k < 1 || k > x.ne[0]) throw InvalidParameter("top_k: x must be [rows, n] with 1 <= k <= n");
+    Backends be(gpu ? 99 : 0, n_threads);
+    if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
+    ggml_init_params p = {ggml_tensor_overhead() * 4 + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(p);
+    ggml_tensor * tx = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, x.ne[0], x.ne[1]);
+    ggml_tensor * out = tagged ? ggml_ext::top_k_rows(ctx, tx, k) : ggml_top_k(ctx, tx, k);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
+    ggml_backend_tensor_set(tx, x.data.data(), 0, ggml_nbytes(tx));
+    const std::vector<float> raw = compute_and_free(be.main, gf, out, buf, ctx);  // i32 bits
+    std::vector<int32_t> ids(raw.size());
+    std::memcpy(ids.data(), raw.data(), sizeof(int32_t) * ids.size());
+    return ids;
 }
 
 std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w_type, int64_t rows, int64_t k,

@@ -32,6 +32,9 @@ std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string
 std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w_type, int64_t rows, int64_t k,
                                                            const std::vector<int64_t> & ns, bool gpu, int reps,
                                                            int n_threads);
+// Indices of the k largest values of each row of x (ne [n, rows]) -> rows x k, in no particular
+// order; with tagged, through ggml_ext::top_k_rows (ggml_ext's kernel on CUDA for long rows).
+std::vector<int32_t> run_top_k(const OpInput & x, int k, bool tagged, bool gpu, int n_threads);
 bool gpu_backend_available();
 
 }  // namespace dflash
