@@ -1,11 +1,12 @@
 """Kernels per step on the GPU (issue 7: "kernels per decode token and per verify").
 
 PyTorch's profiler (CUPTI) records every CUDA kernel the process launches, ours included: the
-engine runs in the same process. For each scenario - an autoregressive step, a plain forward of N
-tokens with the drafter's captures (what a verify costs), a chain step and a DDTree step (draft +
-verify + commit) - it reports per step: kernels launched, the sum of their device times, memcpys,
-the wall time without the profiler, and the kernels that take the most time. Wall time well above
-the kernel sum means launch/host overhead; the top kernels say which kernels to write.
+engine runs in the same process. For each scenario - an autoregressive step, a drafter block
+(chain: argmax only; DDTree: with top-K), a plain forward of N tokens with the drafter's captures
+(what a verify costs), a chain step and a DDTree step (draft + verify + commit) - it reports per
+step: kernels launched, the sum of their device times, memcpys, the wall time without the profiler,
+and the kernels that take the most time. Wall time well above the kernel sum means launch/host
+overhead; the top kernels say which kernels to write.
 
 Runs on the GPU machine only (needs torch with CUDA):
     python3 tools/device/kernel_profile.py -m T.gguf --draft D.gguf -o $OUT/kernels.json
@@ -137,8 +138,18 @@ def main() -> int:
 
         return setup
 
+    def drafting(top_k: bool) -> Callable[[], Callable[[], None]]:
+        def setup() -> Callable[[], None]:
+            s = _core.DecodeSession(target, draft, prompt, 64, 0.0, 0, 1.0, 0, [])
+            s.step()  # prefill: the drafter's context holds the prompt
+            return lambda: draft.draft(prompt[-1], len(prompt), False, top_k)
+
+        return setup
+
     steps = a.steps
     rows = [_measure("ar", ar, steps * 4)]
+    # the drafter alone: a block at the same position (chain: argmax only; DDTree: + top-K)
+    rows += [_measure("draft_chain", drafting(False), steps), _measure("draft_tree", drafting(True), steps)]
     rows += [_measure(f"forward{n}+captures", forward(n), steps) for n in ns]
     rows.append(_measure("chain_step", session(0), steps))
     rows.append(_measure(f"ddtree_b{a.budget}_step", session(a.budget), steps))
