@@ -43,6 +43,11 @@ timeout 90 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d2
   --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 -o "$OUT/h200-27b-tree-steps.json" \
   > "$OUT/tree-bench.log" 2>&1
 echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/tree-bench.log"
+# the commit built and scheduled per step (the fallback), against the cached commit graphs above
+timeout 60 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf -ngl 99 -c 4096 \
+  --kv-type f16 --synthetic-accept 8 --budgets 1,16 --no-upstream --scheduled-commits \
+  -o "$OUT/h200-27b-tree-steps-scheduled-commits.json" > "$OUT/tree-bench-scheduled.log" 2>&1
+echo "[gpu] tree-steps (scheduled commits) rc=$?"; tail -n 4 "$OUT/tree-bench-scheduled.log"
 fi
 PAIR=${PAIR:-dflash/data/pair}
 if [ "$stage" = b ]; then
