@@ -1,7 +1,8 @@
 """ggml_ext::mul_mat_invariant: a MUL_MAT tagged so that on CUDA each column gets the arithmetic
-of ggml's one-column mul_mat_vec_q (ggml_ext/BATCH_INVARIANCE.md). The tag changes nothing on
-the CPU; on the GPU, column j of a 2..64-column product must equal, bit for bit, ggml's product
-of column j alone (what a one-token decode computes), and stay close to the CPU's result."""
+of the one-column product (ggml_ext/BATCH_INVARIANCE.md): ggml's mul_mat_vec_q, or ggml_ext's
+GEMV for Q4_K / Q6_K. The tag changes nothing on the CPU; on the GPU, column j of a 2..64-column
+product must equal, bit for bit, the tagged product of column j alone (what a one-token decode
+computes), and stay close to the CPU's result."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_cuda_columns_match_one_column_products(name: str) -> None:
         x = rng.standard_normal((n, k)).astype(np.float32)
         got = _core.op_mul_mat(w, name, rows, x, tagged=True, gpu=True)
         for j in sorted({0, n // 2, n - 1}):
-            one = _core.op_mul_mat(w, name, rows, x[j : j + 1], gpu=True)[0]
+            one = _core.op_mul_mat(w, name, rows, x[j : j + 1], tagged=True, gpu=True)[0]
             np.testing.assert_array_equal(got[j], one, err_msg=f"{name}: column {j} of {n}")
         # Close to the CPU's: both quantize the activations to 8 bits, but not alike (CUDA q8_1
         # per 32 values; the CPU q8_0, or q8_K per 256 for k-quants), so 8-bit error, as above.

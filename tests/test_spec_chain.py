@@ -84,12 +84,14 @@ def test_greedy_chain_equals_autoregressive(pair):
 
         out, spec = _chain(target, draft, prompt, N_GEN, _corrupted_reference(prompt, ref, rng))
         rewritten.check(out, ref, target, prompt)
-        total.update(accepted=spec["accepted"], drafts=spec["drafts"])
+        if out == ref:  # past a GPU near-tie divergence, drafts rewritten from ref no longer fit
+            total.update(accepted=spec["accepted"], drafts=spec["drafts"])
         if n < 4:  # the real (random-weight) drafter: nearly every draft rejected
             plain, _ = _chain(target, draft, prompt, N_GEN)
             real.check(plain, ref, target, prompt)
     rewritten.finish()
     real.finish()
+    assert total["drafts"] > 0, "no prompt identical to decoding"
     assert total["accepted"] > 5 * total["drafts"]  # the rewritten drafts were mostly accepted
 
 

@@ -2,6 +2,7 @@
 #include "draft_engine.h"
 #include "decode_session.h"
 #include "errors.h"
+#include "ggml_ext_matmul.h"
 #include "op_runner.h"
 #include "spec_chain.h"
 #include "target_engine.h"
@@ -16,6 +17,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
 namespace py = pybind11;
 using namespace dflash;
@@ -253,6 +255,19 @@ PYBIND11_MODULE(_core, m) {
         "w: rows x k weights as raw ggml bytes of w_type; x [n, k] -> [n, rows]; tagged: "
         "ggml_ext::mul_mat_invariant; tiles: ggml_ext::mul_mat_tiles");
     m.def(
+        "op_mul_mat_fused",
+        [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & x,
+            const std::optional<py::bytes> & gate, const std::optional<F32Array> & residual, bool gpu, int n_threads) {
+            const std::string raw = w, raw_gate = gate ? std::string(*gate) : std::string();
+            std::vector<uint8_t> wb(raw.begin(), raw.end()), gb(raw_gate.begin(), raw_gate.end());
+            auto r = run_mul_mat_fused(wb, gb, w_type, rows, op_input(x), residual ? op_input(*residual) : OpInput{},
+                                       gpu, n_threads);
+            return shaped(std::move(r), {x.shape(0), (py::ssize_t)rows});
+        },
+        py::arg("w"), py::arg("w_type"), py::arg("rows"), py::arg("x"), py::arg("gate") = py::none(),
+        py::arg("residual") = py::none(), py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "swiglu(gate @ x, w @ x) (+ residual [n, rows]), the engine's FFN / residual shapes");
+    m.def(
         "op_top_k",
         [=](const F32Array & x, int k, bool tagged, bool gpu, int n_threads) {
             std::vector<int32_t> r;
@@ -276,6 +291,10 @@ PYBIND11_MODULE(_core, m) {
         py::arg("w_type"), py::arg("rows"), py::arg("k"), py::arg("ns"), py::arg("gpu") = false, py::arg("reps") = 20,
         py::arg("n_threads") = 2, "-> per n: [ggml ms samples, tagged ms samples]");
     m.def("gpu_backend_available", &gpu_backend_available);
+    m.def("set_gemv_enabled", &ggml_ext::set_gemv_enabled, py::arg("on"),
+          "ggml_ext's Q4_K / Q6_K GEMV for 1..8 columns on CUDA (on by default; DFLASH_GEMV=0 starts it off); "
+          "off: ggml's mul_mat_vec_q");
+    m.def("gemv_enabled", &ggml_ext::gemv_enabled);
 
     m.def(
         "build_tree",

@@ -150,6 +150,42 @@ std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string
     return compute_and_free(be.main, gf, out, buf, ctx);
 }
 
+std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::vector<uint8_t> & gate,
+                                     const std::string & w_type, int64_t rows, const OpInput & x,
+                                     const OpInput & residual, bool gpu, int n_threads) {
+    const ggml_type type = weight_type(w_type);
+    if (x.ne.size() != 2 || rows < 1) throw InvalidParameter("mul_mat: x must be [n, k] and rows >= 1");
+    const int64_t k = x.ne[0], n = x.ne[1];
+    const size_t w_bytes = ggml_row_size(type, k) * rows;
+    if (k % ggml_blck_size(type) != 0 || w.size() != w_bytes || (!gate.empty() && gate.size() != w_bytes)) {
+        throw InvalidParameter("mul_mat: w (and gate) must hold rows x k values of its type");
+    }
+    const bool has_residual = !residual.data.empty();
+    if (has_residual && (residual.ne.size() != 2 || residual.ne[0] != rows || residual.ne[1] != n)) {
+        throw InvalidParameter("mul_mat: residual must be [n, rows]");
+    }
+    Backends be(gpu ? 99 : 0, n_threads);
+    if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
+    ggml_init_params p = {ggml_tensor_overhead() * 12 + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(p);
+    ggml_tensor * tw = ggml_new_tensor_2d(ctx, type, k, rows);
+    ggml_tensor * tg = gate.empty() ? nullptr : ggml_new_tensor_2d(ctx, type, k, rows);
+    ggml_tensor * tx = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+    ggml_tensor * tr = has_residual ? ggml_new_tensor_2d(ctx, GGML_TYPE_F32, rows, n) : nullptr;
+    // The engine's FFN and residual shapes (graph_common.h), which ggml-cuda fuses for one column.
+    ggml_tensor * out = ggml_ext::mul_mat_tiles(ctx, tw, tx);
+    if (tg) out = ggml_swiglu_split(ctx, ggml_ext::mul_mat_tiles(ctx, tg, tx), out);
+    if (tr) out = ggml_add(ctx, out, tr);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
+    ggml_backend_tensor_set(tw, w.data(), 0, w.size());
+    if (tg) ggml_backend_tensor_set(tg, gate.data(), 0, gate.size());
+    ggml_backend_tensor_set(tx, x.data.data(), 0, ggml_nbytes(tx));
+    if (tr) ggml_backend_tensor_set(tr, residual.data.data(), 0, ggml_nbytes(tr));
+    return compute_and_free(be.main, gf, out, buf, ctx);
+}
+
 std::vector<int32_t> run_top_k(const OpInput & x, int k, bool tagged, bool gpu, int n_threads) {
     if (x.ne.size() != 2 || k < 1 || k > x.ne[0]) throw InvalidParameter("top_k: x must be [rows, n] with 1 <= k <= n");
     Backends be(gpu ? 99 : 0, n_threads);
@@ -180,12 +216,18 @@ std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w
     }
     Backends be(gpu ? 99 : 0, n_threads);
     if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
+    // Each graph multiplies kCopies copies of the weights (distinct memory, more than the GPU's L2
+    // together for the 27B's shapes) by the same columns: the launch and synchronisation of a
+    // compute are shared by kCopies products, as in a model's forward.
+    constexpr int kCopies = 8;
     constexpr int n_tags = 3;
     const size_t n_graphs = n_tags * ns.size();
-    ggml_init_params p = {ggml_tensor_overhead() * (4 * n_graphs + 4) + ggml_graph_overhead() * n_graphs, nullptr,
-                          true};
+    ggml_init_params p = {
+        ggml_tensor_overhead() * ((kCopies + 1) * n_graphs + kCopies + 4) + ggml_graph_overhead() * n_graphs, nullptr,
+        true};
     ggml_context * ctx = ggml_init(p);
-    ggml_tensor * tw = ggml_new_tensor_2d(ctx, type, k, rows);
+    std::vector<ggml_tensor *> tws;
+    for (int c = 0; c < kCopies; ++c) tws.push_back(ggml_new_tensor_2d(ctx, type, k, rows));
     std::vector<ggml_tensor *> xs;
     std::vector<ggml_cgraph *> graphs;
     for (int64_t n : ns) {
@@ -193,7 +235,7 @@ std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w
         xs.push_back(tx);
         for (int tag = 0; tag < n_tags; ++tag) {
             ggml_cgraph * gf = ggml_new_graph(ctx);
-            ggml_build_forward_expand(gf, mul_mat_tagged(ctx, tw, tx, (MatMulTag)tag));
+            for (ggml_tensor * tw : tws) ggml_build_forward_expand(gf, mul_mat_tagged(ctx, tw, tx, (MatMulTag)tag));
             graphs.push_back(gf);
         }
     }
@@ -205,7 +247,7 @@ std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w
         for (auto & v : wf) v = 0.05f * normal(gen);
         std::vector<uint8_t> wq(ggml_row_size(type, k) * rows);
         ggml_quantize_chunk(type, wf.data(), wq.data(), 0, rows, k, nullptr);
-        ggml_backend_tensor_set(tw, wq.data(), 0, wq.size());
+        for (ggml_tensor * tw : tws) ggml_backend_tensor_set(tw, wq.data(), 0, wq.size());
     }
     for (ggml_tensor * tx : xs) {
         std::vector<float> v(ggml_nelements(tx));
@@ -220,7 +262,7 @@ std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w
             ok = ggml_backend_graph_compute(be.main, graphs[g]) == GGML_STATUS_SUCCESS;
             ggml_backend_synchronize(be.main);
             const auto dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0);
-            if (i > 0) ms[g / n_tags][g % n_tags].push_back(dt.count());  // the first compute warms up
+            if (i > 0) ms[g / n_tags][g % n_tags].push_back(dt.count() / kCopies);  // the first compute warms up
         }
     }
     ggml_backend_buffer_free(buf);

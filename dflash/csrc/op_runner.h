@@ -26,9 +26,15 @@ enum class MatMulTag { none = 0, invariant = 1, tiles = 2 };
 // w (rows x k, raw ggml bytes of `w_type`, e.g. "q8_0") times x (ne [k, n]) -> n x rows.
 std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
                                const OpInput & x, MatMulTag tag, bool gpu, int n_threads);
+// The engine's fused shapes: swiglu(gate x, w x) when gate is given, + residual (ne [rows, n])
+// when given; ggml-cuda fuses them into the matmul for one column.
+std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::vector<uint8_t> & gate,
+                                     const std::string & w_type, int64_t rows, const OpInput & x,
+                                     const OpInput & residual, bool gpu, int n_threads);
 // Benches: w (rows x k of w_type, random rows quantized once) times n random columns for each n,
-// built each MatMulTag way, each timed over `reps` computes of its own graph after a warm-up: ms
-// per compute, [n index][MatMulTag][rep].
+// built each MatMulTag way (untagged: ggml's own kernels), each timed over
+// `reps` computes of its own graph (8 copies of w, one product each) after a warm-up: ms per
+// product, [n index][MatMulTag][rep].
 std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w_type, int64_t rows, int64_t k,
                                                            const std::vector<int64_t> & ns, bool gpu, int reps,
                                                            int n_threads);

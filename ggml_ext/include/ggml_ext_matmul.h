@@ -20,15 +20,26 @@ inline bool is_mul_mat_invariant(const ggml_tensor * t) {
     return t->op == GGML_OP_MUL_MAT && t->op_params[kMulMatTagSlot] == kMulMatInvariantTag;
 }
 
-// ggml_mul_mat(w, x) tagged for ggml_ext's launch policy of ggml's tensor-core kernel (mmq, CUDA,
-// quantized w, more than 8 columns; patches/0003): one block per output tile, with no stream-k
-// fixup pass, when the fixup would cost more than the balance it buys (small matrices, short
-// K). Same result up to the order of float sums; other backends and shapes as ggml does.
+// ggml_mul_mat(w, x) tagged for ggml_ext's faster CUDA kernels, the engine's weight matmuls: for
+// quantized w and more than 8 columns, ggml's tensor-core kernel (mmq) under ggml_ext's launch
+// policy (patches/0003): one block per output tile, with no stream-k fixup pass, when the fixup
+// would cost more than the balance it buys (small matrices, short K); Q4_K / Q6_K w with 1..8
+// columns: ggml_ext's GEMV (below). Same result up to the order of float sums; other backends and
+// shapes as ggml does.
 constexpr int32_t kMulMatTilesTag = 0x44465332;  // "DFS2"
 ggml_tensor * mul_mat_tiles(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
 
 inline bool is_mul_mat_tiles(const ggml_tensor * t) {
     return t->op == GGML_OP_MUL_MAT && t->op_params[kMulMatTagSlot] == kMulMatTilesTag;
 }
+
+// ggml_ext's small-batch GEMV for Q4_K / Q6_K weights and 1..8 columns on CUDA
+// (kernels/gemv_kquant.cu, patches/0005): it computes the products tagged mul_mat_tiles or
+// mul_mat_invariant that ggml would give its mul_mat_vec_q, fused forms included (residual add,
+// SwiGLU gate); the invariant matmul runs more columns through it in chunks. On by default
+// (DFLASH_GEMV=0 starts it off); switching it lets benches and tests compare with ggml's own
+// kernel in one process. No effect without CUDA.
+void set_gemv_enabled(bool on);
+bool gemv_enabled();
 
 }  // namespace ggml_ext

@@ -1,5 +1,7 @@
 // ggml_ext's CUDA matmul for tagged MUL_MAT nodes, called from ggml-cuda's dispatch
-// (patches/0002). Returns false when it does not take the node (ggml computes it as usual).
+// (patches/0002): the invariant matmul (mul_mat_invariant.cu), and the GEMV for mul_mat_tiles
+// nodes of 1..8 columns (gemv_kquant.cu). Returns false when it does not take the node (ggml
+// computes it as usual).
 #pragma once
 
 #include "ggml-cuda/common.cuh"

@@ -6,7 +6,9 @@
 // memory in order; then a warp butterfly. This kernel keeps exactly that per-column arithmetic
 // (same vec_dot, q8_1 activations quantized per column as ggml does) and walks any number of
 // columns in chunks inside the block, the row's weights staying in L1, so a verify of N tokens
-// gives every token the bits a one-token decode gives it.
+// gives every token the bits a one-token decode gives it. Where ggml_ext's GEMV takes the
+// one-column product instead (Q4_K, Q6_K: gemv_kquant.cu), columns go through it in chunks.
+#include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
 #include "ggml_ext_matmul_cuda.cuh"
 
@@ -111,10 +113,14 @@ void launch(const ggml_tensor * src0, const block_q8_1 * y, float * dst, int nco
 }  // namespace
 
 bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
-    if (!ggml_ext::is_mul_mat_invariant(dst)) return false;
     const ggml_tensor * src0 = dst->src[0];
     const ggml_tensor * src1 = dst->src[1];
     const int64_t n = src1->ne[1];
+    // The engine's other tagged products: 1..8 columns of Q4_K / Q6_K go to ggml_ext's GEMV
+    // whatever ggml's own choice between its vector and tensor-core kernels would be.
+    if (ggml_ext::is_mul_mat_tiles(dst))
+        return n <= kGemvMaxColumns && ggml_ext_cuda_gemv_columns(ctx, src0, src1, dst);
+    if (!ggml_ext::is_mul_mat_invariant(dst)) return false;
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
     switch (src0->type) {
 #define DFLASH_CASE(T, fn, vdr) case GGML_TYPE_##T:
@@ -131,6 +137,9 @@ bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tenso
         ggml_backend_buffer_get_usage(src0->buffer) == GGML_BACKEND_BUFFER_USAGE_COMPUTE) {
         return false;
     }
+    // Q4_K / Q6_K: one-column products are ggml_ext's GEMV (patches/0005), whose per-column
+    // arithmetic is the same for any column count.
+    if (ggml_ext_cuda_gemv_columns(ctx, src0, src1, dst)) return true;
     cudaStream_t stream = ctx.stream();
     const int64_t ne10 = src1->ne[0];
     const int64_t ne10_padded = GGML_PAD(ne10, MATRIX_ROW_PADDING);

@@ -14,4 +14,9 @@ ggml_tensor * mul_mat_tiles(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x
     return t;
 }
 
+#ifndef DFLASH_HAS_CUDA
+void set_gemv_enabled(bool) {}
+bool gemv_enabled() { return false; }
+#endif
+
 }  // namespace ggml_ext

@@ -17,13 +17,24 @@ if [ "$stage" = a ]; then
   # TF32 off: see tests/gpu_policy.py
   NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout "$(($(left) - 60))" python3 -m pytest -q -s \
     -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py \
-    tests/test_top_k_rows.py tests/test_oracle_upstream.py \
+    tests/test_top_k_rows.py tests/test_gemv_kquant.py tests/test_oracle_upstream.py \
     tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py tests/test_ddtree.py \
     tests/test_dflash_reference.py::test_device_feature_rows_match_host_rows > "$OUT/cuda-tests.log" 2>&1
   echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
   grep -E "identical|max \|" "$OUT/cuda-tests.log"
+  # our logits vs upstream's, each side on CPU and GPU, with ggml_ext's launch policy / GEMV off
+  for e in "" DFLASH_MMQ_FIXUP_ITERS=0 DFLASH_GEMV=0; do
+    echo "[gpu] diag_oracle $e"; env $e timeout 60 python3 tools/device/diag_oracle.py tiny-c q4_K 2>&1 | tail -n 8
+  done
   timeout "$(left)" python3 -m dflash.bench --matmul -o "$OUT/h200-matmul.json" > "$OUT/matmul.log" 2>&1
   echo "[gpu] matmul bench rc=$? at $(($(date +%s) - t0)) s"; cat "$OUT/matmul.log"
+  # the GEMV's layout choices forced, for tuning (split warps per row, rows per warp)
+  for e in DFLASH_GEMV_SPLIT=1 DFLASH_GEMV_SPLIT=4 DFLASH_GEMV_ROWS=1 DFLASH_GEMV_ROWS=2; do
+    env $e timeout 60 python3 -m dflash.bench --matmul --columns 1,2,8 --reps 10 \
+      --shapes ffn_up:17408:5120:q4_K,ffn_down:5120:17408:q6_K,ffn_down4:5120:17408:q4_K,attn_gate:6144:5120:q4_K,ssm_out:5120:6144:q4_K \
+      -o "$OUT/h200-matmul-$e.json" > "$OUT/matmul-$e.log" 2>&1
+    echo "[gpu] matmul $e rc=$?"; cat "$OUT/matmul-$e.log"
+  done
   exit 0
 fi
 
@@ -34,6 +45,10 @@ timeout 150 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-
   --no-upstream --llama-server "$LLAMA_SERVER" --synth-len 10 -o "$OUT/h200-27b-chain-vs-upstream.json" \
   > "$OUT/chain-bench.log" 2>&1
 echo "[gpu] chain bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/chain-bench.log"
+# AR with ggml_ext's GEMV off (ggml's mul_mat_vec_q), next to upstream libllama in-process
+DFLASH_GEMV=0 timeout 100 python3 -m dflash.bench -m /tmp/q27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
+  -o "$OUT/h200-27b-ar-gemv-off.json" > "$OUT/ar-gemv-off.log" 2>&1
+echo "[gpu] AR (GEMV off) rc=$?"; tail -n 4 "$OUT/ar-gemv-off.log"
 # the same chain with decode-identical verifies (experimental; ggml_ext/BATCH_INVARIANCE.md)
 timeout 90 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
   --no-upstream --synthetic-accept 10 --invariant-matmul -o "$OUT/h200-27b-chain-invariant.json" \

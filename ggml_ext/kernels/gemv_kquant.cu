@@ -1,0 +1,183 @@
+// Small-batch quantized GEMV for the k-quant weights of Q4_K_M / Q5_K_M / Q6_K files (Q4_K, Q6_K),
+// 1..8 activation columns: the decode step of a 27B model is ~450 of these products, and ggml's
+// mul_mat_vec_q reads the weights at ~1.6 TB/s on an H200 (bench/results/h200-s4-27b-kernels.json)
+// because each thread has only a few 4-byte loads in flight.
+//
+// Layout (gemv_kquant_impl.cuh): a warp owns 1 or 2 rows, or shares them with 1 or 3 other warps
+// when K is long; its 32 lanes split into 4 groups of 8, group g taking the row's 256-value
+// super-blocks g, g+4, ... (of its share); inside a super-block, lane m takes 32 of its values
+// (Q4_K: the m-th 16-byte slice of the nibbles; Q6_K: 8 values of each 32-value quarter of one
+// half). Weights come in 16-byte (Q4_K) or 4-byte funnel-shifted (Q6_K) loads, kUnroll super-blocks
+// of every row in flight before any arithmetic. Activations are quantized to int8 per 32 values
+// (ggml's q8_1 rule, d = max|x| / 127), stored as a plain int8 row plus a float scale per 32 so
+// that a lane reads its 16 or 8 values with one aligned load; products go through dp4a.
+//
+// One column's arithmetic does not depend on how many columns the call has, nor on how many rows
+// a warp takes (the same per-lane sums in the same order, the same butterfly, the same split,
+// which depends on K only), and every float
+// operation is spelled with a rounding intrinsic so the compiler cannot contract it differently per
+// instantiation: a verify of N tokens through this kernel gives each token the bits of a one-token
+// decode (the invariant matmul uses it, ggml_ext/BATCH_INVARIANCE.md).
+#include "ggml_ext_gemv_cuda.cuh"
+#include "gemv_kquant_impl.cuh"
+#include "ggml_ext_matmul.h"
+
+#include <cstdlib>
+
+namespace {
+
+using gemv::kQk;
+
+bool gemv_enabled_flag = [] {
+    const char * e = std::getenv("DFLASH_GEMV");
+    return !(e && e[0] == '0');
+}();
+
+int env_int(const char * name) {
+    const char * e = std::getenv(name);
+    return e ? std::atoi(e) : 0;
+}
+
+}  // namespace
+
+bool ggml_ext_gemv_supports(const ggml_tensor * w, int64_t ncols) {
+    return gemv_enabled_flag && (w->type == GGML_TYPE_Q4_K || w->type == GGML_TYPE_Q6_K) && ncols >= 1 &&
+           ncols <= kGemvMaxColumns && w->ne[0] % kQk == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
+           w->nb[0] == ggml_type_size(w->type) && w->nb[1] % 4 == 0 && reinterpret_cast<uintptr_t>(w->data) % 16 == 0 &&
+           (w->type != GGML_TYPE_Q4_K || w->nb[1] % 16 == 0) &&
+           ggml_backend_buffer_get_usage(w->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE;
+}
+
+void ggml_ext_gemv_quantize(const float * x, int64_t k, int64_t ncols, int64_t stride_col_x, int8_t * qs, float * d,
+                            cudaStream_t stream) {
+    const int64_t k_pad = GGML_PAD(k, kQk);
+    const dim3 grid((unsigned)(k_pad / kQk), (unsigned)ncols, 1);
+    gemv::quantize_act_kernel<<<grid, kQk, 0, stream>>>(x, qs, d, (int)k, (int)k_pad, stride_col_x);
+}
+
+GemvShape ggml_ext_gemv_shape(ggml_type type, int k) {
+    // Measured on the H200 for one column (bench/results/h200-s5-gemv-standalone*.json, every
+    // layout of the 27B's shapes): Q4_K is best unsplit, with two rows per warp for long rows
+    // (K >= 6144: ffn_down 2.7 TB/s, ssm_out); Q6_K, whose decode is instruction-bound, best with
+    // two warps and two rows each everywhere (ffn_down, the GDN qkv, the output). The split depends
+    // on the type and K only, never on the column count. DFLASH_GEMV_SPLIT (1, 2, 4) and
+    // DFLASH_GEMV_ROWS (1, 2) force the choices, for benches.
+    static const int forced_split = env_int("DFLASH_GEMV_SPLIT"), forced_rows = env_int("DFLASH_GEMV_ROWS");
+    GemvShape s;
+    if (type == GGML_TYPE_Q6_K) {
+        s.split = 2;
+        s.rows_per_warp = 2;
+    } else {
+        s.split = 1;
+        s.rows_per_warp = k / kQk >= 24 ? 2 : 1;
+    }
+    if (forced_split == 1 || forced_split == 2 || forced_split == 4) s.split = forced_split;
+    if (forced_rows == 1 || forced_rows == 2) s.rows_per_warp = forced_rows;
+    return s;
+}
+
+void ggml_ext_gemv_launch(ggml_type type, const GemvArgs & a, cudaStream_t stream) {
+    const GemvShape shape = ggml_ext_gemv_shape(type, a.k);
+    if (type == GGML_TYPE_Q4_K) {
+        ggml_ext_gemv_launch_q4_k(a, shape, stream);
+    } else {
+        ggml_ext_gemv_launch_q6_k(a, shape, stream);
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
+
+namespace ggml_ext {
+void set_gemv_enabled(bool on) { gemv_enabled_flag = on; }
+bool gemv_enabled() { return gemv_enabled_flag; }
+}  // namespace ggml_ext
+
+namespace {
+
+// The MUL_MAT node behind a mul_mat_vec_q call: dst itself, or the product that a fused ADD
+// (residual) or GLU (gate) consumes, maybe through the ADD. Only the engine's tagged weight
+// matmuls are taken: upstream's graphs (libllama in the same build) keep ggml's kernels.
+bool engine_product(const ggml_tensor * dst, const ggml_tensor * src0, const ggml_tensor * src1) {
+    auto product = [&](const ggml_tensor * t) {
+        return t && t->op == GGML_OP_MUL_MAT && t->src[0] == src0 && t->src[1] == src1;
+    };
+    const ggml_tensor * node = product(dst) ? dst : nullptr;
+    for (int i = 0; i < 2 && !node; ++i) {
+        const ggml_tensor * s = dst->src[i];
+        if (product(s)) node = s;
+        for (int j = 0; j < 2 && !node && s; ++j) {
+            if (product(s->src[j])) node = s->src[j];
+        }
+    }
+    return node && (ggml_ext::is_mul_mat_tiles(node) || ggml_ext::is_mul_mat_invariant(node));
+}
+
+bool plain_f32_columns(const ggml_tensor * t) {
+    return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[2] == 1 && t->ne[3] == 1;
+}
+
+// Quantizes src1's columns into the pool once and runs them kGemvMaxColumns at a time.
+void run_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1, float * dst,
+                 int stride_col_dst, const char * w_gate, const float * bias) {
+    cudaStream_t stream = ctx.stream();
+    const int64_t k = src0->ne[0], n = src1->ne[1];
+    const int64_t k_pad = GGML_PAD(k, kQk);
+    ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), n * k_pad);
+    ggml_cuda_pool_alloc<float> d(ctx.pool(), n * (k_pad / 32));
+    ggml_ext_gemv_quantize((const float *)src1->data, k, n, src1->nb[1] / sizeof(float), qs.get(), d.get(), stream);
+    for (int64_t c0 = 0; c0 < n; c0 += kGemvMaxColumns) {
+        GemvArgs a{};
+        a.w = (const char *)src0->data;
+        a.w_gate = w_gate;
+        a.yq = qs.get() + c0 * k_pad;
+        a.yd = d.get() + c0 * (k_pad / 32);
+        a.bias = bias ? bias + c0 * stride_col_dst : nullptr;
+        a.dst = dst + c0 * stride_col_dst;
+        a.nrows = (int)src0->ne[1];
+        a.k = (int)k;
+        a.k_pad = (int)k_pad;
+        a.ncols = (int)std::min<int64_t>(kGemvMaxColumns, n - c0);
+        a.stride_col_dst = stride_col_dst;
+        a.row_bytes = (int64_t)src0->nb[1];
+        ggml_ext_gemv_launch(src0->type, a, stream);
+    }
+}
+
+}  // namespace
+
+bool ggml_ext_cuda_mul_mat_vec_q(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
+                                 const ggml_tensor * ids, ggml_tensor * dst,
+                                 const ggml_cuda_mm_fusion_args_host * fusion) {
+    if (ids || !ggml_ext_gemv_supports(src0, src1->ne[1]) || !engine_product(dst, src0, src1) ||
+        !plain_f32_columns(src1) || !plain_f32_columns(dst) || src1->ne[0] != src0->ne[0] ||
+        dst->ne[0] != src0->ne[1] || dst->ne[1] != src1->ne[1]) {
+        return false;
+    }
+    const char * w_gate = nullptr;
+    const float * bias = nullptr;
+    if (fusion) {
+        if (fusion->gate_bias || fusion->x_scale || fusion->gate_scale) return false;
+        if (fusion->gate) {  // ggml fuses one-column products only; so does the kernel
+            const ggml_tensor * g = fusion->gate;
+            if (src1->ne[1] != 1) return false;
+            if (fusion->glu_op != GGML_GLU_OP_SWIGLU || g->type != src0->type || !ggml_are_same_shape(g, src0) ||
+                !ggml_are_same_stride(g, src0) || !ggml_ext_gemv_supports(g, src1->ne[1])) {
+                return false;
+            }
+            w_gate = (const char *)g->data;
+        }
+        if (fusion->x_bias) {
+            const ggml_tensor * b = fusion->x_bias;
+            if (!plain_f32_columns(b) || !ggml_are_same_shape(b, dst) || b->nb[1] != dst->nb[1]) return false;
+            bias = (const float *)b->data;
+        }
+    }
+    run_columns(ctx, src0, src1, (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), w_gate, bias);
+    return true;
+}
+
+bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
+                                ggml_tensor * dst) {
+    if (!ggml_ext_gemv_supports(src0, 1) || !plain_f32_columns(src1) || !plain_f32_columns(dst)) return false;
+    run_columns(ctx, src0, src1, (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, nullptr);
+    return true;
+}

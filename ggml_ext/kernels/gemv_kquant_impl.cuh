@@ -1,0 +1,361 @@
+// ggml_ext's k-quant GEMV: the kernel template and the weight formats (gemv_kquant.cu has the
+// design notes; gemv_q4_k.cu and gemv_q6_k.cu instantiate it, one weight type per compile unit).
+#pragma once
+
+#include "ggml_ext_gemv_cuda.cuh"
+
+#include "ggml-cuda/unary.cuh"
+
+namespace gemv {
+
+constexpr int kWarps = 4;
+constexpr int kGroups = 4;  // super-blocks of a row taken by one warp at a time
+constexpr int kUnroll = 2;  // super-blocks of each row loaded before computing
+constexpr int kQk = 256;    // values per super-block (QK_K)
+
+// Weight loads bypass L1 (they are read once) so that the activations stay there.
+__device__ __forceinline__ uint4 load_stream_16(const void * p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t load_stream_4(const void * p) {
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t load_stream_2(const void * p) {
+    unsigned short v;
+    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+// 8 bytes at a 2-byte aligned address, as two words (little endian), from aligned 4-byte loads
+// (the third only when the address is not 4-aligned: nothing past the 8 bytes' last word is read).
+__device__ __forceinline__ uint2 load_stream_8_align2(const char * p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const char * base = reinterpret_cast<const char *>(a & ~uintptr_t(3));
+    const uint32_t shift = (uint32_t)(a & 2) * 8;
+    const uint32_t w0 = load_stream_4(base), w1 = load_stream_4(base + 4);
+    const uint32_t w2 = shift ? load_stream_4(base + 8) : 0u;
+    return make_uint2(__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift));
+}
+
+__device__ __forceinline__ int dot4(int a, int b, int c) { return __dp4a(a, b, c); }
+
+// Sum of the 16 int8 values in v.
+__device__ __forceinline__ int sum16(const int4 v) {
+    return dot4(v.x, 0x01010101, dot4(v.y, 0x01010101, dot4(v.z, 0x01010101, dot4(v.w, 0x01010101, 0))));
+}
+
+// ---- Q4_K: d, dmin (half2), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles. --------------
+struct Q4K {
+    static constexpr int kBytes = 144;
+    struct Raw {
+        uint4 head;  // d, dmin, scales[0..11]
+        uint4 qs;    // this lane's 16 bytes of nibbles
+    };
+    struct Act {  // this lane's activations of one column in one super-block
+        int4 lo, hi;
+        float d_lo, d_hi;
+        int s_lo, s_hi;
+    };
+
+    static __device__ __forceinline__ Raw load(const char * blk, int m) {
+        return {load_stream_16(blk), load_stream_16(blk + 16 + 16 * m)};
+    }
+
+    // Lane m: nibble slice m covers values 64c + p .. +15 (low nibbles, sub-block 2c) and
+    // 64c + 32 + p .. +15 (high nibbles, sub-block 2c + 1), c = m / 2, p = 16 (m % 2).
+    static __device__ __forceinline__ Act act(const int8_t * yq, const float * yd, int kb, int m) {
+        const int c = m >> 1, p = (m & 1) * 16;
+        const int8_t * y = yq + kb * kQk + 64 * c + p;
+        Act a;
+        a.lo = *reinterpret_cast<const int4 *>(y);
+        a.hi = *reinterpret_cast<const int4 *>(y + 32);
+        a.d_lo = yd[kb * 8 + 2 * c];
+        a.d_hi = yd[kb * 8 + 2 * c + 1];
+        a.s_lo = sum16(a.lo);
+        a.s_hi = sum16(a.hi);
+        return a;
+    }
+
+    static __device__ __forceinline__ float dot(const Raw & r, const Act & a, int m) {
+        const int c = m >> 1;
+        // 6-bit scale and min of sub-blocks 2c and 2c + 1 (ggml's get_scale_min_k4).
+        const uint32_t s0 = r.head.y, s1 = r.head.z, s2 = r.head.w;
+        int sc_lo, mn_lo, sc_hi, mn_hi;
+        if (c < 2) {
+            const int b0 = 16 * c, b1 = 16 * c + 8;
+            sc_lo = (s0 >> b0) & 63;
+            mn_lo = (s1 >> b0) & 63;
+            sc_hi = (s0 >> b1) & 63;
+            mn_hi = (s1 >> b1) & 63;
+        } else {
+            const int b0 = 16 * (c - 2), b1 = b0 + 8;
+            sc_lo = ((s2 >> b0) & 15) | (((s0 >> (b0 + 6)) & 3) << 4);
+            mn_lo = ((s2 >> (b0 + 4)) & 15) | (((s1 >> (b0 + 6)) & 3) << 4);
+            sc_hi = ((s2 >> b1) & 15) | (((s0 >> (b1 + 6)) & 3) << 4);
+            mn_hi = ((s2 >> (b1 + 4)) & 15) | (((s1 >> (b1 + 6)) & 3) << 4);
+        }
+        const uint4 q = r.qs;
+        int d_lo = dot4(q.x & 0x0F0F0F0F, a.lo.x, 0);
+        d_lo = dot4(q.y & 0x0F0F0F0F, a.lo.y, d_lo);
+        d_lo = dot4(q.z & 0x0F0F0F0F, a.lo.z, d_lo);
+        d_lo = dot4(q.w & 0x0F0F0F0F, a.lo.w, d_lo);
+        int d_hi = dot4((q.x >> 4) & 0x0F0F0F0F, a.hi.x, 0);
+        d_hi = dot4((q.y >> 4) & 0x0F0F0F0F, a.hi.y, d_hi);
+        d_hi = dot4((q.z >> 4) & 0x0F0F0F0F, a.hi.z, d_hi);
+        d_hi = dot4((q.w >> 4) & 0x0F0F0F0F, a.hi.w, d_hi);
+        const float2 dm = __half22float2(*reinterpret_cast<const half2 *>(&r.head.x));
+        const float scaled =
+            __fadd_rn(__fmul_rn(a.d_lo, (float)(sc_lo * d_lo)), __fmul_rn(a.d_hi, (float)(sc_hi * d_hi)));
+        const float mins =
+            __fadd_rn(__fmul_rn(a.d_lo, (float)(mn_lo * a.s_lo)), __fmul_rn(a.d_hi, (float)(mn_hi * a.s_hi)));
+        return __fsub_rn(__fmul_rn(dm.x, scaled), __fmul_rn(dm.y, mins));
+    }
+};
+
+// ---- Q6_K: ql[128] low nibbles, qh[64] high 2 bits, int8 scales[16], half d (210 bytes). ---------
+// Lane m: half n = m / 4, l0 = 8 (m % 4); values 128n + 32i + l0 .. +7 for quarters i = 0..3.
+struct Q6K {
+    static constexpr int kBytes = 210;
+    struct Raw {
+        uint2 ql_a, ql_b, qh, sc;  // ql[64n + l0..], ql[64n + 32 + l0..], qh[32n + l0..], scales[8n..]
+        uint32_t d;
+    };
+    struct Act {
+        int2 q[4];
+        float d[4];
+        int s32[4];  // 32 x the sum of each quarter's 8 values: the offset of the 6-bit quants
+    };
+
+    static __device__ __forceinline__ Raw load(const char * blk, int m) {
+        const int n = m >> 2, l0 = 8 * (m & 3);
+        Raw r;
+        r.ql_a = load_stream_8_align2(blk + 64 * n + l0);
+        r.ql_b = load_stream_8_align2(blk + 64 * n + 32 + l0);
+        r.qh = load_stream_8_align2(blk + 128 + 32 * n + l0);
+        r.sc = load_stream_8_align2(blk + 192 + 8 * n);
+        r.d = load_stream_2(blk + 208);
+        return r;
+    }
+
+    static __device__ __forceinline__ Act act(const int8_t * yq, const float * yd, int kb, int m) {
+        const int n = m >> 2, l0 = 8 * (m & 3);
+        Act a;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            a.q[i] = *reinterpret_cast<const int2 *>(yq + kb * kQk + 128 * n + 32 * i + l0);
+            a.d[i] = yd[kb * 8 + 4 * n + i];
+            a.s32[i] = 32 * dot4(a.q[i].x, 0x01010101, dot4(a.q[i].y, 0x01010101, 0));
+        }
+        return a;
+    }
+
+    // The 6-bit quants (0..63, stored with an offset of 32), four per word (ggml's
+    // dequantize_row_q6_K); the offset comes off the integer sum: sum((q - 32) y) = sum(q y) - 32 sum(y).
+    static __device__ __forceinline__ int quarter(uint32_t ql, uint32_t qh, int i) {
+        const uint32_t lo = (i & 2) ? (ql >> 4) & 0x0F0F0F0F : ql & 0x0F0F0F0F;
+        const uint32_t hi = ((qh >> (2 * i)) << 4) & 0x30303030;
+        return (int)(lo | hi);
+    }
+
+    static __device__ __forceinline__ float dot(const Raw & r, const Act & a, int m) {
+        const int is = (m & 3) >> 1;  // l0 / 16
+        const half dh = __ushort_as_half((unsigned short)r.d);
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint2 ql = (i & 1) ? r.ql_b : r.ql_a;
+            int s = dot4(quarter(ql.x, r.qh.x, i), a.q[i].x, 0);
+            s = dot4(quarter(ql.y, r.qh.y, i), a.q[i].y, s) - a.s32[i];
+            const uint32_t sw = (i < 2) ? r.sc.x : r.sc.y;  // scales[8n + is + 2i]
+            const int sc = (int)(int8_t)(sw >> (8 * (is + 2 * (i & 1))));
+            sum = __fadd_rn(sum, __fmul_rn(a.d[i], (float)(sc * s)));
+        }
+        return __fmul_rn(__half2float(dh), sum);
+    }
+};
+
+// Rows: a block's kWarps warps take kWarps / split row groups of rows_per_warp rows; the split
+// warps of a group share its super-blocks (group g of part p takes p * kGroups + g, then every
+// split * kGroups-th) and add their sums in shared memory in part order. split depends on K only
+// and rows_per_warp does not touch a row's arithmetic, so a column's result is the same for any
+// column count.
+template <typename T, int ncols, int rows_per_warp, int split, bool gated>
+__global__ void __launch_bounds__(kWarps * WARP_SIZE)
+    gemv_kquant_kernel(const char * __restrict__ w, const char * __restrict__ w_gate, const int8_t * __restrict__ yq,
+                       const float * __restrict__ yd, const float * __restrict__ bias, float * __restrict__ dst,
+                       const int nrows, const int nblocks, const int64_t row_bytes, const int k_pad,
+                       const int stride_col_dst) {
+    static_assert(kWarps % split == 0, "split must divide the block's warps");
+    constexpr int kOut = ncols * rows_per_warp;
+    const int lane = threadIdx.x, warp = threadIdx.y;
+    const int g = lane >> 3, m = lane & 7;
+    const int part = warp % split;
+    const int row0 = (blockIdx.x * (kWarps / split) + warp / split) * rows_per_warp;
+    if (split == 1 && row0 >= nrows) return;  // with split > 1 every warp reaches the barrier
+
+    const char * rows[rows_per_warp];
+    const char * rows_gate[rows_per_warp];
+#pragma unroll
+    for (int r = 0; r < rows_per_warp; ++r) {
+        const int64_t row = min(row0 + r, nrows - 1);  // tail rows compute a duplicate, never written
+        rows[r] = w + row * row_bytes;
+        rows_gate[r] = gated ? w_gate + row * row_bytes : nullptr;
+    }
+
+    constexpr int kStep = split * kGroups;
+    float acc[ncols][rows_per_warp] = {};
+    float acc_gate[ncols][rows_per_warp] = {};
+    for (int kb0 = part * kGroups + g; kb0 < nblocks; kb0 += kStep * kUnroll) {
+        typename T::Raw raw[kUnroll][rows_per_warp];
+        typename T::Raw raw_gate[kUnroll][rows_per_warp];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int kb = kb0 + u * kStep;
+            if (kb < nblocks) {
+#pragma unroll
+                for (int r = 0; r < rows_per_warp; ++r) {
+                    raw[u][r] = T::load(rows[r] + (int64_t)kb * T::kBytes, m);
+                    if (gated) raw_gate[u][r] = T::load(rows_gate[r] + (int64_t)kb * T::kBytes, m);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int kb = kb0 + u * kStep;
+            if (kb >= nblocks) break;
+#pragma unroll
+            for (int j = 0; j < ncols; ++j) {
+                const typename T::Act a = T::act(yq + (int64_t)j * k_pad, yd + (int64_t)j * (k_pad / 32), kb, m);
+#pragma unroll
+                for (int r = 0; r < rows_per_warp; ++r) {
+                    acc[j][r] = __fadd_rn(acc[j][r], T::dot(raw[u][r], a, m));
+                    if (gated) acc_gate[j][r] = __fadd_rn(acc_gate[j][r], T::dot(raw_gate[u][r], a, m));
+                }
+            }
+        }
+    }
+
+    // Butterfly over the warp: every lane holds every sum.
+#pragma unroll
+    for (int j = 0; j < ncols; ++j) {
+#pragma unroll
+        for (int r = 0; r < rows_per_warp; ++r) {
+#pragma unroll
+            for (int o = WARP_SIZE / 2; o > 0; o >>= 1) {
+                acc[j][r] = __fadd_rn(acc[j][r], __shfl_xor_sync(0xffffffff, acc[j][r], o));
+                if (gated) acc_gate[j][r] = __fadd_rn(acc_gate[j][r], __shfl_xor_sync(0xffffffff, acc_gate[j][r], o));
+            }
+        }
+    }
+    if (split > 1) {
+        __shared__ float partial[kWarps][2][kOut];
+        if (lane == 0) {
+#pragma unroll
+            for (int j = 0; j < ncols; ++j) {
+#pragma unroll
+                for (int r = 0; r < rows_per_warp; ++r) {
+                    partial[warp][0][j * rows_per_warp + r] = acc[j][r];
+                    partial[warp][1][j * rows_per_warp + r] = acc_gate[j][r];
+                }
+            }
+        }
+        __syncthreads();
+        if (part != 0 || row0 >= nrows) return;
+#pragma unroll
+        for (int j = 0; j < ncols; ++j) {
+#pragma unroll
+            for (int r = 0; r < rows_per_warp; ++r) {
+#pragma unroll
+                for (int p = 1; p < split; ++p) {
+                    acc[j][r] = __fadd_rn(acc[j][r], partial[warp + p][0][j * rows_per_warp + r]);
+                    if (gated) acc_gate[j][r] = __fadd_rn(acc_gate[j][r], partial[warp + p][1][j * rows_per_warp + r]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < ncols; ++j) {
+#pragma unroll
+        for (int r = 0; r < rows_per_warp; ++r) {
+            const int row = row0 + r;
+            if (lane == j * rows_per_warp + r && row < nrows) {  // kOut <= 16 lanes write
+                float v = acc[j][r];
+                const int64_t o = (int64_t)j * stride_col_dst + row;
+                if (bias) v = __fadd_rn(v, bias[o]);  // ggml's fused residual add: dot + bias
+                if (gated) v = __fmul_rn(v, ggml_cuda_op_silu_single(acc_gate[j][r]));  // SwiGLU: up * silu(gate)
+                dst[o] = v;
+            }
+        }
+    }
+}
+
+template <typename T, int ncols, int rows_per_warp, int split, bool gated>
+void launch(const GemvArgs & a, cudaStream_t stream) {
+    constexpr int rows_per_block = kWarps / split * rows_per_warp;
+    const dim3 grid((a.nrows + rows_per_block - 1) / rows_per_block, 1, 1);
+    const dim3 block(WARP_SIZE, kWarps, 1);
+    gemv_kquant_kernel<T, ncols, rows_per_warp, split, gated><<<grid, block, 0, stream>>>(
+        a.w, a.w_gate, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
+}
+
+template <typename T, int ncols, bool gated>
+void launch_shape(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
+    if (s.rows_per_warp == 2) {
+        if (s.split == 4) return launch<T, ncols, 2, 4, gated>(a, stream);
+        if (s.split == 2) return launch<T, ncols, 2, 2, gated>(a, stream);
+        return launch<T, ncols, 2, 1, gated>(a, stream);
+    }
+    if (s.split == 4) return launch<T, ncols, 1, 4, gated>(a, stream);
+    if (s.split == 2) return launch<T, ncols, 1, 2, gated>(a, stream);
+    return launch<T, ncols, 1, 1, gated>(a, stream);
+}
+
+// Gated products come from ggml's fused one-column call only.
+template <typename T>
+void launch_type(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
+    if (a.w_gate) return launch_shape<T, 1, true>(a, s, stream);
+    switch (a.ncols) {
+        case 1:
+            return launch_shape<T, 1, false>(a, s, stream);
+        case 2:
+            return launch_shape<T, 2, false>(a, s, stream);
+        case 3:
+            return launch_shape<T, 3, false>(a, s, stream);
+        case 4:
+            return launch_shape<T, 4, false>(a, s, stream);
+        case 5:
+            return launch_shape<T, 5, false>(a, s, stream);
+        case 6:
+            return launch_shape<T, 6, false>(a, s, stream);
+        case 7:
+            return launch_shape<T, 7, false>(a, s, stream);
+        default:
+            return launch_shape<T, 8, false>(a, s, stream);
+    }
+}
+
+// Activations: int8 per value and a float scale per 32 (the q8_1 rule), column j at
+// qs + j * k_pad and d + j * k_pad / 32; values past k are zero.
+static __global__ void quantize_act_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
+                                           float * __restrict__ d, const int k, const int k_pad,
+                                           const int64_t stride_col_x) {
+    const int j = blockIdx.y;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const float v = i < k ? x[j * stride_col_x + i] : 0.0f;
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+    const float dd = amax / 127.0f;
+    qs[(int64_t)j * k_pad + i] = (int8_t)(amax == 0.0f ? 0 : (int)roundf(v / dd));
+    if (threadIdx.x % 32 == 0) d[(int64_t)j * (k_pad / 32) + i / 32] = dd;
+}
+
+}  // namespace gemv

@@ -1,0 +1,46 @@
+// ggml_ext's small-batch k-quant GEMV (gemv_kquant.cu): Q4_K and Q6_K weights times 1..8 columns,
+// taking ggml's mul_mat_vec_q calls for the engine's tagged weight matmuls (patches/0005), fused
+// forms included (residual add, SwiGLU gate), and the column-invariant matmul of those types
+// (mul_mat_invariant.cu). Untagged products (upstream's graphs) keep ggml's kernels.
+#pragma once
+
+#include "ggml-cuda/common.cuh"
+
+constexpr int kGemvMaxColumns = 8;
+
+struct GemvArgs {
+    const char * w;       // rows of row_bytes each
+    const char * w_gate;  // SwiGLU gate weights (same type and strides) or null
+    const int8_t * yq;    // quantized activations (ggml_ext_gemv_quantize)
+    const float * yd;
+    const float * bias;  // added to each output before the gate, same strides as dst, or null
+    float * dst;
+    int nrows, k, k_pad, ncols, stride_col_dst;
+    int64_t row_bytes;
+};
+
+// How a matrix is laid out over the warps: split warps per row (K shared), rows per warp.
+// Depends on the matrix only (never on the column count): a column's arithmetic depends on split.
+struct GemvShape {
+    int split = 1, rows_per_warp = 1;
+};
+GemvShape ggml_ext_gemv_shape(ggml_type type, int k);
+void ggml_ext_gemv_launch_q4_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
+void ggml_ext_gemv_launch_q6_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
+
+// Whether the kernel takes weight w times ncols columns (type, shape, alignment, enabled).
+bool ggml_ext_gemv_supports(const ggml_tensor * w, int64_t ncols);
+// x: ncols columns of k floats, stride_col_x apart -> qs (ncols x k_pad int8) and d (ncols x
+// k_pad / 32), k_pad = k rounded up to 256.
+void ggml_ext_gemv_quantize(const float * x, int64_t k, int64_t ncols, int64_t stride_col_x, int8_t * qs, float * d,
+                            cudaStream_t stream);
+void ggml_ext_gemv_launch(ggml_type type, const GemvArgs & args, cudaStream_t stream);
+
+// ggml's mul_mat_vec_q entry (patches/0005): true when ggml_ext computed dst.
+bool ggml_ext_cuda_mul_mat_vec_q(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
+                                 const ggml_tensor * ids, ggml_tensor * dst,
+                                 const ggml_cuda_mm_fusion_args_host * fusion);
+// dst = src0 x src1 for any number of columns, in chunks of kGemvMaxColumns: each column gets
+// the arithmetic of a one-column product. False when the kernel does not take src0.
+bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
+                                ggml_tensor * dst);

@@ -1,0 +1,109 @@
+"""ggml_ext's small-batch GEMV for Q4_K / Q6_K weights and 1..8 columns (kernels/gemv_kquant.cu,
+patches/0005): on CUDA it takes ggml's mul_mat_vec_q calls, fused forms included. Oracles: ggml's
+own kernel (the GEMV switched off, same 8-bit activations: float summation order only, 1e-4 of
+the largest output) and the dequantized weights in numpy (8-bit activation error, 2e-2). Its
+per-column arithmetic must not depend on the column count (bit-equal columns)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from test_mul_mat_invariant import _weights
+
+from dflash import _core
+
+GPU = _core.gpu_backend_available()
+REQUIRE_GPU = os.environ.get("DFLASH_REQUIRE_CUDA") == "1"
+needs_gpu = pytest.mark.skipif(
+    not GPU and not REQUIRE_GPU, reason="no GPU backend in this build (run on the GPU machine)"
+)
+TYPES = ("q4_K", "q6_K")
+
+
+@pytest.fixture
+def gemv_restored() -> Iterator[None]:
+    was = _core.gemv_enabled()
+    yield
+    _core.set_gemv_enabled(was)
+
+
+def _ggml_and_ours(fn):  # type: ignore[no-untyped-def]
+    _core.set_gemv_enabled(False)
+    ref = fn()
+    _core.set_gemv_enabled(True)
+    return ref, fn()
+
+
+def _order_close(got: np.ndarray, ref: np.ndarray, what: str) -> None:
+    scale = max(1.0, float(np.abs(ref).max()))
+    assert np.abs(got - ref).max() <= 1e-4 * scale, what
+
+
+def test_switch_is_harmless_on_the_cpu(gemv_restored: None) -> None:
+    w, dense = _weights("q4_K", 64, 512)
+    x = np.random.default_rng(1).standard_normal((3, 512)).astype(np.float32)
+    ref, got = _ggml_and_ours(lambda: _core.op_mul_mat(w, "q4_K", 64, x, tiles=True))
+    np.testing.assert_array_equal(got, ref)
+    assert _core.gemv_enabled() == GPU  # the switch only exists with CUDA
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", TYPES)
+@pytest.mark.parametrize(("rows", "k"), [(300, 1024), (1000, 2048), (9000, 512)])
+def test_cuda_gemv_equals_ggml_and_numpy(name: str, rows: int, k: int, gemv_restored: None) -> None:
+    """300 and 1000 rows take one row per warp, 9000 two (tail rows included)."""
+    w, dense = _weights(name, rows, k, seed=7)
+    rng = np.random.default_rng(8)
+    for n in (1, 2, 3, 8):
+        x = rng.standard_normal((n, k)).astype(np.float32)
+        ref, got = _ggml_and_ours(lambda x=x: _core.op_mul_mat(w, name, rows, x, tiles=True, gpu=True))
+        _order_close(got, ref, f"{name} {rows}x{k}, {n} columns")
+        want = x.astype(np.float64) @ dense.T.astype(np.float64)
+        assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", TYPES)
+def test_cuda_gemv_columns_do_not_depend_on_the_count(name: str, gemv_restored: None) -> None:
+    rows, k = 700, 1536
+    w, _ = _weights(name, rows, k, seed=9)
+    x = np.random.default_rng(10).standard_normal((8, k)).astype(np.float32)
+    _core.set_gemv_enabled(True)
+    many = _core.op_mul_mat(w, name, rows, x, tiles=True, gpu=True)
+    for j in (0, 3, 7):
+        one = _core.op_mul_mat(w, name, rows, x[j : j + 1], tiles=True, gpu=True)[0]
+        np.testing.assert_array_equal(many[j], one, err_msg=f"{name}: column {j} of 8")
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", TYPES)
+@pytest.mark.parametrize("n", [1, 4])
+def test_cuda_gemv_fused_forms(name: str, n: int, gemv_restored: None) -> None:
+    """swiglu(gate x, up x) and w x + residual: one column is ggml-cuda's fused mul_mat_vec_q
+    call, which the GEMV takes with its gate and bias; four columns go unfused."""
+    rows, k = 1000, 1024
+    up, dense_up = _weights(name, rows, k, seed=11)
+    gate, dense_gate = _weights(name, rows, k, seed=12)
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+
+    def ffn() -> np.ndarray:
+        return _core.op_mul_mat_fused(up, name, rows, x, gate=gate, gpu=True)
+
+    def residual() -> np.ndarray:
+        return _core.op_mul_mat_fused(up, name, rows, x, residual=res, gpu=True)
+
+    ref, got = _ggml_and_ours(ffn)
+    _order_close(got, ref, f"{name} swiglu, {n} columns")
+    xd = x.astype(np.float64)
+    g, u = xd @ dense_gate.T.astype(np.float64), xd @ dense_up.T.astype(np.float64)
+    want = g / (1.0 + np.exp(-g)) * u
+    assert np.abs(got - want).max() <= 3e-2 * np.abs(want).max()
+    ref, got = _ggml_and_ours(residual)
+    _order_close(got, ref, f"{name} residual, {n} columns")
+    want = u + res
+    assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()

@@ -1,0 +1,344 @@
+// ggml_ext's k-quant GEMV (ggml_ext/kernels/gemv_kquant_impl.cuh) on its own, without building
+// ggml: correctness against a host reference of the formats (ggml's dequantize_row_q4_K / _q6_K
+// formulas, activations quantized by the q8_1 rule) for every layout, and bandwidth per layout
+// and column count on the 27B's shapes. For tuning on the GPU machine when a whole build does not
+// fit the device time. Build: see tools/device/gemv_standalone.sh. Output: one JSON object per
+// line on stdout; "check" lines carry max |gpu - ref| / max |ref|.
+#include "gemv_kquant_impl.cuh"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                                             \
+    do {                                                                                                  \
+        cudaError_t e_ = (x);                                                                             \
+        if (e_ != cudaSuccess) {                                                                          \
+            std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+            std::exit(1);                                                                                 \
+        }                                                                                                 \
+    } while (0)
+
+namespace {
+
+float half_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+uint16_t float_to_half(float f) { return __half_as_ushort(__float2half(f)); }
+
+// Random valid blocks: any bit pattern is a valid quant; the fp16 scales are kept small.
+std::vector<uint8_t> random_rows(bool q4k, int rows, int k, std::mt19937 & gen) {
+    const int bs = q4k ? 144 : 210, nb = k / 256;
+    std::vector<uint8_t> w((size_t)rows * nb * bs);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(0.002f, 0.02f);
+    for (auto & b : w) b = (uint8_t)byte(gen);
+    for (size_t blk = 0; blk < (size_t)rows * nb; ++blk) {
+        uint8_t * p = w.data() + blk * bs;
+        if (q4k) {
+            const uint16_t d = float_to_half(scale(gen)), dmin = float_to_half(scale(gen));
+            std::memcpy(p, &d, 2);
+            std::memcpy(p + 2, &dmin, 2);
+        } else {
+            const uint16_t d = float_to_half(0.1f * scale(gen));
+            std::memcpy(p + 208, &d, 2);
+        }
+    }
+    return w;
+}
+
+void scale_min_k4(int j, const uint8_t * q, int & d, int & m) {
+    if (j < 4) {
+        d = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+    }
+}
+
+void dequant_row(bool q4k, const uint8_t * row, int k, float * y) {
+    for (int kb = 0; kb < k / 256; ++kb) {
+        float * o = y + kb * 256;
+        if (q4k) {
+            const uint8_t * b = row + kb * 144;
+            uint16_t hd, hm;
+            std::memcpy(&hd, b, 2);
+            std::memcpy(&hm, b + 2, 2);
+            const float d = half_to_float(hd), dmin = half_to_float(hm);
+            const uint8_t * q = b + 16;
+            for (int c = 0; c < 4; ++c) {
+                int sc, m;
+                scale_min_k4(2 * c, b + 4, sc, m);
+                for (int l = 0; l < 32; ++l) o[64 * c + l] = d * sc * (q[32 * c + l] & 0xF) - dmin * m;
+                scale_min_k4(2 * c + 1, b + 4, sc, m);
+                for (int l = 0; l < 32; ++l) o[64 * c + 32 + l] = d * sc * (q[32 * c + l] >> 4) - dmin * m;
+            }
+        } else {
+            const uint8_t * b = row + kb * 210;
+            uint16_t hd;
+            std::memcpy(&hd, b + 208, 2);
+            const float d = half_to_float(hd);
+            for (int n = 0; n < 2; ++n) {
+                const uint8_t * ql = b + 64 * n;
+                const uint8_t * qh = b + 128 + 32 * n;
+                const int8_t * sc = (const int8_t *)(b + 192 + 8 * n);
+                for (int l = 0; l < 32; ++l) {
+                    const int is = l / 16;
+                    const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    o[128 * n + l] = d * sc[is + 0] * q1;
+                    o[128 * n + l + 32] = d * sc[is + 2] * q2;
+                    o[128 * n + l + 64] = d * sc[is + 4] * q3;
+                    o[128 * n + l + 96] = d * sc[is + 6] * q4;
+                }
+            }
+        }
+    }
+}
+
+// The activations as the kernel sees them: int8 per value, d = max|x| / 127 per 32.
+std::vector<double> quantized(const std::vector<float> & x) {
+    std::vector<double> q(x.size());
+    for (size_t g = 0; g < x.size(); g += 32) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[g + i]));
+        const float d = amax / 127.0f;
+        for (int i = 0; i < 32; ++i) q[g + i] = amax == 0.0f ? 0.0 : (double)std::roundf(x[g + i] / d) * d;
+    }
+    return q;
+}
+
+struct Dev {
+    char * w = nullptr;
+    char * w_gate = nullptr;
+    float * x = nullptr;
+    int8_t * yq = nullptr;
+    float * yd = nullptr;
+    float * bias = nullptr;
+    float * dst = nullptr;
+};
+
+template <typename T>
+void launch(const GemvArgs & a, const GemvShape & s) {
+    gemv::launch_type<T>(a, s, 0);
+}
+
+void run(bool q4k, const GemvArgs & a, const GemvShape & s) { q4k ? launch<gemv::Q4K>(a, s) : launch<gemv::Q6K>(a, s); }
+
+GemvArgs args_for(const Dev & d, int rows, int k, int ncols, bool gated, bool bias, int64_t row_bytes) {
+    GemvArgs a{};
+    a.w = d.w;
+    a.w_gate = gated ? d.w_gate : nullptr;
+    a.yq = d.yq;
+    a.yd = d.yd;
+    a.bias = bias ? d.bias : nullptr;
+    a.dst = d.dst;
+    a.nrows = rows;
+    a.k = k;
+    a.k_pad = k;
+    a.ncols = ncols;
+    a.stride_col_dst = rows;
+    a.row_bytes = row_bytes;
+    return a;
+}
+
+// One shape: every layout x column count, gated and bias forms for one column; max relative error.
+void check(bool q4k, int rows, int k, std::mt19937 & gen) {
+    const int bs = q4k ? 144 : 210;
+    const int64_t row_bytes = (int64_t)(k / 256) * bs;
+    const auto w = random_rows(q4k, rows, k, gen), wg = random_rows(q4k, rows, k, gen);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int ncols_max = kGemvMaxColumns;
+    std::vector<float> x((size_t)ncols_max * k), bias((size_t)ncols_max * rows);
+    for (auto & v : x) v = normal(gen);
+    for (auto & v : bias) v = normal(gen);
+    // host reference
+    std::vector<float> wf((size_t)rows * k), wgf((size_t)rows * k);
+    for (int r = 0; r < rows; ++r) {
+        dequant_row(q4k, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
+        dequant_row(q4k, wg.data() + r * row_bytes, k, wgf.data() + (size_t)r * k);
+    }
+    std::vector<double> ref((size_t)ncols_max * rows), ref_gate((size_t)ncols_max * rows);
+    for (int j = 0; j < ncols_max; ++j) {
+        const std::vector<float> xj(x.begin() + (size_t)j * k, x.begin() + (size_t)(j + 1) * k);
+        const auto q = quantized(xj);
+        for (int r = 0; r < rows; ++r) {
+            double s = 0, sg = 0;
+            for (int i = 0; i < k; ++i) {
+                s += (double)wf[(size_t)r * k + i] * q[i];
+                sg += (double)wgf[(size_t)r * k + i] * q[i];
+            }
+            ref[(size_t)j * rows + r] = s;
+            ref_gate[(size_t)j * rows + r] = sg;
+        }
+    }
+    Dev d;
+    CK(cudaMalloc(&d.w, w.size()));
+    CK(cudaMalloc(&d.w_gate, wg.size()));
+    CK(cudaMalloc(&d.x, x.size() * 4));
+    CK(cudaMalloc(&d.yq, x.size()));
+    CK(cudaMalloc(&d.yd, x.size() / 32 * 4));
+    CK(cudaMalloc(&d.bias, bias.size() * 4));
+    CK(cudaMalloc(&d.dst, bias.size() * 4));
+    CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d.w_gate, wg.data(), wg.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d.bias, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+    gemv::quantize_act_kernel<<<dim3(k / 256, ncols_max, 1), 256>>>(d.x, d.yq, d.yd, k, k, k);
+    CK(cudaGetLastError());
+    double ref_max = 0;
+    for (double v : ref) ref_max = std::fmax(ref_max, std::fabs(v));
+    std::vector<float> got(bias.size()), one(rows);
+    for (int split : {1, 2, 4}) {
+        for (int rpw : {1, 2}) {
+            const GemvShape s{split, rpw};
+            // all columns, against the reference; then column j alone must give the same bits
+            double err = 0;
+            bool invariant = true;
+            for (int n : {1, 3, 8}) {
+                CK(cudaMemset(d.dst, 0, bias.size() * 4));
+                run(q4k, args_for(d, rows, k, n, false, false, row_bytes), s);
+                CK(cudaMemcpy(got.data(), d.dst, (size_t)n * rows * 4, cudaMemcpyDeviceToHost));
+                for (size_t i = 0; i < (size_t)n * rows; ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
+                if (n == 8) {
+                    std::vector<float> all(got.begin(), got.begin() + (size_t)8 * rows);
+                    for (int j : {0, 5, 7}) {
+                        GemvArgs a = args_for(d, rows, k, 1, false, false, row_bytes);
+                        a.yq = d.yq + (size_t)j * k;
+                        a.yd = d.yd + (size_t)j * k / 32;
+                        run(q4k, a, s);
+                        CK(cudaMemcpy(one.data(), d.dst, rows * 4, cudaMemcpyDeviceToHost));
+                        invariant = invariant && std::memcmp(one.data(), all.data() + (size_t)j * rows, rows * 4) == 0;
+                    }
+                }
+            }
+            // fused forms, one column: (up + bias) * silu(gate), and up + bias
+            double err_fused = 0;
+            for (int form = 0; form < 2; ++form) {
+                const bool gated = form == 0;
+                run(q4k, args_for(d, rows, k, 1, gated, true, row_bytes), s);
+                CK(cudaMemcpy(got.data(), d.dst, rows * 4, cudaMemcpyDeviceToHost));
+                for (int r = 0; r < rows; ++r) {
+                    double want = ref[r] + bias[r];
+                    if (gated) want *= ref_gate[r] / (1.0 + std::exp(-ref_gate[r]));
+                    err_fused = std::fmax(err_fused, std::fabs(got[r] - want) / (1.0 + std::fabs(want)));
+                }
+            }
+            std::printf(
+                "{\"check\": \"%s\", \"rows\": %d, \"k\": %d, \"split\": %d, \"rows_per_warp\": %d, "
+                "\"rel_err\": %.3g, \"fused_err\": %.3g, \"columns_bit_equal\": %s, \"ok\": %s}\n",
+                q4k ? "q4_K" : "q6_K", rows, k, split, rpw, err / ref_max, err_fused, invariant ? "true" : "false",
+                err / ref_max <= 1e-4 && err_fused <= 1e-3 && invariant ? "true" : "false");
+        }
+    }
+    cudaFree(d.w);
+    cudaFree(d.w_gate);
+    cudaFree(d.x);
+    cudaFree(d.yq);
+    cudaFree(d.yd);
+    cudaFree(d.bias);
+    cudaFree(d.dst);
+}
+
+// Bandwidth: enough copies of the weights to exceed the L2 several times; products back to back.
+void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
+    const int bs = q4k ? 144 : 210;
+    const int64_t row_bytes = (int64_t)(k / 256) * bs;
+    const size_t bytes = (size_t)rows * row_bytes;
+    const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
+    const auto w = random_rows(q4k, rows, std::min(k, 256 * 4), gen);  // a pattern, repeated
+    char * dw = nullptr;
+    CK(cudaMalloc(&dw, bytes * copies));
+    for (size_t off = 0; off < bytes * copies; off += w.size()) {
+        CK(cudaMemcpy(dw + off, w.data(), std::min(w.size(), bytes * copies - off), cudaMemcpyHostToDevice));
+    }
+    Dev d;
+    CK(cudaMalloc(&d.yq, (size_t)8 * k));
+    CK(cudaMalloc(&d.yd, (size_t)8 * k / 32 * 4));
+    CK(cudaMalloc(&d.dst, (size_t)8 * rows * 4));
+    CK(cudaMalloc(&d.x, (size_t)8 * k * 4));
+    CK(cudaMemset(d.x, 0, (size_t)8 * k * 4));
+    gemv::quantize_act_kernel<<<dim3(k / 256, 8, 1), 256>>>(d.x, d.yq, d.yd, k, k, k);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int split : {1, 2, 4}) {
+        for (int rpw : {1, 2}) {
+            for (int n : {1, 2, 4, 8}) {
+                const GemvShape s{split, rpw};
+                GemvArgs a = args_for(d, rows, k, n, false, false, row_bytes);
+                const int reps = 5;
+                for (int c = 0; c < copies; ++c) {  // warm-up
+                    a.w = dw + bytes * c;
+                    run(q4k, a, s);
+                }
+                CK(cudaEventRecord(e0));
+                for (int i = 0; i < reps; ++i) {
+                    for (int c = 0; c < copies; ++c) {
+                        a.w = dw + bytes * c;
+                        run(q4k, a, s);
+                    }
+                }
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                float ms = 0;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                const double us = 1000.0 * ms / (reps * copies);
+                std::printf(
+                    "{\"bench\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"split\": %d, "
+                    "\"rows_per_warp\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
+                    name, q4k ? "q4_K" : "q6_K", rows, k, n, split, rpw, us, bytes / us / 1e3);
+            }
+        }
+    }
+    // the activation quantization, one column
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < 100; ++i) gemv::quantize_act_kernel<<<dim3(k / 256, 1, 1), 256>>>(d.x, d.yq, d.yd, k, k, k);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    std::printf("{\"bench\": \"quantize\", \"k\": %d, \"us\": %.2f}\n", k, 10.0 * ms);
+    cudaFree(dw);
+    cudaFree(d.yq);
+    cudaFree(d.yd);
+    cudaFree(d.dst);
+    cudaFree(d.x);
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    const std::string what = argc > 1 ? argv[1] : "all";
+    std::mt19937 gen(1);
+    if (what == "all" || what == "check" || what == "q6") {
+        for (bool q4k : {true, false}) {
+            check(q4k, 300, 1024, gen);   // 4 super-blocks: short rows, most groups idle
+            check(q4k, 517, 6144, gen);   // 24: odd row count, split 2 by default
+            check(q4k, 130, 17408, gen);  // 68: split 4 by default
+        }
+    }
+    if (what == "q6") {  // the Q6_K shapes alone
+        bench("ffn_down", false, 5120, 17408, gen);
+        bench("gdn_qkv", false, 10240, 5120, gen);
+        bench("output", false, 248320, 5120, gen);
+    }
+    if (what == "all" || what == "bench") {
+        bench("ffn_up", true, 17408, 5120, gen);
+        bench("ffn_down", false, 5120, 17408, gen);
+        bench("ffn_down", true, 5120, 17408, gen);
+        bench("attn_q", true, 12288, 5120, gen);
+        bench("gdn_qkv", true, 10240, 5120, gen);
+        bench("gdn_qkv", false, 10240, 5120, gen);
+        bench("attn_gate", true, 6144, 5120, gen);
+        bench("ssm_out", true, 5120, 6144, gen);
+        bench("attn_k", true, 1024, 5120, gen);
+        bench("output", false, 248320, 5120, gen);
+    }
+    return 0;
+}

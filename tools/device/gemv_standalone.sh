@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# GPU: ggml_ext's k-quant GEMV on its own (tools/device/gemv_standalone.cu): the binary carried
+# as .carry/gemv_standalone (built here with nvcc -O3 -arch=sm_90), or built there from the
+# carried upstream headers when it does not start. JSON lines in $OUT/gemv-standalone.jsonl.
+cd "$(dirname "$0")/../.." || exit 1
+mkdir -p "$OUT"
+BIN=.carry/gemv_standalone
+if ! "$BIN" none > /dev/null 2>&1; then
+  mkdir -p /tmp/up && tar xzf .carry/upstream.tar.gz -C /tmp/up
+  T=/tmp/up/ggml
+  nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/gemv_standalone tools/device/gemv_standalone.cu -I$T/src -I$T/include \
+    -I$T/src/ggml-cuda -Iggml_ext/include -Iggml_ext/kernels -DGGML_USE_CUDA 2>&1 | grep -E "error" | head
+  BIN=/tmp/gemv_standalone
+fi
+timeout 150 "$BIN" "${1:-all}" > "$OUT/gemv-standalone.jsonl" 2>&1
+echo "rc=$?"
+grep check "$OUT/gemv-standalone.jsonl"
+python3 - "$OUT/gemv-standalone.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+best = {}
+for r in rows:
+    if "bench" in r and "n" in r:
+        key = (r["bench"], r["type"], r["n"])
+        print(f'{r["bench"]:>9} {r["type"]} n={r["n"]} split={r["split"]} rows={r["rows_per_warp"]} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
+    elif "bench" in r:
+        print(r)
+PY
