@@ -107,3 +107,33 @@ def test_cuda_gemv_fused_forms(name: str, n: int, gemv_restored: None) -> None:
     _order_close(got, ref, f"{name} residual, {n} columns")
     want = u + res
     assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
+
+
+@pytest.fixture
+def mma_restored() -> Iterator[None]:
+    was = _core.mma_enabled()
+    yield
+    _core.set_mma_enabled(was)
+
+
+def test_mma_switch_is_off_by_default() -> None:
+    """ggml_ext's tensor-core GEMM is experimental: nothing takes it unless asked."""
+    assert not _core.mma_enabled() or os.environ.get("DFLASH_MMA") == "1"
+
+
+@needs_gpu
+@pytest.mark.parametrize("n", [9, 16, 33, 64])
+def test_cuda_mma_gemm_equals_ggml_and_numpy(n: int, mma_restored: None) -> None:
+    """Q4_K x 9..64 columns through ggml_ext's tensor-core GEMM (activations quantized per 256,
+    the CPU backend's rule, where ggml's mmq quantizes per 32: 8-bit error apart, 3e-2)."""
+    rows, k = 1000, 2048
+    w, dense = _weights("q4_K", rows, k, seed=14)
+    x = np.random.default_rng(15).standard_normal((n, k)).astype(np.float32)
+    _core.set_mma_enabled(False)
+    ref = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
+    _core.set_mma_enabled(True)
+    got = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
+    want = x.astype(np.float64) @ dense.T.astype(np.float64)
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= 3e-2 * scale
+    assert np.abs(got - ref).max() <= 3e-2 * scale

@@ -295,6 +295,10 @@ PYBIND11_MODULE(_core, m) {
           "ggml_ext's Q4_K / Q6_K GEMV for 1..8 columns on CUDA (on by default; DFLASH_GEMV=0 starts it off); "
           "off: ggml's mul_mat_vec_q");
     m.def("gemv_enabled", &ggml_ext::gemv_enabled);
+    m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
+          "experimental: ggml_ext's tensor-core GEMM for Q4_K x 9..64 columns on CUDA instead of ggml's mmq "
+          "(off by default; DFLASH_MMA=1 starts it on)");
+    m.def("mma_enabled", &ggml_ext::mma_enabled);
 
     m.def(
         "build_tree",

@@ -44,3 +44,8 @@ bool ggml_ext_cuda_mul_mat_vec_q(ggml_backend_cuda_context & ctx, const ggml_ten
 // the arithmetic of a one-column product. False when the kernel does not take src0.
 bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                                 ggml_tensor * dst);
+
+// ggml_ext's tensor-core GEMM for Q4_K x 9..64 columns (gemm_q4_k_mma.cu; experimental, off unless
+// DFLASH_MMA=1 or ggml_ext::set_mma_enabled). False when it does not take the product.
+bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
+                            ggml_tensor * dst);

@@ -17,6 +17,8 @@ ggml_tensor * mul_mat_tiles(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x
 #ifndef DFLASH_HAS_CUDA
 void set_gemv_enabled(bool) {}
 bool gemv_enabled() { return false; }
+void set_mma_enabled(bool) {}
+bool mma_enabled() { return false; }
 #endif
 
 }  // namespace ggml_ext

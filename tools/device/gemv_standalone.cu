@@ -4,6 +4,7 @@
 // and column count on the 27B's shapes. For tuning on the GPU machine when a whole build does not
 // fit the device time. Build: see tools/device/gemv_standalone.sh. Output: one JSON object per
 // line on stdout; "check" lines carry max |gpu - ref| / max |ref|.
+#include "gemm_kquant_mma_impl.cuh"
 #include "gemv_kquant_impl.cuh"
 
 #include <cmath>
@@ -311,6 +312,140 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
     cudaFree(d.x);
 }
 
+// The activations as the tensor-core kernel sees them: int8, d = max|x| / 127 per 256.
+std::vector<double> quantized_256(const std::vector<float> & x) {
+    std::vector<double> q(x.size());
+    for (size_t g = 0; g < x.size(); g += 256) {
+        float amax = 0.0f;
+        for (int i = 0; i < 256; ++i) amax = std::fmax(amax, std::fabs(x[g + i]));
+        const float d = amax / 127.0f;
+        for (int i = 0; i < 256; ++i) q[g + i] = amax == 0.0f ? 0.0 : (double)std::roundf(x[g + i] / d) * d;
+    }
+    return q;
+}
+
+struct MmaBuffers {
+    int8_t * yq = nullptr;
+    float * yd = nullptr;
+    int * ysum = nullptr;
+    float * x = nullptr;
+    float * dst = nullptr;
+    void alloc(int k, int ncols, int rows) {
+        const int np = gemm_kq::padded_columns(ncols);
+        CK(cudaMalloc(&yq, (size_t)np * k));
+        CK(cudaMalloc(&yd, (size_t)np * k / 256 * 4));
+        CK(cudaMalloc(&ysum, (size_t)np * k / 32 * 4));
+        CK(cudaMalloc(&x, (size_t)ncols * k * 4));
+        CK(cudaMalloc(&dst, (size_t)ncols * rows * 4));
+    }
+    void quantize(int k, int ncols) {
+        const int np = gemm_kq::padded_columns(ncols);
+        gemm_kq::quantize_act_k_kernel<<<dim3(k / 256, np, 1), 256>>>(x, yq, yd, ysum, k, k, ncols, k);
+        CK(cudaGetLastError());
+    }
+    void free_all() {
+        cudaFree(yq);
+        cudaFree(yd);
+        cudaFree(ysum);
+        cudaFree(x);
+        cudaFree(dst);
+    }
+};
+
+void run_mma(bool paired, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
+    if (paired) {
+        gemm_kq::launch_q4_k<true>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, 0);
+    } else {
+        gemm_kq::launch_q4_k<false>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, 0);
+    }
+    CK(cudaGetLastError());
+}
+
+// The Q4_K tensor-core GEMM against the host reference (activations per 256), both A-fragment
+// register orders: the hardware's is the one that matches.
+void check_mma(int rows, int k, std::mt19937 & gen) {
+    const int64_t row_bytes = (int64_t)(k / 256) * 144;
+    const auto w = random_rows(true, rows, k, gen);
+    std::vector<float> wf((size_t)rows * k);
+    for (int r = 0; r < rows; ++r) dequant_row(true, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    char * dw = nullptr;
+    CK(cudaMalloc(&dw, w.size()));
+    CK(cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice));
+    for (int ncols : {9, 16, 23, 32, 64}) {
+        std::vector<float> x((size_t)ncols * k);
+        for (auto & v : x) v = normal(gen);
+        std::vector<double> ref((size_t)ncols * rows);
+        double ref_max = 0;
+        for (int j = 0; j < ncols; ++j) {
+            const auto q =
+                quantized_256(std::vector<float>(x.begin() + (size_t)j * k, x.begin() + (size_t)(j + 1) * k));
+            for (int r = 0; r < rows; ++r) {
+                double s = 0;
+                for (int i = 0; i < k; ++i) s += (double)wf[(size_t)r * k + i] * q[i];
+                ref[(size_t)j * rows + r] = s;
+                ref_max = std::fmax(ref_max, std::fabs(s));
+            }
+        }
+        MmaBuffers b;
+        b.alloc(k, ncols, rows);
+        CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        b.quantize(k, ncols);
+        for (bool paired : {false, true}) {
+            std::vector<float> got((size_t)ncols * rows);
+            CK(cudaMemset(b.dst, 0, got.size() * 4));
+            run_mma(paired, dw, b, rows, k, row_bytes, ncols);
+            CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
+            double err = 0;
+            for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
+            std::printf(
+                "{\"check_mma\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"a_rows_paired\": %s, "
+                "\"rel_err\": %.3g, \"ok\": %s}\n",
+                rows, k, ncols, paired ? "true" : "false", err / ref_max, err / ref_max <= 1e-4 ? "true" : "false");
+        }
+        b.free_all();
+    }
+    cudaFree(dw);
+}
+
+void bench_mma(const char * name, int rows, int k, bool paired, std::mt19937 & gen) {
+    const int64_t row_bytes = (int64_t)(k / 256) * 144;
+    const size_t bytes = (size_t)rows * row_bytes;
+    const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
+    const auto w = random_rows(true, rows, std::min(k, 256 * 4), gen);
+    char * dw = nullptr;
+    CK(cudaMalloc(&dw, bytes * copies));
+    for (size_t off = 0; off < bytes * copies; off += w.size()) {
+        CK(cudaMemcpy(dw + off, w.data(), std::min(w.size(), bytes * copies - off), cudaMemcpyHostToDevice));
+    }
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int ncols : {16, 32, 64}) {
+        MmaBuffers b;
+        b.alloc(k, ncols, rows);
+        CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
+        b.quantize(k, ncols);
+        const int reps = 5;
+        for (int c = 0; c < copies; ++c) run_mma(paired, dw + bytes * c, b, rows, k, row_bytes, ncols);
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < reps; ++i) {
+            for (int c = 0; c < copies; ++c) run_mma(paired, dw + bytes * c, b, rows, k, row_bytes, ncols);
+        }
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        const double us = 1000.0 * ms / (reps * copies);
+        std::printf(
+            "{\"bench_mma\": \"%s\", \"type\": \"q4_K\", \"rows\": %d, \"k\": %d, \"n\": %d, \"us\": %.2f, "
+            "\"GBps\": %.0f}\n",
+            name, rows, k, ncols, us, bytes / us / 1e3);
+        b.free_all();
+    }
+    cudaFree(dw);
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -321,6 +456,17 @@ int main(int argc, char ** argv) {
             check(q4k, 300, 1024, gen);   // 4 super-blocks: short rows, most groups idle
             check(q4k, 517, 6144, gen);   // 24: odd row count, split 2 by default
             check(q4k, 130, 17408, gen);  // 68: split 4 by default
+        }
+    }
+    if (what == "mma") {  // the Q4_K tensor-core GEMM: both A orders checked, then the right one timed
+        check_mma(48, 1024, gen);
+        check_mma(130, 5120, gen);
+        for (bool paired : {false, true}) {
+            bench_mma("ffn_up", 17408, 5120, paired, gen);
+            bench_mma("ffn_down", 5120, 17408, paired, gen);
+            bench_mma("attn_q", 12288, 5120, paired, gen);
+            bench_mma("gdn_qkv", 10240, 5120, paired, gen);
+            bench_mma("ssm_out", 5120, 6144, paired, gen);
         }
     }
     if (what == "q6") {  // the Q6_K shapes alone

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU: ggml_ext's k-quant GEMV on its own (tools/device/gemv_standalone.cu): the binary carried
+# GPU: ggml_ext's k-quant GEMV and its tensor-core GEMM on their own (tools/device/gemv_standalone.cu;
+# argument: all, check, bench, q6 or mma): the binary carried
 # as .carry/gemv_standalone (built here with nvcc -O3 -arch=sm_90), or built there from the
 # carried upstream headers when it does not start. JSON lines in $OUT/gemv-standalone.jsonl.
 cd "$(dirname "$0")/../.." || exit 1
@@ -23,6 +24,8 @@ for r in rows:
     if "bench" in r and "n" in r:
         key = (r["bench"], r["type"], r["n"])
         print(f'{r["bench"]:>9} {r["type"]} n={r["n"]} split={r["split"]} rows={r["rows_per_warp"]} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
+    elif "bench_mma" in r:
+        print(f'{r["bench_mma"]:>9} q4_K mma n={r["n"]} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
     elif "bench" in r:
         print(r)
 PY

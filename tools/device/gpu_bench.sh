@@ -6,9 +6,9 @@
 # verifies, the DDTree step cost per budget (issue 4) and the kernels per step (issue 7, PyTorch's
 # profiler around our engine) for the 27B and the tiny pair; `gpu_bench.sh c` runs where the tiny
 # pair's step time goes (CUDA graphs on/off) and the packaged pair's preset (AR / chain / upstream
-# / DDTree sweep; issue 5). JSON and logs land in $OUT. Carry: .carry/upstream.tar.gz and
-# .carry/whl. PAIR=/tmp/pair/export benches a pair that gpu_train_and_test.sh trained instead of
-# the packaged one.
+# / DDTree sweep; issue 5). JSON and logs land in $OUT. Carry: .carry/upstream.tar.gz,
+# .carry/whl and .carry/gemv_standalone (tools/device/gemv_standalone.sh; built there when absent).
+# PAIR=/tmp/pair/export benches a pair that gpu_train_and_test.sh trained instead of the packaged one.
 stage=${1:-a}
 source "$(dirname "$0")/stage_common.sh"
 
@@ -28,6 +28,13 @@ if [ "$stage" = a ]; then
   done
   timeout "$(left)" python3 -m dflash.bench --matmul -o "$OUT/h200-matmul.json" > "$OUT/matmul.log" 2>&1
   echo "[gpu] matmul bench rc=$? at $(($(date +%s) - t0)) s"; cat "$OUT/matmul.log"
+  # the experimental tensor-core GEMM (Q4_K, 9..64 columns): alone against a host reference
+  # (both A-fragment orders), then in the engine's matmul next to ggml's mmq
+  bash tools/device/gemv_standalone.sh mma 2>&1 | tail -n 40
+  DFLASH_MMA=1 timeout 60 python3 -m dflash.bench --matmul --columns 16,32,64 --reps 10 \
+    --shapes ffn_up:17408:5120:q4_K,ffn_down4:5120:17408:q4_K,attn_q:12288:5120:q4_K,gdn_qkv:10240:5120:q4_K \
+    -o "$OUT/h200-matmul-mma.json" > "$OUT/matmul-mma.log" 2>&1
+  echo "[gpu] matmul (DFLASH_MMA=1) rc=$?"; cat "$OUT/matmul-mma.log"
   # the GEMV's layout choices forced, for tuning (split warps per row, rows per warp)
   for e in DFLASH_GEMV_SPLIT=1 DFLASH_GEMV_SPLIT=4 DFLASH_GEMV_ROWS=1 DFLASH_GEMV_ROWS=2; do
     env $e timeout 60 python3 -m dflash.bench --matmul --columns 1,2,8 --reps 10 \
