@@ -14,26 +14,13 @@
 #pragma once
 
 #include "ggml-cuda/common.cuh"
+#include "stream_loads.cuh"
 
 namespace gemm_kq {
 
 constexpr int kWarps = 4;
 constexpr int kRows = 16;  // rows per block (one m16 tile)
 constexpr int kQk = 256;
-
-__device__ __forceinline__ uint4 ld_stream_16(const void * p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint2 ld_stream_8(const void * p) {
-    uint2 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-    return v;
-}
 
 // c += a (16 x 32, int8) * b (32 x 8, int8), int32 accumulators.
 __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
@@ -76,12 +63,12 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
 
     float acc[ncol_tiles][4] = {};
     for (int kb = warp; kb < nblocks; kb += kWarps) {
-        const uint4 h0 = ld_stream_16(w0 + (int64_t)kb * 144), h1 = ld_stream_16(w1 + (int64_t)kb * 144);
+        const uint4 h0 = load_stream_16(w0 + (int64_t)kb * 144), h1 = load_stream_16(w1 + (int64_t)kb * 144);
         uint2 q0[4], q1[4];
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-            q0[c] = ld_stream_8(w0 + (int64_t)kb * 144 + 16 + 32 * c + 8 * t);
-            q1[c] = ld_stream_8(w1 + (int64_t)kb * 144 + 16 + 32 * c + 8 * t);
+            q0[c] = load_stream_8(w0 + (int64_t)kb * 144 + 16 + 32 * c + 8 * t);
+            q1[c] = load_stream_8(w1 + (int64_t)kb * 144 + 16 + 32 * c + 8 * t);
         }
         int sc0[8], mn0[8], sc1[8], mn1[8];
 #pragma unroll

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ggml_ext_gemv_cuda.cuh"
+#include "stream_loads.cuh"
 
 #include "ggml-cuda/unary.cuh"
 
@@ -12,27 +13,6 @@ constexpr int kWarps = 4;
 constexpr int kGroups = 4;  // super-blocks of a row taken by one warp at a time
 constexpr int kUnroll = 2;  // super-blocks of each row loaded before computing
 constexpr int kQk = 256;    // values per super-block (QK_K)
-
-// Weight loads bypass L1 (they are read once) so that the activations stay there.
-__device__ __forceinline__ uint4 load_stream_16(const void * p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint32_t load_stream_4(const void * p) {
-    uint32_t v;
-    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint32_t load_stream_2(const void * p) {
-    unsigned short v;
-    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
 
 // 8 bytes at a 2-byte aligned address, as two words (little endian), from aligned 4-byte loads
 // (the third only when the address is not 4-aligned: nothing past the 8 bytes' last word is read).

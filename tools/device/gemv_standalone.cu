@@ -102,16 +102,28 @@ void dequant_row(bool q4k, const uint8_t * row, int k, float * y) {
     }
 }
 
-// The activations as the kernel sees them: int8 per value, d = max|x| / 127 per 32.
-std::vector<double> quantized(const std::vector<float> & x) {
+// The activations as the kernels see them: int8 per value, d = max|x| / 127 per `group` values
+// (32 for the GEMV, 256 for the tensor-core GEMM).
+std::vector<double> quantized(const std::vector<float> & x, int group = 32) {
     std::vector<double> q(x.size());
-    for (size_t g = 0; g < x.size(); g += 32) {
+    for (size_t g = 0; g < x.size(); g += group) {
         float amax = 0.0f;
-        for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[g + i]));
+        for (int i = 0; i < group; ++i) amax = std::fmax(amax, std::fabs(x[g + i]));
         const float d = amax / 127.0f;
-        for (int i = 0; i < 32; ++i) q[g + i] = amax == 0.0f ? 0.0 : (double)std::roundf(x[g + i] / d) * d;
+        for (int i = 0; i < group; ++i) q[g + i] = amax == 0.0f ? 0.0 : (double)std::roundf(x[g + i] / d) * d;
     }
     return q;
+}
+
+// `copies` x `bytes` of weights on the device (more than the L2 together), from one random pattern.
+char * weight_copies(bool q4k, int rows, int k, size_t bytes, int copies, std::mt19937 & gen) {
+    const auto w = random_rows(q4k, rows, std::min(k, 256 * 4), gen);  // a pattern, repeated
+    char * dw = nullptr;
+    CK(cudaMalloc(&dw, bytes * copies));
+    for (size_t off = 0; off < bytes * copies; off += w.size()) {
+        CK(cudaMemcpy(dw + off, w.data(), std::min(w.size(), bytes * copies - off), cudaMemcpyHostToDevice));
+    }
+    return dw;
 }
 
 struct Dev {
@@ -252,12 +264,7 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
     const int64_t row_bytes = (int64_t)(k / 256) * bs;
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
-    const auto w = random_rows(q4k, rows, std::min(k, 256 * 4), gen);  // a pattern, repeated
-    char * dw = nullptr;
-    CK(cudaMalloc(&dw, bytes * copies));
-    for (size_t off = 0; off < bytes * copies; off += w.size()) {
-        CK(cudaMemcpy(dw + off, w.data(), std::min(w.size(), bytes * copies - off), cudaMemcpyHostToDevice));
-    }
+    char * dw = weight_copies(q4k, rows, k, bytes, copies, gen);
     Dev d;
     CK(cudaMalloc(&d.yq, (size_t)8 * k));
     CK(cudaMalloc(&d.yd, (size_t)8 * k / 32 * 4));
@@ -310,18 +317,6 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
     cudaFree(d.yd);
     cudaFree(d.dst);
     cudaFree(d.x);
-}
-
-// The activations as the tensor-core kernel sees them: int8, d = max|x| / 127 per 256.
-std::vector<double> quantized_256(const std::vector<float> & x) {
-    std::vector<double> q(x.size());
-    for (size_t g = 0; g < x.size(); g += 256) {
-        float amax = 0.0f;
-        for (int i = 0; i < 256; ++i) amax = std::fmax(amax, std::fabs(x[g + i]));
-        const float d = amax / 127.0f;
-        for (int i = 0; i < 256; ++i) q[g + i] = amax == 0.0f ? 0.0 : (double)std::roundf(x[g + i] / d) * d;
-    }
-    return q;
 }
 
 struct MmaBuffers {
@@ -379,7 +374,7 @@ void check_mma(int rows, int k, std::mt19937 & gen) {
         double ref_max = 0;
         for (int j = 0; j < ncols; ++j) {
             const auto q =
-                quantized_256(std::vector<float>(x.begin() + (size_t)j * k, x.begin() + (size_t)(j + 1) * k));
+                quantized(std::vector<float>(x.begin() + (size_t)j * k, x.begin() + (size_t)(j + 1) * k), 256);
             for (int r = 0; r < rows; ++r) {
                 double s = 0;
                 for (int i = 0; i < k; ++i) s += (double)wf[(size_t)r * k + i] * q[i];
@@ -412,12 +407,7 @@ void bench_mma(const char * name, int rows, int k, bool paired, std::mt19937 & g
     const int64_t row_bytes = (int64_t)(k / 256) * 144;
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
-    const auto w = random_rows(true, rows, std::min(k, 256 * 4), gen);
-    char * dw = nullptr;
-    CK(cudaMalloc(&dw, bytes * copies));
-    for (size_t off = 0; off < bytes * copies; off += w.size()) {
-        CK(cudaMemcpy(dw + off, w.data(), std::min(w.size(), bytes * copies - off), cudaMemcpyHostToDevice));
-    }
+    char * dw = weight_copies(true, rows, k, bytes, copies, gen);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
