@@ -336,6 +336,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("n_logits_batch", &EngineConfig::n_logits_batch)
         .def_readwrite("n_verify_max", &EngineConfig::n_verify_max)
         .def_readwrite("invariant_matmul", &EngineConfig::invariant_matmul)
+        .def_readwrite("stack_projections", &EngineConfig::stack_projections)
         .def_readwrite("cache_commit_graphs", &EngineConfig::cache_commit_graphs);
 
     py::class_<GenerateStats>(m, "GenerateStats")
@@ -380,6 +381,7 @@ PYBIND11_MODULE(_core, m) {
                                                           py::arg("ops") = g.ops);
                                    }
                                    d["commit_graphs_cached"] = e.commit_graphs_cached();
+                                   d["stacked_projections"] = e.stacked_projections();
                                    return d;
                                })
         .def("eval_logits",

@@ -66,12 +66,34 @@ struct Builder {
         return out;
     }
 
+    // The layer's input projections of x (Qwen35Layer::input_projections order). One token: the
+    // stacked ones as a single product, each projection a slice of its rows.
+    std::vector<ggml_tensor *> project(const Qwen35Layer & L, ggml_tensor * x) {
+        const auto ws = L.input_projections();
+        std::vector<ggml_tensor *> out(ws.size(), nullptr);
+        if (n == 1 && spec.stack_projections) {
+            for (const auto & s : L.stacked) {
+                ggml_tensor * y = mm(ctx, s.w, x);
+                size_t off = 0;
+                for (int i = s.first; i < s.first + s.count; ++i) {
+                    out[i] = ggml_view_2d(ctx, y, ws[i]->ne[1], 1, y->nb[1], off);
+                    off += ggml_row_size(y->type, ws[i]->ne[1]);
+                }
+            }
+        }
+        for (size_t i = 0; i < ws.size(); ++i) {
+            if (!out[i]) out[i] = mm(ctx, ws[i], x);
+        }
+        return out;
+    }
+
     ggml_tensor * attention(int il, ggml_tensor * x) {
         const auto & L = model.layers[il];
         const int64_t hd = hp.head_dim;
-        ggml_tensor * qg = mm(ctx, L.wq, x);  // [2*hd*n_head, n]: per head Q then gate
-        ggml_tensor * k = mm(ctx, L.wk, x);
-        ggml_tensor * v = mm(ctx, L.wv, x);
+        const auto p = project(L, x);
+        ggml_tensor * qg = p[0];  // [2*hd*n_head, n]: per head Q then gate
+        ggml_tensor * k = p[1];
+        ggml_tensor * v = p[2];
         const size_t es = ggml_element_size(qg);
         ggml_tensor * q = ggml_view_3d(ctx, qg, hd, hp.n_head, n, es * hd * 2, es * hd * 2 * hp.n_head, 0);
         q = norm(q, L.q_norm);
@@ -127,10 +149,11 @@ struct Builder {
         const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
         const bool tree = g.tree != nullptr, defer = tree || spec.defer_recurrent;
 
-        ggml_tensor * qkv = mm(ctx, L.wqkv, x);  // [C, n]
-        ggml_tensor * z = mm(ctx, L.wgate, x);   // [S*Hv, n]
-        ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, mm(ctx, L.w_beta, x), 1, Hv, n, 1));
-        ggml_tensor * alpha = ggml_reshape_3d(ctx, mm(ctx, L.w_alpha, x), Hv, n, 1);
+        const auto p = project(L, x);
+        ggml_tensor * qkv = p[0];  // [C, n]
+        ggml_tensor * z = p[1];    // [S*Hv, n]
+        ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, p[2], 1, Hv, n, 1));
+        ggml_tensor * alpha = ggml_reshape_3d(ctx, p[3], Hv, n, 1);
         ggml_tensor * gate = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.dt_bias)), L.ssm_a);
         gate = ggml_reshape_4d(ctx, gate, 1, Hv, n, 1);
 

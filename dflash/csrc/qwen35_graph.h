@@ -28,6 +28,9 @@ struct ForwardSpec {
     // Weight matmuls through ggml_ext::mul_mat_invariant (CUDA: a verify's tokens get a
     // one-token decode's matmul arithmetic; elsewhere the same as ggml_mul_mat).
     bool invariant_matmul = false;
+    // One-token forwards: each layer's stacked input projections (Qwen35Layer::stacked) as one
+    // product, sliced per projection; same rows, same per-row arithmetic, fewer launches.
+    bool stack_projections = true;
 };
 
 struct ForwardGraph {

@@ -122,13 +122,14 @@ Qwen35Model::Qwen35Model(const GgufFile & f) {
             L.q_norm = take(f, bn("attn_q_norm.weight"), {hd});
             L.k_norm = take(f, bn("attn_k_norm.weight"), {hd});
         } else {
+            // the four input projections first and adjacent: they can be stacked (load())
             L.wqkv = take(f, bn("attn_qkv.weight"), {E, key_dim * 2 + value_dim});
             L.wgate = take(f, bn("attn_gate.weight"), {E, value_dim});
+            L.w_beta = take(f, bn("ssm_beta.weight"), {E, hp.ssm_n_v_heads});
+            L.w_alpha = take(f, bn("ssm_alpha.weight"), {E, hp.ssm_n_v_heads});
             L.conv1d = take(f, bn("ssm_conv1d.weight"), {hp.ssm_d_conv, key_dim * 2 + value_dim});
             L.dt_bias = take(f, bn("ssm_dt.bias"), {hp.ssm_n_v_heads});
             L.ssm_a = take(f, bn("ssm_a"), {hp.ssm_n_v_heads});
-            L.w_beta = take(f, bn("ssm_beta.weight"), {E, hp.ssm_n_v_heads});
-            L.w_alpha = take(f, bn("ssm_alpha.weight"), {E, hp.ssm_n_v_heads});
             L.ssm_norm = take(f, bn("ssm_norm.weight"), {hp.ssm_d_state});
             L.ssm_out = take(f, bn("ssm_out.weight"), {value_dim, E});
         }
@@ -171,7 +172,36 @@ void Qwen35Model::assign_buffers(const Backends & b) {
 
 size_t Qwen35Model::weight_bytes() const { return weights_.bytes(); }
 
-void Qwen35Model::load(const GgufFile & f, const ProgressFn & progress) { weights_.load(f, progress, "weights"); }
+void Qwen35Model::load(const GgufFile & f, const ProgressFn & progress) {
+    weights_.load(f, progress, "weights");
+    // Longest runs of alike, adjacent input projections (e.g. a Q6_K qkv before Q4_K z, beta,
+    // alpha stacks the last three).
+    for (size_t il = 0; il < layers.size(); ++il) {
+        auto & L = layers[il];
+        const auto parts = L.input_projections();
+        for (size_t a = 0; a < parts.size();) {
+            size_t b = parts.size();
+            ggml_tensor * w = nullptr;
+            for (; b > a + 1 && !w; --b) {
+                w = weights_.stacked(std::vector<ggml_tensor *>(parts.begin() + a, parts.begin() + b),
+                                     "blk." + std::to_string(il) + ".stacked_in." + std::to_string(a));
+                if (w) break;
+            }
+            if (w) {
+                L.stacked.push_back({(int)a, (int)(b - a), w});
+                a = b;
+            } else {
+                ++a;
+            }
+        }
+    }
+}
+
+int Qwen35Model::n_stacked() const {
+    int n = 0;
+    for (const auto & L : layers) n += (int)L.stacked.size();
+    return n;
+}
 
 Qwen35Model::~Qwen35Model() = default;
 

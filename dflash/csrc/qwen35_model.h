@@ -46,6 +46,14 @@ struct Qwen35Hparams {
     int64_t n_recurrent_layers() const { return n_layer - n_attn_layers(); }
 };
 
+// Input projections of one layer stacked into a single weight (WeightStore::stacked): parts
+// [first, first + count) of the layer's projection list (attention: q, k, v; Gated DeltaNet:
+// qkv, z, beta, alpha), whose rows follow one another in `w`.
+struct StackedProjection {
+    int first = 0, count = 0;
+    ggml_tensor * w = nullptr;
+};
+
 struct Qwen35Layer {
     ggml_tensor * attn_norm = nullptr;
     ggml_tensor * attn_post_norm = nullptr;
@@ -70,6 +78,13 @@ struct Qwen35Layer {
     ggml_tensor * ffn_gate = nullptr;
     ggml_tensor * ffn_up = nullptr;
     ggml_tensor * ffn_down = nullptr;
+    // the input projections (input_projections()) stacked where their weights allow it
+    std::vector<StackedProjection> stacked;
+
+    // The weights that read the layer's normed input, in the order the loader places them.
+    std::vector<ggml_tensor *> input_projections() const {
+        return wqkv ? std::vector<ggml_tensor *>{wqkv, wgate, w_beta, w_alpha} : std::vector<ggml_tensor *>{wq, wk, wv};
+    }
 };
 
 class Qwen35Model {
@@ -85,8 +100,11 @@ class Qwen35Model {
     void assign_buffers(const Backends & backends);
     // Bytes the weights will take (for the memory plan); after assign_buffers.
     size_t weight_bytes() const;
-    // Allocates the weights and reads them from the file.
+    // Allocates the weights and reads them from the file, then stacks each layer's input
+    // projections where they are adjacent and alike (Qwen35Layer::stacked).
     void load(const GgufFile & file, const ProgressFn & progress);
+    // Stacked input-projection weights (a count for tests and benches).
+    int n_stacked() const;
 
     Qwen35Hparams hp;
     ggml_tensor * tok_embd = nullptr;

@@ -333,6 +333,7 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
     spec.capture_layers = capture_layers;
     spec.features = features_;
     spec.invariant_matmul = cfg_.invariant_matmul;
+    spec.stack_projections = cfg_.stack_projections;
     spec.defer_recurrent = defer;
     spec.tree_parents = tree_parents;
 
@@ -475,5 +476,7 @@ void TargetEngine::commit_scheduled(bool tree, int a, const std::function<void(c
     }
     ggml_free(ctx);
 }
+
+int TargetEngine::stacked_projections() const { return cfg_.stack_projections ? model_->n_stacked() : 0; }
 
 }  // namespace dflash

@@ -36,6 +36,9 @@ struct EngineConfig {
     // Commits through graphs built once per shape and kept (commit_graphs.h); off: a graph built
     // and scheduled per step (the fallback where the main backend lacks a commit op; benches).
     bool cache_commit_graphs = true;
+    // One-token forwards compute each layer's adjacent, alike input projections as one product
+    // (Qwen35Layer::stacked); off: one product per weight (for comparisons).
+    bool stack_projections = true;
 };
 
 struct ForwardResult {
@@ -76,6 +79,8 @@ class TargetEngine {
     GraphShape commit_graph_shape() const { return last_commit_; }
     // Commit graphs built and kept so far (0 when commits are scheduled per step instead).
     int commit_graphs_cached() const { return commits_ ? (int)commits_->n_cached() : 0; }
+    // Stacked input-projection weights in the model (used by one-token forwards when enabled).
+    int stacked_projections() const;
     const std::string & model_name() const { return model_->name; }
     int n_past() const { return cache_->n_past; }
     // The loaded weights and the device, for engines that share them (the drafter).

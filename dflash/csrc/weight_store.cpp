@@ -42,6 +42,7 @@ void WeightStore::assign_buffers(const Backends & b,
     // Probe: would the device run this weight's matmul (one activation column) from that type?
     ggml_init_params ip = {ggml_tensor_overhead() * 8, nullptr, true};
     ggml_context * probe = ggml_init(ip);
+    default_buft_ = b.main_buft;
     buft_of_.assign(tensors_.size(), b.main_buft);
     for (size_t i = 0; i < tensors_.size(); ++i) {
         ggml_tensor * w = tensors_[i].first;
@@ -121,6 +122,27 @@ void WeightStore::load(const GgufFile & f, const ProgressFn & progress, const st
         done += nbytes;
         if (progress) progress(done, total);
     }
+}
+
+ggml_tensor * WeightStore::stacked(const std::vector<ggml_tensor *> & parts, const std::string & name) {
+    if (parts.size() < 2 || !ctx_ || tensors_.size() >= 8192) return nullptr;
+    const ggml_tensor * first = parts[0];
+    int64_t rows = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+        const ggml_tensor * t = parts[i];
+        if (!t || !t->buffer || t->view_src || ggml_n_dims(t) != 2 || t->type != first->type ||
+            t->ne[0] != first->ne[0] || t->nb[1] != first->nb[1] || t->buffer != first->buffer ||
+            ggml_backend_buffer_get_type(t->buffer) != default_buft_ ||
+            (i > 0 && (const char *)t->data != (const char *)parts[i - 1]->data + ggml_nbytes(parts[i - 1]))) {
+            return nullptr;
+        }
+        rows += t->ne[1];
+    }
+    ggml_tensor * w = ggml_new_tensor_2d(ctx_, first->type, first->ne[0], rows);
+    w->buffer = first->buffer;
+    w->data = first->data;
+    ggml_set_name(w, name.c_str());
+    return w;
 }
 
 }  // namespace dflash

@@ -37,11 +37,17 @@ class WeightStore {
     size_t bytes() const;
     std::vector<std::string> names() const;
     void load(const GgufFile & file, const ProgressFn & progress, const std::string & what);
+    // After load: one weight whose rows are those of `parts` in order, when they lie back to
+    // back in one buffer of the device's default type (no repacked layout) with the same type,
+    // row length and row stride (the loader places weights in the order they were added); else
+    // null. It shares their memory: a matmul with it computes theirs in one product.
+    ggml_tensor * stacked(const std::vector<ggml_tensor *> & parts, const std::string & name);
 
   private:
     ggml_context * ctx_ = nullptr;
     std::vector<std::pair<ggml_tensor *, std::string>> tensors_;  // ours -> name in the file
     std::vector<ggml_backend_buffer_type_t> buft_of_;
+    ggml_backend_buffer_type_t default_buft_ = nullptr;
     std::vector<ggml_backend_buffer_t> bufs_;
 };
 

@@ -17,7 +17,7 @@ if [ "$stage" = a ]; then
   # TF32 off: see tests/gpu_policy.py
   NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout "$(($(left) - 60))" python3 -m pytest -q -s \
     -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py \
-    tests/test_top_k_rows.py tests/test_gemv_kquant.py tests/test_oracle_upstream.py \
+    tests/test_top_k_rows.py tests/test_gemv_kquant.py tests/test_stacked_projections.py tests/test_oracle_upstream.py \
     tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py tests/test_ddtree.py \
     tests/test_dflash_reference.py::test_device_feature_rows_match_host_rows > "$OUT/cuda-tests.log" 2>&1
   echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
