@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# GPU benches in three back-to-back calls (the machine stays warm 30 s after a call, keeping the
+# GPU benches in back-to-back calls (the machine stays warm 30 s after a call, keeping the
 # build and /tmp): `gpu_bench.sh a` builds, writes the 27B-shaped pair in the background, runs
-# the CUDA test suite and the matmul bench; `gpu_bench.sh b` runs the 27B chain vs upstream
+# the CUDA test suite, the oracle diagnosis and the tensor-core GEMM's standalone check;
+# `gpu_bench.sh m` the matmul benches; `gpu_bench.sh b` runs the 27B chain vs upstream
 # draft-dflash at the same synthetic acceptance (issue 3), the 27B chain with decode-identical
 # verifies, the DDTree step cost per budget (issue 4) and the kernels per step (issue 7, PyTorch's
 # profiler around our engine) for the 27B and the tiny pair; `gpu_bench.sh c` runs where the tiny
@@ -26,22 +27,27 @@ if [ "$stage" = a ]; then
   for e in "" DFLASH_MMQ_FIXUP_ITERS=0 DFLASH_GEMV=0; do
     echo "[gpu] diag_oracle $e"; env $e timeout 60 python3 tools/device/diag_oracle.py tiny-c q4_K 2>&1 | tail -n 8
   done
+  # the experimental tensor-core GEMM (Q4_K, 9..64 columns) alone against a host reference
+  # (both A-fragment orders) and timed
+  bash tools/device/gemv_standalone.sh mma 2>&1 | tail -n 40
+  exit 0
+fi
+
+# Matmul benches (`gpu_bench.sh m`, after a): ggml's kernels, the engine's, the invariant
+# matmul; the experimental tensor-core GEMM; then the 27B's AR and chain with it on. (The GEMV's
+# layouts: DFLASH_GEMV_SPLIT / DFLASH_GEMV_ROWS, or tools/device/gemv_standalone.sh bench.)
+if [ "$stage" = m ]; then
   timeout "$(left)" python3 -m dflash.bench --matmul -o "$OUT/h200-matmul.json" > "$OUT/matmul.log" 2>&1
   echo "[gpu] matmul bench rc=$? at $(($(date +%s) - t0)) s"; cat "$OUT/matmul.log"
-  # the experimental tensor-core GEMM (Q4_K, 9..64 columns): alone against a host reference
-  # (both A-fragment orders), then in the engine's matmul next to ggml's mmq
-  bash tools/device/gemv_standalone.sh mma 2>&1 | tail -n 40
+  # the experimental tensor-core GEMM in the engine's matmul, next to ggml's mmq
   DFLASH_MMA=1 timeout 60 python3 -m dflash.bench --matmul --columns 16,32,64 --reps 10 \
     --shapes ffn_up:17408:5120:q4_K,ffn_down4:5120:17408:q4_K,attn_q:12288:5120:q4_K,gdn_qkv:10240:5120:q4_K \
     -o "$OUT/h200-matmul-mma.json" > "$OUT/matmul-mma.log" 2>&1
   echo "[gpu] matmul (DFLASH_MMA=1) rc=$?"; cat "$OUT/matmul-mma.log"
-  # the GEMV's layout choices forced, for tuning (split warps per row, rows per warp)
-  for e in DFLASH_GEMV_SPLIT=1 DFLASH_GEMV_SPLIT=4 DFLASH_GEMV_ROWS=1 DFLASH_GEMV_ROWS=2; do
-    env $e timeout 60 python3 -m dflash.bench --matmul --columns 1,2,8 --reps 10 \
-      --shapes ffn_up:17408:5120:q4_K,ffn_down:5120:17408:q6_K,ffn_down4:5120:17408:q4_K,attn_gate:6144:5120:q4_K,ssm_out:5120:6144:q4_K \
-      -o "$OUT/h200-matmul-$e.json" > "$OUT/matmul-$e.log" 2>&1
-    echo "[gpu] matmul $e rc=$?"; cat "$OUT/matmul-$e.log"
-  done
+  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 200 ]; do sleep 2; done
+  DFLASH_MMA=1 timeout 120 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 \
+    -n 128 -r 3 --no-upstream --synthetic-accept 10 -o "$OUT/h200-27b-chain-mma.json" > "$OUT/chain-mma.log" 2>&1
+  echo "[gpu] 27B chain (DFLASH_MMA=1) rc=$?"; tail -n 4 "$OUT/chain-mma.log"
   exit 0
 fi
 
@@ -76,7 +82,7 @@ if [ "$stage" = b ]; then
   timeout 100 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf --label 27b-q4km \
     --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
   echo "[gpu] 27B kernel profile rc=$?"; cat "$OUT/kernels-27b.log"
-  for inv in "" --invariant-matmul; do
+  for inv in ""; do  # --invariant-matmul too when there is time
     timeout 50 python3 tools/device/kernel_profile.py -m "$PAIR/target-q8_0.gguf" --draft "$PAIR/drafter-q8_0.gguf" \
       --label pair$inv $inv -o "$OUT/h200-pair-kernels$inv.json" > "$OUT/kernels-pair$inv.log" 2>&1
     echo "[gpu] pair kernel profile $inv rc=$?"; cat "$OUT/kernels-pair$inv.log"
