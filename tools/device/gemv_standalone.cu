@@ -443,6 +443,8 @@ int main(int argc, char ** argv) {
     std::mt19937 gen(1);
     if (what == "all" || what == "check" || what == "q6") {
         for (bool q4k : {true, false}) {
+            check(q4k, 70, 256, gen);     // 1 super-block (tiny-c's hidden size)
+            check(q4k, 90, 512, gen);     // 2 (tiny-c's FFN size)
             check(q4k, 300, 1024, gen);   // 4 super-blocks: short rows, most groups idle
             check(q4k, 517, 6144, gen);   // 24: odd row count, split 2 by default
             check(q4k, 130, 17408, gen);  // 68: split 4 by default
