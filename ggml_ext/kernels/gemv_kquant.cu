@@ -14,10 +14,10 @@
 //
 // One column's arithmetic does not depend on how many columns the call has, nor on how many rows
 // a warp takes (the same per-lane sums in the same order, the same butterfly, the same split,
-// which depends on K only), and every float
-// operation is spelled with a rounding intrinsic so the compiler cannot contract it differently per
-// instantiation: a verify of N tokens through this kernel gives each token the bits of a one-token
-// decode (the invariant matmul uses it, ggml_ext/BATCH_INVARIANCE.md).
+// which depends on the type and K only), and every float operation is spelled with a rounding
+// intrinsic so the compiler cannot contract it differently per instantiation: a verify of N
+// tokens through this kernel gives each token the bits of a one-token decode (the invariant
+// matmul uses it, ggml_ext/BATCH_INVARIANCE.md).
 #include "ggml_ext_gemv_cuda.cuh"
 #include "gemv_kquant_impl.cuh"
 #include "ggml_ext_matmul.h"
