@@ -7,7 +7,7 @@
 // when K is long; its 32 lanes split into 4 groups of 8, group g taking the row's 256-value
 // super-blocks g, g+4, ... (of its share); inside a super-block, lane m takes 32 of its values
 // (Q4_K: the m-th 16-byte slice of the nibbles; Q6_K: 8 values of each 32-value quarter of one
-// half). Weights come in 16-byte (Q4_K) or 4-byte funnel-shifted (Q6_K) loads, kUnroll super-blocks
+// half). Weights come in 16-byte (Q4_K) or 4-byte funnel-shifted (Q6_K) loads, 2 (or 4) super-blocks
 // of every row in flight before any arithmetic. Activations are quantized to int8 per 32 values
 // (ggml's q8_1 rule, d = max|x| / 127), stored as a plain int8 row plus a float scale per 32 so
 // that a lane reads its 16 or 8 values with one aligned load; products go through dp4a.
@@ -60,9 +60,11 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k) {
     // layout of the 27B's shapes): Q4_K is best unsplit, with two rows per warp for long rows
     // (K >= 6144: ffn_down 2.7 TB/s, ssm_out); Q6_K, whose decode is instruction-bound, best with
     // two warps and two rows each everywhere (ffn_down, the GDN qkv, the output). The split depends
-    // on the type and K only, never on the column count. DFLASH_GEMV_SPLIT (1, 2, 4) and
-    // DFLASH_GEMV_ROWS (1, 2) force the choices, for benches.
+    // on the type and K only, never on the column count. DFLASH_GEMV_SPLIT (1, 2, 4),
+    // DFLASH_GEMV_ROWS (1, 2) and DFLASH_GEMV_UNROLL (2, 4: one column) force the choices, for
+    // benches.
     static const int forced_split = env_int("DFLASH_GEMV_SPLIT"), forced_rows = env_int("DFLASH_GEMV_ROWS");
+    static const int forced_unroll = env_int("DFLASH_GEMV_UNROLL");
     GemvShape s;
     if (type == GGML_TYPE_Q6_K) {
         s.split = 2;
@@ -73,6 +75,7 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k) {
     }
     if (forced_split == 1 || forced_split == 2 || forced_split == 4) s.split = forced_split;
     if (forced_rows == 1 || forced_rows == 2) s.rows_per_warp = forced_rows;
+    if (forced_unroll == 2 || forced_unroll == 4) s.unroll = forced_unroll;
     return s;
 }
 

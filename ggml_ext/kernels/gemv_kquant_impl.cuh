@@ -11,7 +11,6 @@ namespace gemv {
 
 constexpr int kWarps = 4;
 constexpr int kGroups = 4;  // super-blocks of a row taken by one warp at a time
-constexpr int kUnroll = 2;  // super-blocks of each row loaded before computing
 constexpr int kQk = 256;    // values per super-block (QK_K)
 
 // 8 bytes at a 2-byte aligned address, as two words (little endian), from aligned 4-byte loads
@@ -167,7 +166,7 @@ struct Q6K {
 // split * kGroups-th) and add their sums in shared memory in part order. split depends on K only
 // and rows_per_warp does not touch a row's arithmetic, so a column's result is the same for any
 // column count.
-template <typename T, int ncols, int rows_per_warp, int split, bool gated>
+template <typename T, int ncols, int rows_per_warp, int split, bool gated, int unroll>
 __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     gemv_kquant_kernel(const char * __restrict__ w, const char * __restrict__ w_gate, const int8_t * __restrict__ yq,
                        const float * __restrict__ yd, const float * __restrict__ bias, float * __restrict__ dst,
@@ -193,11 +192,11 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     constexpr int kStep = split * kGroups;
     float acc[ncols][rows_per_warp] = {};
     float acc_gate[ncols][rows_per_warp] = {};
-    for (int kb0 = part * kGroups + g; kb0 < nblocks; kb0 += kStep * kUnroll) {
-        typename T::Raw raw[kUnroll][rows_per_warp];
-        typename T::Raw raw_gate[kUnroll][rows_per_warp];
+    for (int kb0 = part * kGroups + g; kb0 < nblocks; kb0 += kStep * unroll) {
+        typename T::Raw raw[unroll][rows_per_warp];
+        typename T::Raw raw_gate[unroll][rows_per_warp];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < unroll; ++u) {
             const int kb = kb0 + u * kStep;
             if (kb < nblocks) {
 #pragma unroll
@@ -208,7 +207,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
             }
         }
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < unroll; ++u) {
             const int kb = kb0 + u * kStep;
             if (kb >= nblocks) break;
 #pragma unroll
@@ -277,25 +276,33 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     }
 }
 
-template <typename T, int ncols, int rows_per_warp, int split, bool gated>
+template <typename T, int ncols, int rows_per_warp, int split, bool gated, int unroll>
 void launch(const GemvArgs & a, cudaStream_t stream) {
     constexpr int rows_per_block = kWarps / split * rows_per_warp;
     const dim3 grid((a.nrows + rows_per_block - 1) / rows_per_block, 1, 1);
     const dim3 block(WARP_SIZE, kWarps, 1);
-    gemv_kquant_kernel<T, ncols, rows_per_warp, split, gated><<<grid, block, 0, stream>>>(
+    gemv_kquant_kernel<T, ncols, rows_per_warp, split, gated, unroll><<<grid, block, 0, stream>>>(
         a.w, a.w_gate, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
 }
 
+template <typename T, int ncols, bool gated, int unroll>
+void launch_layout(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
+    if (s.rows_per_warp == 2) {
+        if (s.split == 4) return launch<T, ncols, 2, 4, gated, unroll>(a, stream);
+        if (s.split == 2) return launch<T, ncols, 2, 2, gated, unroll>(a, stream);
+        return launch<T, ncols, 2, 1, gated, unroll>(a, stream);
+    }
+    if (s.split == 4) return launch<T, ncols, 1, 4, gated, unroll>(a, stream);
+    if (s.split == 2) return launch<T, ncols, 1, 2, gated, unroll>(a, stream);
+    return launch<T, ncols, 1, 1, gated, unroll>(a, stream);
+}
+
+// Super-blocks in flight per row: 2, or 4 for one column (the decode step, to be measured:
+// GemvShape::unroll). The order of a lane's sums is the same either way.
 template <typename T, int ncols, bool gated>
 void launch_shape(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
-    if (s.rows_per_warp == 2) {
-        if (s.split == 4) return launch<T, ncols, 2, 4, gated>(a, stream);
-        if (s.split == 2) return launch<T, ncols, 2, 2, gated>(a, stream);
-        return launch<T, ncols, 2, 1, gated>(a, stream);
-    }
-    if (s.split == 4) return launch<T, ncols, 1, 4, gated>(a, stream);
-    if (s.split == 2) return launch<T, ncols, 1, 2, gated>(a, stream);
-    return launch<T, ncols, 1, 1, gated>(a, stream);
+    if (ncols == 1 && s.unroll == 4) return launch_layout<T, ncols, gated, 4>(a, s, stream);
+    return launch_layout<T, ncols, gated, 2>(a, s, stream);
 }
 
 // Gated products come from ggml's fused one-column call only.

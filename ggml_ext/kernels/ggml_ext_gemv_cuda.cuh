@@ -23,6 +23,7 @@ struct GemvArgs {
 // Depends on the matrix only (never on the column count): a column's arithmetic depends on split.
 struct GemvShape {
     int split = 1, rows_per_warp = 1;
+    int unroll = 2;  // super-blocks of each row in flight (2, or 4 for one column)
 };
 GemvShape ggml_ext_gemv_shape(ggml_type type, int k);
 void ggml_ext_gemv_launch_q4_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);

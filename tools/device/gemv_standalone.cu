@@ -221,12 +221,15 @@ void check(bool q4k, int rows, int k, std::mt19937 & gen) {
                 if (n == 8) {
                     std::vector<float> all(got.begin(), got.begin() + (size_t)8 * rows);
                     for (int j : {0, 5, 7}) {
-                        GemvArgs a = args_for(d, rows, k, 1, false, false, row_bytes);
-                        a.yq = d.yq + (size_t)j * k;
-                        a.yd = d.yd + (size_t)j * k / 32;
-                        run(q4k, a, s);
-                        CK(cudaMemcpy(one.data(), d.dst, rows * 4, cudaMemcpyDeviceToHost));
-                        invariant = invariant && std::memcmp(one.data(), all.data() + (size_t)j * rows, rows * 4) == 0;
+                        for (int unroll : {2, 4}) {  // one column, either depth in flight: the same bits
+                            GemvArgs a = args_for(d, rows, k, 1, false, false, row_bytes);
+                            a.yq = d.yq + (size_t)j * k;
+                            a.yd = d.yd + (size_t)j * k / 32;
+                            run(q4k, a, GemvShape{split, rpw, unroll});
+                            CK(cudaMemcpy(one.data(), d.dst, rows * 4, cudaMemcpyDeviceToHost));
+                            invariant =
+                                invariant && std::memcmp(one.data(), all.data() + (size_t)j * rows, rows * 4) == 0;
+                        }
                     }
                 }
             }
@@ -277,8 +280,9 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
     CK(cudaEventCreate(&e1));
     for (int split : {1, 2, 4}) {
         for (int rpw : {1, 2}) {
-            for (int n : {1, 2, 4, 8}) {
-                const GemvShape s{split, rpw};
+            for (int nu : {1, 2, 4, 8, -1}) {  // -1: one column with 4 super-blocks in flight
+                const int n = nu < 0 ? 1 : nu, unroll = nu < 0 ? 4 : 2;
+                const GemvShape s{split, rpw, unroll};
                 GemvArgs a = args_for(d, rows, k, n, false, false, row_bytes);
                 const int reps = 5;
                 for (int c = 0; c < copies; ++c) {  // warm-up
@@ -299,8 +303,8 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
                 const double us = 1000.0 * ms / (reps * copies);
                 std::printf(
                     "{\"bench\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"split\": %d, "
-                    "\"rows_per_warp\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
-                    name, q4k ? "q4_K" : "q6_K", rows, k, n, split, rpw, us, bytes / us / 1e3);
+                    "\"rows_per_warp\": %d, \"unroll\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
+                    name, q4k ? "q4_K" : "q6_K", rows, k, n, split, rpw, unroll, us, bytes / us / 1e3);
             }
         }
     }
