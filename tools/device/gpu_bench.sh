@@ -30,6 +30,13 @@ if [ "$stage" = a ]; then
   # the experimental tensor-core GEMM (Q4_K, 9..64 columns) alone against a host reference
   # (both A-fragment orders) and timed
   bash tools/device/gemv_standalone.sh mma 2>&1 | tail -n 40
+  # the 27B's AR next to upstream libllama in the same process (ggml's own kernels), if time is left
+  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 130 ]; do sleep 2; done  # d27: q27 is complete
+  if [ -f /tmp/d27.gguf ] && [ "$(left)" -ge 130 ]; then
+    timeout "$(($(left) - 10))" python3 -m dflash.bench -m /tmp/q27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
+      -o "$OUT/h200-27b-ar.json" > "$OUT/ar.log" 2>&1
+    echo "[gpu] 27B AR vs upstream rc=$?"; tail -n 4 "$OUT/ar.log"
+  fi
   exit 0
 fi
 
