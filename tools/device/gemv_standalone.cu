@@ -126,6 +126,23 @@ char * weight_copies(bool q4k, int rows, int k, size_t bytes, int copies, std::m
     return dw;
 }
 
+// Microseconds per launch of `launches` back-to-back launches made by body(), CUDA events around.
+template <typename F>
+double time_us(int launches, F && body) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaEventRecord(e0));
+    body();
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return 1000.0 * ms / launches;
+}
+
 struct Dev {
     char * w = nullptr;
     char * w_gate = nullptr;
@@ -275,9 +292,6 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
     CK(cudaMalloc(&d.x, (size_t)8 * k * 4));
     CK(cudaMemset(d.x, 0, (size_t)8 * k * 4));
     gemv::quantize_act_kernel<<<dim3(k / 256, 8, 1), 256>>>(d.x, d.yq, d.yd, k, k, k);
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     for (int split : {1, 2, 4}) {
         for (int rpw : {1, 2}) {
             for (int nu : {1, 2, 4, 8, -1}) {  // -1: one column with 4 super-blocks in flight
@@ -289,18 +303,14 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
                     a.w = dw + bytes * c;
                     run(q4k, a, s);
                 }
-                CK(cudaEventRecord(e0));
-                for (int i = 0; i < reps; ++i) {
-                    for (int c = 0; c < copies; ++c) {
-                        a.w = dw + bytes * c;
-                        run(q4k, a, s);
+                const double us = time_us(reps * copies, [&] {
+                    for (int i = 0; i < reps; ++i) {
+                        for (int c = 0; c < copies; ++c) {
+                            a.w = dw + bytes * c;
+                            run(q4k, a, s);
+                        }
                     }
-                }
-                CK(cudaEventRecord(e1));
-                CK(cudaEventSynchronize(e1));
-                float ms = 0;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                const double us = 1000.0 * ms / (reps * copies);
+                });
                 std::printf(
                     "{\"bench\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"split\": %d, "
                     "\"rows_per_warp\": %d, \"unroll\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
@@ -309,13 +319,12 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
         }
     }
     // the activation quantization, one column
-    CK(cudaEventRecord(e0));
-    for (int i = 0; i < 100; ++i) gemv::quantize_act_kernel<<<dim3(k / 256, 1, 1), 256>>>(d.x, d.yq, d.yd, k, k, k);
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    std::printf("{\"bench\": \"quantize\", \"k\": %d, \"us\": %.2f}\n", k, 10.0 * ms);
+    const double us_quantize = time_us(100, [&] {
+        for (int i = 0; i < 100; ++i) {
+            gemv::quantize_act_kernel<<<dim3(k / 256, 1, 1), 256>>>(d.x, d.yq, d.yd, k, k, k);
+        }
+    });
+    std::printf("{\"bench\": \"quantize\", \"k\": %d, \"us\": %.2f}\n", k, us_quantize);
     cudaFree(dw);
     cudaFree(d.yq);
     cudaFree(d.yd);
@@ -412,9 +421,6 @@ void bench_mma(const char * name, int rows, int k, bool paired, std::mt19937 & g
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
     char * dw = weight_copies(true, rows, k, bytes, copies, gen);
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     for (int ncols : {16, 32, 64}) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
@@ -422,15 +428,11 @@ void bench_mma(const char * name, int rows, int k, bool paired, std::mt19937 & g
         b.quantize(k, ncols);
         const int reps = 5;
         for (int c = 0; c < copies; ++c) run_mma(paired, dw + bytes * c, b, rows, k, row_bytes, ncols);
-        CK(cudaEventRecord(e0));
-        for (int i = 0; i < reps; ++i) {
-            for (int c = 0; c < copies; ++c) run_mma(paired, dw + bytes * c, b, rows, k, row_bytes, ncols);
-        }
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        const double us = 1000.0 * ms / (reps * copies);
+        const double us = time_us(reps * copies, [&] {
+            for (int i = 0; i < reps; ++i) {
+                for (int c = 0; c < copies; ++c) run_mma(paired, dw + bytes * c, b, rows, k, row_bytes, ncols);
+            }
+        });
         std::printf(
             "{\"bench_mma\": \"%s\", \"type\": \"q4_K\", \"rows\": %d, \"k\": %d, \"n\": %d, \"us\": %.2f, "
             "\"GBps\": %.0f}\n",
