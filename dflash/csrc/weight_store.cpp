@@ -22,7 +22,7 @@ ggml_tensor * WeightStore::add(const ggml_tensor * src, const std::string & name
         ggml_init_params p = {ggml_tensor_overhead() * 8192, nullptr, true};
         ctx_ = ggml_init(p);
     }
-    if (tensors_.size() >= 8192) throw ModelLoadError("too many weight tensors");
+    if (tensors_.size() + n_stacked_ >= 8192) throw ModelLoadError("too many weight tensors");
     ggml_tensor * t = ggml_dup_tensor(ctx_, src);
     ggml_set_name(t, name.c_str());
     tensors_.emplace_back(t, name);
@@ -125,7 +125,8 @@ void WeightStore::load(const GgufFile & f, const ProgressFn & progress, const st
 }
 
 ggml_tensor * WeightStore::stacked(const std::vector<ggml_tensor *> & parts, const std::string & name) {
-    if (parts.size() < 2 || !ctx_ || tensors_.size() >= 8192) return nullptr;
+    // the metadata context holds 8192 tensors: the file's weights and these views together
+    if (parts.size() < 2 || !ctx_ || tensors_.size() + n_stacked_ >= 8192) return nullptr;
     const ggml_tensor * first = parts[0];
     int64_t rows = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
@@ -139,6 +140,7 @@ ggml_tensor * WeightStore::stacked(const std::vector<ggml_tensor *> & parts, con
         rows += t->ne[1];
     }
     ggml_tensor * w = ggml_new_tensor_2d(ctx_, first->type, first->ne[0], rows);
+    ++n_stacked_;
     w->buffer = first->buffer;
     w->data = first->data;
     ggml_set_name(w, name.c_str());

@@ -48,6 +48,7 @@ class WeightStore {
     std::vector<std::pair<ggml_tensor *, std::string>> tensors_;  // ours -> name in the file
     std::vector<ggml_backend_buffer_type_t> buft_of_;
     ggml_backend_buffer_type_t default_buft_ = nullptr;
+    size_t n_stacked_ = 0;  // stacked() views in ctx_
     std::vector<ggml_backend_buffer_t> bufs_;
 };
 
