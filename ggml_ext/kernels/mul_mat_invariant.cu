@@ -124,6 +124,9 @@ bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tenso
         return ggml_ext_cuda_gemm_mma(ctx, src0, src1, dst);
     }
     if (!ggml_ext::is_mul_mat_invariant(dst)) return false;
+    // Q4_K / Q6_K: one-column products are ggml_ext's GEMV (patches/0005), on any device, and its
+    // per-column arithmetic is the same for any column count.
+    if (n >= 2 && n <= kMaxColumns && ggml_ext_cuda_gemv_columns(ctx, src0, src1, dst)) return true;
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
     switch (src0->type) {
 #define DFLASH_CASE(T, fn, vdr) case GGML_TYPE_##T:
@@ -140,9 +143,6 @@ bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tenso
         ggml_backend_buffer_get_usage(src0->buffer) == GGML_BACKEND_BUFFER_USAGE_COMPUTE) {
         return false;
     }
-    // Q4_K / Q6_K: one-column products are ggml_ext's GEMV (patches/0005), whose per-column
-    // arithmetic is the same for any column count.
-    if (ggml_ext_cuda_gemv_columns(ctx, src0, src1, dst)) return true;
     cudaStream_t stream = ctx.stream();
     const int64_t ne10 = src1->ne[0];
     const int64_t ne10_padded = GGML_PAD(ne10, MATRIX_ROW_PADDING);
