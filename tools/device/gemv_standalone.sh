@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # GPU: ggml_ext's k-quant GEMV and its tensor-core GEMM on their own (tools/device/gemv_standalone.cu;
 # argument: all, check, bench, q6 or mma): the binary carried
-# as .carry/gemv_standalone (built here with nvcc -O3 -arch=sm_90), or built there from the
-# carried upstream headers when it does not start. JSON lines in $OUT/gemv-standalone.jsonl.
+# gzipped as .carry/gemv_standalone.gz (built here with nvcc -O3 -arch=sm_90; gzip keeps the
+# carry under 64 MiB), or built there from the carried upstream headers when it does not start. JSON lines in $OUT/gemv-standalone.jsonl.
 cd "$(dirname "$0")/../.." || exit 1
 mkdir -p "$OUT"
-BIN=.carry/gemv_standalone
+BIN=/tmp/gemv_standalone_carried
+[ -f .carry/gemv_standalone.gz ] && gzip -dc .carry/gemv_standalone.gz > "$BIN" && chmod +x "$BIN"
 if ! "$BIN" none > /dev/null 2>&1; then
   mkdir -p /tmp/up && tar xzf .carry/upstream.tar.gz -C /tmp/up
   T=/tmp/up/ggml

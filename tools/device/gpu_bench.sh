@@ -8,7 +8,7 @@
 # profiler around our engine) for the 27B and the tiny pair; `gpu_bench.sh c` runs where the tiny
 # pair's step time goes (CUDA graphs on/off) and the packaged pair's preset (AR / chain / upstream
 # / DDTree sweep; issue 5). JSON and logs land in $OUT. Carry: .carry/upstream.tar.gz,
-# .carry/whl and .carry/gemv_standalone (tools/device/gemv_standalone.sh; built there when absent).
+# .carry/whl and .carry/gemv_standalone.gz (tools/device/gemv_standalone.sh; built there when absent).
 # PAIR=/tmp/pair/export benches a pair that gpu_train_and_test.sh trained instead of the packaged one.
 stage=${1:-a}
 source "$(dirname "$0")/stage_common.sh"
