@@ -122,17 +122,19 @@ def test_mma_switch_is_off_by_default() -> None:
 
 
 @needs_gpu
+@pytest.mark.parametrize("wtype", ["q4_K", "q6_K"])
 @pytest.mark.parametrize("n", [9, 16, 33, 64])
-def test_cuda_mma_gemm_equals_ggml_and_numpy(n: int, mma_restored: None) -> None:
-    """Q4_K x 9..64 columns through ggml_ext's tensor-core GEMM (activations quantized per 256,
-    the CPU backend's rule, where ggml's mmq quantizes per 32: 8-bit error apart, 3e-2)."""
-    rows, k = 1000, 2048
-    w, dense = _weights("q4_K", rows, k, seed=14)
+def test_cuda_mma_gemm_equals_ggml_and_numpy(wtype: str, n: int, mma_restored: None) -> None:
+    """Q4_K / Q6_K x 9..64 columns through ggml_ext's tensor-core GEMM (activations quantized per
+    256, the CPU backend's rule, where ggml's mmq quantizes per 32: 8-bit error apart, 3e-2).
+    k = 2304: nine super-blocks, so Q6_K rows alternate between 4- and 2-byte alignment."""
+    rows, k = 1000, 2304
+    w, dense = _weights(wtype, rows, k, seed=14)
     x = np.random.default_rng(15).standard_normal((n, k)).astype(np.float32)
     _core.set_mma_enabled(False)
-    ref = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
+    ref = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
     _core.set_mma_enabled(True)
-    got = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
+    got = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
     want = x.astype(np.float64) @ dense.T.astype(np.float64)
     scale = float(np.abs(want).max())
     assert np.abs(got - want).max() <= 3e-2 * scale

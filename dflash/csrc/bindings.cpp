@@ -229,6 +229,23 @@ PYBIND11_MODULE(_core, m) {
         py::arg("x"), py::arg("conv_state"), py::arg("w"), py::arg("parents"), py::arg("gpu") = false,
         py::arg("n_threads") = 2, "x [n, C], conv_state [C, K-1], w [C, K] -> [n, C]");
     m.def(
+        "op_gdn_decode_inputs",
+        [=](const F32Array & qkv, const F32Array & alpha, const F32Array & beta, const F32Array & conv_state,
+            const F32Array & w, const F32Array & dt_bias, const F32Array & a, int64_t S, int64_t Hk, float eps,
+            bool gpu, int n_threads) {
+            auto r = run_gdn_decode_inputs(op_input(qkv), op_input(alpha), op_input(beta), op_input(conv_state),
+                                           op_input(w), op_input(dt_bias), op_input(a), S, Hk, eps, gpu, n_threads);
+            const int64_t n_out = qkv.shape(0) + 2 * alpha.shape(0);
+            std::vector<float> state(r.begin() + n_out, r.end());
+            r.resize(n_out);
+            return py::make_tuple(shaped(std::move(r), {n_out}),
+                                  shaped(std::move(state), {conv_state.shape(0), conv_state.shape(1)}));
+        },
+        py::arg("qkv"), py::arg("alpha"), py::arg("beta"), py::arg("conv_state"), py::arg("w"), py::arg("dt_bias"),
+        py::arg("a"), py::arg("S"), py::arg("Hk"), py::arg("eps"), py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "qkv [C], alpha, beta, dt_bias, a [Hv], conv_state [C, K-1], w [C, K] -> (q|k|v|gate|beta [C + 2 Hv], "
+        "the advanced conv state [C, K-1])");
+    m.def(
         "op_tree_gated_delta_net",
         [=](const F32Array & q, const F32Array & k, const F32Array & v, const F32Array & g, const F32Array & beta,
             const F32Array & state, std::vector<int32_t> parents, bool gpu, int n_threads) {
@@ -337,6 +354,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("n_verify_max", &EngineConfig::n_verify_max)
         .def_readwrite("invariant_matmul", &EngineConfig::invariant_matmul)
         .def_readwrite("stack_projections", &EngineConfig::stack_projections)
+        .def_readwrite("fuse_gdn_inputs", &EngineConfig::fuse_gdn_inputs)
         .def_readwrite("cache_commit_graphs", &EngineConfig::cache_commit_graphs);
 
     py::class_<GenerateStats>(m, "GenerateStats")
@@ -382,6 +400,7 @@ PYBIND11_MODULE(_core, m) {
                                    }
                                    d["commit_graphs_cached"] = e.commit_graphs_cached();
                                    d["stacked_projections"] = e.stacked_projections();
+                                   d["fused_gdn_inputs"] = e.fused_gdn_inputs();
                                    return d;
                                })
         .def("eval_logits",

@@ -6,6 +6,7 @@
 #include "errors.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "ggml_ext_gdn.h"
 #include "ggml_ext_matmul.h"
 #include "ggml_ext_top_k.h"
 #include "ggml_ext_tree.h"
@@ -105,6 +106,28 @@ std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k
                    auto r4 = [&](ggml_tensor * x) { return ggml_reshape_4d(c, x, x->ne[0], x->ne[1], x->ne[2], 1); };
                    return ggml_ext::tree_gated_delta_net(c, r4(t[0]), r4(t[1]), r4(t[2]), r4(t[3]), r4(t[4]), t[5],
                                                          tree, ggml_ext::kTreeMaxDepth);
+               });
+}
+
+std::vector<float> run_gdn_decode_inputs(const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
+                                         const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
+                                         const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads) {
+    const int64_t C = qkv.ne.empty() ? 0 : qkv.ne[0], Hv = alpha.ne.empty() ? 0 : alpha.ne[0];
+    const bool shapes = qkv.ne.size() == 1 && alpha.ne.size() == 1 && beta.ne == alpha.ne && dt_bias.ne == alpha.ne &&
+                        a.ne == alpha.ne && w.ne.size() == 2 && w.ne[1] == C && w.ne[0] >= 2 &&
+                        conv_state.ne.size() == 2 && conv_state.ne[0] == w.ne[0] - 1 && conv_state.ne[1] == C &&
+                        S > 0 && Hk > 0 && C == S * (2 * Hk + Hv);
+    if (!shapes) {
+        throw InvalidParameter(
+            "gdn_decode_inputs: shapes qkv [C], alpha, beta, dt_bias, a [Hv], conv_state [K-1, C], w [K, C], "
+            "C = S (2 Hk + Hv)");
+    }
+    // out, then the advanced conv state: the concat node comes after the op in the graph's order
+    return run({&qkv, &alpha, &beta, &conv_state, &w, &dt_bias, &a}, {-1}, gpu, n_threads,
+               [=](ggml_context * c, const auto & t, ggml_tensor *) {
+                   ggml_tensor * out =
+                       ggml_ext::gdn_decode_inputs(c, t[0], t[1], t[2], t[3], t[4], t[5], t[6], S, Hk, eps);
+                   return ggml_concat(c, out, ggml_reshape_1d(c, t[3], ggml_nelements(t[3])), 0);
                });
 }
 

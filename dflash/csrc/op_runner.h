@@ -16,6 +16,10 @@ struct OpInput {
 // The first GPU backend when gpu is true (EngineError if there is none), else the CPU.
 std::vector<float> run_tree_ssm_conv(const OpInput & x, const OpInput & conv_state, const OpInput & w,
                                      const std::vector<int32_t> & parents, bool gpu, int n_threads);
+// The fused one-token GDN inputs (ggml_ext_gdn.h): [out (C + 2 Hv), advanced conv state ((K-1) C)].
+std::vector<float> run_gdn_decode_inputs(const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
+                                         const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
+                                         const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads);
 std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
                                             const OpInput & beta, const OpInput & state,
                                             const std::vector<int32_t> & parents, bool gpu, int n_threads);

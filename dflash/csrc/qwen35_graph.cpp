@@ -4,6 +4,7 @@
 #include "ggml.h"
 #include "graph_common.h"
 #include "ggml_ext.h"
+#include "ggml_ext_gdn.h"
 #include "ggml_ext_matmul.h"
 #include "ggml_ext_tree.h"
 #include "kv_types.h"
@@ -152,6 +153,7 @@ struct Builder {
         const auto p = project(L, x);
         ggml_tensor * qkv = p[0];  // [C, n]
         ggml_tensor * z = p[1];    // [S*Hv, n]
+        if (n == 1 && !defer && spec.fused_gdn_inputs) return gated_deltanet_step(il, p);
         ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, p[2], 1, Hv, n, 1));
         ggml_tensor * alpha = ggml_reshape_3d(ctx, p[3], Hv, n, 1);
         ggml_tensor * gate = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.dt_bias)), L.ssm_a);
@@ -167,14 +169,17 @@ struct Builder {
             ggml_tensor * conv_state = ggml_reshape_3d(ctx, cache.conv[il], K - 1, C, 1);
             ggml_tensor * conv_in =
                 ggml_concat(ctx, conv_state, ggml_transpose(ctx, ggml_reshape_3d(ctx, qkv, C, n, 1)), 0);
+            // The copies below pair tensors of different shapes on purpose: ggml's CUDA copy turns
+            // same-shape strided copies into cudaMemcpy2DAsync, which moves these 12..76-byte rows
+            // one at a time (7 us per 27B layer, against 2 us for its element-wise copy kernel).
             if (defer) {
                 ggml_tensor * window = cache.vconv[il];
                 ggml_tensor * dst = ggml_view_2d(ctx, window, K - 1 + n, C, window->nb[1], 0);
-                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_2d(ctx, conv_in, K - 1 + n, C), dst));
+                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_1d(ctx, conv_in, (K - 1 + n) * C), dst));
             } else {
                 ggml_tensor * last = ggml_view_3d(ctx, conv_in, K - 1, C, 1, conv_in->nb[1], conv_in->nb[2],
                                                   ggml_row_size(conv_in->type, n));
-                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, last, cache.conv[il]));
+                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, last, ggml_reshape_1d(ctx, cache.conv[il], (K - 1) * C)));
             }
             conv = ggml_ssm_conv(ctx, conv_in, kernel);
         }
@@ -221,6 +226,36 @@ struct Builder {
         return mm(ctx, L.ssm_out, ggml_reshape_2d(ctx, o, S * Hv, n));
     }
 
+    // One token that commits its state: the conv, SiLU, q/k norms, gate and beta in one op (which
+    // also advances the conv state), then ggml's delta rule as in gated_deltanet().
+    ggml_tensor * gated_deltanet_step(int il, const std::vector<ggml_tensor *> & p) {
+        const auto & L = model.layers[il];
+        const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads;
+        const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
+        auto flat = [&](ggml_tensor * t) {
+            return ggml_is_contiguous(t) ? ggml_reshape_1d(ctx, t, ggml_nelements(t)) : ggml_cont(ctx, t);
+        };
+        ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
+        ggml_tensor * in = ggml_ext::gdn_decode_inputs(ctx, flat(p[0]), flat(p[3]), flat(p[2]),
+                                                       ggml_reshape_2d(ctx, cache.conv[il], K - 1, C), kernel,
+                                                       L.dt_bias, L.ssm_a, S, Hk, hp.rms_eps);
+        const size_t es = ggml_element_size(in);
+        ggml_tensor * q = ggml_view_4d(ctx, in, S, Hk, 1, 1, es * S, es * S * Hk, es * S * Hk, 0);
+        ggml_tensor * k = ggml_view_4d(ctx, in, S, Hk, 1, 1, es * S, es * S * Hk, es * S * Hk, es * S * Hk);
+        ggml_tensor * v = ggml_view_4d(ctx, in, S, Hv, 1, 1, es * S, es * S * Hv, es * S * Hv, es * 2 * S * Hk);
+        ggml_tensor * gate = ggml_view_4d(ctx, in, 1, Hv, 1, 1, es, es * Hv, es * Hv, es * C);
+        ggml_tensor * beta = ggml_view_4d(ctx, in, 1, Hv, 1, 1, es, es * Hv, es * Hv, es * (C + Hv));
+        ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
+        ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
+        ggml_tensor * o = ggml_view_4d(ctx, out, S, Hv, 1, 1, ggml_row_size(out->type, S),
+                                       ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv), 0);
+        ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv));
+        ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
+        ggml_tensor * zz = ggml_reshape_4d(ctx, p[1], S, Hv, 1, 1);
+        o = ggml_mul(ctx, norm(o, L.ssm_norm), ggml_silu(ctx, zz));
+        return mm(ctx, L.ssm_out, ggml_reshape_2d(ctx, o, S * Hv, 1));
+    }
+
     ggml_tensor * ffn(int il, ggml_tensor * x) {
         const auto & L = model.layers[il];
         return swiglu_ffn(ctx, x, L.ffn_gate, L.ffn_up, L.ffn_down, mm);
@@ -255,7 +290,9 @@ void build_qwen35_commit_tree(ggml_context * ctx, ggml_cgraph * gf, const Qwen35
         ggml_tensor * window = ggml_concat(ctx, cache.conv[il], ggml_cont(ctx, ggml_transpose(ctx, xs)), 0);
         ggml_tensor * last =
             ggml_view_2d(ctx, window, K - 1, window->ne[1], window->nb[1], ggml_row_size(window->type, a));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, last, cache.conv[il]));
+        // 1-D destination: ggml's element-wise copy, not a row-by-row cudaMemcpy2DAsync (see above)
+        ggml_build_forward_expand(gf,
+                                  ggml_cpy(ctx, last, ggml_reshape_1d(ctx, cache.conv[il], (K - 1) * window->ne[1])));
     }
 }
 
@@ -326,7 +363,8 @@ ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model,
         // conv state after token a-1: the K-1 window inputs ending there (columns a .. a+K-2)
         ggml_tensor * w = cache.vconv[il];
         ggml_tensor * last = ggml_view_2d(ctx, w, K - 1, w->ne[1], w->nb[1], ggml_row_size(w->type, a));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, last, cache.conv[il]));
+        // 1-D destination: ggml's element-wise copy, not a row-by-row cudaMemcpy2DAsync
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, last, ggml_reshape_1d(ctx, cache.conv[il], (K - 1) * w->ne[1])));
     }
     return gf;
 }

@@ -31,6 +31,9 @@ struct ForwardSpec {
     // One-token forwards: each layer's stacked input projections (Qwen35Layer::stacked) as one
     // product, sliced per projection; same rows, same per-row arithmetic, fewer launches.
     bool stack_projections = true;
+    // One-token forwards that commit their recurrent state: each Gated DeltaNet layer's conv,
+    // SiLU, q/k L2 norms, gate and beta in one op (ggml_ext::gdn_decode_inputs) instead of nine.
+    bool fused_gdn_inputs = false;
 };
 
 struct ForwardGraph {

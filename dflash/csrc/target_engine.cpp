@@ -334,6 +334,7 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
     spec.features = features_;
     spec.invariant_matmul = cfg_.invariant_matmul;
     spec.stack_projections = cfg_.stack_projections;
+    spec.fused_gdn_inputs = fused_gdn_inputs();
     spec.defer_recurrent = defer;
     spec.tree_parents = tree_parents;
 
@@ -475,6 +476,13 @@ void TargetEngine::commit_scheduled(bool tree, int a, const std::function<void(c
         throw;
     }
     ggml_free(ctx);
+}
+
+bool TargetEngine::fused_gdn_inputs() const {
+    // The fused op runs on the GPU only where its CUDA kernel takes the head size (one thread per
+    // channel of a head, whole warps): placed on the CPU it would advance a copy of the conv state.
+    const int64_t S = model_->hp.ssm_d_state;
+    return cfg_.fuse_gdn_inputs && backends_->is_gpu && !cfg_.invariant_matmul && S % 32 == 0 && S <= 1024;
 }
 
 int TargetEngine::stacked_projections() const { return cfg_.stack_projections ? model_->n_stacked() : 0; }

@@ -39,6 +39,10 @@ struct EngineConfig {
     // One-token forwards compute each layer's adjacent, alike input projections as one product
     // (Qwen35Layer::stacked); off: one product per weight (for comparisons).
     bool stack_projections = true;
+    // On a GPU, one-token forwards compute each Gated DeltaNet layer's small ops (conv, SiLU, L2
+    // norms, gate, beta) in one kernel (ggml_ext::gdn_decode_inputs); off (or on the CPU, or with
+    // invariant_matmul, whose verify must repeat the decode's arithmetic op for op): ggml's ops.
+    bool fuse_gdn_inputs = true;
 };
 
 struct ForwardResult {
@@ -81,6 +85,8 @@ class TargetEngine {
     int commit_graphs_cached() const { return commits_ ? (int)commits_->n_cached() : 0; }
     // Stacked input-projection weights in the model (used by one-token forwards when enabled).
     int stacked_projections() const;
+    // Whether one-token forwards compute the GDN layers' small ops in one op (EngineConfig::fuse_gdn_inputs).
+    bool fused_gdn_inputs() const;
     const std::string & model_name() const { return model_->name; }
     int n_past() const { return cache_->n_past; }
     // The loaded weights and the device, for engines that share them (the drafter).

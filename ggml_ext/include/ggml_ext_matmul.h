@@ -42,7 +42,7 @@ inline bool is_mul_mat_tiles(const ggml_tensor * t) {
 void set_gemv_enabled(bool on);
 bool gemv_enabled();
 
-// ggml_ext's tensor-core GEMM for Q4_K weights and 9..64 columns (kernels/gemm_q4_k_mma.cu):
+// ggml_ext's tensor-core GEMM for Q4_K / Q6_K weights and 9..64 columns (kernels/gemm_kquant_mma.cu):
 // tagged mul_mat_tiles products go to it instead of ggml's mmq when on. Experimental: off by
 // default (DFLASH_MMA=1 starts it on) until its GPU check has passed. No effect without CUDA.
 void set_mma_enabled(bool on);

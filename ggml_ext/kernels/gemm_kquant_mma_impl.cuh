@@ -1,16 +1,22 @@
-// ggml_ext's small-batch tensor-core GEMM for Q4_K weights, 9..64 activation columns (a verify of
-// a chain or a tree): each weight byte is read once, straight into int8 mma operands, for all
-// columns; no shared-memory staging of the weights and no stream-k fixup pass.
+// ggml_ext's small-batch tensor-core GEMM for Q4_K and Q6_K weights, 9..64 activation columns
+// (a verify of a chain or a tree): each weight byte is read once for all columns, into int8 mma
+// operands; no stream-k fixup pass.
 //
-// A block of 4 warps owns 16 rows; its warps take the row's 256-value super-blocks w, w + 4, ...
-// and add their sums in shared memory (in warp order). Per super-block a warp loads its 16 rows
-// (header + nibbles: thread (g, t) = (lane / 4, lane % 4) takes rows g and g + 8, bytes 8t..8t+7
-// of each 32-byte nibble chunk) and runs one m16n8k32 int8 mma per 32-value sub-block and 8
-// columns. The k order inside a sub-block is permuted the same way for weights and activations
-// (hardware k 4t..4t+3 and 16+4t..16+4t+3 hold values 8t..8t+3 and 8t+4..8t+7), so both load
-// 8 contiguous bytes. Activations are int8 with one scale per 256 values and column (the CPU
-// backend's q8_K rule) and int sums per 32: the sub-block scales then stay integer until the end
-// of a super-block (sum_j sc_j C_j, sum_j m_j sum_j(y)), one float step per super-block.
+// A block of 4 warps owns 16 rows; its warps take the rows' 256-value super-blocks w, w + 4, ...
+// and add their sums in shared memory (in warp order). With kStages > 0 each warp keeps kStages
+// super-blocks of its 16 rows in flight with cp.async into its own shared-memory stages (the
+// bytes in flight cost no registers); kStages == 0 loads straight from global memory into
+// registers (the first version, kept for the benches). Thread (g, t) = (lane / 4, lane % 4)
+// computes rows g and g + 8.
+//
+// Q4_K: one m16n8k32 int8 mma per 32-value sub-block and 8 columns. The k order inside a
+// sub-block is permuted the same way for weights and activations (hardware k 4t..4t+3 and
+// 16+4t..16+4t+3 hold values 8t..8t+3 and 8t+4..8t+7), so both read 8 contiguous bytes.
+// Activations are int8 with one scale per 256 values and column (the CPU backend's q8_K rule) and
+// int sums per 32: the sub-block scales stay integer until the end of a super-block (sum_j sc_j
+// C_j, sum_j m_j sum_j(y)), one float step per super-block.
+// Q6_K: one m16n8k16 mma per 16-value scale group (thread t holds values 4t..4t+3 of a group);
+// the offset -32 is applied to the int8 weight operands, so no activation sums are needed.
 #pragma once
 
 #include "ggml-cuda/common.cuh"
@@ -22,7 +28,8 @@ constexpr int kWarps = 4;
 constexpr int kRows = 16;  // rows per block (one m16 tile)
 constexpr int kQk = 256;
 
-// c += a (16 x 32, int8) * b (32 x 8, int8), int32 accumulators.
+// c += a (16 x 32, int8) * b (32 x 8, int8), int32 accumulators. A: a0 (g, 4t..), a1 (g + 8, 4t..),
+// a2 (g, 16 + 4t..), a3 (g + 8, 16 + 4t..) (PTX's layout; checked on the H200).
 __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
 #if __CUDA_ARCH__ >= 800
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -34,6 +41,56 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], const int
 #endif
 }
 
+// c += a (16 x 16, int8) * b (16 x 8, int8). A: a0 row g, a1 row g + 8, k 4t..4t+3.
+__device__ __forceinline__ void mma_s8_k16(int (&c)[4], const int (&a)[2], const int b) {
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b));
+#else
+    NO_DEVICE_CODE;
+#endif
+}
+
+// ---- cp.async (Ampere and newer) ----------------------------------------------------------------
+__device__ __forceinline__ void cp_async_16(void * smem_dst, const void * src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" : : "r"(dst), "l"(src));
+#else
+    NO_DEVICE_CODE;
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;");
+#endif
+}
+
+template <int n>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" : : "n"(n));
+#endif
+}
+
+// 4 bytes at a 2-byte aligned address: global (streaming loads, one or two and a funnel shift) or
+// shared memory (one load, or two halves).
+__device__ __forceinline__ uint32_t load_stream_4_align2(const char * p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if ((a & 2) == 0) return load_stream_4(p);
+    const char * base = reinterpret_cast<const char *>(a - 2);
+    return __funnelshift_r(load_stream_4(base), load_stream_4(base + 4), 16);
+}
+
+__device__ __forceinline__ uint32_t load_smem_4_align2(const char * p) {
+    if ((reinterpret_cast<uintptr_t>(p) & 2) == 0) return *reinterpret_cast<const uint32_t *>(p);
+    const uint16_t * h = reinterpret_cast<const uint16_t *>(p);
+    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+}
+
+// ---- Q4_K: d, dmin (half2), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles ------------
 // 6-bit scale and min of sub-block j from the 12 scale bytes s0..s2 (ggml's get_scale_min_k4).
 __device__ __forceinline__ void scale_min(const uint32_t s0, const uint32_t s1, const uint32_t s2, const int j,
                                           int & sc, int & mn) {
@@ -47,28 +104,41 @@ __device__ __forceinline__ void scale_min(const uint32_t s0, const uint32_t s1, 
     }
 }
 
-// ncol_tiles tiles of 8 columns; the activation buffers hold 8 * ncol_tiles columns (zeros past
-// ncols). a_rows_paired: the A fragment's register order (see the file comment of the test).
-template <int ncol_tiles, bool a_rows_paired>
-__global__ void __launch_bounds__(kWarps * WARP_SIZE)
-    gemm_q4_k_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
-                         const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
-                         const int64_t row_bytes, const int k_pad, const int ncols, const int stride_col_dst) {
-    const int lane = threadIdx.x, warp = threadIdx.y;
-    const int g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * kRows + g, row1 = row0 + 8;
-    const char * w0 = w + (int64_t)min(row0, nrows - 1) * row_bytes;
-    const char * w1 = w + (int64_t)min(row1, nrows - 1) * row_bytes;
-    const int nsub = k_pad / 32;
+struct Q4K {
+    static constexpr int kBytes = 144;
+    static constexpr int kChunks = 9;               // 16-byte copies per row and super-block
+    static constexpr int kStageRow = 16 * kChunks;  // bytes per row in a stage
+    static constexpr bool kNeedsSums = true;
 
-    float acc[ncol_tiles][4] = {};
-    for (int kb = warp; kb < nblocks; kb += kWarps) {
-        const uint4 h0 = load_stream_16(w0 + (int64_t)kb * 144), h1 = load_stream_16(w1 + (int64_t)kb * 144);
+    // Row r's super-block kb in a stage: rows are 16-byte aligned (144 = 9 x 16).
+    static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
+        return w + (int64_t)row * row_bytes + (int64_t)kb * kBytes;
+    }
+    static __device__ __forceinline__ const char * aligned_start(const char * blk) { return blk; }
+    static __device__ __forceinline__ int stage_offset(const char *) { return 0; }
+
+    template <int ncol_tiles, bool smem>
+    static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,
+                                                      const int8_t * __restrict__ yq, const float * __restrict__ yd,
+                                                      const int * __restrict__ ysum, int kb, int k_pad, int g, int t) {
+        uint4 h0, h1;
         uint2 q0[4], q1[4];
+        if constexpr (smem) {
+            h0 = *reinterpret_cast<const uint4 *>(b0);
+            h1 = *reinterpret_cast<const uint4 *>(b1);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            q0[c] = load_stream_8(w0 + (int64_t)kb * 144 + 16 + 32 * c + 8 * t);
-            q1[c] = load_stream_8(w1 + (int64_t)kb * 144 + 16 + 32 * c + 8 * t);
+            for (int c = 0; c < 4; ++c) {
+                q0[c] = *reinterpret_cast<const uint2 *>(b0 + 16 + 32 * c + 8 * t);
+                q1[c] = *reinterpret_cast<const uint2 *>(b1 + 16 + 32 * c + 8 * t);
+            }
+        } else {
+            h0 = load_stream_16(b0);
+            h1 = load_stream_16(b1);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                q0[c] = load_stream_8(b0 + 16 + 32 * c + 8 * t);
+                q1[c] = load_stream_8(b1 + 16 + 32 * c + 8 * t);
+            }
         }
         int sc0[8], mn0[8], sc1[8], mn1[8];
 #pragma unroll
@@ -78,6 +148,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
         }
         const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
         const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
+        const int nsub = k_pad / 32;
 #pragma unroll
         for (int nt = 0; nt < ncol_tiles; ++nt) {
             const int8_t * yb = yq + (int64_t)(nt * 8 + g) * k_pad + kb * kQk + 8 * t;  // B: column g of the tile
@@ -87,7 +158,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
                 const int c = j >> 1, sh = 4 * (j & 1);
                 const int lo0 = (q0[c].x >> sh) & 0x0F0F0F0F, hi0 = (q0[c].y >> sh) & 0x0F0F0F0F;
                 const int lo1 = (q1[c].x >> sh) & 0x0F0F0F0F, hi1 = (q1[c].y >> sh) & 0x0F0F0F0F;
-                const int a[4] = {lo0, a_rows_paired ? hi0 : lo1, a_rows_paired ? lo1 : hi0, hi1};
+                const int a[4] = {lo0, lo1, hi0, hi1};
                 const int2 yv = *reinterpret_cast<const int2 *>(yb + 32 * j);
                 const int b[2] = {yv.x, yv.y};
                 int cj[4] = {0, 0, 0, 0};
@@ -117,12 +188,181 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
             acc[nt][3] += dy_b * (dm1.x * (float)cs[3] - dm1.y * (float)m11);
         }
     }
+};
 
-    __shared__ float part[kWarps][ncol_tiles][4][WARP_SIZE];
+// ---- Q6_K: ql[128] (low 4 bits), qh[64] (high 2 bits), 16 int8 scales, d (half) ---------------
+// Value 16s + i of a super-block has scale s. In group s = 8n + 2q + u, thread t holds values
+// l = 16u + 4t..4t+3 of quarter q of half n: low (q < 2) or high nibbles of ql[64n + 32(q & 1) + l],
+// bits 2q..2q+1 of qh[32n + l].
+struct Q6KRow {
+    uint32_t ql[2][2][2];  // [n][q & 1][u]
+    uint32_t qh[2][2];     // [n][u]
+    uint32_t sc[4];        // the 16 scales
+    float d;
+};
+
+template <bool smem>
+__device__ __forceinline__ Q6KRow load_q6_k_row(const char * blk, int t) {
+    auto load4 = [](const char * p) { return smem ? load_smem_4_align2(p) : load_stream_4_align2(p); };
+    Q6KRow r;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            r.ql[n][0][u] = load4(blk + 64 * n + 16 * u + 4 * t);
+            r.ql[n][1][u] = load4(blk + 64 * n + 32 + 16 * u + 4 * t);
+            r.qh[n][u] = load4(blk + 128 + 32 * n + 16 * u + 4 * t);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.sc[i] = load4(blk + 192 + 4 * i);
+    const unsigned short dh =
+        smem ? *reinterpret_cast<const unsigned short *>(blk + 208) : (unsigned short)load_stream_2(blk + 208);
+    r.d = __half2float(__ushort_as_half(dh));
+    return r;
+}
+
+// The int8 operand (q - 32) of group s = 8n + 2q + u.
+__device__ __forceinline__ int q6_k_operand(const Q6KRow & r, int n, int q, int u) {
+    const uint32_t lo = (r.ql[n][q & 1][u] >> (4 * (q >> 1))) & 0x0F0F0F0F;
+    const uint32_t hi = ((r.qh[n][u] >> (2 * q)) & 0x03030303) << 4;
+    // bytes in 0..63: minus 32 per byte without borrows across bytes
+    return (int)((((lo | hi) | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
+}
+
+__device__ __forceinline__ int q6_k_scale(const Q6KRow & r, int s) {
+    return (int)(int8_t)(r.sc[s >> 2] >> (8 * (s & 3)));
+}
+
+struct Q6K {
+    static constexpr int kBytes = 210;
+    static constexpr int kChunks = 14;  // a 2-byte aligned 210-byte block lies in 14 aligned 16-byte chunks
+    static constexpr int kStageRow = 16 * kChunks;
+    static constexpr bool kNeedsSums = false;
+
+    static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
+        return w + (int64_t)row * row_bytes + (int64_t)kb * kBytes;
+    }
+    static __device__ __forceinline__ const char * aligned_start(const char * blk) {
+        return reinterpret_cast<const char *>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t(15));
+    }
+    static __device__ __forceinline__ int stage_offset(const char * blk) {
+        return (int)(reinterpret_cast<uintptr_t>(blk) & 15);
+    }
+
+    template <int ncol_tiles, bool smem>
+    static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,
+                                                      const int8_t * __restrict__ yq, const float * __restrict__ yd,
+                                                      const int * __restrict__, int kb, int k_pad, int g, int t) {
+        const Q6KRow r0 = load_q6_k_row<smem>(b0, t);
+        const Q6KRow r1 = load_q6_k_row<smem>(b1, t);
+        int cs[ncol_tiles][4] = {};
+#pragma unroll
+        for (int s = 0; s < 16; ++s) {
+            const int n = s >> 3, q = (s >> 1) & 3, u = s & 1;
+            const int a[2] = {q6_k_operand(r0, n, q, u), q6_k_operand(r1, n, q, u)};
+            const int sc0 = q6_k_scale(r0, s), sc1 = q6_k_scale(r1, s);
+#pragma unroll
+            for (int nt = 0; nt < ncol_tiles; ++nt) {
+                const int b = *reinterpret_cast<const int *>(yq + (int64_t)(nt * 8 + g) * k_pad + kb * kQk + 16 * s +
+                                                             4 * t);  // B: column g of the tile
+                int cj[4] = {0, 0, 0, 0};
+                mma_s8_k16(cj, a, b);
+                cs[nt][0] += sc0 * cj[0];
+                cs[nt][1] += sc0 * cj[1];
+                cs[nt][2] += sc1 * cj[2];
+                cs[nt][3] += sc1 * cj[3];
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < ncol_tiles; ++nt) {
+            const int col0 = nt * 8 + 2 * t;
+            const float dy_a = yd[(int64_t)col0 * (k_pad / kQk) + kb],
+                        dy_b = yd[(int64_t)(col0 + 1) * (k_pad / kQk) + kb];
+            acc[nt][0] += dy_a * r0.d * (float)cs[nt][0];
+            acc[nt][1] += dy_b * r0.d * (float)cs[nt][1];
+            acc[nt][2] += dy_a * r1.d * (float)cs[nt][2];
+            acc[nt][3] += dy_b * r1.d * (float)cs[nt][3];
+        }
+    }
+};
+
+// One super-block (kb) of the block's 16 rows into a warp's stage: 16 x kChunks 16-byte copies.
+template <typename F>
+__device__ __forceinline__ void stage_in(char * stage, const char * __restrict__ w, int row_base, int nrows,
+                                         int64_t row_bytes, int kb, int lane) {
+    for (int c = lane; c < kRows * F::kChunks; c += WARP_SIZE) {
+        const int r = c / F::kChunks, j = c - r * F::kChunks;
+        const char * blk = F::row_block(w, min(row_base + r, nrows - 1), row_bytes, kb);
+        cp_async_16(stage + r * F::kStageRow + 16 * j, F::aligned_start(blk) + 16 * j);
+    }
+}
+
+template <typename F, int ncol_tiles, int kStages>
+struct Smem {
+    static constexpr int kStageBytes = kRows * F::kStageRow;
+    static constexpr int kPipeline = kWarps * (kStages > 0 ? kStages : 0) * kStageBytes;
+    static constexpr int kScratch = kWarps * ncol_tiles * 4 * WARP_SIZE * (int)sizeof(float);
+    static constexpr int kBytes = kPipeline > kScratch ? kPipeline : kScratch;
+};
+
+// ncol_tiles tiles of 8 columns; the activation buffers hold 8 * ncol_tiles columns (zeros past
+// ncols).
+template <typename F, int ncol_tiles, int kStages>
+__global__ void __launch_bounds__(kWarps * WARP_SIZE)
+    gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
+                           const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
+                           const int64_t row_bytes, const int k_pad, const int ncols, const int stride_col_dst) {
+    using S = Smem<F, ncol_tiles, kStages>;
+    __shared__ __align__(16) char smem[S::kBytes];
+    const int lane = threadIdx.x, warp = threadIdx.y;
+    const int g = lane >> 2, t = lane & 3;
+    const int row_base = blockIdx.x * kRows, row0 = row_base + g, row1 = row0 + 8;
+    const int r0c = min(row0, nrows - 1), r1c = min(row1, nrows - 1);
+    const int n_it = warp < nblocks ? (nblocks - warp + kWarps - 1) / kWarps : 0;
+    char * stages = smem + warp * (kStages > 0 ? kStages : 0) * S::kStageBytes;
+
+    float acc[ncol_tiles][4] = {};
+    if constexpr (kStages > 0) {
+#pragma unroll
+        for (int s = 0; s < kStages - 1; ++s) {
+            if (s < n_it)
+                stage_in<F>(stages + s * S::kStageBytes, w, row_base, nrows, row_bytes, warp + s * kWarps, lane);
+            cp_async_commit();
+        }
+    }
+    for (int it = 0; it < n_it; ++it) {
+        const int kb = warp + it * kWarps;
+        const char * blk0 = F::row_block(w, r0c, row_bytes, kb);
+        const char * blk1 = F::row_block(w, r1c, row_bytes, kb);
+        if constexpr (kStages > 0) {
+            cp_async_wait<kStages - 2>();     // super-block it has landed (this thread's copies)
+            __syncwarp();                     // ... and every lane's
+            const int nx = it + kStages - 1;  // refill the stage consumed in the previous iteration
+            if (nx < n_it) {
+                stage_in<F>(stages + (nx % kStages) * S::kStageBytes, w, row_base, nrows, row_bytes, warp + nx * kWarps,
+                            lane);
+            }
+            cp_async_commit();
+            const char * buf = stages + (it % kStages) * S::kStageBytes;
+            F::template accumulate<ncol_tiles, true>(acc, buf + g * F::kStageRow + F::stage_offset(blk0),
+                                                     buf + (g + 8) * F::kStageRow + F::stage_offset(blk1), yq, yd, ysum,
+                                                     kb, k_pad, g, t);
+            __syncwarp();  // every lane is done with this stage before it is refilled
+        } else {
+            F::template accumulate<ncol_tiles, false>(acc, blk0, blk1, yq, yd, ysum, kb, k_pad, g, t);
+        }
+    }
+    if constexpr (kStages > 0) cp_async_wait<0>();
+    __syncthreads();  // the stages become the scratch for the warps' sums
+
+    // The warps' partial sums added in warp order (the same order for any grid), then written:
+    // C fragment (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1).
+    float * part = reinterpret_cast<float *>(smem);  // [kWarps][ncol_tiles][4][WARP_SIZE]
 #pragma unroll
     for (int nt = 0; nt < ncol_tiles; ++nt) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) part[warp][nt][i][lane] = acc[nt][i];
+        for (int i = 0; i < 4; ++i) part[((warp * ncol_tiles + nt) * 4 + i) * WARP_SIZE + lane] = acc[nt][i];
     }
     __syncthreads();
     if (warp != 0) return;
@@ -130,16 +370,16 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     for (int nt = 0; nt < ncol_tiles; ++nt) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            float v = part[0][nt][i][lane];
+            float v = part[(nt * 4 + i) * WARP_SIZE + lane];
 #pragma unroll
-            for (int p = 1; p < kWarps; ++p) v += part[p][nt][i][lane];
+            for (int p = 1; p < kWarps; ++p) v += part[((p * ncol_tiles + nt) * 4 + i) * WARP_SIZE + lane];
             const int row = i < 2 ? row0 : row1, col = nt * 8 + 2 * t + (i & 1);
             if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = v;
         }
     }
 }
 
-// Activations for the kernel above: column j of x (stride_col_x floats apart) -> qs[j][k_pad]
+// Activations for the kernels above: column j of x (stride_col_x floats apart) -> qs[j][k_pad]
 // int8 with d[j][k_pad / 256] = max |x| / 127 per 256 values and sums[j][k_pad / 32] of the int8
 // per 32; columns ncols..ncols_pad - 1 are zeros. Grid (k_pad / 256, ncols_pad), 256 threads.
 static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
@@ -167,13 +407,19 @@ static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_
     if (threadIdx.x == 0) d[(int64_t)j * (k_pad / kQk) + blockIdx.x] = dd;
 }
 
-template <bool a_rows_paired>
-void launch_q4_k(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
-                 int64_t row_bytes, int k_pad, int ncols, int stride_col_dst, cudaStream_t stream) {
+// Column tiles the activation buffers need for ncols columns.
+inline int padded_columns(int ncols) { return ncols <= 16 ? 16 : ncols <= 32 ? 32 : 64; }
+
+// kStages: super-blocks in flight per warp (0: direct loads). The engine uses kDefaultStages.
+constexpr int kDefaultStages = 3;
+
+template <typename F, int kStages>
+void launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
+            int64_t row_bytes, int k_pad, int ncols, int stride_col_dst, cudaStream_t stream) {
     const dim3 grid((nrows + kRows - 1) / kRows, 1, 1), block(WARP_SIZE, kWarps, 1);
     const int nb = k / kQk;
-#define GEMM_KQ_LAUNCH(NT)                  \
-    gemm_q4_k_mma_kernel<NT, a_rows_paired> \
+#define GEMM_KQ_LAUNCH(NT)                 \
+    gemm_kquant_mma_kernel<F, NT, kStages> \
         <<<grid, block, 0, stream>>>(w, yq, yd, ysum, dst, nrows, nb, row_bytes, k_pad, ncols, stride_col_dst)
     if (ncols <= 16) {
         GEMM_KQ_LAUNCH(2);
@@ -184,8 +430,5 @@ void launch_q4_k(const char * w, const int8_t * yq, const float * yd, const int 
     }
 #undef GEMM_KQ_LAUNCH
 }
-
-// Column tiles the activation buffers need for ncols columns.
-inline int padded_columns(int ncols) { return ncols <= 16 ? 16 : ncols <= 32 ? 32 : 64; }
 
 }  // namespace gemm_kq

@@ -329,7 +329,9 @@ void launch_type(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
     }
 }
 
-// Activations: int8 per value and a float scale per 32 (the q8_1 rule), column j at
+// Activations: int8 per value and a scale per 32 by ggml's q8_1 rule (quantize with amax / 127,
+// keep the scale rounded to half precision, as block_q8_1 stores it: the integer dot products and
+// scales are then ggml's mul_mat_vec_q's, and only float summation order differs), column j at
 // qs + j * k_pad and d + j * k_pad / 32; values past k are zero.
 static __global__ void quantize_act_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
                                            float * __restrict__ d, const int k, const int k_pad,
@@ -342,7 +344,7 @@ static __global__ void quantize_act_kernel(const float * __restrict__ x, int8_t 
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
     const float dd = amax / 127.0f;
     qs[(int64_t)j * k_pad + i] = (int8_t)(amax == 0.0f ? 0 : (int)roundf(v / dd));
-    if (threadIdx.x % 32 == 0) d[(int64_t)j * (k_pad / 32) + i / 32] = dd;
+    if (threadIdx.x % 32 == 0) d[(int64_t)j * (k_pad / 32) + i / 32] = __half2float(__float2half_rn(dd));
 }
 
 }  // namespace gemv

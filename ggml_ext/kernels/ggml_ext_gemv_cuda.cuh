@@ -46,7 +46,7 @@ bool ggml_ext_cuda_mul_mat_vec_q(ggml_backend_cuda_context & ctx, const ggml_ten
 bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                                 ggml_tensor * dst);
 
-// ggml_ext's tensor-core GEMM for Q4_K x 9..64 columns (gemm_q4_k_mma.cu; experimental, off unless
+// ggml_ext's tensor-core GEMM for Q4_K / Q6_K x 9..64 columns (gemm_kquant_mma.cu; experimental, off unless
 // DFLASH_MMA=1 or ggml_ext::set_mma_enabled). False when it does not take the product.
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                             ggml_tensor * dst);

@@ -139,8 +139,11 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
     }
 }
 
+bool ggml_ext_cuda_gdn_decode_inputs_supported(const ggml_tensor * op);  // gdn_decode.cu
+
 bool ggml_ext_cuda_tree_supports_op(const ggml_tensor * op) {
     if (op->op == GGML_OP_TREE_SSM_CONV) return op->src[2]->ne[0] <= 8;
+    if (op->op == GGML_OP_GDN_DECODE_INPUTS) return ggml_ext_cuda_gdn_decode_inputs_supported(op);
     const int64_t S = op->src[2]->ne[0];
     return S == 16 || S == 32 || S == 64 || S == 128;
 }

@@ -103,14 +103,15 @@ void dequant_row(bool q4k, const uint8_t * row, int k, float * y) {
 }
 
 // The activations as the kernels see them: int8 per value, d = max|x| / 127 per `group` values
-// (32 for the GEMV, 256 for the tensor-core GEMM).
+// (32 for the GEMV, 256 for the tensor-core GEMM); the GEMV keeps d rounded to half (q8_1).
 std::vector<double> quantized(const std::vector<float> & x, int group = 32) {
     std::vector<double> q(x.size());
     for (size_t g = 0; g < x.size(); g += group) {
         float amax = 0.0f;
         for (int i = 0; i < group; ++i) amax = std::fmax(amax, std::fabs(x[g + i]));
         const float d = amax / 127.0f;
-        for (int i = 0; i < group; ++i) q[g + i] = amax == 0.0f ? 0.0 : (double)std::roundf(x[g + i] / d) * d;
+        const double d_kept = group == 32 ? (double)half_to_float(float_to_half(d)) : (double)d;
+        for (int i = 0; i < group; ++i) q[g + i] = amax == 0.0f ? 0.0 : (double)std::roundf(x[g + i] / d) * d_kept;
     }
     return q;
 }
@@ -360,22 +361,40 @@ struct MmaBuffers {
     }
 };
 
-void run_mma(bool paired, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
-    if (paired) {
-        gemm_kq::launch_q4_k<true>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, 0);
-    } else {
-        gemm_kq::launch_q4_k<false>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, 0);
+// The tensor-core GEMM with kStages super-blocks in flight per warp (0: direct loads).
+template <typename F>
+void run_mma_t(int stages, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
+    switch (stages) {
+        case 0:
+            gemm_kq::launch<F, 0>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, 0);
+            break;
+        case 2:
+            gemm_kq::launch<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, 0);
+            break;
+        default:
+            gemm_kq::launch<F, 3>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, 0);
+            break;
     }
     CK(cudaGetLastError());
 }
 
-// The Q4_K tensor-core GEMM against the host reference (activations per 256), both A-fragment
-// register orders: the hardware's is the one that matches.
-void check_mma(int rows, int k, std::mt19937 & gen) {
-    const int64_t row_bytes = (int64_t)(k / 256) * 144;
-    const auto w = random_rows(true, rows, k, gen);
+void run_mma(bool q4k, int stages, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes,
+             int ncols) {
+    if (q4k) {
+        run_mma_t<gemm_kq::Q4K>(stages, w, b, rows, k, row_bytes, ncols);
+    } else {
+        run_mma_t<gemm_kq::Q6K>(stages, w, b, rows, k, row_bytes, ncols);
+    }
+}
+
+constexpr int kMmaStages[] = {0, 2, 3};
+
+// The tensor-core GEMM against the host reference (activations per 256), every stage count.
+void check_mma(bool q4k, int rows, int k, std::mt19937 & gen) {
+    const int64_t row_bytes = (int64_t)(k / 256) * (q4k ? 144 : 210);
+    const auto w = random_rows(q4k, rows, k, gen);
     std::vector<float> wf((size_t)rows * k);
-    for (int r = 0; r < rows; ++r) dequant_row(true, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
+    for (int r = 0; r < rows; ++r) dequant_row(q4k, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     char * dw = nullptr;
     CK(cudaMalloc(&dw, w.size()));
@@ -399,44 +418,46 @@ void check_mma(int rows, int k, std::mt19937 & gen) {
         b.alloc(k, ncols, rows);
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         b.quantize(k, ncols);
-        for (bool paired : {false, true}) {
+        for (int stages : kMmaStages) {
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
-            run_mma(paired, dw, b, rows, k, row_bytes, ncols);
+            run_mma(q4k, stages, dw, b, rows, k, row_bytes, ncols);
             CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
             double err = 0;
             for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
             std::printf(
-                "{\"check_mma\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"a_rows_paired\": %s, "
-                "\"rel_err\": %.3g, \"ok\": %s}\n",
-                rows, k, ncols, paired ? "true" : "false", err / ref_max, err / ref_max <= 1e-4 ? "true" : "false");
+                "{\"check_mma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"stages\": %d, \"rel_err\": %.3g, "
+                "\"ok\": %s}\n",
+                q4k ? "q4_K" : "q6_K", rows, k, ncols, stages, err / ref_max, err / ref_max <= 1e-4 ? "true" : "false");
         }
         b.free_all();
     }
     cudaFree(dw);
 }
 
-void bench_mma(const char * name, int rows, int k, bool paired, std::mt19937 & gen) {
-    const int64_t row_bytes = (int64_t)(k / 256) * 144;
+void bench_mma(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
+    const int64_t row_bytes = (int64_t)(k / 256) * (q4k ? 144 : 210);
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
-    char * dw = weight_copies(true, rows, k, bytes, copies, gen);
+    char * dw = weight_copies(q4k, rows, k, bytes, copies, gen);
     for (int ncols : {16, 32, 64}) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
         b.quantize(k, ncols);
-        const int reps = 5;
-        for (int c = 0; c < copies; ++c) run_mma(paired, dw + bytes * c, b, rows, k, row_bytes, ncols);
-        const double us = time_us(reps * copies, [&] {
-            for (int i = 0; i < reps; ++i) {
-                for (int c = 0; c < copies; ++c) run_mma(paired, dw + bytes * c, b, rows, k, row_bytes, ncols);
-            }
-        });
-        std::printf(
-            "{\"bench_mma\": \"%s\", \"type\": \"q4_K\", \"rows\": %d, \"k\": %d, \"n\": %d, \"us\": %.2f, "
-            "\"GBps\": %.0f}\n",
-            name, rows, k, ncols, us, bytes / us / 1e3);
+        for (int stages : kMmaStages) {
+            const int reps = 5;
+            for (int c = 0; c < copies; ++c) run_mma(q4k, stages, dw + bytes * c, b, rows, k, row_bytes, ncols);
+            const double us = time_us(reps * copies, [&] {
+                for (int i = 0; i < reps; ++i) {
+                    for (int c = 0; c < copies; ++c) run_mma(q4k, stages, dw + bytes * c, b, rows, k, row_bytes, ncols);
+                }
+            });
+            std::printf(
+                "{\"bench_mma\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"stages\": %d, "
+                "\"us\": %.2f, \"GBps\": %.0f}\n",
+                name, q4k ? "q4_K" : "q6_K", rows, k, ncols, stages, us, bytes / us / 1e3);
+        }
         b.free_all();
     }
     cudaFree(dw);
@@ -456,16 +477,20 @@ int main(int argc, char ** argv) {
             check(q4k, 130, 17408, gen);  // 68: split 4 by default
         }
     }
-    if (what == "mma") {  // the Q4_K tensor-core GEMM: both A orders checked, then the right one timed
-        check_mma(48, 1024, gen);
-        check_mma(130, 5120, gen);
-        for (bool paired : {false, true}) {
-            bench_mma("ffn_up", 17408, 5120, paired, gen);
-            bench_mma("ffn_down", 5120, 17408, paired, gen);
-            bench_mma("attn_q", 12288, 5120, paired, gen);
-            bench_mma("gdn_qkv", 10240, 5120, paired, gen);
-            bench_mma("ssm_out", 5120, 6144, paired, gen);
-        }
+    if (what == "mma") {  // the tensor-core GEMMs, every stage count: checked, then timed
+        check_mma(true, 48, 1024, gen);
+        check_mma(true, 130, 5120, gen);
+        check_mma(false, 48, 1024, gen);
+        check_mma(false, 130, 5120, gen);
+        check_mma(false, 37, 768, gen);  // odd super-block count: rows of alternating alignment
+        bench_mma("ffn_up", true, 17408, 5120, gen);
+        bench_mma("ffn_down", true, 5120, 17408, gen);
+        bench_mma("attn_q", true, 12288, 5120, gen);
+        bench_mma("gdn_qkv", true, 10240, 5120, gen);
+        bench_mma("ssm_out", true, 5120, 6144, gen);
+        bench_mma("ffn_down", false, 5120, 17408, gen);
+        bench_mma("attn_v", false, 1024, 5120, gen);
+        bench_mma("output", false, 248320, 5120, gen);
     }
     if (what == "q6") {  // the Q6_K shapes alone
         bench("ffn_down", false, 5120, 17408, gen);

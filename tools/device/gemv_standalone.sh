@@ -27,7 +27,7 @@ for r in rows:
         print(f'{r["bench"]:>9} {r["type"]} n={r["n"]} split={r["split"]} rows={r["rows_per_warp"]} '
               f'unroll={r.get("unroll", 2)} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
     elif "bench_mma" in r:
-        print(f'{r["bench_mma"]:>9} q4_K mma n={r["n"]} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
+        print(f'{r["bench_mma"]:>9} {r["type"]} mma n={r["n"]} stages={r["stages"]} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
     elif "bench" in r:
         print(r)
 PY

@@ -19,17 +19,18 @@ if [ "$stage" = a ]; then
   NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout "$(($(left) - 60))" python3 -m pytest -q -s \
     -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py \
     tests/test_top_k_rows.py tests/test_gemv_kquant.py tests/test_stacked_projections.py tests/test_oracle_upstream.py \
+    tests/test_gdn_decode_inputs.py \
     tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py tests/test_ddtree.py \
     tests/test_dflash_reference.py::test_device_feature_rows_match_host_rows > "$OUT/cuda-tests.log" 2>&1
   echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
   grep -E "identical|max \|" "$OUT/cuda-tests.log"
-  # our logits vs upstream's, each side on CPU and GPU, with ggml_ext's launch policy / GEMV off
-  for e in "" DFLASH_MMQ_FIXUP_ITERS=0 DFLASH_GEMV=0; do
+  # our logits vs upstream's, each side on CPU and GPU (DIAG_ORACLE="DFLASH_GEMV=0 ..." adds runs)
+  for e in "" $DIAG_ORACLE; do
     echo "[gpu] diag_oracle $e"; env $e timeout 60 python3 tools/device/diag_oracle.py tiny-c q4_K 2>&1 | tail -n 8
   done
-  # the experimental tensor-core GEMM (Q4_K, 9..64 columns) alone against a host reference
-  # (both A-fragment orders) and timed
-  bash tools/device/gemv_standalone.sh mma 2>&1 | tail -n 40
+  # the tensor-core GEMM (Q4_K / Q6_K, 9..64 columns) alone against a host reference, each
+  # pipeline depth, and timed
+  bash tools/device/gemv_standalone.sh mma 2>&1 | tail -n 100
   # the 27B's AR next to upstream libllama in the same process (ggml's own kernels), if time is left
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 130 ]; do sleep 2; done  # d27: q27 is complete
   if [ -f /tmp/d27.gguf ] && [ "$(left)" -ge 130 ]; then
@@ -78,18 +79,24 @@ timeout 90 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d2
   --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 -o "$OUT/h200-27b-tree-steps.json" \
   > "$OUT/tree-bench.log" 2>&1
 echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/tree-bench.log"
-# the commit built and scheduled per step (the fallback), against the cached commit graphs above
-timeout 60 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf -ngl 99 -c 4096 \
-  --kv-type f16 --synthetic-accept 8 --budgets 1,16 --no-upstream --scheduled-commits \
-  -o "$OUT/h200-27b-tree-steps-scheduled-commits.json" > "$OUT/tree-bench-scheduled.log" 2>&1
-echo "[gpu] tree-steps (scheduled commits) rc=$?"; tail -n 4 "$OUT/tree-bench-scheduled.log"
+# the tensor-core GEMM for the verifies (DFLASH_MMA=1): the chain, and forwards of N tokens
+if [ -n "$MMA_TOO" ]; then
+  DFLASH_MMA=1 timeout 100 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 \
+    -n 128 -r 3 --no-upstream --synthetic-accept 10 -o "$OUT/h200-27b-chain-mma.json" > "$OUT/chain-mma.log" 2>&1
+  echo "[gpu] 27B chain (DFLASH_MMA=1) rc=$?"; tail -n 4 "$OUT/chain-mma.log"
+  DFLASH_MMA=1 timeout 90 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf -ngl 99 \
+    -c 4096 --kv-type f16 --synthetic-accept 8 --budgets 1,16,32,64 --no-upstream \
+    -o "$OUT/h200-27b-tree-steps-mma.json" > "$OUT/tree-bench-mma.log" 2>&1
+  echo "[gpu] tree-steps (DFLASH_MMA=1) rc=$?"; tail -n 8 "$OUT/tree-bench-mma.log"
+fi
 fi
 PAIR=${PAIR:-dflash/data/pair}
 if [ "$stage" = b ]; then
   timeout 100 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf --label 27b-q4km \
     --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
   echo "[gpu] 27B kernel profile rc=$?"; cat "$OUT/kernels-27b.log"
-  for inv in ""; do  # --invariant-matmul too when there is time
+  for inv in "${PAIR_PROFILE-}"; do  # PAIR_PROFILE=none skips; --invariant-matmul too when there is time
+    [ "$inv" = none ] && continue
     timeout 50 python3 tools/device/kernel_profile.py -m "$PAIR/target-q8_0.gguf" --draft "$PAIR/drafter-q8_0.gguf" \
       --label pair$inv $inv -o "$OUT/h200-pair-kernels$inv.json" > "$OUT/kernels-pair$inv.log" 2>&1
     echo "[gpu] pair kernel profile $inv rc=$?"; cat "$OUT/kernels-pair$inv.log"

@@ -1,7 +1,7 @@
 // Dispatch of ggml_ext's small-batch tensor-core GEMM (gemm_kquant_mma_impl.cuh) for the engine's
-// tagged Q4_K products of 9..64 columns. Experimental and off by default (DFLASH_MMA=1 or
-// ggml_ext::set_mma_enabled turn it on): written and compiled, not yet run on a GPU;
-// tools/device/gemv_standalone.sh mma checks it against a host reference and times it.
+// tagged Q4_K / Q6_K products of 9..64 columns. Experimental and off by default (DFLASH_MMA=1 or
+// ggml_ext::set_mma_enabled turn it on); tools/device/gemv_standalone.sh mma checks it against a
+// host reference and times it.
 #include "gemm_kquant_mma_impl.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
@@ -26,9 +26,11 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
                             ggml_tensor * dst) {
     const int64_t n = src1->ne[1], k = src0->ne[0];
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
-    if (!mma_enabled_flag || src0->type != GGML_TYPE_Q4_K || n <= kGemvMaxColumns || n > 64 || k % 256 != 0 ||
-        !GGML_CUDA_CC_IS_NVIDIA(cc) || ggml_cuda_highest_compiled_arch(cc) < GGML_CUDA_CC_AMPERE || src0->ne[2] != 1 ||
-        src0->ne[3] != 1 || src0->nb[1] % 16 != 0 || reinterpret_cast<uintptr_t>(src0->data) % 16 != 0 ||
+    if (!mma_enabled_flag || (src0->type != GGML_TYPE_Q4_K && src0->type != GGML_TYPE_Q6_K) || n <= kGemvMaxColumns ||
+        n > 64 || k % 256 != 0 || !GGML_CUDA_CC_IS_NVIDIA(cc) ||
+        ggml_cuda_highest_compiled_arch(cc) < GGML_CUDA_CC_AMPERE || src0->ne[2] != 1 || src0->ne[3] != 1 ||
+        src0->nb[1] % (src0->type == GGML_TYPE_Q4_K ? 16 : 2) != 0 ||
+        reinterpret_cast<uintptr_t>(src0->data) % 16 != 0 ||
         ggml_backend_buffer_get_usage(src0->buffer) == GGML_BACKEND_BUFFER_USAGE_COMPUTE ||
         src1->type != GGML_TYPE_F32 || src1->nb[0] != sizeof(float) || src1->ne[2] != 1 || src1->ne[3] != 1 ||
         dst->type != GGML_TYPE_F32 || dst->nb[0] != sizeof(float)) {
@@ -41,11 +43,10 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
     gemm_kq::quantize_act_k_kernel<<<dim3((unsigned)(k / 256), (unsigned)np, 1), 256, 0, stream>>>(
         (const float *)src1->data, qs.get(), d.get(), sums.get(), (int)k, (int)k, (int)n, src1->nb[1] / sizeof(float));
-    // A-fragment register order: the hardware's for m16n8k32 int8 (rows g, g + 8 alternate), as
-    // ggml's ldmatrix loads give it; the standalone check runs both orders.
-    gemm_kq::launch_q4_k<false>((const char *)src0->data, qs.get(), d.get(), sums.get(), (float *)dst->data,
-                                (int)src0->ne[1], (int)k, (int64_t)src0->nb[1], (int)k, (int)n,
-                                (int)(dst->nb[1] / sizeof(float)), stream);
+    const auto launch = src0->type == GGML_TYPE_Q6_K ? gemm_kq::launch<gemm_kq::Q6K, gemm_kq::kDefaultStages>
+                                                     : gemm_kq::launch<gemm_kq::Q4K, gemm_kq::kDefaultStages>;
+    launch((const char *)src0->data, qs.get(), d.get(), sums.get(), (float *)dst->data, (int)src0->ne[1], (int)k,
+           (int64_t)src0->nb[1], (int)k, (int)n, (int)(dst->nb[1] / sizeof(float)), stream);
     CUDA_CHECK(cudaGetLastError());
     return true;
 }

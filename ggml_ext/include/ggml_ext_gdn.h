@@ -1,0 +1,22 @@
+// One-token Gated DeltaNet inputs in one op (the decode step's small GDN ops fused, issue 7): the
+// short conv over [cached state, the new token] with SiLU, the per-head L2 norm of q and k, the
+// gate softplus(alpha + dt_bias) * a and beta = sigmoid(beta_raw); the conv state is advanced in
+// place. Replaces concat, copy, ssm_conv, silu, two l2 norms, add, softplus*mul and sigmoid (nine
+// kernels per layer on CUDA) for one-token forwards. A new ggml op (GGML_OP_GDN_DECODE_INPUTS,
+// hooked in by patches/0001-tree-ops-hooks.patch); kernels in kernels/gdn_decode_*.
+#pragma once
+
+#include "ggml.h"
+
+namespace ggml_ext {
+
+// qkv [C] (one token's conv channels: q of Hk heads, k of Hk heads, v; S values per head),
+// alpha and beta_raw [Hv], conv_state [K-1, C] f32 contiguous (oldest column first; updated in
+// place), w [K, C] f32, dt_bias and a [Hv] f32  ->  f32 [C + 2 Hv]: q, k (each head scaled to unit
+// L2 norm the way the graph's l2_norm does: rms_norm with eps / S, times 1 / sqrt(S)), v, then
+// the gate, then beta. All f32; every input contiguous.
+ggml_tensor * gdn_decode_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor * alpha, ggml_tensor * beta_raw,
+                                ggml_tensor * conv_state, ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a,
+                                int64_t S, int64_t Hk, float eps);
+
+}  // namespace ggml_ext

@@ -1,0 +1,34 @@
+// Graph constructor of the fused one-token Gated DeltaNet inputs (ggml_ext_gdn.h).
+#include "ggml_ext_gdn.h"
+
+#include <cstring>
+#include <initializer_list>
+
+namespace ggml_ext {
+
+ggml_tensor * gdn_decode_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor * alpha, ggml_tensor * beta_raw,
+                                ggml_tensor * conv_state, ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a,
+                                int64_t S, int64_t Hk, float eps) {
+    const int64_t C = ggml_nelements(qkv), Hv = ggml_nelements(alpha), K = w->ne[0];
+    for (ggml_tensor * t : {qkv, alpha, beta_raw, conv_state, w, dt_bias, a}) {
+        GGML_ASSERT(t->type == GGML_TYPE_F32 && ggml_is_contiguous(t));
+    }
+    GGML_ASSERT(S > 0 && Hk > 0 && C == S * (2 * Hk + Hv) && K >= 2);
+    GGML_ASSERT(ggml_nelements(beta_raw) == Hv && ggml_nelements(dt_bias) == Hv && ggml_nelements(a) == Hv);
+    GGML_ASSERT(w->ne[1] == C && ggml_nelements(conv_state) == (K - 1) * C);
+    ggml_tensor * r = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, C + 2 * Hv);
+    const int32_t params[2] = {(int32_t)S, (int32_t)Hk};
+    std::memcpy(r->op_params, params, sizeof(params));
+    std::memcpy(r->op_params + 2, &eps, sizeof(float));
+    r->op = GGML_OP_GDN_DECODE_INPUTS;
+    r->src[0] = qkv;
+    r->src[1] = alpha;
+    r->src[2] = beta_raw;
+    r->src[3] = conv_state;
+    r->src[4] = w;
+    r->src[5] = dt_bias;
+    r->src[6] = a;
+    return r;
+}
+
+}  // namespace ggml_ext

@@ -1,0 +1,117 @@
+"""ggml_ext's fused one-token Gated DeltaNet inputs (GGML_OP_GDN_DECODE_INPUTS, ggml_ext_gdn.h):
+the conv over [cached state, token] with SiLU, the q/k head L2 norms, the gate and beta, and the
+conv state advanced in place. Oracles: a numpy reference of the unfused graph's formulas (CPU op,
+1e-5 of the output scale: float vs double sums), the CPU op for the CUDA kernel (1e-5), and on
+the GPU machine the engine's decode with the fusion against the same engine without it (logits
+within 1e-3 of their scale: ggml's separate kernels round differently; greedy tokens equal)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dflash import _core
+
+GPU = _core.gpu_backend_available()
+REQUIRE_GPU = os.environ.get("DFLASH_REQUIRE_CUDA") == "1"
+needs_gpu = pytest.mark.skipif(
+    not GPU and not REQUIRE_GPU, reason="no GPU backend in this build (run on the GPU machine)"
+)
+EPS = 1e-6
+
+
+def _inputs(s: int, hk: int, hv: int, k: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    c = s * (2 * hk + hv)
+    f = np.float32
+    return {
+        "qkv": rng.standard_normal(c).astype(f),
+        "alpha": rng.standard_normal(hv).astype(f) * 4,  # both sides of softplus's threshold at 20 too
+        "beta": rng.standard_normal(hv).astype(f),
+        "conv_state": rng.standard_normal((c, k - 1)).astype(f),
+        "w": rng.standard_normal((c, k)).astype(f) * 0.5,
+        "dt_bias": np.where(np.arange(hv) == 0, 25.0, rng.standard_normal(hv)).astype(f),
+        "a": -np.abs(rng.standard_normal(hv)).astype(f),
+    }
+
+
+def _reference(i: dict[str, np.ndarray], s: int, hk: int) -> tuple[np.ndarray, np.ndarray]:
+    x, st_, w = (i[n].astype(np.float64) for n in ("qkv", "conv_state", "w"))
+    conv = (st_ * w[:, :-1]).sum(axis=1) + x * w[:, -1]
+    y = conv / (1.0 + np.exp(-conv))
+    heads = y.reshape(-1, s)
+    for h in range(2 * hk):  # rms_norm with eps / S, then times 1 / sqrt(S)
+        heads[h] = heads[h] / np.sqrt((heads[h] ** 2).mean() + EPS / s) / np.sqrt(s)
+    z = i["alpha"].astype(np.float64) + i["dt_bias"]
+    gate = np.where(z > 20.0, z, np.log1p(np.exp(np.minimum(z, 20.0)))) * i["a"]
+    beta = 1.0 / (1.0 + np.exp(-i["beta"].astype(np.float64)))
+    state = np.concatenate([i["conv_state"][:, 1:], i["qkv"][:, None]], axis=1)
+    return np.concatenate([heads.reshape(-1), gate, beta]), state
+
+
+def _run(i: dict[str, np.ndarray], s: int, hk: int, gpu: bool) -> tuple[np.ndarray, np.ndarray]:
+    return _core.op_gdn_decode_inputs(
+        i["qkv"], i["alpha"], i["beta"], i["conv_state"], i["w"], i["dt_bias"], i["a"], s, hk, EPS, gpu=gpu
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(s=st.sampled_from([32, 64, 128]), hk=st.integers(1, 3), hv_mult=st.integers(1, 3), k=st.integers(2, 5))
+def test_cpu_op_equals_the_unfused_formulas(s: int, hk: int, hv_mult: int, k: int) -> None:
+    i = _inputs(s, hk, hk * hv_mult, k, seed=s + 10 * hk + 100 * k)
+    out, state = _run(i, s, hk, gpu=False)
+    want, want_state = _reference(i, s, hk)
+    assert np.abs(out - want).max() <= 1e-5 * max(1.0, float(np.abs(want).max()))
+    np.testing.assert_array_equal(state, want_state)  # a shift: exact
+
+
+def test_bad_shapes_are_refused() -> None:
+    i = _inputs(32, 1, 2, 4, seed=1)
+    with pytest.raises(_core.InvalidParameterError, match="gdn_decode_inputs"):
+        _run(i, 32, 2, gpu=False)  # C != S (2 Hk + Hv)
+
+
+@needs_gpu
+@pytest.mark.parametrize(("s", "hk", "hv", "k"), [(32, 1, 2, 4), (128, 16, 48, 4), (64, 2, 4, 3)])
+def test_cuda_op_equals_cpu_op(s: int, hk: int, hv: int, k: int) -> None:
+    i = _inputs(s, hk, hv, k, seed=7)
+    cpu, cpu_state = _run(i, s, hk, gpu=False)
+    gpu, gpu_state = _run(i, s, hk, gpu=True)
+    assert np.abs(gpu - cpu).max() <= 1e-5 * max(1.0, float(np.abs(cpu).max()))
+    np.testing.assert_array_equal(gpu_state, cpu_state)
+
+
+def _decode(path: str, fuse: bool) -> tuple[np.ndarray, list[int], bool]:
+    cfg = _core.EngineConfig()
+    cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers = 256, 2, 99
+    cfg.fuse_gdn_inputs = fuse
+    eng = _core.TargetEngine(path, cfg)
+    tokens = np.random.default_rng(5).integers(0, eng.hparams["n_vocab"], size=24).tolist()
+    rows = [eng.forward(tokens[:8], True)[0]]
+    rows += [eng.forward([t], True)[0] for t in tokens[8:]]
+    logits = np.concatenate(rows)
+    return logits, [int(r.argmax()) for r in logits], bool(eng.graph_shapes["fused_gdn_inputs"])
+
+
+def test_the_cpu_keeps_ggml_ops(synth_model) -> None:
+    """The fusion is for kernel launches: CPU engines keep ggml's ops (and their arithmetic)."""
+    cfg = _core.EngineConfig()
+    cfg.n_ctx, cfg.n_gpu_layers = 64, 0
+    eng = _core.TargetEngine(str(synth_model("tiny-b", "f16")), cfg)
+    assert eng.graph_shapes["fused_gdn_inputs"] is False
+
+
+@needs_gpu
+@pytest.mark.parametrize(("preset", "wtype"), [("tiny-b", "f16"), ("tiny-c", "q4_K_M")])
+def test_cuda_decode_with_the_fused_op_matches_ggml_ops(synth_model, preset: str, wtype: str) -> None:
+    """tiny-b's and tiny-c's GDN heads (32, 64 values) are whole warps: the fused op runs."""
+    path = str(synth_model(preset, wtype))
+    fused, fused_top, used = _decode(path, True)
+    plain, plain_top, unused = _decode(path, False)
+    assert used and not unused
+    assert np.abs(fused - plain).max() <= 1e-3 * float(np.abs(plain).max())
+    assert fused_top == plain_top
