@@ -313,9 +313,12 @@ PYBIND11_MODULE(_core, m) {
           "off: ggml's mul_mat_vec_q");
     m.def("gemv_enabled", &ggml_ext::gemv_enabled);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
-          "experimental: ggml_ext's tensor-core GEMM for Q4_K x 9..64 columns on CUDA instead of ggml's mmq "
-          "(off by default; DFLASH_MMA=1 starts it on)");
+          "ggml_ext's tensor-core GEMM for Q4_K / Q6_K x 9..16 columns on CUDA instead of ggml's mmq "
+          "(on by default; DFLASH_MMA=0 starts it off)");
     m.def("mma_enabled", &ggml_ext::mma_enabled);
+    m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
+          "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
+    m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);
 
     m.def(
         "build_tree",

@@ -42,10 +42,16 @@ inline bool is_mul_mat_tiles(const ggml_tensor * t) {
 void set_gemv_enabled(bool on);
 bool gemv_enabled();
 
-// ggml_ext's tensor-core GEMM for Q4_K / Q6_K weights and 9..64 columns (kernels/gemm_kquant_mma.cu):
-// tagged mul_mat_tiles products go to it instead of ggml's mmq when on. Experimental: off by
-// default (DFLASH_MMA=1 starts it on) until its GPU check has passed. No effect without CUDA.
+// ggml_ext's tensor-core GEMM for Q4_K / Q6_K weights (kernels/gemm_kquant_mma.cu): tagged
+// mul_mat_tiles products of 9..16 columns go to it instead of ggml's mmq when on (the default;
+// DFLASH_MMA=0 starts it off). No effect without CUDA.
 void set_mma_enabled(bool on);
 bool mma_enabled();
+
+// ggml_ext's mmq launch policy for tagged products (kernels/mmq_tiles.cu: one block per output
+// tile where the stream-k fixup would cost more). Off: ggml's own launch for every product (the
+// GPU oracle test compares graphs on ggml's kernels). On by default. No effect without CUDA.
+void set_mmq_tiles_enabled(bool on);
+bool mmq_tiles_enabled();
 
 }  // namespace ggml_ext

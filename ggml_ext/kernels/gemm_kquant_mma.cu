@@ -1,7 +1,9 @@
 // Dispatch of ggml_ext's small-batch tensor-core GEMM (gemm_kquant_mma_impl.cuh) for the engine's
-// tagged Q4_K / Q6_K products of 9..64 columns. Experimental and off by default (DFLASH_MMA=1 or
-// ggml_ext::set_mma_enabled turn it on); tools/device/gemv_standalone.sh mma checks it against a
-// host reference and times it.
+// tagged Q4_K / Q6_K products. On by default for 9..16 columns, a chain verify's size: there it
+// beat ggml's mmq on the 27B (chain 315 -> 361 t/s, h200-s6-27b-chain-mma-a5e05ef.json), while
+// at 17..64 columns its padded column tiles cost more than mmq (forward of 33 tokens 32.6 -> 54.4
+// ms). DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS
+// (16, 32 or 64) widens it, for benches. tools/device/gemv_standalone.sh mma checks and times it.
 #include "gemm_kquant_mma_impl.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
@@ -12,8 +14,17 @@ namespace {
 
 bool mma_enabled_flag = [] {
     const char * e = std::getenv("DFLASH_MMA");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
 }();
+
+int mma_max_columns() {
+    static const int v = [] {
+        const char * e = std::getenv("DFLASH_MMA_MAX_COLUMNS");
+        const int n = e ? std::atoi(e) : 16;
+        return n == 32 || n == 64 ? n : 16;
+    }();
+    return v;
+}
 
 }  // namespace
 
@@ -27,7 +38,7 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     const int64_t n = src1->ne[1], k = src0->ne[0];
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
     if (!mma_enabled_flag || (src0->type != GGML_TYPE_Q4_K && src0->type != GGML_TYPE_Q6_K) || n <= kGemvMaxColumns ||
-        n > 64 || k % 256 != 0 || !GGML_CUDA_CC_IS_NVIDIA(cc) ||
+        n > mma_max_columns() || k % 256 != 0 || !GGML_CUDA_CC_IS_NVIDIA(cc) ||
         ggml_cuda_highest_compiled_arch(cc) < GGML_CUDA_CC_AMPERE || src0->ne[2] != 1 || src0->ne[3] != 1 ||
         src0->nb[1] % (src0->type == GGML_TYPE_Q4_K ? 16 : 2) != 0 ||
         reinterpret_cast<uintptr_t>(src0->data) % 16 != 0 ||

@@ -14,6 +14,7 @@
 namespace {
 
 thread_local bool tagged_node = false;
+bool tiles_policy_on = true;
 
 // What a fixup pass costs, in mmq iterations of one tile; DFLASH_MMQ_FIXUP_ITERS overrides it
 // (0 = ggml's own choice, for comparisons). Calibrated on the H200 (h200-s4-matmul-tiles.json):
@@ -30,6 +31,11 @@ double fixup_iters() {
 
 }  // namespace
 
+namespace ggml_ext {
+void set_mmq_tiles_enabled(bool on) { tiles_policy_on = on; }
+bool mmq_tiles_enabled() { return tiles_policy_on; }
+}  // namespace ggml_ext
+
 ggml_ext_mmq_tiles_scope::ggml_ext_mmq_tiles_scope(const ggml_tensor * dst) : prev(tagged_node) {
     tagged_node = ggml_ext::is_mul_mat_tiles(dst);
 }
@@ -37,7 +43,7 @@ ggml_ext_mmq_tiles_scope::ggml_ext_mmq_tiles_scope(const ggml_tensor * dst) : pr
 ggml_ext_mmq_tiles_scope::~ggml_ext_mmq_tiles_scope() { tagged_node = prev; }
 
 bool ggml_ext_mmq_prefer_tiles(int ntiles, int nsm, int k_iters) {
-    if (!tagged_node || fixup_iters() <= 0 || ntiles < 1 || nsm < 1) return false;
+    if (!tagged_node || !tiles_policy_on || fixup_iters() <= 0 || ntiles < 1 || nsm < 1) return false;
     const double waves = (double)((ntiles + nsm - 1) / nsm);
     // The busiest multiprocessor's iterations: whole tiles, or an even share plus the fixup.
     return waves * k_iters <= (double)ntiles * k_iters / nsm + fixup_iters();

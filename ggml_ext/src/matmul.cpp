@@ -19,6 +19,8 @@ void set_gemv_enabled(bool) {}
 bool gemv_enabled() { return false; }
 void set_mma_enabled(bool) {}
 bool mma_enabled() { return false; }
+void set_mmq_tiles_enabled(bool) {}
+bool mmq_tiles_enabled() { return false; }
 #endif
 
 }  // namespace ggml_ext

@@ -13,6 +13,26 @@
 stage=${1:-a}
 source "$(dirname "$0")/stage_common.sh"
 
+# `gpu_bench.sh v` (a short call: CALL_S=<its limit less 15 s>): build, the CUDA suite, then the
+# 27B's AR and chain with the defaults (no upstream), as time allows.
+if [ "$stage" = v ]; then
+  start_27b_synth
+  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout "$(($(left) - 40))" python3 -m pytest -q -s \
+    -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py \
+    tests/test_top_k_rows.py tests/test_gemv_kquant.py tests/test_stacked_projections.py tests/test_oracle_upstream.py \
+    tests/test_gdn_decode_inputs.py tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py \
+    tests/test_ddtree.py > "$OUT/cuda-tests.log" 2>&1
+  echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
+  grep -E "^(FAILED|ERROR)|identical" "$OUT/cuda-tests.log"
+  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 45 ]; do sleep 2; done
+  if [ -f /tmp/d27.gguf ] && [ "$(left)" -ge 45 ]; then
+    timeout "$(($(left) - 5))" python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 \
+      -n 128 -r 3 --no-upstream --synthetic-accept 10 -o "$OUT/h200-27b-chain-defaults.json" > "$OUT/chain.log" 2>&1
+    echo "[gpu] 27B AR + chain (defaults) rc=$? at $(($(date +%s) - t0)) s"; tail -n 4 "$OUT/chain.log"
+  fi
+  exit 0
+fi
+
 if [ "$stage" = a ]; then
   start_27b_synth
   # TF32 off: see tests/gpu_policy.py
@@ -102,6 +122,8 @@ if [ "$stage" = b ]; then
     echo "[gpu] pair kernel profile $inv rc=$?"; cat "$OUT/kernels-pair$inv.log"
   done
   echo "[gpu] stage b done at $(($(date +%s) - t0)) s"
+  # a call returns at most 8 files: stage b's JSON and logs travel as one archive
+  (cd "$OUT" && tar czf /tmp/stage-b.tgz ./*.json ./*.log && rm -f ./*.json ./*.log && mv /tmp/stage-b.tgz .)
   exit 0
 fi
 # Where the tiny pair's step time goes: plain forwards of N tokens vs the AR step and the DDTree

@@ -6,8 +6,8 @@ t0=$(date +%s)
 source tools/device/setup.sh
 set +e +u +o pipefail
 export DFLASH_COMMIT=${DFLASH_COMMIT:-unknown}
-# seconds left of a 600 s call, with a margin
-left() { echo $((585 - ($(date +%s) - t0))); }
+# seconds left of the call (CALL_S: the call's limit less a margin; 585 for a 600 s call)
+left() { echo $((${CALL_S:-585} - ($(date +%s) - t0))); }
 # /tmp/q27.gguf + /tmp/d27.gguf, in the background (setsid: it outlives this call, not the
 # machine; the next call, within 30 s, finds them)
 start_27b_synth() {
