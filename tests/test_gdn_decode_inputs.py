@@ -2,11 +2,12 @@
 the conv over [cached state, token] with SiLU, the q/k head L2 norms, the gate and beta, and the
 conv state advanced in place. Oracles: a numpy reference of the unfused graph's formulas (CPU op,
 1e-5 of the output scale: float vs double sums), the CPU op for the CUDA kernel (1e-5), and on
-the GPU machine the engine's decode with the fusion against the same engine without it: the
-first decode step within 1e-3 of the logit scale (ggml's separate kernels round differently),
-and every step within 2e-2 (the recurrent state carries the rounding into later steps, and these
-random-weight models amplify it: tiny-b's CUDA and CPU logits differ by 1.35 with a largest
-logit near 18). A wrong state update or gate is off by the logit scale itself."""
+the GPU machine the engine's decode with the fusion against the same engine without it, bit for
+bit: the CUDA kernel repeats ggml's kernels' operations in their order (ssm_conv + silu, the
+rms_norm block reduce + scale, add, softplus * a, sigmoid), so the fusion changes launches, not
+values. (The first fused kernel reduced the L2 norm in another order: its decode drifted from
+ggml's by up to 0.048 of 17.8 over 16 steps of tiny-b, and a greedy DDTree check at budget 4 then
+diverged at token 123 beyond the near-tie bound.)"""
 
 from __future__ import annotations
 
@@ -115,7 +116,4 @@ def test_cuda_decode_with_the_fused_op_matches_ggml_ops(synth_model, preset: str
     fused, used = _decode(path, True)
     plain, unused = _decode(path, False)
     assert used and not unused
-    scale = float(np.abs(plain).max())
-    np.testing.assert_array_equal(fused[:8], plain[:8])  # the prefill does not use it
-    assert np.abs(fused[8] - plain[8]).max() <= 1e-3 * scale
-    assert np.abs(fused - plain).max() <= 2e-2 * scale
+    np.testing.assert_array_equal(fused, plain)

@@ -1,11 +1,14 @@
 """ggml_ext::mul_mat_tiles: a MUL_MAT tagged for ggml_ext's launch policy of ggml's mmq on CUDA
 (one block per output tile, no stream-k fixup pass, where that is cheaper; patches/0003). The
 engine builds every weight matmul this way. The tag changes nothing on the CPU; on CUDA the
-product equals ggml's untagged one up to the order of float sums."""
+product equals ggml's untagged one up to the order of float sums. (Tagged Q4_K / Q6_K products of
+9..16 columns go to ggml_ext's tensor-core GEMM by default, whose activations are quantized per
+256 values: these tests switch it off, test_gemv_kquant.py tests it.)"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -15,6 +18,14 @@ from dflash import _core
 
 GPU = _core.gpu_backend_available()
 REQUIRE_GPU = os.environ.get("DFLASH_REQUIRE_CUDA") == "1"
+
+
+@pytest.fixture(autouse=True)
+def mmq_only() -> Iterator[None]:
+    was = _core.mma_enabled()
+    _core.set_mma_enabled(False)
+    yield
+    _core.set_mma_enabled(was)
 
 
 @pytest.mark.parametrize("name", sorted(TYPES))

@@ -482,7 +482,7 @@ bool TargetEngine::fused_gdn_inputs() const {
     // The fused op runs on the GPU only where its CUDA kernel takes the head size (one thread per
     // channel of a head, whole warps): placed on the CPU it would advance a copy of the conv state.
     const int64_t S = model_->hp.ssm_d_state;
-    return cfg_.fuse_gdn_inputs && backends_->is_gpu && !cfg_.invariant_matmul && S % 32 == 0 && S <= 1024;
+    return cfg_.fuse_gdn_inputs && backends_->is_gpu && !cfg_.invariant_matmul && S % 32 == 0 && S <= 256;
 }
 
 int TargetEngine::stacked_projections() const { return cfg_.stack_projections ? model_->n_stacked() : 0; }

@@ -1,7 +1,9 @@
 // CUDA kernel of the fused one-token Gated DeltaNet inputs (ggml_ext_gdn.h): block h < C / S takes
 // head h's S channels (one thread each: the conv taps, the state shift, SiLU; a block sum for the
-// L2 norm of q and k heads); the last block the gate and beta. Same formulas as ggml's CUDA
-// kernels for ssm_conv, silu, rms_norm + scale, softplus and sigmoid.
+// L2 norm of q and k heads); the last block the gate and beta. The operations, and their order,
+// of ggml's CUDA kernels for ssm_conv + silu, rms_norm + scale, add, softplus * a and sigmoid, so
+// a decode step's values do not depend on the fusion (heads of up to 256 values: ggml's
+// rms_norm block).
 #include "ggml_ext_tree_cuda.cuh"
 
 #include <cstring>
@@ -12,7 +14,8 @@ __global__ void gdn_decode_inputs_kernel(const float * __restrict__ x, const flo
                                          const float * __restrict__ beta, float * __restrict__ state,
                                          const float * __restrict__ w, const float * __restrict__ dt_bias,
                                          const float * __restrict__ a, float * __restrict__ out, const int C,
-                                         const int K, const int S, const int Hk, const int Hv, const float eps) {
+                                         const int K, const int S, const int Hk, const int Hv, const float eps_over_s,
+                                         const float inv_sqrt_s) {
     const int h = blockIdx.x;
     if (h == C / S) {  // gate and beta
         for (int i = threadIdx.x; i < Hv; i += blockDim.x) {
@@ -31,17 +34,24 @@ __global__ void gdn_decode_inputs_kernel(const float * __restrict__ x, const flo
     sum += xv * wc[K - 1];
     for (int i = 0; i + 1 < K - 1; ++i) st[i] = st[i + 1];
     st[K - 2] = xv;
-    float y = sum / (1.0f + expf(-sum));
+    float y = sum / (1.0f + expf(-sum));  // ggml_cuda_op_silu_single
     if (h < 2 * Hk) {
-        __shared__ float part[32];
+        // ggml's rms_norm_f32<256, do_scale> on a row of S <= 256 values, then its fused scale:
+        // the same butterfly within each warp and over the warps' sums (lanes past the block's
+        // warps hold the zeros of ggml's idle threads), so the decode keeps ggml's bits.
+        __shared__ float part[8];
+        const int lane = threadIdx.x % 32, nwarps = S / 32;
         float ss = y * y;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
-        if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+        if (lane == 0) part[threadIdx.x / 32] = ss;
         __syncthreads();
-        ss = 0.0f;
-        for (int i = 0; i < S / 32; ++i) ss += part[i];
-        y *= rsqrtf(ss / (float)S + eps / (float)S) * (1.0f / sqrtf((float)S));
+        ss = lane < nwarps ? part[lane] : 0.0f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
+        const float mean = ss / S;
+        const float scale = rsqrtf(mean + eps_over_s);
+        y = inv_sqrt_s * (scale * y);
     }
     out[c] = y;
 }
@@ -50,18 +60,18 @@ __global__ void gdn_decode_inputs_kernel(const float * __restrict__ x, const flo
 
 void ggml_ext_cuda_gdn_decode_inputs(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     const int S = ((const int32_t *)dst->op_params)[0], Hk = ((const int32_t *)dst->op_params)[1];
-    float eps;
-    std::memcpy(&eps, dst->op_params + 2, sizeof(float));
+    float norm[2];  // eps / S, 1 / sqrt(S)
+    std::memcpy(norm, dst->op_params + 2, sizeof(norm));
     const int C = (int)ggml_nelements(dst->src[0]), Hv = (int)ggml_nelements(dst->src[1]);
     const int K = (int)dst->src[4]->ne[0];
     gdn_decode_inputs_kernel<<<C / S + 1, S, 0, ctx.stream()>>>(
         (const float *)dst->src[0]->data, (const float *)dst->src[1]->data, (const float *)dst->src[2]->data,
         (float *)dst->src[3]->data, (const float *)dst->src[4]->data, (const float *)dst->src[5]->data,
-        (const float *)dst->src[6]->data, (float *)dst->data, C, K, S, Hk, Hv, eps);
+        (const float *)dst->src[6]->data, (float *)dst->data, C, K, S, Hk, Hv, norm[0], norm[1]);
     CUDA_CHECK(cudaGetLastError());
 }
 
 bool ggml_ext_cuda_gdn_decode_inputs_supported(const ggml_tensor * op) {
     const int64_t S = ((const int32_t *)op->op_params)[0];
-    return S % 32 == 0 && S <= 1024;
+    return S % 32 == 0 && S <= 256;
 }

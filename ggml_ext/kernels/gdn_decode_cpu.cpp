@@ -17,8 +17,8 @@ extern "C" void ggml_ext_compute_forward_gdn_decode_inputs(const ggml_compute_pa
     const float * dt_bias = (const float *)dst->src[5]->data;
     const float * a = (const float *)dst->src[6]->data;
     const int64_t S = ((const int32_t *)dst->op_params)[0], Hk = ((const int32_t *)dst->op_params)[1];
-    float eps;
-    std::memcpy(&eps, dst->op_params + 2, sizeof(float));
+    float norm[2];  // eps / S, 1 / sqrt(S)
+    std::memcpy(norm, dst->op_params + 2, sizeof(norm));
     const int64_t C = ggml_nelements(dst->src[0]), Hv = ggml_nelements(dst->src[1]), K = dst->src[4]->ne[0];
     float * out = (float *)dst->data;
 
@@ -37,8 +37,8 @@ extern "C" void ggml_ext_compute_forward_gdn_decode_inputs(const ggml_compute_pa
             ss += (double)y * y;
         }
         if (h < 2 * Hk) {  // q and k heads: rms_norm(eps / S), then times 1 / sqrt(S)
-            const float scale = 1.0f / sqrtf((float)(ss / (double)S) + eps / (float)S) / sqrtf((float)S);
-            for (int64_t c = h * S; c < (h + 1) * S; ++c) out[c] *= scale;
+            const float scale = 1.0f / sqrtf((float)(ss / (double)S) + norm[0]);
+            for (int64_t c = h * S; c < (h + 1) * S; ++c) out[c] = norm[1] * (scale * out[c]);
         }
     }
     if (params->ith == 0) {

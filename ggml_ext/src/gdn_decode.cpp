@@ -1,6 +1,7 @@
 // Graph constructor of the fused one-token Gated DeltaNet inputs (ggml_ext_gdn.h).
 #include "ggml_ext_gdn.h"
 
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 
@@ -17,9 +18,12 @@ ggml_tensor * gdn_decode_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tens
     GGML_ASSERT(ggml_nelements(beta_raw) == Hv && ggml_nelements(dt_bias) == Hv && ggml_nelements(a) == Hv);
     GGML_ASSERT(w->ne[1] == C && ggml_nelements(conv_state) == (K - 1) * C);
     ggml_tensor * r = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, C + 2 * Hv);
+    // The L2 norm's constants computed here as the unfused graph computes them (rms_norm's eps / S
+    // and ggml_scale's 1 / sqrt(S), on the host), so both give the same bits.
+    const float d = (float)S, norm[2] = {eps / d, 1.0f / std::sqrt(d)};
     const int32_t params[2] = {(int32_t)S, (int32_t)Hk};
     std::memcpy(r->op_params, params, sizeof(params));
-    std::memcpy(r->op_params + 2, &eps, sizeof(float));
+    std::memcpy(r->op_params + 2, norm, sizeof(norm));
     r->op = GGML_OP_GDN_DECODE_INPUTS;
     r->src[0] = qkv;
     r->src[1] = alpha;

@@ -62,20 +62,21 @@ if [ "$stage" = a ]; then
 fi
 
 # Matmul benches (`gpu_bench.sh m`, after a): ggml's kernels, the engine's, the invariant
-# matmul; the experimental tensor-core GEMM; then the 27B's AR and chain with it on. (The GEMV's
-# layouts: DFLASH_GEMV_SPLIT / DFLASH_GEMV_ROWS, or tools/device/gemv_standalone.sh bench.)
+# matmul; the tensor-core GEMM widened to 64 columns; then the 27B's chain with mmq verifies
+# (DFLASH_MMA=0) next to the default. (The GEMV's layouts: DFLASH_GEMV_SPLIT / DFLASH_GEMV_ROWS,
+# or tools/device/gemv_standalone.sh bench.)
 if [ "$stage" = m ]; then
   timeout "$(left)" python3 -m dflash.bench --matmul -o "$OUT/h200-matmul.json" > "$OUT/matmul.log" 2>&1
   echo "[gpu] matmul bench rc=$? at $(($(date +%s) - t0)) s"; cat "$OUT/matmul.log"
-  # the experimental tensor-core GEMM in the engine's matmul, next to ggml's mmq
-  DFLASH_MMA=1 timeout 60 python3 -m dflash.bench --matmul --columns 16,32,64 --reps 10 \
+  # the tensor-core GEMM in the engine's matmul at every column count, next to ggml's mmq
+  DFLASH_MMA_MAX_COLUMNS=64 timeout 60 python3 -m dflash.bench --matmul --columns 16,32,64 --reps 10 \
     --shapes ffn_up:17408:5120:q4_K,ffn_down4:5120:17408:q4_K,attn_q:12288:5120:q4_K,gdn_qkv:10240:5120:q4_K \
-    -o "$OUT/h200-matmul-mma.json" > "$OUT/matmul-mma.log" 2>&1
-  echo "[gpu] matmul (DFLASH_MMA=1) rc=$?"; cat "$OUT/matmul-mma.log"
+    -o "$OUT/h200-matmul-mma64.json" > "$OUT/matmul-mma64.log" 2>&1
+  echo "[gpu] matmul (DFLASH_MMA_MAX_COLUMNS=64) rc=$?"; cat "$OUT/matmul-mma64.log"
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 200 ]; do sleep 2; done
-  DFLASH_MMA=1 timeout 120 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 \
-    -n 128 -r 3 --no-upstream --synthetic-accept 10 -o "$OUT/h200-27b-chain-mma.json" > "$OUT/chain-mma.log" 2>&1
-  echo "[gpu] 27B chain (DFLASH_MMA=1) rc=$?"; tail -n 4 "$OUT/chain-mma.log"
+  DFLASH_MMA=0 timeout 120 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 \
+    -n 128 -r 3 --no-upstream --synthetic-accept 10 -o "$OUT/h200-27b-chain-mmq.json" > "$OUT/chain-mmq.log" 2>&1
+  echo "[gpu] 27B chain (DFLASH_MMA=0) rc=$?"; tail -n 4 "$OUT/chain-mmq.log"
   exit 0
 fi
 
@@ -99,15 +100,16 @@ timeout 90 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d2
   --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 -o "$OUT/h200-27b-tree-steps.json" \
   > "$OUT/tree-bench.log" 2>&1
 echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/tree-bench.log"
-# the tensor-core GEMM for the verifies (DFLASH_MMA=1): the chain, and forwards of N tokens
+# the chain with mmq verifies (DFLASH_MMA=0), and forwards of N tokens with the tensor-core GEMM
+# at every column count (DFLASH_MMA_MAX_COLUMNS=64)
 if [ -n "$MMA_TOO" ]; then
-  DFLASH_MMA=1 timeout 100 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 \
-    -n 128 -r 3 --no-upstream --synthetic-accept 10 -o "$OUT/h200-27b-chain-mma.json" > "$OUT/chain-mma.log" 2>&1
-  echo "[gpu] 27B chain (DFLASH_MMA=1) rc=$?"; tail -n 4 "$OUT/chain-mma.log"
-  DFLASH_MMA=1 timeout 90 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf -ngl 99 \
-    -c 4096 --kv-type f16 --synthetic-accept 8 --budgets 1,16,32,64 --no-upstream \
-    -o "$OUT/h200-27b-tree-steps-mma.json" > "$OUT/tree-bench-mma.log" 2>&1
-  echo "[gpu] tree-steps (DFLASH_MMA=1) rc=$?"; tail -n 8 "$OUT/tree-bench-mma.log"
+  DFLASH_MMA=0 timeout 100 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 \
+    -n 128 -r 3 --no-upstream --synthetic-accept 10 -o "$OUT/h200-27b-chain-mmq.json" > "$OUT/chain-mmq.log" 2>&1
+  echo "[gpu] 27B chain (DFLASH_MMA=0) rc=$?"; tail -n 4 "$OUT/chain-mmq.log"
+  DFLASH_MMA_MAX_COLUMNS=64 timeout 90 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf \
+    -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 8 --budgets 1,16,32,64 --no-upstream \
+    -o "$OUT/h200-27b-tree-steps-mma64.json" > "$OUT/tree-bench-mma64.log" 2>&1
+  echo "[gpu] tree-steps (DFLASH_MMA_MAX_COLUMNS=64) rc=$?"; tail -n 8 "$OUT/tree-bench-mma64.log"
 fi
 fi
 PAIR=${PAIR:-dflash/data/pair}
