@@ -19,6 +19,7 @@
 // the offset -32 is applied to the int8 weight operands, so no activation sums are needed.
 #pragma once
 
+#include "async_copy.cuh"
 #include "ggml-cuda/common.cuh"
 #include "stream_loads.cuh"
 
@@ -52,42 +53,12 @@ __device__ __forceinline__ void mma_s8_k16(int (&c)[4], const int (&a)[2], const
 #endif
 }
 
-// ---- cp.async (Ampere and newer) ----------------------------------------------------------------
-__device__ __forceinline__ void cp_async_16(void * smem_dst, const void * src) {
-#if __CUDA_ARCH__ >= 800
-    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem_dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" : : "r"(dst), "l"(src));
-#else
-    NO_DEVICE_CODE;
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;");
-#endif
-}
-
-template <int n>
-__device__ __forceinline__ void cp_async_wait() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" : : "n"(n));
-#endif
-}
-
-// 4 bytes at a 2-byte aligned address: global (streaming loads, one or two and a funnel shift) or
-// shared memory (one load, or two halves).
+// 4 bytes at a 2-byte aligned global address: one streaming load, or two and a funnel shift.
 __device__ __forceinline__ uint32_t load_stream_4_align2(const char * p) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     if ((a & 2) == 0) return load_stream_4(p);
     const char * base = reinterpret_cast<const char *>(a - 2);
     return __funnelshift_r(load_stream_4(base), load_stream_4(base + 4), 16);
-}
-
-__device__ __forceinline__ uint32_t load_smem_4_align2(const char * p) {
-    if ((reinterpret_cast<uintptr_t>(p) & 2) == 0) return *reinterpret_cast<const uint32_t *>(p);
-    const uint16_t * h = reinterpret_cast<const uint16_t *>(p);
-    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
 }
 
 // ---- Q4_K: d, dmin (half2), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles ------------
@@ -243,12 +214,8 @@ struct Q6K {
     static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
         return w + (int64_t)row * row_bytes + (int64_t)kb * kBytes;
     }
-    static __device__ __forceinline__ const char * aligned_start(const char * blk) {
-        return reinterpret_cast<const char *>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t(15));
-    }
-    static __device__ __forceinline__ int stage_offset(const char * blk) {
-        return (int)(reinterpret_cast<uintptr_t>(blk) & 15);
-    }
+    static __device__ __forceinline__ const char * aligned_start(const char * blk) { return align16_down(blk); }
+    static __device__ __forceinline__ int stage_offset(const char * blk) { return offset_in16(blk); }
 
     template <int ncol_tiles, bool smem>
     static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,

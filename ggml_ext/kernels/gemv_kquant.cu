@@ -65,6 +65,7 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k) {
     // benches.
     static const int forced_split = env_int("DFLASH_GEMV_SPLIT"), forced_rows = env_int("DFLASH_GEMV_ROWS");
     static const int forced_unroll = env_int("DFLASH_GEMV_UNROLL");
+    static const bool q6k_staged = env_int("DFLASH_GEMV_Q6K_STAGED") == 1;
     GemvShape s;
     if (type == GGML_TYPE_Q6_K) {
         s.split = 2;
@@ -76,6 +77,7 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k) {
     if (forced_split == 1 || forced_split == 2 || forced_split == 4) s.split = forced_split;
     if (forced_rows == 1 || forced_rows == 2) s.rows_per_warp = forced_rows;
     if (forced_unroll == 2 || forced_unroll == 4) s.unroll = forced_unroll;
+    s.staged = type == GGML_TYPE_Q6_K && q6k_staged;
     return s;
 }
 

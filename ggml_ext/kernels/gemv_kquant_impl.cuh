@@ -2,8 +2,11 @@
 // design notes; gemv_q4_k.cu and gemv_q6_k.cu instantiate it, one weight type per compile unit).
 #pragma once
 
+#include "async_copy.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 #include "stream_loads.cuh"
+
+#include <type_traits>
 
 #include "ggml-cuda/unary.cuh"
 
@@ -161,67 +164,14 @@ struct Q6K {
     }
 };
 
-// Rows: a block's kWarps warps take kWarps / split row groups of rows_per_warp rows; the split
-// warps of a group share its super-blocks (group g of part p takes p * kGroups + g, then every
-// split * kGroups-th) and add their sums in shared memory in part order. split depends on K only
-// and rows_per_warp does not touch a row's arithmetic, so a column's result is the same for any
-// column count.
-template <typename T, int ncols, int rows_per_warp, int split, bool gated, int unroll>
-__global__ void __launch_bounds__(kWarps * WARP_SIZE)
-    gemv_kquant_kernel(const char * __restrict__ w, const char * __restrict__ w_gate, const int8_t * __restrict__ yq,
-                       const float * __restrict__ yd, const float * __restrict__ bias, float * __restrict__ dst,
-                       const int nrows, const int nblocks, const int64_t row_bytes, const int k_pad,
-                       const int stride_col_dst) {
-    static_assert(kWarps % split == 0, "split must divide the block's warps");
+// The end of a GEMV block: the butterfly over each warp, the split warps' sums in part order, the
+// fused residual add and SwiGLU gate, the stores.
+template <int ncols, int rows_per_warp, int split, bool gated>
+__device__ __forceinline__ void finish(float (&acc)[ncols][rows_per_warp], float (&acc_gate)[ncols][rows_per_warp],
+                                       const int row0, const int part, const float * __restrict__ bias,
+                                       float * __restrict__ dst, const int nrows, const int stride_col_dst) {
     constexpr int kOut = ncols * rows_per_warp;
     const int lane = threadIdx.x, warp = threadIdx.y;
-    const int g = lane >> 3, m = lane & 7;
-    const int part = warp % split;
-    const int row0 = (blockIdx.x * (kWarps / split) + warp / split) * rows_per_warp;
-    if (split == 1 && row0 >= nrows) return;  // with split > 1 every warp reaches the barrier
-
-    const char * rows[rows_per_warp];
-    const char * rows_gate[rows_per_warp];
-#pragma unroll
-    for (int r = 0; r < rows_per_warp; ++r) {
-        const int64_t row = min(row0 + r, nrows - 1);  // tail rows compute a duplicate, never written
-        rows[r] = w + row * row_bytes;
-        rows_gate[r] = gated ? w_gate + row * row_bytes : nullptr;
-    }
-
-    constexpr int kStep = split * kGroups;
-    float acc[ncols][rows_per_warp] = {};
-    float acc_gate[ncols][rows_per_warp] = {};
-    for (int kb0 = part * kGroups + g; kb0 < nblocks; kb0 += kStep * unroll) {
-        typename T::Raw raw[unroll][rows_per_warp];
-        typename T::Raw raw_gate[unroll][rows_per_warp];
-#pragma unroll
-        for (int u = 0; u < unroll; ++u) {
-            const int kb = kb0 + u * kStep;
-            if (kb < nblocks) {
-#pragma unroll
-                for (int r = 0; r < rows_per_warp; ++r) {
-                    raw[u][r] = T::load(rows[r] + (int64_t)kb * T::kBytes, m);
-                    if (gated) raw_gate[u][r] = T::load(rows_gate[r] + (int64_t)kb * T::kBytes, m);
-                }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < unroll; ++u) {
-            const int kb = kb0 + u * kStep;
-            if (kb >= nblocks) break;
-#pragma unroll
-            for (int j = 0; j < ncols; ++j) {
-                const typename T::Act a = T::act(yq + (int64_t)j * k_pad, yd + (int64_t)j * (k_pad / 32), kb, m);
-#pragma unroll
-                for (int r = 0; r < rows_per_warp; ++r) {
-                    acc[j][r] = __fadd_rn(acc[j][r], T::dot(raw[u][r], a, m));
-                    if (gated) acc_gate[j][r] = __fadd_rn(acc_gate[j][r], T::dot(raw_gate[u][r], a, m));
-                }
-            }
-        }
-    }
-
     // Butterfly over the warp: every lane holds every sum.
 #pragma unroll
     for (int j = 0; j < ncols; ++j) {
@@ -276,6 +226,163 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     }
 }
 
+// Rows: a block's kWarps warps take kWarps / split row groups of rows_per_warp rows; the split
+// warps of a group share its super-blocks (group g of part p takes p * kGroups + g, then every
+// split * kGroups-th) and add their sums in shared memory in part order. split depends on K only
+// and rows_per_warp does not touch a row's arithmetic, so a column's result is the same for any
+// column count.
+template <typename T, int ncols, int rows_per_warp, int split, bool gated, int unroll>
+__global__ void __launch_bounds__(kWarps * WARP_SIZE)
+    gemv_kquant_kernel(const char * __restrict__ w, const char * __restrict__ w_gate, const int8_t * __restrict__ yq,
+                       const float * __restrict__ yd, const float * __restrict__ bias, float * __restrict__ dst,
+                       const int nrows, const int nblocks, const int64_t row_bytes, const int k_pad,
+                       const int stride_col_dst) {
+    static_assert(kWarps % split == 0, "split must divide the block's warps");
+    const int lane = threadIdx.x, warp = threadIdx.y;
+    const int g = lane >> 3, m = lane & 7;
+    const int part = warp % split;
+    const int row0 = (blockIdx.x * (kWarps / split) + warp / split) * rows_per_warp;
+    if (split == 1 && row0 >= nrows) return;  // with split > 1 every warp reaches the barrier
+
+    const char * rows[rows_per_warp];
+    const char * rows_gate[rows_per_warp];
+#pragma unroll
+    for (int r = 0; r < rows_per_warp; ++r) {
+        const int64_t row = min(row0 + r, nrows - 1);  // tail rows compute a duplicate, never written
+        rows[r] = w + row * row_bytes;
+        rows_gate[r] = gated ? w_gate + row * row_bytes : nullptr;
+    }
+
+    constexpr int kStep = split * kGroups;
+    float acc[ncols][rows_per_warp] = {};
+    float acc_gate[ncols][rows_per_warp] = {};
+    for (int kb0 = part * kGroups + g; kb0 < nblocks; kb0 += kStep * unroll) {
+        typename T::Raw raw[unroll][rows_per_warp];
+        typename T::Raw raw_gate[unroll][rows_per_warp];
+#pragma unroll
+        for (int u = 0; u < unroll; ++u) {
+            const int kb = kb0 + u * kStep;
+            if (kb < nblocks) {
+#pragma unroll
+                for (int r = 0; r < rows_per_warp; ++r) {
+                    raw[u][r] = T::load(rows[r] + (int64_t)kb * T::kBytes, m);
+                    if (gated) raw_gate[u][r] = T::load(rows_gate[r] + (int64_t)kb * T::kBytes, m);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < unroll; ++u) {
+            const int kb = kb0 + u * kStep;
+            if (kb >= nblocks) break;
+#pragma unroll
+            for (int j = 0; j < ncols; ++j) {
+                const typename T::Act a = T::act(yq + (int64_t)j * k_pad, yd + (int64_t)j * (k_pad / 32), kb, m);
+#pragma unroll
+                for (int r = 0; r < rows_per_warp; ++r) {
+                    acc[j][r] = __fadd_rn(acc[j][r], T::dot(raw[u][r], a, m));
+                    if (gated) acc_gate[j][r] = __fadd_rn(acc_gate[j][r], T::dot(raw_gate[u][r], a, m));
+                }
+            }
+        }
+    }
+
+    finish<ncols, rows_per_warp, split, gated>(acc, acc_gate, row0, part, bias, dst, nrows, stride_col_dst);
+}
+
+// Q6_K through shared memory (GemvShape::staged): the kernel above reads a lane's 25 bytes of a
+// 210-byte block with ~11 small loads at 2-byte aligned addresses, and its Q6_K products run at
+// ~2.2 TB/s against Q4_K's 2.7-2.9 (h200-s6-27b-kernels-*.json). Here each warp copies its next
+// super-blocks' aligned 16-byte chunks with cp.async into a second stage while it computes on the
+// first, and lanes read their words from shared memory. The same values in the same order reach
+// the same sums as in the kernel above (bit-equal results); unroll 2, no gate.
+constexpr int kQ6StageBlock = 224;  // 14 aligned chunks hold any 2-byte aligned 210-byte block
+
+__device__ __forceinline__ Q6K::Raw q6k_raw_from_smem(const char * blk, int m) {
+    const int n = m >> 2, l0 = 8 * (m & 3);
+    auto pair = [&](const char * p) { return make_uint2(load_smem_4_align2(p), load_smem_4_align2(p + 4)); };
+    Q6K::Raw r;
+    r.ql_a = pair(blk + 64 * n + l0);
+    r.ql_b = pair(blk + 64 * n + 32 + l0);
+    r.qh = pair(blk + 128 + 32 * n + l0);
+    r.sc = pair(blk + 192 + 8 * n);
+    r.d = *reinterpret_cast<const uint16_t *>(blk + 208);
+    return r;
+}
+
+template <int ncols, int rows_per_warp, int split>
+__global__ void __launch_bounds__(kWarps * WARP_SIZE)
+    gemv_q6k_staged_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
+                           const float * __restrict__ bias, float * __restrict__ dst, const int nrows,
+                           const int nblocks, const int64_t row_bytes, const int k_pad, const int stride_col_dst) {
+    static_assert(kWarps % split == 0, "split must divide the block's warps");
+    constexpr int unroll = 2;
+    constexpr int kStep = split * kGroups;
+    constexpr int kSlots = unroll * rows_per_warp * kGroups;  // blocks per warp and stage
+    __shared__ __align__(16) char stages[kWarps][2][kSlots * kQ6StageBlock];
+    const int lane = threadIdx.x, warp = threadIdx.y;
+    const int g = lane >> 3, m = lane & 7;
+    const int part = warp % split;
+    const int row0 = (blockIdx.x * (kWarps / split) + warp / split) * rows_per_warp;
+    if (split == 1 && row0 >= nrows) return;  // with split > 1 every warp reaches the barrier
+
+    const char * rows[rows_per_warp];
+#pragma unroll
+    for (int r = 0; r < rows_per_warp; ++r) rows[r] = w + (int64_t)min(row0 + r, nrows - 1) * row_bytes;
+    // the iteration starting at super-block `base`: block (u, r, group) in slot (u R + r) G + group
+    auto stage_in = [&](char * st, int base) {
+        for (int c = lane; c < kSlots * 14; c += WARP_SIZE) {
+            const int slot = c / 14, j = c - slot * 14;
+            const int grp = slot % kGroups, r = (slot / kGroups) % rows_per_warp, u = slot / (kGroups * rows_per_warp);
+            const int kb = base + grp + u * kStep;
+            if (kb < nblocks) {
+                cp_async_16(st + slot * kQ6StageBlock + 16 * j,
+                            align16_down(rows[r] + (int64_t)kb * Q6K::kBytes) + 16 * j);
+            }
+        }
+        cp_async_commit();
+    };
+
+    float acc[ncols][rows_per_warp] = {};
+    float acc_gate[ncols][rows_per_warp] = {};
+    int it = 0;
+    if (part * kGroups < nblocks) stage_in(stages[warp][0], part * kGroups);
+    for (int base = part * kGroups; base < nblocks; base += kStep * unroll, ++it) {
+        cp_async_wait<0>();  // this iteration's blocks (the only group in flight)
+        __syncwarp();
+        if (base + kStep * unroll < nblocks) stage_in(stages[warp][(it + 1) & 1], base + kStep * unroll);
+        const char * st = stages[warp][it & 1];
+#pragma unroll
+        for (int u = 0; u < unroll; ++u) {
+            const int kb = base + g + u * kStep;
+            if (kb >= nblocks) break;
+            Q6K::Raw raw[rows_per_warp];
+#pragma unroll
+            for (int r = 0; r < rows_per_warp; ++r) {
+                const int slot = (u * rows_per_warp + r) * kGroups + g;
+                raw[r] =
+                    q6k_raw_from_smem(st + slot * kQ6StageBlock + offset_in16(rows[r] + (int64_t)kb * Q6K::kBytes), m);
+            }
+#pragma unroll
+            for (int j = 0; j < ncols; ++j) {
+                const Q6K::Act a = Q6K::act(yq + (int64_t)j * k_pad, yd + (int64_t)j * (k_pad / 32), kb, m);
+#pragma unroll
+                for (int r = 0; r < rows_per_warp; ++r) acc[j][r] = __fadd_rn(acc[j][r], Q6K::dot(raw[r], a, m));
+            }
+        }
+        __syncwarp();  // every lane is done with this stage before it is refilled
+    }
+    finish<ncols, rows_per_warp, split, false>(acc, acc_gate, row0, part, bias, dst, nrows, stride_col_dst);
+}
+
+template <int ncols, int rows_per_warp, int split>
+void launch_q6k_staged(const GemvArgs & a, cudaStream_t stream) {
+    constexpr int rows_per_block = kWarps / split * rows_per_warp;
+    const dim3 grid((a.nrows + rows_per_block - 1) / rows_per_block, 1, 1);
+    const dim3 block(WARP_SIZE, kWarps, 1);
+    gemv_q6k_staged_kernel<ncols, rows_per_warp, split><<<grid, block, 0, stream>>>(
+        a.w, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
+}
+
 template <typename T, int ncols, int rows_per_warp, int split, bool gated, int unroll>
 void launch(const GemvArgs & a, cudaStream_t stream) {
     constexpr int rows_per_block = kWarps / split * rows_per_warp;
@@ -283,6 +390,18 @@ void launch(const GemvArgs & a, cudaStream_t stream) {
     const dim3 block(WARP_SIZE, kWarps, 1);
     gemv_kquant_kernel<T, ncols, rows_per_warp, split, gated, unroll><<<grid, block, 0, stream>>>(
         a.w, a.w_gate, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
+}
+
+template <int ncols>
+void launch_q6k_staged_layout(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
+    if (s.rows_per_warp == 2) {
+        if (s.split == 4) return launch_q6k_staged<ncols, 2, 4>(a, stream);
+        if (s.split == 2) return launch_q6k_staged<ncols, 2, 2>(a, stream);
+        return launch_q6k_staged<ncols, 2, 1>(a, stream);
+    }
+    if (s.split == 4) return launch_q6k_staged<ncols, 1, 4>(a, stream);
+    if (s.split == 2) return launch_q6k_staged<ncols, 1, 2>(a, stream);
+    return launch_q6k_staged<ncols, 1, 1>(a, stream);
 }
 
 template <typename T, int ncols, bool gated, int unroll>
@@ -301,6 +420,9 @@ void launch_layout(const GemvArgs & a, const GemvShape & s, cudaStream_t stream)
 // GemvShape::unroll). The order of a lane's sums is the same either way.
 template <typename T, int ncols, bool gated>
 void launch_shape(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
+    if constexpr (std::is_same_v<T, Q6K> && !gated) {
+        if (s.staged) return launch_q6k_staged_layout<ncols>(a, s, stream);
+    }
     if (ncols == 1 && s.unroll == 4) return launch_layout<T, ncols, gated, 4>(a, s, stream);
     return launch_layout<T, ncols, gated, 2>(a, s, stream);
 }

@@ -1,4 +1,5 @@
-// CUDA kernels of ggml_ext's tree ops and the fused one-token GDN inputs (ggml_ext_gdn.h), called from ggml-cuda's dispatch (patches/0001).
+// CUDA kernels of ggml_ext's tree ops and the fused one-token GDN inputs (ggml_ext_gdn.h), called from ggml-cuda's
+// dispatch (patches/0001).
 #pragma once
 
 #include "ggml-cuda/common.cuh"

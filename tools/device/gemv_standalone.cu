@@ -251,6 +251,19 @@ void check(bool q4k, int rows, int k, std::mt19937 & gen) {
                     }
                 }
             }
+            // Q6_K through shared memory (GemvShape::staged): the same bits as the loads above
+            bool staged_equal = true;
+            if (!q4k) {
+                for (int n : {1, 3, 8}) {
+                    std::vector<float> plain((size_t)n * rows), staged((size_t)n * rows);
+                    run(q4k, args_for(d, rows, k, n, false, true, row_bytes), s);
+                    CK(cudaMemcpy(plain.data(), d.dst, plain.size() * 4, cudaMemcpyDeviceToHost));
+                    CK(cudaMemset(d.dst, 0, bias.size() * 4));
+                    run(q4k, args_for(d, rows, k, n, false, true, row_bytes), GemvShape{split, rpw, 2, true});
+                    CK(cudaMemcpy(staged.data(), d.dst, staged.size() * 4, cudaMemcpyDeviceToHost));
+                    staged_equal = staged_equal && std::memcmp(plain.data(), staged.data(), plain.size() * 4) == 0;
+                }
+            }
             // fused forms, one column: (up + bias) * silu(gate), and up + bias
             double err_fused = 0;
             for (int form = 0; form < 2; ++form) {
@@ -265,9 +278,11 @@ void check(bool q4k, int rows, int k, std::mt19937 & gen) {
             }
             std::printf(
                 "{\"check\": \"%s\", \"rows\": %d, \"k\": %d, \"split\": %d, \"rows_per_warp\": %d, "
-                "\"rel_err\": %.3g, \"fused_err\": %.3g, \"columns_bit_equal\": %s, \"ok\": %s}\n",
+                "\"rel_err\": %.3g, \"fused_err\": %.3g, \"columns_bit_equal\": %s, \"staged_bit_equal\": %s, "
+                "\"ok\": %s}\n",
                 q4k ? "q4_K" : "q6_K", rows, k, split, rpw, err / ref_max, err_fused, invariant ? "true" : "false",
-                err / ref_max <= 1e-4 && err_fused <= 1e-3 && invariant ? "true" : "false");
+                staged_equal ? "true" : "false",
+                err / ref_max <= 1e-4 && err_fused <= 1e-3 && invariant && staged_equal ? "true" : "false");
         }
     }
     cudaFree(d.w);
@@ -295,9 +310,11 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
     gemv::quantize_act_kernel<<<dim3(k / 256, 8, 1), 256>>>(d.x, d.yq, d.yd, k, k, k);
     for (int split : {1, 2, 4}) {
         for (int rpw : {1, 2}) {
-            for (int nu : {1, 2, 4, 8, -1}) {  // -1: one column with 4 super-blocks in flight
-                const int n = nu < 0 ? 1 : nu, unroll = nu < 0 ? 4 : 2;
-                const GemvShape s{split, rpw, unroll};
+            // -1: one column with 4 super-blocks in flight; 101, 102, 108: Q6_K staged, 1/2/8 columns
+            for (int nu : {1, 2, 4, 8, -1, 101, 102, 108}) {
+                if (nu > 100 && q4k) continue;
+                const int n = nu < 0 ? 1 : nu % 100, unroll = nu < 0 ? 4 : 2;
+                const GemvShape s{split, rpw, unroll, nu > 100};
                 GemvArgs a = args_for(d, rows, k, n, false, false, row_bytes);
                 const int reps = 5;
                 for (int c = 0; c < copies; ++c) {  // warm-up
@@ -314,8 +331,9 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
                 });
                 std::printf(
                     "{\"bench\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"split\": %d, "
-                    "\"rows_per_warp\": %d, \"unroll\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
-                    name, q4k ? "q4_K" : "q6_K", rows, k, n, split, rpw, unroll, us, bytes / us / 1e3);
+                    "\"rows_per_warp\": %d, \"unroll\": %d, \"staged\": %s, \"us\": %.2f, \"GBps\": %.0f}\n",
+                    name, q4k ? "q4_K" : "q6_K", rows, k, n, split, rpw, unroll, s.staged ? "true" : "false", us,
+                    bytes / us / 1e3);
             }
         }
     }

@@ -25,7 +25,7 @@ for r in rows:
     if "bench" in r and "n" in r:
         key = (r["bench"], r["type"], r["n"])
         print(f'{r["bench"]:>9} {r["type"]} n={r["n"]} split={r["split"]} rows={r["rows_per_warp"]} '
-              f'unroll={r.get("unroll", 2)} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
+              f'unroll={r.get("unroll", 2)} staged={r.get("staged", False)} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
     elif "bench_mma" in r:
         print(f'{r["bench_mma"]:>9} {r["type"]} mma n={r["n"]} stages={r["stages"]} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
     elif "bench" in r:

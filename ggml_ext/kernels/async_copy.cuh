@@ -1,0 +1,45 @@
+// cp.async into shared memory (Ampere and newer) and 4-byte reads of 2-byte aligned data staged
+// there: how ggml_ext's tensor-core GEMM and its Q6_K GEMV bring weight blocks in (Q6_K's 210-byte
+// blocks start at any even address, so a block is copied as its aligned 16-byte chunks).
+#pragma once
+
+#include "ggml-cuda/common.cuh"
+
+__device__ __forceinline__ void cp_async_16(void * smem_dst, const void * src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" : : "r"(dst), "l"(src));
+#else
+    GGML_UNUSED(smem_dst);
+    GGML_UNUSED(src);
+    NO_DEVICE_CODE;
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;");
+#endif
+}
+
+// Waits until at most n of this thread's committed groups are still in flight.
+template <int n>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" : : "n"(n));
+#endif
+}
+
+// The 16-byte aligned start of the chunks holding a block, and the block's offset in them.
+__device__ __forceinline__ const char * align16_down(const char * p) {
+    return reinterpret_cast<const char *>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
+}
+
+__device__ __forceinline__ int offset_in16(const char * p) { return (int)(reinterpret_cast<uintptr_t>(p) & 15); }
+
+// 4 bytes at a 2-byte aligned shared-memory address: one load, or two halves.
+__device__ __forceinline__ uint32_t load_smem_4_align2(const char * p) {
+    if ((reinterpret_cast<uintptr_t>(p) & 2) == 0) return *reinterpret_cast<const uint32_t *>(p);
+    const uint16_t * h = reinterpret_cast<const uint16_t *>(p);
+    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+}
