@@ -268,20 +268,24 @@ def test_queue_full_answers_429(make_server: Any, engine: Any) -> None:
     srv = make_server(lambda: probe, queue_size=1)
     with srv.client() as c, srv.client() as c2, srv.client() as c3:
         running = _open_stream(c, max_tokens=400)
-        next(running.iter_lines())
+        # Keep the line iterator: a dropped one is closed at once, and closing it closes httpx's
+        # stream, i.e. hangs up (the running job was then cancelled and the "queued" request
+        # served at once, never waiting: the flake this test had).
+        lines = running.iter_lines()
+        next(lines)
         waiting: dict[str, Any] = {}
         body = {"prompt": "queued", "max_tokens": 4, "temperature": 0}
         t = threading.Thread(target=lambda: waiting.update(r=c2.post("/v1/completions", json=body)))
         t.start()
         deadline = time.monotonic() + 20  # a liveness bound: a loaded 2-core CI box can be slow
         while srv.worker.n_waiting < 1:
-            # (seen once in CI, not reproduced: say what the queued request got instead)
             got = waiting.get("r")
             assert time.monotonic() < deadline, f"never queued: busy={srv.worker.busy}, reply={got}"
             time.sleep(0.005)
         resp = c3.post("/v1/completions", json=body)
         assert_error(resp, 429, "queue")
         assert int(resp.headers["Retry-After"]) >= 1
+        lines.close()
         running.close()  # the running request leaves; the queued one gets the engine
         t.join(10)
     want = probe.inner.create_completion("queued", max_tokens=4, temperature=0)["choices"][0]["text"]
