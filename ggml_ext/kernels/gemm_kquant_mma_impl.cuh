@@ -75,7 +75,30 @@ __device__ __forceinline__ void scale_min(const uint32_t s0, const uint32_t s1, 
     }
 }
 
-struct Q4K {
+// c += a (16 x 16, f16) * b (16 x 8, f16), f32 accumulators. A: a0 (g, 2t..2t+1), a1 (g + 8, ..),
+// a2 (g, 8 + 2t..), a3 (g + 8, 8 + 2t..); B: b0 (k 2t..2t+1, col g), b1 (k 8 + 2t..); C as above.
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    NO_DEVICE_CODE;
+#endif
+}
+
+__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
+    const half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+// kMinsMma: the min term sum_j m_j sum_j(y) of a tile through one f16 mma (k = the 8 sub-blocks,
+// zero-padded to 16; mins <= 63 are exact in f16, the per-32 sums <= 4064 to within 1) instead of
+// 32 integer multiply-adds and 16 loads of sums. An experiment (tools/device/README.md): the
+// standalone bench times it next to the integer form; the engine uses the integer form.
+template <bool kMinsMma>
+struct Q4KT {
     static constexpr int kBytes = 144;
     static constexpr int kChunks = 9;               // 16-byte copies per row and super-block
     static constexpr int kStageRow = 16 * kChunks;  // bytes per row in a stage
@@ -120,6 +143,16 @@ struct Q4K {
         const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
         const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
         const int nsub = k_pad / 32;
+        uint32_t a_min[4] = {0u, 0u, 0u, 0u};  // rows g and g + 8, sub-blocks 2t and 2t + 1
+        if constexpr (kMinsMma) {
+            int s_, m_a, m_b;
+            scale_min(h0.y, h0.z, h0.w, 2 * t, s_, m_a);
+            scale_min(h0.y, h0.z, h0.w, 2 * t + 1, s_, m_b);
+            a_min[0] = half2_bits((float)m_a, (float)m_b);
+            scale_min(h1.y, h1.z, h1.w, 2 * t, s_, m_a);
+            scale_min(h1.y, h1.z, h1.w, 2 * t + 1, s_, m_b);
+            a_min[1] = half2_bits((float)m_a, (float)m_b);
+        }
 #pragma unroll
         for (int nt = 0; nt < ncol_tiles; ++nt) {
             const int8_t * yb = yq + (int64_t)(nt * 8 + g) * k_pad + kb * kQk + 8 * t;  // B: column g of the tile
@@ -141,25 +174,37 @@ struct Q4K {
             }
             // C: (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1), col0 = 8 nt + 2t
             const int col0 = nt * 8 + 2 * t;
-            const int * s_a = ysum + (int64_t)col0 * nsub + kb * 8;
-            const int * s_b = s_a + nsub;
-            int m00 = 0, m01 = 0, m10 = 0, m11 = 0;
+            float m00, m01, m10, m11;
+            if constexpr (kMinsMma) {
+                const int2 s = *reinterpret_cast<const int2 *>(ysum + (int64_t)(nt * 8 + g) * nsub + kb * 8 + 2 * t);
+                const uint32_t b[2] = {half2_bits((float)s.x, (float)s.y), 0u};
+                float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma_f16(mc, a_min, b);
+                m00 = mc[0], m01 = mc[1], m10 = mc[2], m11 = mc[3];
+            } else {
+                const int * s_a = ysum + (int64_t)col0 * nsub + kb * 8;
+                const int * s_b = s_a + nsub;
+                int i00 = 0, i01 = 0, i10 = 0, i11 = 0;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                m00 += mn0[j] * s_a[j];
-                m01 += mn0[j] * s_b[j];
-                m10 += mn1[j] * s_a[j];
-                m11 += mn1[j] * s_b[j];
+                for (int j = 0; j < 8; ++j) {
+                    i00 += mn0[j] * s_a[j];
+                    i01 += mn0[j] * s_b[j];
+                    i10 += mn1[j] * s_a[j];
+                    i11 += mn1[j] * s_b[j];
+                }
+                m00 = (float)i00, m01 = (float)i01, m10 = (float)i10, m11 = (float)i11;
             }
             const float dy_a = yd[(int64_t)col0 * (k_pad / kQk) + kb],
                         dy_b = yd[(int64_t)(col0 + 1) * (k_pad / kQk) + kb];
-            acc[nt][0] += dy_a * (dm0.x * (float)cs[0] - dm0.y * (float)m00);
-            acc[nt][1] += dy_b * (dm0.x * (float)cs[1] - dm0.y * (float)m01);
-            acc[nt][2] += dy_a * (dm1.x * (float)cs[2] - dm1.y * (float)m10);
-            acc[nt][3] += dy_b * (dm1.x * (float)cs[3] - dm1.y * (float)m11);
+            acc[nt][0] += dy_a * (dm0.x * (float)cs[0] - dm0.y * m00);
+            acc[nt][1] += dy_b * (dm0.x * (float)cs[1] - dm0.y * m01);
+            acc[nt][2] += dy_a * (dm1.x * (float)cs[2] - dm1.y * m10);
+            acc[nt][3] += dy_b * (dm1.x * (float)cs[3] - dm1.y * m11);
         }
     }
 };
+using Q4K = Q4KT<false>;
+using Q4KMinsMma = Q4KT<true>;
 
 // ---- Q6_K: ql[128] (low 4 bits), qh[64] (high 2 bits), 16 int8 scales, d (half) ---------------
 // Value 16s + i of a super-block has scale s. In group s = 8n + 2q + u, thread t holds values
