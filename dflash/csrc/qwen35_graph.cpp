@@ -221,6 +221,13 @@ struct Builder {
             if (tree) save(qkv, C, cache.vx[il]);  // the path's conv state is rebuilt from these
         }
 
+        return gated_output(il, o, z);
+    }
+
+    // The delta rule's output o [S, Hv, n, 1], normed and gated by SiLU(z), through ssm_out.
+    ggml_tensor * gated_output(int il, ggml_tensor * o, ggml_tensor * z) {
+        const auto & L = model.layers[il];
+        const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads;
         ggml_tensor * zz = ggml_reshape_4d(ctx, z, S, Hv, n, 1);
         o = ggml_mul(ctx, norm(o, L.ssm_norm), ggml_silu(ctx, zz));
         return mm(ctx, L.ssm_out, ggml_reshape_2d(ctx, o, S * Hv, n));
@@ -251,9 +258,7 @@ struct Builder {
                                        ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv), 0);
         ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv));
         ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
-        ggml_tensor * zz = ggml_reshape_4d(ctx, p[1], S, Hv, 1, 1);
-        o = ggml_mul(ctx, norm(o, L.ssm_norm), ggml_silu(ctx, zz));
-        return mm(ctx, L.ssm_out, ggml_reshape_2d(ctx, o, S * Hv, 1));
+        return gated_output(il, o, p[1]);
     }
 
     ggml_tensor * ffn(int il, ggml_tensor * x) {
