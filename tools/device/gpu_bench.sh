@@ -33,6 +33,28 @@ if [ "$stage" = v ]; then
   exit 0
 fi
 
+# `gpu_bench.sh n` (session 7's first call): what session 6 left unverified. The CUDA tests it
+# touched, the 27B AR with the staged Q6_K GEMV against the default, then the standalone checks
+# and benches of the staged GEMV and the GEMM's f16-min variant (stages 102/103).
+if [ "$stage" = n ]; then
+  start_27b_synth
+  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout 120 python3 -m pytest -q -s \
+    -p no:cacheprovider tests/test_gdn_decode_inputs.py tests/test_mul_mat_tiles.py tests/test_gemv_kquant.py \
+    tests/test_ddtree.py tests/test_oracle_upstream.py > "$OUT/cuda-tests.log" 2>&1
+  echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
+  grep -E "^(FAILED|ERROR)|identical" "$OUT/cuda-tests.log"
+  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 300 ]; do sleep 2; done
+  for e in "" DFLASH_GEMV_Q6K_STAGED=1; do
+    env $e timeout 90 python3 -m dflash.bench -m /tmp/q27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
+      -o "$OUT/h200-27b-ar${e:+-q6k-staged}.json" > "$OUT/ar.log" 2>&1
+    echo "[gpu] 27B AR ${e:-default} rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar.log"
+  done
+  bash tools/device/gemv_standalone.sh q6 2>&1 | grep -E "check|q6_K" | tail -n 60
+  cp "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-q6.jsonl"
+  bash tools/device/gemv_standalone.sh mma 2>&1 | tail -n 60
+  exit 0
+fi
+
 if [ "$stage" = a ]; then
   start_27b_synth
   # TF32 off: see tests/gpu_policy.py
