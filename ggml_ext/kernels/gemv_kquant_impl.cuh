@@ -374,46 +374,46 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     finish<ncols, rows_per_warp, split, false>(acc, acc_gate, row0, part, bias, dst, nrows, stride_col_dst);
 }
 
+// Blocks for nrows rows: kWarps / split row groups of rows_per_warp rows each.
+inline dim3 gemv_grid(int nrows, int rows_per_warp, int split) {
+    const int rows_per_block = kWarps / split * rows_per_warp;
+    return dim3((nrows + rows_per_block - 1) / rows_per_block, 1, 1);
+}
+
 template <int ncols, int rows_per_warp, int split>
 void launch_q6k_staged(const GemvArgs & a, cudaStream_t stream) {
-    constexpr int rows_per_block = kWarps / split * rows_per_warp;
-    const dim3 grid((a.nrows + rows_per_block - 1) / rows_per_block, 1, 1);
-    const dim3 block(WARP_SIZE, kWarps, 1);
-    gemv_q6k_staged_kernel<ncols, rows_per_warp, split><<<grid, block, 0, stream>>>(
-        a.w, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
+    gemv_q6k_staged_kernel<ncols, rows_per_warp, split>
+        <<<gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0, stream>>>(
+            a.w, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
 }
 
 template <typename T, int ncols, int rows_per_warp, int split, bool gated, int unroll>
 void launch(const GemvArgs & a, cudaStream_t stream) {
-    constexpr int rows_per_block = kWarps / split * rows_per_warp;
-    const dim3 grid((a.nrows + rows_per_block - 1) / rows_per_block, 1, 1);
-    const dim3 block(WARP_SIZE, kWarps, 1);
-    gemv_kquant_kernel<T, ncols, rows_per_warp, split, gated, unroll><<<grid, block, 0, stream>>>(
-        a.w, a.w_gate, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
+    gemv_kquant_kernel<T, ncols, rows_per_warp, split, gated, unroll>
+        <<<gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0, stream>>>(
+            a.w, a.w_gate, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
 }
 
-template <int ncols>
-void launch_q6k_staged_layout(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
+// Calls f(rows_per_warp, split) with the shape's layout as compile-time constants.
+template <typename F>
+void with_layout(const GemvShape & s, F && f) {
+    using R1 = std::integral_constant<int, 1>;
+    using R2 = std::integral_constant<int, 2>;
+    using S4 = std::integral_constant<int, 4>;
     if (s.rows_per_warp == 2) {
-        if (s.split == 4) return launch_q6k_staged<ncols, 2, 4>(a, stream);
-        if (s.split == 2) return launch_q6k_staged<ncols, 2, 2>(a, stream);
-        return launch_q6k_staged<ncols, 2, 1>(a, stream);
+        if (s.split == 4) return f(R2{}, S4{});
+        if (s.split == 2) return f(R2{}, R2{});
+        return f(R2{}, R1{});
     }
-    if (s.split == 4) return launch_q6k_staged<ncols, 1, 4>(a, stream);
-    if (s.split == 2) return launch_q6k_staged<ncols, 1, 2>(a, stream);
-    return launch_q6k_staged<ncols, 1, 1>(a, stream);
+    if (s.split == 4) return f(R1{}, S4{});
+    if (s.split == 2) return f(R1{}, R2{});
+    return f(R1{}, R1{});
 }
 
 template <typename T, int ncols, bool gated, int unroll>
 void launch_layout(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
-    if (s.rows_per_warp == 2) {
-        if (s.split == 4) return launch<T, ncols, 2, 4, gated, unroll>(a, stream);
-        if (s.split == 2) return launch<T, ncols, 2, 2, gated, unroll>(a, stream);
-        return launch<T, ncols, 2, 1, gated, unroll>(a, stream);
-    }
-    if (s.split == 4) return launch<T, ncols, 1, 4, gated, unroll>(a, stream);
-    if (s.split == 2) return launch<T, ncols, 1, 2, gated, unroll>(a, stream);
-    return launch<T, ncols, 1, 1, gated, unroll>(a, stream);
+    with_layout(
+        s, [&](auto r, auto p) { launch<T, ncols, decltype(r)::value, decltype(p)::value, gated, unroll>(a, stream); });
 }
 
 // Super-blocks in flight per row: 2, or 4 for one column (the decode step, to be measured:
@@ -421,7 +421,11 @@ void launch_layout(const GemvArgs & a, const GemvShape & s, cudaStream_t stream)
 template <typename T, int ncols, bool gated>
 void launch_shape(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
     if constexpr (std::is_same_v<T, Q6K> && !gated) {
-        if (s.staged) return launch_q6k_staged_layout<ncols>(a, s, stream);
+        if (s.staged) {
+            return with_layout(s, [&](auto r, auto p) {
+                launch_q6k_staged<ncols, decltype(r)::value, decltype(p)::value>(a, stream);
+            });
+        }
     }
     if (ncols == 1 && s.unroll == 4) return launch_layout<T, ncols, gated, 4>(a, s, stream);
     return launch_layout<T, ncols, gated, 2>(a, s, stream);
