@@ -4,6 +4,7 @@
 #pragma once
 
 #include "ggml.h"
+#include "ggml_ext_matmul_cpu.h"
 
 namespace ggml_ext {
 
@@ -32,6 +33,12 @@ ggml_tensor * mul_mat_tiles(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x
 inline bool is_mul_mat_tiles(const ggml_tensor * t) {
     return t->op == GGML_OP_MUL_MAT && t->op_params[kMulMatTagSlot] == kMulMatTilesTag;
 }
+
+// Marks every tagged product of a verify graph column-invariant on the CPU
+// (ggml_ext_matmul_cpu.h: each column summed as a one-column product is, for any column count),
+// so that greedy speculative output equals decoding there bit for bit. No effect on CUDA. A
+// prefill keeps ggml's faster batched CPU kernels (it is the same graph on both sides).
+void mark_column_invariant_on_cpu(ggml_cgraph * gf);
 
 // ggml_ext's small-batch GEMV for Q4_K / Q6_K weights and 1..8 columns on CUDA
 // (kernels/gemv_kquant.cu, patches/0005): it computes the products tagged mul_mat_tiles or

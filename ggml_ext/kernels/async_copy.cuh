@@ -6,7 +6,9 @@
 #include "ggml-cuda/common.cuh"
 
 __device__ __forceinline__ void cp_async_16(void * smem_dst, const void * src) {
-#if __CUDA_ARCH__ >= 800
+#if defined(DFLASH_CUDA_EMU)
+    cuda_emu::cp_async_16(smem_dst, src);  // lands at the wait that covers its group, as on a GPU
+#elif __CUDA_ARCH__ >= 800
     const unsigned dst = (unsigned)__cvta_generic_to_shared(smem_dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" : : "r"(dst), "l"(src));
 #else
@@ -17,7 +19,9 @@ __device__ __forceinline__ void cp_async_16(void * smem_dst, const void * src) {
 }
 
 __device__ __forceinline__ void cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
+#if defined(DFLASH_CUDA_EMU)
+    cuda_emu::cp_async_commit();
+#elif __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;");
 #endif
 }
@@ -25,7 +29,9 @@ __device__ __forceinline__ void cp_async_commit() {
 // Waits until at most n of this thread's committed groups are still in flight.
 template <int n>
 __device__ __forceinline__ void cp_async_wait() {
-#if __CUDA_ARCH__ >= 800
+#if defined(DFLASH_CUDA_EMU)
+    cuda_emu::cp_async_wait(n);
+#elif __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;" : : "n"(n));
 #endif
 }

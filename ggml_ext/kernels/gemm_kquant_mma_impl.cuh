@@ -21,6 +21,7 @@
 
 #include "async_copy.cuh"
 #include "ggml-cuda/common.cuh"
+#include "launch.cuh"
 #include "stream_loads.cuh"
 
 namespace gemm_kq {
@@ -32,7 +33,9 @@ constexpr int kQk = 256;
 // c += a (16 x 32, int8) * b (32 x 8, int8), int32 accumulators. A: a0 (g, 4t..), a1 (g + 8, 4t..),
 // a2 (g, 16 + 4t..), a3 (g + 8, 16 + 4t..) (PTX's layout; checked on the H200).
 __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
-#if __CUDA_ARCH__ >= 800
+#if defined(DFLASH_CUDA_EMU)
+    cuda_emu::mma_m16n8k32_s8(c, a, b);
+#elif __CUDA_ARCH__ >= 800
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
@@ -44,7 +47,9 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], const int
 
 // c += a (16 x 16, int8) * b (16 x 8, int8). A: a0 row g, a1 row g + 8, k 4t..4t+3.
 __device__ __forceinline__ void mma_s8_k16(int (&c)[4], const int (&a)[2], const int b) {
-#if __CUDA_ARCH__ >= 800
+#if defined(DFLASH_CUDA_EMU)
+    cuda_emu::mma_m16n8k16_s8(c, a, b);
+#elif __CUDA_ARCH__ >= 800
     asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(b));
@@ -78,7 +83,9 @@ __device__ __forceinline__ void scale_min(const uint32_t s0, const uint32_t s1, 
 // c += a (16 x 16, f16) * b (16 x 8, f16), f32 accumulators. A: a0 (g, 2t..2t+1), a1 (g + 8, ..),
 // a2 (g, 8 + 2t..), a3 (g + 8, 8 + 2t..); B: b0 (k 2t..2t+1, col g), b1 (k 8 + 2t..); C as above.
 __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-#if __CUDA_ARCH__ >= 800
+#if defined(DFLASH_CUDA_EMU)
+    cuda_emu::mma_m16n8k16_f16(c, a, b);
+#elif __CUDA_ARCH__ >= 800
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -430,9 +437,9 @@ void launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
             int64_t row_bytes, int k_pad, int ncols, int stride_col_dst, cudaStream_t stream) {
     const dim3 grid((nrows + kRows - 1) / kRows, 1, 1), block(WARP_SIZE, kWarps, 1);
     const int nb = k / kQk;
-#define GEMM_KQ_LAUNCH(NT)                 \
-    gemm_kquant_mma_kernel<F, NT, kStages> \
-        <<<grid, block, 0, stream>>>(w, yq, yd, ysum, dst, nrows, nb, row_bytes, k_pad, ncols, stride_col_dst)
+#define GEMM_KQ_LAUNCH(NT)                                                   \
+    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kStages>)( \
+        w, yq, yd, ysum, dst, nrows, nb, row_bytes, k_pad, ncols, stride_col_dst)
     if (ncols <= 16) {
         GEMM_KQ_LAUNCH(2);
     } else if (ncols <= 32) {

@@ -1,13 +1,28 @@
-// CPU kernel of the tree short conv (compiled into ggml-cpu). Built with -ffp-contract=off and
-// summing products in ggml_ssm_conv's order, so a node's output equals that op's on the node's
-// path bit for bit (no fused multiply-adds; ggml's own loop vectorises the products instead).
+// CPU kernel of the tree short conv (compiled into ggml-cpu). A node's output must equal
+// ggml_ssm_conv's on the node's path bit for bit: the same taps in the same order, each step
+// `sum += x * w` as ggml's loop is compiled. ggml-cpu builds as GNU C++ (-ffp-contract=fast), so
+// on a target with FMA the compiler fuses that step into one fused multiply-add; this file is
+// built with -ffp-contract=off and spells the step out, fused exactly where ggml's is.
 #include "ggml_ext_tree_cpu.h"
 #include "tree_conv_taps.h"
 
 #include "ggml-cpu-impl.h"
 #include "ggml.h"
 
+#include <cmath>
 #include <vector>
+
+namespace {
+
+inline float conv_step(float sum, float x, float w) {
+#if defined(__FMA__)
+    return std::fmaf(x, w, sum);  // what -ffp-contract=fast makes of ggml's `sumf += s * c`
+#else
+    return sum + x * w;
+#endif
+}
+
+}  // namespace
 
 extern "C" void ggml_ext_compute_forward_tree_ssm_conv(const ggml_compute_params * params, ggml_tensor * dst) {
     const ggml_tensor * x = dst->src[0];
@@ -27,7 +42,7 @@ extern "C" void ggml_ext_compute_forward_tree_ssm_conv(const ggml_compute_params
             float sum = 0.0f;
             for (int64_t j = 0; j < K; ++j) {
                 const float xv = src[j] >= 0 ? xd[src[j] * C + c] : csd[c * (K - 1) + (-1 - src[j])];
-                sum += xv * wd[c * K + j];
+                sum = conv_step(sum, xv, wd[c * K + j]);
             }
             out[i * C + c] = sum;
         }

@@ -14,6 +14,15 @@ ggml_tensor * mul_mat_tiles(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x
     return t;
 }
 
+void mark_column_invariant_on_cpu(ggml_cgraph * gf) {
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * t = ggml_graph_node(gf, i);
+        if (is_mul_mat_tiles(t) || is_mul_mat_invariant(t)) {
+            t->op_params[GGML_EXT_MUL_MAT_CPU_SLOT] = GGML_EXT_MUL_MAT_CPU_COLUMN_INVARIANT;
+        }
+    }
+}
+
 #ifndef DFLASH_HAS_CUDA
 void set_gemv_enabled(bool) {}
 bool gemv_enabled() { return false; }

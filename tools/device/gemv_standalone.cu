@@ -220,7 +220,7 @@ void check(bool q4k, int rows, int k, std::mt19937 & gen) {
     CK(cudaMemcpy(d.w_gate, wg.data(), wg.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.bias, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
-    gemv::quantize_act_kernel<<<dim3(k / 256, ncols_max, 1), 256>>>(d.x, d.yq, d.yd, k, k, k);
+    DFLASH_LAUNCH(dim3(k / 256, ncols_max, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(d.x, d.yq, d.yd, k, k, k);
     CK(cudaGetLastError());
     double ref_max = 0;
     for (double v : ref) ref_max = std::fmax(ref_max, std::fabs(v));
@@ -307,7 +307,7 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
     CK(cudaMalloc(&d.dst, (size_t)8 * rows * 4));
     CK(cudaMalloc(&d.x, (size_t)8 * k * 4));
     CK(cudaMemset(d.x, 0, (size_t)8 * k * 4));
-    gemv::quantize_act_kernel<<<dim3(k / 256, 8, 1), 256>>>(d.x, d.yq, d.yd, k, k, k);
+    DFLASH_LAUNCH(dim3(k / 256, 8, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(d.x, d.yq, d.yd, k, k, k);
     for (int split : {1, 2, 4}) {
         for (int rpw : {1, 2}) {
             // -1: one column with 4 super-blocks in flight; 101, 102, 108: Q6_K staged, 1/2/8 columns
@@ -340,7 +340,7 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
     // the activation quantization, one column
     const double us_quantize = time_us(100, [&] {
         for (int i = 0; i < 100; ++i) {
-            gemv::quantize_act_kernel<<<dim3(k / 256, 1, 1), 256>>>(d.x, d.yq, d.yd, k, k, k);
+            DFLASH_LAUNCH(dim3(k / 256, 1, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(d.x, d.yq, d.yd, k, k, k);
         }
     });
     std::printf("{\"bench\": \"quantize\", \"k\": %d, \"us\": %.2f}\n", k, us_quantize);
@@ -367,7 +367,7 @@ struct MmaBuffers {
     }
     void quantize(int k, int ncols) {
         const int np = gemm_kq::padded_columns(ncols);
-        gemm_kq::quantize_act_k_kernel<<<dim3(k / 256, np, 1), 256>>>(x, yq, yd, ysum, k, k, ncols, k);
+        DFLASH_LAUNCH(dim3(k / 256, np, 1), 256, 0, nullptr, gemm_kq::quantize_act_k_kernel)(x, yq, yd, ysum, k, k, ncols, k);
         CK(cudaGetLastError());
     }
     void free_all() {
@@ -501,12 +501,14 @@ int main(int argc, char ** argv) {
             check(q4k, 130, 17408, gen);  // 68: split 4 by default
         }
     }
-    if (what == "mma") {  // the tensor-core GEMMs, every stage count: checked, then timed
+    if (what == "mma" || what == "check_mma") {  // the tensor-core GEMMs, every stage count: checked, then timed
         check_mma(true, 48, 1024, gen);
         check_mma(true, 130, 5120, gen);
         check_mma(false, 48, 1024, gen);
         check_mma(false, 130, 5120, gen);
         check_mma(false, 37, 768, gen);  // odd super-block count: rows of alternating alignment
+    }
+    if (what == "mma") {
         bench_mma("ffn_up", true, 17408, 5120, gen);
         bench_mma("ffn_down", true, 5120, 17408, gen);
         bench_mma("attn_q", true, 12288, 5120, gen);

@@ -1,0 +1,492 @@
+// The runtime of the CUDA emulator (cuda_emu.h): fibers for a block's threads, barriers, warp
+// exchange, the tensor-core products, half conversions and the host API.
+#include "cuda_emu.h"
+
+#include <chrono>
+#include <vector>
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace cuda_emu {
+
+// ---- half ----------------------------------------------------------------------------------------
+uint16_t float_to_half_bits(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, fexp = (x >> 23) & 0xFFu, mant = x & 0x7FFFFFu;
+    if (fexp == 0xFF) return (uint16_t)(sign | 0x7C00u | (mant ? 0x200u | (mant >> 13) : 0u));  // inf, NaN
+    const int e = (int)fexp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7C00u);  // overflow
+    if (e <= 0) {                                    // subnormal or zero
+        if (e < -10) return (uint16_t)sign;
+        const uint32_t m = mant | 0x800000u;
+        const int shift = 14 - e;
+        uint32_t h = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (h & 1u))) ++h;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)e << 10) | (mant >> 13);
+    const uint32_t rem = mant & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: still right
+    return (uint16_t)(sign | (h >= 0x7C00u ? 0x7C00u : h));
+}
+
+float half_bits_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+    uint32_t x;
+    if (e == 0) {
+        const float v = std::ldexp((float)mant, -24);
+        return sign ? -v : v;
+    }
+    if (e == 31) {
+        x = sign | 0x7F800000u | (mant << 13);
+    } else {
+        x = sign | ((e + 112) << 23) | (mant << 13);
+    }
+    float f;
+    std::memcpy(&f, &x, 4);
+    return f;
+}
+
+// ---- fibers --------------------------------------------------------------------------------------
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+
+struct Fiber {
+    void * sp = nullptr;  // saved stack pointer (x86-64) ...
+#if !defined(__x86_64__)
+    ucontext_t ctx;  // ... or context elsewhere
+#endif
+    std::vector<char> stack;
+    uint3 tid{};
+    int linear = 0;
+    bool done = false;
+    struct Copy {
+        void * dst;
+        const void * src;
+    };
+    std::vector<std::vector<Copy>> cp_groups;  // committed groups, oldest first
+    std::vector<Copy> cp_open;                 // copies issued since the last commit
+};
+
+struct WarpBarrier {
+    unsigned arrived = 0, mask = 0, gen = 0;
+    unsigned char data[kWarpSize][64];
+};
+
+struct Block {
+    std::vector<Fiber> fibers;
+    std::vector<WarpBarrier> warps;
+    int live = 0, arrived = 0;
+    unsigned gen = 0;
+    uint64_t progress = 0;
+};
+
+Block g_block;
+Fiber * g_current = nullptr;
+void * g_sched_sp = nullptr;
+#if !defined(__x86_64__)
+ucontext_t g_sched_ctx;
+#endif
+uint3 g_block_idx{};
+dim3 g_block_dim, g_grid_dim;
+const std::function<void()> * g_body = nullptr;
+
+}  // namespace
+}  // namespace cuda_emu
+
+#if defined(__x86_64__)
+// cuda_emu_switch(save, to): saves the callee-saved registers, MXCSR and the x87 control word on
+// the current stack, stores its pointer in *save, and resumes the stack `to` the same way.
+extern "C" void cuda_emu_switch(void ** save, void * to);
+extern "C" void cuda_emu_trampoline();
+asm(R"(
+    .text
+    .globl cuda_emu_switch
+    .type cuda_emu_switch, @function
+cuda_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $16, %rsp
+    stmxcsr 8(%rsp)
+    fnstcw (%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr 8(%rsp)
+    fldcw (%rsp)
+    addq $16, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size cuda_emu_switch, .-cuda_emu_switch
+
+    .globl cuda_emu_trampoline
+    .type cuda_emu_trampoline, @function
+cuda_emu_trampoline:
+    movq %r12, %rdi
+    callq *%r13
+    ud2
+    .size cuda_emu_trampoline, .-cuda_emu_trampoline
+)");
+#endif
+
+namespace cuda_emu {
+namespace {
+
+void switch_to_scheduler() {
+    Fiber * f = g_current;
+#if defined(__x86_64__)
+    cuda_emu_switch(&f->sp, g_sched_sp);
+#else
+    swapcontext(&f->ctx, &g_sched_ctx);
+#endif
+}
+
+void resume(Fiber & f) {
+    g_current = &f;
+#if defined(__x86_64__)
+    cuda_emu_switch(&g_sched_sp, f.sp);
+#else
+    swapcontext(&g_sched_ctx, &f.ctx);
+#endif
+    g_current = nullptr;
+}
+
+void release_block_barrier_if_complete() {
+    Block & b = g_block;
+    if (b.arrived > 0 && b.arrived == b.live) {
+        b.arrived = 0;
+        ++b.gen;
+        ++b.progress;
+    }
+}
+
+void fiber_main(Fiber * f) {
+    (*g_body)();
+    f->done = true;
+    --g_block.live;
+    ++g_block.progress;
+    // a warp barrier this lane was named in can no longer complete: reported as a deadlock
+    release_block_barrier_if_complete();
+    switch_to_scheduler();
+    fail("a finished fiber was resumed");
+}
+
+#if !defined(__x86_64__)
+void fiber_entry_ucontext(int hi, int lo) {
+    fiber_main(reinterpret_cast<Fiber *>(((uintptr_t)(unsigned)hi << 32) | (uintptr_t)(unsigned)lo));
+}
+#endif
+
+void start_fiber(Fiber & f) {
+    f.done = false;
+    f.cp_groups.clear();
+    f.cp_open.clear();
+    if (f.stack.empty()) f.stack.resize(kStackBytes);
+#if defined(__x86_64__)
+    // the frame cuda_emu_switch pops: fpu cw + mxcsr (16 bytes), r15 r14 r13 r12 rbx rbp, return address
+    uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack.data()) + f.stack.size()) & ~uintptr_t(15);
+    uint64_t * sp = reinterpret_cast<uint64_t *>(top - 72);  // 16-byte aligned at the trampoline's call
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(fpucw));
+    std::memset(sp, 0, 72);
+    std::memcpy(reinterpret_cast<char *>(sp), &fpucw, 2);
+    std::memcpy(reinterpret_cast<char *>(sp) + 8, &mxcsr, 4);
+    sp[2] = 0;                                             // r15
+    sp[3] = 0;                                             // r14
+    sp[4] = reinterpret_cast<uint64_t>(&fiber_main);       // r13: the function
+    sp[5] = reinterpret_cast<uint64_t>(&f);                // r12: its argument
+    sp[6] = 0;                                             // rbx
+    sp[7] = 0;                                             // rbp
+    sp[8] = reinterpret_cast<uint64_t>(&cuda_emu_trampoline);  // return address
+    f.sp = sp;
+#else
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_link = nullptr;
+    const uintptr_t p = reinterpret_cast<uintptr_t>(&f);
+    makecontext(&f.ctx, (void (*)())fiber_entry_ucontext, 2, (int)(p >> 32), (int)(p & 0xFFFFFFFFu));
+#endif
+}
+
+// Waits in the scheduler until `released()`; each wait is one pass of the round robin.
+template <typename F>
+void wait_until(F && released) {
+    while (!released()) switch_to_scheduler();
+    ++g_block.progress;
+}
+
+}  // namespace
+
+[[noreturn]] void fail(const char * what) {
+    std::fprintf(stderr, "cuda_emu: %s (block %u,%u,%u thread %u,%u,%u)\n", what, g_block_idx.x, g_block_idx.y,
+                 g_block_idx.z, g_current ? g_current->tid.x : 0u, g_current ? g_current->tid.y : 0u,
+                 g_current ? g_current->tid.z : 0u);
+    std::fflush(stderr);
+    std::abort();
+}
+
+uint3 & thread_idx() {
+    if (!g_current) fail("threadIdx outside a kernel");
+    return g_current->tid;
+}
+uint3 & block_idx() { return g_block_idx; }
+dim3 & block_dim() { return g_block_dim; }
+dim3 & grid_dim() { return g_grid_dim; }
+int lane() {
+    if (!g_current) fail("a warp intrinsic outside a kernel");
+    return g_current->linear % kWarpSize;
+}
+
+void cp_async_16(void * dst, const void * src) {
+    if (!g_current) fail("cp.async outside a kernel");
+    if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) fail("cp.async of 16 bytes, unaligned");
+    g_current->cp_open.push_back({dst, src});
+}
+
+void cp_async_commit() {
+    if (!g_current) fail("cp.async outside a kernel");
+    g_current->cp_groups.push_back(std::move(g_current->cp_open));
+    g_current->cp_open.clear();
+}
+
+void cp_async_wait(int n) {
+    if (!g_current) fail("cp.async outside a kernel");
+    auto & groups = g_current->cp_groups;
+    while ((int)groups.size() > n) {
+        for (const auto & c : groups.front()) std::memcpy(c.dst, c.src, 16);
+        groups.erase(groups.begin());
+    }
+}
+
+void syncthreads() {
+    Block & b = g_block;
+    const unsigned gen = b.gen;
+    ++b.arrived;
+    release_block_barrier_if_complete();
+    wait_until([&] { return b.gen != gen; });
+}
+
+namespace {
+
+unsigned warp_lanes_present(int warp) {
+    const int n = (int)g_block.fibers.size();
+    unsigned m = 0;
+    for (int l = 0; l < kWarpSize && warp * kWarpSize + l < n; ++l) m |= 1u << l;
+    return m;
+}
+
+void warp_barrier(unsigned mask) {
+    const int w = g_current->linear / kWarpSize, l = g_current->linear % kWarpSize;
+    WarpBarrier & wb = g_block.warps[w];
+    mask &= warp_lanes_present(w);  // a partial last warp has no lanes past the block's end
+    if (!((mask >> l) & 1u)) fail("a warp-collective call whose mask leaves out the calling lane");
+    if (wb.arrived == 0) {
+        wb.mask = mask;
+    } else if (wb.mask != mask) {
+        fail("lanes of one warp meet at a warp-collective call with different masks");
+    }
+    wb.arrived |= 1u << l;
+    const unsigned gen = wb.gen;
+    if (wb.arrived == wb.mask) {
+        wb.arrived = 0;
+        ++wb.gen;
+        ++g_block.progress;
+        return;
+    }
+    wait_until([&] { return wb.gen != gen; });
+}
+
+}  // namespace
+
+void syncwarp(unsigned mask) { warp_barrier(mask); }
+
+void warp_all_gather(unsigned mask, const void * mine, void * all, size_t bytes) {
+    if (bytes > 64) fail("warp exchange of more than 64 bytes");
+    const int w = g_current->linear / kWarpSize, l = g_current->linear % kWarpSize;
+    WarpBarrier & wb = g_block.warps[w];
+    std::memcpy(wb.data[l], mine, bytes);
+    warp_barrier(mask);
+    for (int s = 0; s < kWarpSize; ++s) {
+        if ((mask >> s) & 1u) std::memcpy(static_cast<char *>(all) + s * bytes, wb.data[s], bytes);
+    }
+    warp_barrier(mask);  // nobody overwrites data[] before every lane has read it
+}
+
+void run_grid(dim3 grid, dim3 block, const std::function<void()> & body) {
+    const int nthreads = (int)(block.x * block.y * block.z);
+    if (nthreads <= 0 || nthreads > 1024) fail("a block of more than 1024 threads");
+    Block & b = g_block;
+    if ((int)b.fibers.size() != nthreads) {
+        b.fibers.clear();
+        b.fibers.resize(nthreads);
+    }
+    b.warps.assign((nthreads + kWarpSize - 1) / kWarpSize, WarpBarrier{});
+    g_block_dim = block;
+    g_grid_dim = grid;
+    g_body = &body;
+    for (unsigned bz = 0; bz < grid.z; ++bz) {
+        for (unsigned by = 0; by < grid.y; ++by) {
+            for (unsigned bx = 0; bx < grid.x; ++bx) {
+                g_block_idx = {bx, by, bz};
+                b.live = nthreads;
+                b.arrived = 0;
+                for (int i = 0; i < nthreads; ++i) {
+                    Fiber & f = b.fibers[i];
+                    f.linear = i;
+                    f.tid = {(unsigned)i % block.x, ((unsigned)i / block.x) % block.y,
+                             (unsigned)i / (block.x * block.y)};
+                    start_fiber(f);
+                }
+                for (auto & w : b.warps) w.arrived = 0;
+                while (b.live > 0) {
+                    const uint64_t before = b.progress;
+                    for (auto & f : b.fibers) {
+                        if (!f.done) resume(f);
+                    }
+                    if (b.live > 0 && b.progress == before) {
+                        fail("deadlock: some threads wait at a barrier that others never reach");
+                    }
+                }
+            }
+        }
+    }
+    g_body = nullptr;
+}
+
+// ---- tensor cores ----------------------------------------------------------------------------------
+namespace {
+
+int8_t byte_of(uint32_t w, int i) { return (int8_t)(w >> (8 * i)); }
+
+}  // namespace
+
+void mma_m16n8k32_s8(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
+    struct Frag {
+        int a[4], b[2];
+    } mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all[kWarpSize];
+    warp_all_gather(0xffffffffu, &mine, all, sizeof(Frag));
+    auto A = [&](int row, int k) {  // the lane and register holding A(row, k)
+        const int g = row % 8, t = (k % 16) / 4, reg = (row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0);
+        return (int)byte_of((uint32_t)all[4 * g + t].a[reg], k % 4);
+    };
+    auto B = [&](int k, int n) {
+        const int t = (k % 16) / 4, reg = k >= 16 ? 1 : 0;
+        return (int)byte_of((uint32_t)all[4 * n + t].b[reg], k % 4);
+    };
+    const int g = lane() / 4, t = lane() % 4;
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        int s = 0;
+        for (int k = 0; k < 32; ++k) s += A(row, k) * B(k, col);
+        c[i] += s;
+    }
+}
+
+void mma_m16n8k16_s8(int (&c)[4], const int (&a)[2], int b) {
+    struct Frag {
+        int a[2], b;
+    } mine{{a[0], a[1]}, b}, all[kWarpSize];
+    warp_all_gather(0xffffffffu, &mine, all, sizeof(Frag));
+    const int g = lane() / 4, t = lane() % 4;
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        int s = 0;
+        for (int k = 0; k < 16; ++k) {
+            const int av = byte_of((uint32_t)all[4 * (row % 8) + k / 4].a[row >= 8 ? 1 : 0], k % 4);
+            const int bv = byte_of((uint32_t)all[4 * col + k / 4].b, k % 4);
+            s += av * bv;
+        }
+        c[i] += s;
+    }
+}
+
+void mma_m16n8k16_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    struct Frag {
+        uint32_t a[4], b[2];
+    } mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all[kWarpSize];
+    warp_all_gather(0xffffffffu, &mine, all, sizeof(Frag));
+    auto half_of = [](uint32_t w, int hi) { return half_bits_to_float((uint16_t)(hi ? w >> 16 : w & 0xFFFFu)); };
+    auto A = [&](int row, int k) {
+        const int g = row % 8, t = (k % 8) / 2, reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+        return half_of(all[4 * g + t].a[reg], k & 1);
+    };
+    auto B = [&](int k, int n) {
+        const int t = (k % 8) / 2, reg = k >= 8 ? 1 : 0;
+        return half_of(all[4 * n + t].b[reg], k & 1);
+    };
+    const int g = lane() / 4, t = lane() % 4;
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        double s = c[i];
+        for (int k = 0; k < 16; ++k) s += (double)A(row, k) * (double)B(k, col);
+        c[i] = (float)s;
+    }
+}
+
+}  // namespace cuda_emu
+
+// ---- host API ----------------------------------------------------------------------------------------
+struct cuda_emu_event {
+    std::chrono::steady_clock::time_point t;
+};
+
+cudaError_t cudaMalloc(void ** p, size_t bytes) {
+    const size_t n = (bytes + 255) / 256 * 256;
+    *p = std::aligned_alloc(256, n ? n : 256);
+    if (!*p) return cudaErrorMemoryAllocation;
+    std::memset(*p, 0xFF, n ? n : 256);
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void * p) {
+    std::free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void * dst, const void * src, size_t bytes, cudaMemcpyKind) {
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void * dst, const void * src, size_t bytes, cudaMemcpyKind k, cudaStream_t) {
+    return cudaMemcpy(dst, src, bytes, k);
+}
+cudaError_t cudaMemset(void * p, int value, size_t bytes) {
+    std::memset(p, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void * p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+const char * cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "out of memory"; }
+cudaError_t cudaEventCreate(cudaEvent_t * e) {
+    *e = new cuda_emu_event;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    e->t = std::chrono::steady_clock::now();
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float * ms, cudaEvent_t a, cudaEvent_t b) {
+    *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return cudaSuccess;
+}

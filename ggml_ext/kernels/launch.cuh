@@ -1,0 +1,10 @@
+// DFLASH_LAUNCH(grid, block, smem, stream, kernel)(args...): a kernel launch that also builds for
+// the CPU emulator (ggml_ext/emu/cuda_emu.h, -DDFLASH_CUDA_EMU), where the <<<...>>> syntax does
+// not exist. The kernel comes last so that template arguments may hold commas.
+#pragma once
+
+#ifdef DFLASH_CUDA_EMU
+#define DFLASH_LAUNCH(grid, block, smem, stream, ...) ::cuda_emu::launch(grid, block, smem, stream, &__VA_ARGS__)
+#else
+#define DFLASH_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#endif
