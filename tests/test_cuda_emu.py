@@ -3,7 +3,7 @@ tested where there is no GPU. The emulator runs every CUDA thread of a block as 
 shuffles, barriers, cp.async groups and the tensor-core products of PTX's fragment layouts; its
 self-test checks those primitives against plain loops (and a missing lane at a barrier must be
 reported, never hang). Then tools/device/gemv_standalone.cu, the same source that checks the
-kernels on the H200, runs its checks here: the k-quant GEMV in every layout (against a host
+kernels on the H200, runs its checks here: the GEMV (Q4_K, Q5_K, Q6_K, Q8_0) in every layout (against a host
 reference of ggml's formats; bit-equal columns for 1 and 8 columns, the staged Q6_K kernel
 bit-equal to the direct one) and the tensor-core GEMM at every stage count. A GPU's rounding of
 fast-math functions and of tensor-core f16 sums is not modelled, so the bounds are the GPU's."""
@@ -92,7 +92,7 @@ def _checks(binary: Path, what: str, key: str) -> list[dict]:
 
 def test_gemv_kernels_on_the_emulator(standalone: Path) -> None:
     rows = _checks(standalone, "check", '"check"')
-    assert len(rows) == 2 * 5 * 6  # Q4_K, Q6_K x 5 shapes x 6 layouts
+    assert len(rows) == 4 * 5 * 6  # Q4_K, Q6_K, Q5_K, Q8_0 x 5 shapes x 6 layouts
     bad = [r for r in rows if not r["ok"]]
     assert not bad, bad[:5]
 

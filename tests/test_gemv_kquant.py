@@ -1,5 +1,6 @@
-"""ggml_ext's small-batch GEMV for Q4_K / Q6_K weights and 1..8 columns (kernels/gemv_kquant.cu,
-patches/0005): on CUDA it takes ggml's mul_mat_vec_q calls, fused forms included. Oracles: ggml's
+"""ggml_ext's small-batch GEMV for Q4_K / Q6_K (and, switched on, Q5_K / Q8_0) weights and 1..8
+columns (kernels/gemv_kquant.cu, patches/0005): on CUDA it takes ggml's mul_mat_vec_q calls, fused
+forms included. Its logic also runs on the CPU emulator in CI (tests/test_cuda_emu.py). Oracles: ggml's
 own kernel (the GEMV switched off, same 8-bit activations: float summation order only, 1e-4 of
 the largest output) and the dequantized weights in numpy (8-bit activation error, 2e-2). Its
 per-column arithmetic must not depend on the column count (bit-equal columns)."""
@@ -20,14 +21,21 @@ REQUIRE_GPU = os.environ.get("DFLASH_REQUIRE_CUDA") == "1"
 needs_gpu = pytest.mark.skipif(
     not GPU and not REQUIRE_GPU, reason="no GPU backend in this build (run on the GPU machine)"
 )
-TYPES = ("q4_K", "q6_K")
+TYPES = ("q4_K", "q6_K", "q5_K", "q8_0")
 
 
 @pytest.fixture
 def gemv_restored() -> Iterator[None]:
-    was = _core.gemv_enabled()
+    """The GEMV with Q5_K / Q8_0 switched on (off by default until measured on a GPU)."""
+    was, was_q5q8 = _core.gemv_enabled(), _core.gemv_q5k_q80_enabled()
+    _core.set_gemv_q5k_q80_enabled(True)
     yield
     _core.set_gemv_enabled(was)
+    _core.set_gemv_q5k_q80_enabled(was_q5q8)
+
+
+def test_q5k_q80_gemv_is_off_unless_asked() -> None:
+    assert _core.gemv_q5k_q80_enabled() == (GPU and os.environ.get("DFLASH_GEMV_Q5K_Q80") == "1")
 
 
 def _ggml_and_ours(fn):  # type: ignore[no-untyped-def]

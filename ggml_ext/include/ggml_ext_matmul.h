@@ -40,7 +40,7 @@ inline bool is_mul_mat_tiles(const ggml_tensor * t) {
 // prefill keeps ggml's faster batched CPU kernels (it is the same graph on both sides).
 void mark_column_invariant_on_cpu(ggml_cgraph * gf);
 
-// ggml_ext's small-batch GEMV for Q4_K / Q6_K weights and 1..8 columns on CUDA
+// ggml_ext's small-batch GEMV for Q4_K / Q6_K (and Q5_K / Q8_0) weights and 1..8 columns on CUDA
 // (kernels/gemv_kquant.cu, patches/0005): it computes the products tagged mul_mat_tiles or
 // mul_mat_invariant that ggml would give its mul_mat_vec_q, fused forms included (residual add,
 // SwiGLU gate); the invariant matmul runs more columns through it in chunks. On by default
@@ -48,6 +48,10 @@ void mark_column_invariant_on_cpu(ggml_cgraph * gf);
 // kernel in one process. No effect without CUDA.
 void set_gemv_enabled(bool on);
 bool gemv_enabled();
+// The GEMV for Q5_K and Q8_0 weights too (Q5_K_M and Q8_0 files): off by default until measured
+// on a GPU (DFLASH_GEMV_Q5K_Q80=1 starts it on). No effect without CUDA.
+void set_gemv_q5k_q80_enabled(bool on);
+bool gemv_q5k_q80_enabled();
 
 // ggml_ext's tensor-core GEMM for Q4_K / Q6_K weights (kernels/gemm_kquant_mma.cu): tagged
 // mul_mat_tiles products of 9..16 columns go to it instead of ggml's mmq when on (the default;

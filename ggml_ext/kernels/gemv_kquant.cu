@@ -1,13 +1,14 @@
-// Small-batch quantized GEMV for the k-quant weights of Q4_K_M / Q5_K_M / Q6_K files (Q4_K, Q6_K),
-// 1..8 activation columns: the decode step of a 27B model is ~450 of these products, and ggml's
+// Small-batch quantized GEMV for the weights of Q4_K_M / Q5_K_M / Q6_K / Q8_0 files (Q4_K, Q5_K,
+// Q6_K, Q8_0), 1..8 activation columns: the decode step of a 27B model is ~450 of these products, and ggml's
 // mul_mat_vec_q reads the weights at ~1.6 TB/s on an H200 (bench/results/h200-s4-27b-kernels.json)
 // because each thread has only a few 4-byte loads in flight.
 //
 // Layout (gemv_kquant_impl.cuh): a warp owns 1 or 2 rows, or shares them with 1 or 3 other warps
 // when K is long; its 32 lanes split into 4 groups of 8, group g taking the row's 256-value
 // super-blocks g, g+4, ... (of its share); inside a super-block, lane m takes 32 of its values
-// (Q4_K: the m-th 16-byte slice of the nibbles; Q6_K: 8 values of each 32-value quarter of one
-// half). Weights come in 16-byte (Q4_K) or 4-byte funnel-shifted (Q6_K) loads, 2 (or 4) super-blocks
+// (Q4_K / Q5_K: the m-th 16-byte slice of the nibbles; Q6_K: 8 values of each 32-value quarter of
+// one half; Q8_0: the m-th 32-value block). Weights come in 16-byte (Q4_K, Q5_K) or 4-byte
+// funnel-shifted (Q6_K, Q8_0, whose blocks are 2-byte aligned) loads, 2 (or 4) super-blocks
 // of every row in flight before any arithmetic. Activations are quantized to int8 per 32 values
 // (ggml's q8_1 rule, d = max|x| / 127), stored as a plain int8 row plus a float scale per 32 so
 // that a lane reads its 16 or 8 values with one aligned load; products go through dp4a.
@@ -33,6 +34,13 @@ bool gemv_enabled_flag = [] {
     return !(e && e[0] == '0');
 }();
 
+// Q5_K and Q8_0 weights: checked on the CPU emulator (tests/test_cuda_emu.py), not yet run or
+// timed on a GPU, so off until measured (DFLASH_GEMV_Q5K_Q80=1 or set_gemv_q5k_q80_enabled).
+bool gemv_q5k_q80_flag = [] {
+    const char * e = std::getenv("DFLASH_GEMV_Q5K_Q80");
+    return e && e[0] == '1';
+}();
+
 int env_int(const char * name) {
     const char * e = std::getenv(name);
     return e ? std::atoi(e) : 0;
@@ -40,11 +48,23 @@ int env_int(const char * name) {
 
 }  // namespace
 
+namespace {
+
+bool gemv_type(ggml_type t) {
+    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) return true;
+    return gemv_q5k_q80_flag && (t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q8_0);
+}
+
+}  // namespace
+
+// Rows of whole 256-value super-blocks, 16-byte aligned for the 16-byte loads of Q4_K / Q5_K
+// (Q8_0 rows of whole super-blocks are 272-byte multiples, so aligned too), weights not in a
+// compute buffer.
 bool ggml_ext_gemv_supports(const ggml_tensor * w, int64_t ncols) {
-    return gemv_enabled_flag && (w->type == GGML_TYPE_Q4_K || w->type == GGML_TYPE_Q6_K) && ncols >= 1 &&
-           ncols <= kGemvMaxColumns && w->ne[0] % kQk == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
-           w->nb[0] == ggml_type_size(w->type) && w->nb[1] % 4 == 0 && reinterpret_cast<uintptr_t>(w->data) % 16 == 0 &&
-           (w->type != GGML_TYPE_Q4_K || w->nb[1] % 16 == 0) &&
+    const bool wide_loads = w->type == GGML_TYPE_Q4_K || w->type == GGML_TYPE_Q5_K;
+    return gemv_enabled_flag && gemv_type(w->type) && ncols >= 1 && ncols <= kGemvMaxColumns && w->ne[0] % kQk == 0 &&
+           w->ne[2] == 1 && w->ne[3] == 1 && w->nb[0] == ggml_type_size(w->type) && w->nb[1] % 4 == 0 &&
+           reinterpret_cast<uintptr_t>(w->data) % 16 == 0 && (!wide_loads || w->nb[1] % 16 == 0) &&
            ggml_backend_buffer_get_usage(w->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE;
 }
 
@@ -66,6 +86,7 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k) {
     static const int forced_split = env_int("DFLASH_GEMV_SPLIT"), forced_rows = env_int("DFLASH_GEMV_ROWS");
     static const int forced_unroll = env_int("DFLASH_GEMV_UNROLL");
     static const bool q6k_staged = env_int("DFLASH_GEMV_Q6K_STAGED") == 1;
+    // Q5_K and Q8_0 (not measured yet) take Q4_K's layout.
     GemvShape s;
     if (type == GGML_TYPE_Q6_K) {
         s.split = 2;
@@ -83,10 +104,19 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k) {
 
 void ggml_ext_gemv_launch(ggml_type type, const GemvArgs & a, cudaStream_t stream) {
     const GemvShape shape = ggml_ext_gemv_shape(type, a.k);
-    if (type == GGML_TYPE_Q4_K) {
-        ggml_ext_gemv_launch_q4_k(a, shape, stream);
-    } else {
-        ggml_ext_gemv_launch_q6_k(a, shape, stream);
+    switch (type) {
+        case GGML_TYPE_Q4_K:
+            ggml_ext_gemv_launch_q4_k(a, shape, stream);
+            break;
+        case GGML_TYPE_Q5_K:
+            ggml_ext_gemv_launch_q5_k(a, shape, stream);
+            break;
+        case GGML_TYPE_Q8_0:
+            ggml_ext_gemv_launch_q8_0(a, shape, stream);
+            break;
+        default:
+            ggml_ext_gemv_launch_q6_k(a, shape, stream);
+            break;
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -94,6 +124,8 @@ void ggml_ext_gemv_launch(ggml_type type, const GemvArgs & a, cudaStream_t strea
 namespace ggml_ext {
 void set_gemv_enabled(bool on) { gemv_enabled_flag = on; }
 bool gemv_enabled() { return gemv_enabled_flag; }
+void set_gemv_q5k_q80_enabled(bool on) { gemv_q5k_q80_flag = on; }
+bool gemv_q5k_q80_enabled() { return gemv_q5k_q80_flag; }
 }  // namespace ggml_ext
 
 namespace {

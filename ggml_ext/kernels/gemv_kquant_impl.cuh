@@ -68,9 +68,25 @@ struct Q4K {
     }
 
     static __device__ __forceinline__ float dot(const Raw & r, const Act & a, int m) {
+        const uint4 q = r.qs;
+        int d_lo = dot4(q.x & 0x0F0F0F0F, a.lo.x, 0);
+        d_lo = dot4(q.y & 0x0F0F0F0F, a.lo.y, d_lo);
+        d_lo = dot4(q.z & 0x0F0F0F0F, a.lo.z, d_lo);
+        d_lo = dot4(q.w & 0x0F0F0F0F, a.lo.w, d_lo);
+        int d_hi = dot4((q.x >> 4) & 0x0F0F0F0F, a.hi.x, 0);
+        d_hi = dot4((q.y >> 4) & 0x0F0F0F0F, a.hi.y, d_hi);
+        d_hi = dot4((q.z >> 4) & 0x0F0F0F0F, a.hi.z, d_hi);
+        d_hi = dot4((q.w >> 4) & 0x0F0F0F0F, a.hi.w, d_hi);
+        return combine(r.head, a, m, d_lo, d_hi);
+    }
+
+    // d (sc_lo d_lo y_lo + sc_hi d_hi y_hi) - dmin (mn_lo s_lo y_lo + mn_hi s_hi y_hi) for lane m's
+    // sub-blocks 2c and 2c + 1 (c = m / 2): the integer dot products d_lo, d_hi of its 16 + 16
+    // values, their activation sums in a. Shared with Q5_K, whose head is the same.
+    static __device__ __forceinline__ float combine(const uint4 head, const Act & a, int m, int d_lo, int d_hi) {
         const int c = m >> 1;
         // 6-bit scale and min of sub-blocks 2c and 2c + 1 (ggml's get_scale_min_k4).
-        const uint32_t s0 = r.head.y, s1 = r.head.z, s2 = r.head.w;
+        const uint32_t s0 = head.y, s1 = head.z, s2 = head.w;
         int sc_lo, mn_lo, sc_hi, mn_hi;
         if (c < 2) {
             const int b0 = 16 * c, b1 = 16 * c + 8;
@@ -85,21 +101,91 @@ struct Q4K {
             sc_hi = ((s2 >> b1) & 15) | (((s0 >> (b1 + 6)) & 3) << 4);
             mn_hi = ((s2 >> (b1 + 4)) & 15) | (((s1 >> (b1 + 6)) & 3) << 4);
         }
-        const uint4 q = r.qs;
-        int d_lo = dot4(q.x & 0x0F0F0F0F, a.lo.x, 0);
-        d_lo = dot4(q.y & 0x0F0F0F0F, a.lo.y, d_lo);
-        d_lo = dot4(q.z & 0x0F0F0F0F, a.lo.z, d_lo);
-        d_lo = dot4(q.w & 0x0F0F0F0F, a.lo.w, d_lo);
-        int d_hi = dot4((q.x >> 4) & 0x0F0F0F0F, a.hi.x, 0);
-        d_hi = dot4((q.y >> 4) & 0x0F0F0F0F, a.hi.y, d_hi);
-        d_hi = dot4((q.z >> 4) & 0x0F0F0F0F, a.hi.z, d_hi);
-        d_hi = dot4((q.w >> 4) & 0x0F0F0F0F, a.hi.w, d_hi);
-        const float2 dm = __half22float2(*reinterpret_cast<const half2 *>(&r.head.x));
+        const float2 dm = __half22float2(*reinterpret_cast<const half2 *>(&head.x));
         const float scaled =
             __fadd_rn(__fmul_rn(a.d_lo, (float)(sc_lo * d_lo)), __fmul_rn(a.d_hi, (float)(sc_hi * d_hi)));
         const float mins =
             __fadd_rn(__fmul_rn(a.d_lo, (float)(mn_lo * a.s_lo)), __fmul_rn(a.d_hi, (float)(mn_hi * a.s_hi)));
         return __fsub_rn(__fmul_rn(dm.x, scaled), __fmul_rn(dm.y, mins));
+    }
+};
+
+// ---- Q5_K: Q4_K's head (d, dmin, 6-bit scales and mins), qh[32] fifth bits, qs[128] nibbles ------
+// (176 bytes). Lane m takes Q4_K's values: nibble slice m of qs, and of qh the 16 bytes
+// qh[p..p+15] whose bits 2c and 2c + 1 are the fifth bits of its low and high nibbles
+// (ggml's dequantize_row_q5_K: value 64c + l gets bit 2c of qh[l], value 64c + 32 + l bit 2c + 1).
+struct Q5K {
+    static constexpr int kBytes = 176;
+    struct Raw {
+        uint4 head;
+        uint4 qs;
+        uint4 qh;
+    };
+    using Act = Q4K::Act;
+
+    static __device__ __forceinline__ Raw load(const char * blk, int m) {
+        return {load_stream_16(blk), load_stream_16(blk + 48 + 16 * m), load_stream_16(blk + 16 + 16 * (m & 1))};
+    }
+    static __device__ __forceinline__ Act act(const int8_t * yq, const float * yd, int kb, int m) {
+        return Q4K::act(yq, yd, kb, m);
+    }
+    static __device__ __forceinline__ int lo5(uint32_t q, uint32_t h, int c) {
+        return (int)((q & 0x0F0F0F0F) | (((h >> (2 * c)) & 0x01010101) << 4));
+    }
+    static __device__ __forceinline__ int hi5(uint32_t q, uint32_t h, int c) {
+        return (int)(((q >> 4) & 0x0F0F0F0F) | (((h >> (2 * c + 1)) & 0x01010101) << 4));
+    }
+    static __device__ __forceinline__ float dot(const Raw & r, const Act & a, int m) {
+        const int c = m >> 1;
+        const uint4 q = r.qs, h = r.qh;
+        int d_lo = dot4(lo5(q.x, h.x, c), a.lo.x, 0);
+        d_lo = dot4(lo5(q.y, h.y, c), a.lo.y, d_lo);
+        d_lo = dot4(lo5(q.z, h.z, c), a.lo.z, d_lo);
+        d_lo = dot4(lo5(q.w, h.w, c), a.lo.w, d_lo);
+        int d_hi = dot4(hi5(q.x, h.x, c), a.hi.x, 0);
+        d_hi = dot4(hi5(q.y, h.y, c), a.hi.y, d_hi);
+        d_hi = dot4(hi5(q.z, h.z, c), a.hi.z, d_hi);
+        d_hi = dot4(hi5(q.w, h.w, c), a.hi.w, d_hi);
+        return Q4K::combine(r.head, a, m, d_lo, d_hi);
+    }
+};
+
+// ---- Q8_0: blocks of 32 (half d, 32 int8), eight to a 256-value super-block (272 bytes, each
+// block 2-byte aligned). Lane m takes block m: d (ggml's vec_dot_q8_0_q8_1: d_w d_y sum(q_w q_y)).
+struct Q80 {
+    static constexpr int kBytes = 8 * 34;
+    struct Raw {
+        uint2 q[4];
+        uint32_t d;
+    };
+    struct Act {
+        int4 lo, hi;
+        float d;
+    };
+
+    static __device__ __forceinline__ Raw load(const char * blk, int m) {
+        const char * b = blk + 34 * m;
+        Raw r;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) r.q[i] = load_stream_8_align2(b + 2 + 8 * i);
+        r.d = load_stream_2(b);
+        return r;
+    }
+    static __device__ __forceinline__ Act act(const int8_t * yq, const float * yd, int kb, int m) {
+        const int8_t * y = yq + kb * kQk + 32 * m;
+        return {*reinterpret_cast<const int4 *>(y), *reinterpret_cast<const int4 *>(y + 16), yd[kb * 8 + m]};
+    }
+    static __device__ __forceinline__ float dot(const Raw & r, const Act & a, int) {
+        int s = dot4((int)r.q[0].x, a.lo.x, 0);
+        s = dot4((int)r.q[0].y, a.lo.y, s);
+        s = dot4((int)r.q[1].x, a.lo.z, s);
+        s = dot4((int)r.q[1].y, a.lo.w, s);
+        s = dot4((int)r.q[2].x, a.hi.x, s);
+        s = dot4((int)r.q[2].y, a.hi.y, s);
+        s = dot4((int)r.q[3].x, a.hi.z, s);
+        s = dot4((int)r.q[3].y, a.hi.w, s);
+        const float dw = __half2float(__ushort_as_half((unsigned short)r.d));
+        return __fmul_rn(__fmul_rn(dw, a.d), (float)s);
     }
 };
 

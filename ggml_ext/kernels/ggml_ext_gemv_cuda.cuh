@@ -1,4 +1,4 @@
-// ggml_ext's small-batch k-quant GEMV (gemv_kquant.cu): Q4_K and Q6_K weights times 1..8 columns,
+// ggml_ext's small-batch quantized GEMV (gemv_kquant.cu): Q4_K, Q5_K, Q6_K and Q8_0 weights times 1..8 columns,
 // taking ggml's mul_mat_vec_q calls for the engine's tagged weight matmuls (patches/0005), fused
 // forms included (residual add, SwiGLU gate), and the column-invariant matmul of those types
 // (mul_mat_invariant.cu). Untagged products (upstream's graphs) keep ggml's kernels.
@@ -30,7 +30,9 @@ struct GemvShape {
 };
 GemvShape ggml_ext_gemv_shape(ggml_type type, int k);
 void ggml_ext_gemv_launch_q4_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
+void ggml_ext_gemv_launch_q5_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
 void ggml_ext_gemv_launch_q6_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
+void ggml_ext_gemv_launch_q8_0(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
 
 // Whether the kernel takes weight w times ncols columns (type, shape, alignment, enabled).
 bool ggml_ext_gemv_supports(const ggml_tensor * w, int64_t ncols);

@@ -26,6 +26,8 @@ void mark_column_invariant_on_cpu(ggml_cgraph * gf) {
 #ifndef DFLASH_HAS_CUDA
 void set_gemv_enabled(bool) {}
 bool gemv_enabled() { return false; }
+void set_gemv_q5k_q80_enabled(bool) {}
+bool gemv_q5k_q80_enabled() { return false; }
 void set_mma_enabled(bool) {}
 bool mma_enabled() { return false; }
 void set_mmq_tiles_enabled(bool) {}

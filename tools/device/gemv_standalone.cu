@@ -1,9 +1,10 @@
-// ggml_ext's k-quant GEMV (ggml_ext/kernels/gemv_kquant_impl.cuh) on its own, without building
-// ggml: correctness against a host reference of the formats (ggml's dequantize_row_q4_K / _q6_K
-// formulas, activations quantized by the q8_1 rule) for every layout, and bandwidth per layout
+// ggml_ext's quantized GEMV (ggml_ext/kernels/gemv_kquant_impl.cuh) on its own, without building
+// ggml: correctness against a host reference of the formats (ggml's dequantize_row_q4_K / _q5_K /
+// _q6_K / _q8_0 formulas, activations quantized by the q8_1 rule) for every layout, and bandwidth per layout
 // and column count on the 27B's shapes. For tuning on the GPU machine when a whole build does not
 // fit the device time. Build: see tools/device/gemv_standalone.sh. Output: one JSON object per
-// line on stdout; "check" lines carry max |gpu - ref| / max |ref|.
+// line on stdout; "check" lines carry max |gpu - ref| / max |ref|. It also builds for the CPU
+// emulator (ggml_ext/emu, -DDFLASH_CUDA_EMU), where tests/test_cuda_emu.py runs its checks.
 #include "gemm_kquant_mma_impl.cuh"
 #include "gemv_kquant_impl.cuh"
 
@@ -29,22 +30,37 @@ float half_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 uint16_t float_to_half(float f) { return __half_as_ushort(__float2half(f)); }
 
+// The weight types of the GEMV; the tensor-core GEMM takes Q4_K and Q6_K.
+enum class W { q4_K, q5_K, q6_K, q8_0 };
+
+const char * type_name(W t) {
+    return t == W::q4_K ? "q4_K" : t == W::q5_K ? "q5_K" : t == W::q6_K ? "q6_K" : "q8_0";
+}
+
+int superblock_bytes(W t) { return t == W::q4_K ? 144 : t == W::q5_K ? 176 : t == W::q6_K ? 210 : 8 * 34; }
+
+W kquant(bool q4k) { return q4k ? W::q4_K : W::q6_K; }
+
 // Random valid blocks: any bit pattern is a valid quant; the fp16 scales are kept small.
-std::vector<uint8_t> random_rows(bool q4k, int rows, int k, std::mt19937 & gen) {
-    const int bs = q4k ? 144 : 210, nb = k / 256;
+std::vector<uint8_t> random_rows(W t, int rows, int k, std::mt19937 & gen) {
+    const int bs = superblock_bytes(t), nb = k / 256;
     std::vector<uint8_t> w((size_t)rows * nb * bs);
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_real_distribution<float> scale(0.002f, 0.02f);
     for (auto & b : w) b = (uint8_t)byte(gen);
+    auto put = [](uint8_t * p, float v) {
+        const uint16_t h = float_to_half(v);
+        std::memcpy(p, &h, 2);
+    };
     for (size_t blk = 0; blk < (size_t)rows * nb; ++blk) {
         uint8_t * p = w.data() + blk * bs;
-        if (q4k) {
-            const uint16_t d = float_to_half(scale(gen)), dmin = float_to_half(scale(gen));
-            std::memcpy(p, &d, 2);
-            std::memcpy(p + 2, &dmin, 2);
+        if (t == W::q4_K || t == W::q5_K) {
+            put(p, scale(gen));
+            put(p + 2, scale(gen));
+        } else if (t == W::q6_K) {
+            put(p + 208, 0.1f * scale(gen));
         } else {
-            const uint16_t d = float_to_half(0.1f * scale(gen));
-            std::memcpy(p + 208, &d, 2);
+            for (int m = 0; m < 8; ++m) put(p + 34 * m, 0.1f * scale(gen));
         }
     }
     return w;
@@ -60,10 +76,36 @@ void scale_min_k4(int j, const uint8_t * q, int & d, int & m) {
     }
 }
 
-void dequant_row(bool q4k, const uint8_t * row, int k, float * y) {
+void dequant_row(W t, const uint8_t * row, int k, float * y) {
     for (int kb = 0; kb < k / 256; ++kb) {
         float * o = y + kb * 256;
-        if (q4k) {
+        if (t == W::q8_0) {
+            for (int m = 0; m < 8; ++m) {
+                const uint8_t * b = row + kb * 272 + 34 * m;
+                uint16_t hd;
+                std::memcpy(&hd, b, 2);
+                for (int l = 0; l < 32; ++l) o[32 * m + l] = half_to_float(hd) * (float)(int8_t)b[2 + l];
+            }
+        } else if (t == W::q5_K) {
+            const uint8_t * b = row + kb * 176;
+            uint16_t hd, hm;
+            std::memcpy(&hd, b, 2);
+            std::memcpy(&hm, b + 2, 2);
+            const float d = half_to_float(hd), dmin = half_to_float(hm);
+            const uint8_t * qh = b + 16;
+            const uint8_t * q = b + 48;
+            for (int c = 0; c < 4; ++c) {
+                int sc, m;
+                scale_min_k4(2 * c, b + 4, sc, m);
+                for (int l = 0; l < 32; ++l) {
+                    o[64 * c + l] = d * sc * ((q[32 * c + l] & 0xF) + ((qh[l] >> (2 * c)) & 1) * 16) - dmin * m;
+                }
+                scale_min_k4(2 * c + 1, b + 4, sc, m);
+                for (int l = 0; l < 32; ++l) {
+                    o[64 * c + 32 + l] = d * sc * ((q[32 * c + l] >> 4) + ((qh[l] >> (2 * c + 1)) & 1) * 16) - dmin * m;
+                }
+            }
+        } else if (t == W::q4_K) {
             const uint8_t * b = row + kb * 144;
             uint16_t hd, hm;
             std::memcpy(&hd, b, 2);
@@ -117,8 +159,8 @@ std::vector<double> quantized(const std::vector<float> & x, int group = 32) {
 }
 
 // `copies` x `bytes` of weights on the device (more than the L2 together), from one random pattern.
-char * weight_copies(bool q4k, int rows, int k, size_t bytes, int copies, std::mt19937 & gen) {
-    const auto w = random_rows(q4k, rows, std::min(k, 256 * 4), gen);  // a pattern, repeated
+char * weight_copies(W t, int rows, int k, size_t bytes, int copies, std::mt19937 & gen) {
+    const auto w = random_rows(t, rows, std::min(k, 256 * 4), gen);  // a pattern, repeated
     char * dw = nullptr;
     CK(cudaMalloc(&dw, bytes * copies));
     for (size_t off = 0; off < bytes * copies; off += w.size()) {
@@ -154,12 +196,18 @@ struct Dev {
     float * dst = nullptr;
 };
 
-template <typename T>
-void launch(const GemvArgs & a, const GemvShape & s) {
-    gemv::launch_type<T>(a, s, 0);
+void run(W t, const GemvArgs & a, const GemvShape & s) {
+    switch (t) {
+        case W::q4_K:
+            return gemv::launch_type<gemv::Q4K>(a, s, 0);
+        case W::q5_K:
+            return gemv::launch_type<gemv::Q5K>(a, s, 0);
+        case W::q6_K:
+            return gemv::launch_type<gemv::Q6K>(a, s, 0);
+        case W::q8_0:
+            return gemv::launch_type<gemv::Q80>(a, s, 0);
+    }
 }
-
-void run(bool q4k, const GemvArgs & a, const GemvShape & s) { q4k ? launch<gemv::Q4K>(a, s) : launch<gemv::Q6K>(a, s); }
 
 GemvArgs args_for(const Dev & d, int rows, int k, int ncols, bool gated, bool bias, int64_t row_bytes) {
     GemvArgs a{};
@@ -179,10 +227,9 @@ GemvArgs args_for(const Dev & d, int rows, int k, int ncols, bool gated, bool bi
 }
 
 // One shape: every layout x column count, gated and bias forms for one column; max relative error.
-void check(bool q4k, int rows, int k, std::mt19937 & gen) {
-    const int bs = q4k ? 144 : 210;
-    const int64_t row_bytes = (int64_t)(k / 256) * bs;
-    const auto w = random_rows(q4k, rows, k, gen), wg = random_rows(q4k, rows, k, gen);
+void check(W t, int rows, int k, std::mt19937 & gen) {
+    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
+    const auto w = random_rows(t, rows, k, gen), wg = random_rows(t, rows, k, gen);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const int ncols_max = kGemvMaxColumns;
     std::vector<float> x((size_t)ncols_max * k), bias((size_t)ncols_max * rows);
@@ -191,8 +238,8 @@ void check(bool q4k, int rows, int k, std::mt19937 & gen) {
     // host reference
     std::vector<float> wf((size_t)rows * k), wgf((size_t)rows * k);
     for (int r = 0; r < rows; ++r) {
-        dequant_row(q4k, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
-        dequant_row(q4k, wg.data() + r * row_bytes, k, wgf.data() + (size_t)r * k);
+        dequant_row(t, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
+        dequant_row(t, wg.data() + r * row_bytes, k, wgf.data() + (size_t)r * k);
     }
     std::vector<double> ref((size_t)ncols_max * rows), ref_gate((size_t)ncols_max * rows);
     for (int j = 0; j < ncols_max; ++j) {
@@ -233,7 +280,7 @@ void check(bool q4k, int rows, int k, std::mt19937 & gen) {
             bool invariant = true;
             for (int n : {1, 3, 8}) {
                 CK(cudaMemset(d.dst, 0, bias.size() * 4));
-                run(q4k, args_for(d, rows, k, n, false, false, row_bytes), s);
+                run(t, args_for(d, rows, k, n, false, false, row_bytes), s);
                 CK(cudaMemcpy(got.data(), d.dst, (size_t)n * rows * 4, cudaMemcpyDeviceToHost));
                 for (size_t i = 0; i < (size_t)n * rows; ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
                 if (n == 8) {
@@ -243,7 +290,7 @@ void check(bool q4k, int rows, int k, std::mt19937 & gen) {
                             GemvArgs a = args_for(d, rows, k, 1, false, false, row_bytes);
                             a.yq = d.yq + (size_t)j * k;
                             a.yd = d.yd + (size_t)j * k / 32;
-                            run(q4k, a, GemvShape{split, rpw, unroll});
+                            run(t, a, GemvShape{split, rpw, unroll});
                             CK(cudaMemcpy(one.data(), d.dst, rows * 4, cudaMemcpyDeviceToHost));
                             invariant =
                                 invariant && std::memcmp(one.data(), all.data() + (size_t)j * rows, rows * 4) == 0;
@@ -253,13 +300,13 @@ void check(bool q4k, int rows, int k, std::mt19937 & gen) {
             }
             // Q6_K through shared memory (GemvShape::staged): the same bits as the loads above
             bool staged_equal = true;
-            if (!q4k) {
+            if (t == W::q6_K) {
                 for (int n : {1, 3, 8}) {
                     std::vector<float> plain((size_t)n * rows), staged((size_t)n * rows);
-                    run(q4k, args_for(d, rows, k, n, false, true, row_bytes), s);
+                    run(t, args_for(d, rows, k, n, false, true, row_bytes), s);
                     CK(cudaMemcpy(plain.data(), d.dst, plain.size() * 4, cudaMemcpyDeviceToHost));
                     CK(cudaMemset(d.dst, 0, bias.size() * 4));
-                    run(q4k, args_for(d, rows, k, n, false, true, row_bytes), GemvShape{split, rpw, 2, true});
+                    run(t, args_for(d, rows, k, n, false, true, row_bytes), GemvShape{split, rpw, 2, true});
                     CK(cudaMemcpy(staged.data(), d.dst, staged.size() * 4, cudaMemcpyDeviceToHost));
                     staged_equal = staged_equal && std::memcmp(plain.data(), staged.data(), plain.size() * 4) == 0;
                 }
@@ -268,7 +315,7 @@ void check(bool q4k, int rows, int k, std::mt19937 & gen) {
             double err_fused = 0;
             for (int form = 0; form < 2; ++form) {
                 const bool gated = form == 0;
-                run(q4k, args_for(d, rows, k, 1, gated, true, row_bytes), s);
+                run(t, args_for(d, rows, k, 1, gated, true, row_bytes), s);
                 CK(cudaMemcpy(got.data(), d.dst, rows * 4, cudaMemcpyDeviceToHost));
                 for (int r = 0; r < rows; ++r) {
                     double want = ref[r] + bias[r];
@@ -280,7 +327,7 @@ void check(bool q4k, int rows, int k, std::mt19937 & gen) {
                 "{\"check\": \"%s\", \"rows\": %d, \"k\": %d, \"split\": %d, \"rows_per_warp\": %d, "
                 "\"rel_err\": %.3g, \"fused_err\": %.3g, \"columns_bit_equal\": %s, \"staged_bit_equal\": %s, "
                 "\"ok\": %s}\n",
-                q4k ? "q4_K" : "q6_K", rows, k, split, rpw, err / ref_max, err_fused, invariant ? "true" : "false",
+                type_name(t), rows, k, split, rpw, err / ref_max, err_fused, invariant ? "true" : "false",
                 staged_equal ? "true" : "false",
                 err / ref_max <= 1e-4 && err_fused <= 1e-3 && invariant && staged_equal ? "true" : "false");
         }
@@ -295,12 +342,11 @@ void check(bool q4k, int rows, int k, std::mt19937 & gen) {
 }
 
 // Bandwidth: enough copies of the weights to exceed the L2 several times; products back to back.
-void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
-    const int bs = q4k ? 144 : 210;
-    const int64_t row_bytes = (int64_t)(k / 256) * bs;
+void bench(const char * name, W t, int rows, int k, std::mt19937 & gen) {
+    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
-    char * dw = weight_copies(q4k, rows, k, bytes, copies, gen);
+    char * dw = weight_copies(t, rows, k, bytes, copies, gen);
     Dev d;
     CK(cudaMalloc(&d.yq, (size_t)8 * k));
     CK(cudaMalloc(&d.yd, (size_t)8 * k / 32 * 4));
@@ -312,27 +358,27 @@ void bench(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
         for (int rpw : {1, 2}) {
             // -1: one column with 4 super-blocks in flight; 101, 102, 108: Q6_K staged, 1/2/8 columns
             for (int nu : {1, 2, 4, 8, -1, 101, 102, 108}) {
-                if (nu > 100 && q4k) continue;
+                if (nu > 100 && t != W::q6_K) continue;
                 const int n = nu < 0 ? 1 : nu % 100, unroll = nu < 0 ? 4 : 2;
                 const GemvShape s{split, rpw, unroll, nu > 100};
                 GemvArgs a = args_for(d, rows, k, n, false, false, row_bytes);
                 const int reps = 5;
                 for (int c = 0; c < copies; ++c) {  // warm-up
                     a.w = dw + bytes * c;
-                    run(q4k, a, s);
+                    run(t, a, s);
                 }
                 const double us = time_us(reps * copies, [&] {
                     for (int i = 0; i < reps; ++i) {
                         for (int c = 0; c < copies; ++c) {
                             a.w = dw + bytes * c;
-                            run(q4k, a, s);
+                            run(t, a, s);
                         }
                     }
                 });
                 std::printf(
                     "{\"bench\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"split\": %d, "
                     "\"rows_per_warp\": %d, \"unroll\": %d, \"staged\": %s, \"us\": %.2f, \"GBps\": %.0f}\n",
-                    name, q4k ? "q4_K" : "q6_K", rows, k, n, split, rpw, unroll, s.staged ? "true" : "false", us,
+                    name, type_name(t), rows, k, n, split, rpw, unroll, s.staged ? "true" : "false", us,
                     bytes / us / 1e3);
             }
         }
@@ -413,9 +459,9 @@ constexpr int kMmaStages[] = {0, 2, 3, 102, 103};
 // The tensor-core GEMM against the host reference (activations per 256), every stage count.
 void check_mma(bool q4k, int rows, int k, std::mt19937 & gen) {
     const int64_t row_bytes = (int64_t)(k / 256) * (q4k ? 144 : 210);
-    const auto w = random_rows(q4k, rows, k, gen);
+    const auto w = random_rows(kquant(q4k), rows, k, gen);
     std::vector<float> wf((size_t)rows * k);
-    for (int r = 0; r < rows; ++r) dequant_row(q4k, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
+    for (int r = 0; r < rows; ++r) dequant_row(kquant(q4k), w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     char * dw = nullptr;
     CK(cudaMalloc(&dw, w.size()));
@@ -462,7 +508,7 @@ void bench_mma(const char * name, bool q4k, int rows, int k, std::mt19937 & gen)
     const int64_t row_bytes = (int64_t)(k / 256) * (q4k ? 144 : 210);
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
-    char * dw = weight_copies(q4k, rows, k, bytes, copies, gen);
+    char * dw = weight_copies(kquant(q4k), rows, k, bytes, copies, gen);
     for (int ncols : {16, 32, 64}) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
@@ -493,12 +539,12 @@ int main(int argc, char ** argv) {
     const std::string what = argc > 1 ? argv[1] : "all";
     std::mt19937 gen(1);
     if (what == "all" || what == "check" || what == "q6") {
-        for (bool q4k : {true, false}) {
-            check(q4k, 70, 256, gen);     // 1 super-block (tiny-c's hidden size)
-            check(q4k, 90, 512, gen);     // 2 (tiny-c's FFN size)
-            check(q4k, 300, 1024, gen);   // 4 super-blocks: short rows, most groups idle
-            check(q4k, 517, 6144, gen);   // 24: odd row count, split 2 by default
-            check(q4k, 130, 17408, gen);  // 68: split 4 by default
+        for (W t : {W::q4_K, W::q6_K, W::q5_K, W::q8_0}) {
+            check(t, 70, 256, gen);     // 1 super-block (tiny-c's hidden size)
+            check(t, 90, 512, gen);     // 2 (tiny-c's FFN size)
+            check(t, 300, 1024, gen);   // 4 super-blocks: short rows, most groups idle
+            check(t, 517, 6144, gen);   // 24: odd row count, split 2 by default
+            check(t, 130, 17408, gen);  // 68: split 4 by default
         }
     }
     if (what == "mma" || what == "check_mma") {  // the tensor-core GEMMs, every stage count: checked, then timed
@@ -519,21 +565,27 @@ int main(int argc, char ** argv) {
         bench_mma("output", false, 248320, 5120, gen);
     }
     if (what == "q6") {  // the Q6_K shapes alone
-        bench("ffn_down", false, 5120, 17408, gen);
-        bench("gdn_qkv", false, 10240, 5120, gen);
-        bench("output", false, 248320, 5120, gen);
+        bench("ffn_down", W::q6_K, 5120, 17408, gen);
+        bench("gdn_qkv", W::q6_K, 10240, 5120, gen);
+        bench("output", W::q6_K, 248320, 5120, gen);
     }
     if (what == "all" || what == "bench") {
-        bench("ffn_up", true, 17408, 5120, gen);
-        bench("ffn_down", false, 5120, 17408, gen);
-        bench("ffn_down", true, 5120, 17408, gen);
-        bench("attn_q", true, 12288, 5120, gen);
-        bench("gdn_qkv", true, 10240, 5120, gen);
-        bench("gdn_qkv", false, 10240, 5120, gen);
-        bench("attn_gate", true, 6144, 5120, gen);
-        bench("ssm_out", true, 5120, 6144, gen);
-        bench("attn_k", true, 1024, 5120, gen);
-        bench("output", false, 248320, 5120, gen);
+        bench("ffn_up", W::q4_K, 17408, 5120, gen);
+        bench("ffn_down", W::q6_K, 5120, 17408, gen);
+        bench("ffn_down", W::q4_K, 5120, 17408, gen);
+        bench("attn_q", W::q4_K, 12288, 5120, gen);
+        bench("gdn_qkv", W::q4_K, 10240, 5120, gen);
+        bench("gdn_qkv", W::q6_K, 10240, 5120, gen);
+        bench("attn_gate", W::q4_K, 6144, 5120, gen);
+        bench("ssm_out", W::q4_K, 5120, 6144, gen);
+        bench("attn_k", W::q4_K, 1024, 5120, gen);
+        bench("output", W::q6_K, 248320, 5120, gen);
+    }
+    if (what == "all" || what == "bench" || what == "q5q8") {  // Q5_K_M and Q8_0 files' matrices
+        bench("ffn_up", W::q5_K, 17408, 5120, gen);
+        bench("ffn_down", W::q5_K, 5120, 17408, gen);
+        bench("ffn_up", W::q8_0, 17408, 5120, gen);
+        bench("ffn_down", W::q8_0, 5120, 17408, gen);
     }
     return 0;
 }
