@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from dflash import _core
 
 REPO = Path(__file__).resolve().parents[1]
 EMU = REPO / "ggml_ext" / "emu"
@@ -102,3 +105,134 @@ def test_tensor_core_gemm_on_the_emulator(standalone: Path) -> None:
     assert len(rows) == 95  # Q4_K: 2 shapes x 5 column counts x 5 variants; Q6_K: 3 x 5 x 3
     bad = [r for r in rows if not r["ok"]]
     assert not bad, bad[:5]
+
+
+# ---- ggml_ext's CUDA ops through their ggml entry points (emu/ops_emu.cpp) vs the CPU ops ----------
+
+
+def _ggml_include(tmp: Path) -> Path:
+    """ggml.h of the materialised upstream tree: the package build's, else materialised now."""
+    hits = sorted(REPO.glob("build/*/upstream/*/ggml/include/ggml.h"))
+    if hits:
+        return hits[-1].parent
+    r = subprocess.run(
+        [sys.executable, str(REPO / "vendor" / "materialise.py"), "--dest", str(tmp / "upstream")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return Path(r.stdout.strip()) / "ggml" / "include"
+
+
+@pytest.fixture(scope="module")
+def ops(build_dir: Path) -> Path:
+    inc = _ggml_include(build_dir)
+    cxx = shutil.which("g++") or shutil.which("c++")
+    assert cxx, "no C++ compiler: the package build needs one too"
+    out = build_dir / "ops_emu"
+    cmd = [cxx, *FLAGS, str(EMU / "ops_emu.cpp"), str(EMU / "cuda_emu.cpp"), *INCLUDES, f"-I{inc}"]
+    r = subprocess.run([*cmd, "-o", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return out
+
+
+def _run_op(
+    ops: Path, tmp: Path, op: str, meta: list[int], arrays: dict[str, np.ndarray], dtype: type = np.float32
+) -> np.ndarray:
+    tmp = tmp / f"{op}-{'-'.join(map(str, meta))}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "meta.txt").write_text(" ".join(map(str, meta)))
+    for name, a in arrays.items():
+        assert a.dtype in (np.float32, np.int32), f"{name}: {a.dtype}"
+        (tmp / f"{name}.bin").write_bytes(np.ascontiguousarray(a).tobytes())
+    r = subprocess.run([str(ops), op, str(tmp)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return np.frombuffer((tmp / "out.bin").read_bytes(), dtype)
+
+
+def _tree_index(parents: list[int]) -> np.ndarray:
+    """ggml_ext's tree index rows: parents, a depth-first preorder, depths."""
+    n = len(parents)
+    kids: list[list[int]] = [[] for _ in range(n)]
+    roots = []
+    for i, p in enumerate(parents):
+        (roots if p < 0 else kids[p]).append(i)
+    order, depth, stack = [], [0] * n, roots[::-1]
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        depth[i] = 0 if parents[i] < 0 else depth[parents[i]] + 1
+        stack.extend(kids[i][::-1])
+    return np.array([parents, order, depth], np.int32)
+
+
+def _random_parents(rng: np.random.Generator, n: int, chain: float) -> list[int]:
+    """Node i's parent: i - 1 with probability `chain`, else any earlier node (or none)."""
+    return [-1] + [i - 1 if rng.random() < chain else int(rng.integers(-1, i)) for i in range(1, n)]
+
+
+def _close(got: np.ndarray, want: np.ndarray, rel: float, what: str) -> None:
+    err = float(np.abs(got - want).max())
+    assert err <= rel * max(1.0, float(np.abs(want).max())), f"{what}: max |emulated CUDA - CPU| {err:.3g}"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_emulated_tree_conv_equals_the_cpu_op(ops: Path, build_dir: Path, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, c, k = int(rng.integers(1, 40)), 96, 4
+    parents = _random_parents(rng, n, chain=0.6)
+    x = rng.standard_normal((n, c)).astype(np.float32)
+    cs = rng.standard_normal((c, k - 1)).astype(np.float32)
+    w = rng.standard_normal((c, k)).astype(np.float32)
+    arrays = {"x": x, "conv_state": cs, "w": w, "tree": _tree_index(parents)}
+    got = _run_op(ops, build_dir, "tree_ssm_conv", [c, n, k], arrays)
+    want = _core.op_tree_ssm_conv(x, cs, w, parents)
+    _close(got.reshape(n, c), want, 1e-6, f"tree conv, {n} nodes")  # the CPU op fuses where FMA exists
+
+
+@pytest.mark.parametrize("s", [16, 32, 64, 128])
+def test_emulated_tree_delta_rule_equals_the_cpu_op(ops: Path, build_dir: Path, s: int) -> None:
+    rng = np.random.default_rng(s)
+    n, hk, hv = 24, 2, 4
+    parents = _random_parents(rng, n, chain=0.5)
+    f = np.float32
+    q = (rng.standard_normal((n, hk, s)) / np.sqrt(s)).astype(f)
+    k = (rng.standard_normal((n, hk, s)) / np.sqrt(s)).astype(f)
+    v = rng.standard_normal((n, hv, s)).astype(f)
+    g = -np.abs(rng.standard_normal((n, hv, 1))).astype(f) * 0.3
+    beta = rng.uniform(0.1, 0.9, (n, hv, 1)).astype(f)
+    state = rng.standard_normal((hv, s, s)).astype(f) * 0.1
+    tree = _tree_index(parents)
+    arrays = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "state": state, "tree": tree}
+    meta = [s, hk, hv, n, int(tree[2].max())]
+    got = _run_op(ops, build_dir, "tree_gated_delta_net", meta, arrays)
+    want = _core.op_tree_gated_delta_net(q, k, v, g, beta, state, parents)
+    _close(got.reshape(n, hv, s), want, 2e-5, f"tree delta rule, S {s}")
+
+
+@pytest.mark.parametrize(("s", "hk", "hv"), [(32, 2, 4), (64, 1, 3), (128, 2, 6), (256, 1, 2)])
+def test_emulated_fused_gdn_inputs_equal_the_cpu_op(
+    ops: Path, build_dir: Path, s: int, hk: int, hv: int
+) -> None:
+    from test_gdn_decode_inputs import EPS, _inputs
+
+    i = _inputs(s, hk, hv, 4, seed=s + hk)
+    c = s * (2 * hk + hv)
+    params = np.array([EPS / s, 1.0 / np.sqrt(np.float32(s))], np.float32)
+    out = _run_op(ops, build_dir, "gdn_decode_inputs", [c, hv, 4, s, hk], {**i, "params": params})
+    want, want_state = _core.op_gdn_decode_inputs(**i, S=s, Hk=hk, eps=EPS)
+    _close(out[: c + 2 * hv], want, 1e-5, f"fused GDN inputs, S {s}")
+    np.testing.assert_array_equal(out[c + 2 * hv :].reshape(c, 3), want_state)
+
+
+@pytest.mark.parametrize(("ncols", "k"), [(2048, 1), (5000, 8), (4096, 13), (2500, 32)])
+def test_emulated_top_k_rows_picks_the_largest(ops: Path, build_dir: Path, ncols: int, k: int) -> None:
+    rng = np.random.default_rng(ncols + k)
+    x = rng.standard_normal((3, ncols)).astype(np.float32)
+    x[1, ::7] = x[1, 0]  # ties: the lower index first
+    got = _run_op(ops, build_dir, "top_k_rows", [ncols, 3, k], {"x": x}, np.int32).reshape(3, k)
+    for r in range(3):
+        want = np.lexsort((np.arange(ncols), -x[r]))[:k]  # value descending, then index
+        np.testing.assert_array_equal(got[r], want)
+    np.testing.assert_array_equal(np.sort(got, axis=1), np.sort(_core.op_top_k(x, k, tagged=True), axis=1))

@@ -5,6 +5,7 @@
 // a decode step's values do not depend on the fusion (heads of up to 256 values: ggml's
 // rms_norm block).
 #include "ggml_ext_tree_cuda.cuh"
+#include "launch.cuh"
 
 #include <cstring>
 
@@ -64,7 +65,7 @@ void ggml_ext_cuda_gdn_decode_inputs(ggml_backend_cuda_context & ctx, ggml_tenso
     std::memcpy(norm, dst->op_params + 2, sizeof(norm));
     const int C = (int)ggml_nelements(dst->src[0]), Hv = (int)ggml_nelements(dst->src[1]);
     const int K = (int)dst->src[4]->ne[0];
-    gdn_decode_inputs_kernel<<<C / S + 1, S, 0, ctx.stream()>>>(
+    DFLASH_LAUNCH(C / S + 1, S, 0, ctx.stream(), gdn_decode_inputs_kernel)(
         (const float *)dst->src[0]->data, (const float *)dst->src[1]->data, (const float *)dst->src[2]->data,
         (float *)dst->src[3]->data, (const float *)dst->src[4]->data, (const float *)dst->src[5]->data,
         (const float *)dst->src[6]->data, (float *)dst->data, C, K, S, Hk, Hv, norm[0], norm[1]);

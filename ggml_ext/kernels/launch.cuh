@@ -4,7 +4,7 @@
 #pragma once
 
 #ifdef DFLASH_CUDA_EMU
-#define DFLASH_LAUNCH(grid, block, smem, stream, ...) ::cuda_emu::launch(grid, block, smem, stream, &__VA_ARGS__)
+#define DFLASH_LAUNCH(grid, block, smem, stream, ...) ::cuda_emu::launch(grid, block, smem, stream, __VA_ARGS__)
 #else
 #define DFLASH_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
 #endif

@@ -11,6 +11,7 @@
 
 #include "ggml_ext_top_k.h"
 #include "ggml_ext_top_k_cuda.cuh"
+#include "launch.cuh"
 
 #include <climits>
 
@@ -100,7 +101,7 @@ __global__ void top_k_rows_kernel(const float * __restrict__ src, int * __restri
 template <int K>
 void launch(const float * src, int * dst, int ncols, int64_t nrows, int64_t row_stride, int k, cudaStream_t stream) {
     constexpr int NT = K > 16 ? 128 : 256;  // K * NT * 8 bytes of lists <= 32 KB
-    top_k_rows_kernel<K, NT><<<(unsigned)nrows, NT, 0, stream>>>(src, dst, ncols, row_stride, k);
+    DFLASH_LAUNCH((unsigned)nrows, NT, 0, stream, top_k_rows_kernel<K, NT>)(src, dst, ncols, row_stride, k);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 // updates, no per-node state written to global memory.
 #include "ggml_ext_tree.h"
 #include "ggml_ext_tree_cuda.cuh"
+#include "launch.cuh"
 #include "tree_conv_taps.h"
 
 namespace {
@@ -99,9 +100,9 @@ void ggml_ext_cuda_tree_ssm_conv(ggml_backend_cuda_context & ctx, ggml_tensor * 
     GGML_ASSERT(K <= 8);
     const dim3 block(128, 1, 1);
     const dim3 grid((unsigned)((C + 127) / 128), (unsigned)n, 1);
-    tree_ssm_conv_kernel<<<grid, block, 0, ctx.stream()>>>((const float *)x->data, (const float *)dst->src[1]->data,
-                                                           (const float *)w->data, (const int32_t *)dst->src[3]->data,
-                                                           (float *)dst->data, C, n, K);
+    DFLASH_LAUNCH(grid, block, 0, ctx.stream(), tree_ssm_conv_kernel)(
+        (const float *)x->data, (const float *)dst->src[1]->data, (const float *)w->data,
+        (const int32_t *)dst->src[3]->data, (float *)dst->data, C, n, K);
 }
 
 void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
@@ -115,11 +116,11 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
     const dim3 block(warp, kWarps, 1);
     const dim3 grid((unsigned)H, 1, (unsigned)((S + kWarps - 1) / kWarps));
     auto launch = [&](auto kernel) {
-        kernel<<<grid, block, 0, ctx.stream()>>>((const float *)q->data, (const float *)k->data, (const float *)v->data,
-                                                 (const float *)dst->src[3]->data, (const float *)dst->src[4]->data,
-                                                 (const float *)dst->src[5]->data, (const int32_t *)dst->src[6]->data,
-                                                 (float *)dst->data, H, Hk, n, q->nb[1] / fs, q->nb[2] / fs,
-                                                 k->nb[1] / fs, k->nb[2] / fs, v->nb[1] / fs, v->nb[2] / fs, scale);
+        DFLASH_LAUNCH(grid, block, 0, ctx.stream(), kernel)(
+            (const float *)q->data, (const float *)k->data, (const float *)v->data, (const float *)dst->src[3]->data,
+            (const float *)dst->src[4]->data, (const float *)dst->src[5]->data, (const int32_t *)dst->src[6]->data,
+            (float *)dst->data, H, Hk, n, q->nb[1] / fs, q->nb[2] / fs, k->nb[1] / fs, k->nb[2] / fs, v->nb[1] / fs,
+            v->nb[2] / fs, scale);
     };
     switch (S) {
         case 16:

@@ -1,0 +1,148 @@
+// ggml_ext's CUDA ops on the CPU emulator, through their real ggml entry points (the .cu files are
+// compiled in here): tests/test_cuda_emu.py writes an op's inputs into a folder, runs
+//   ops_emu <op> <dir>     op: tree_ssm_conv | tree_gated_delta_net | gdn_decode_inputs | top_k_rows
+// and compares dir/out.bin with the CPU op of the same inputs. Files: meta.txt (the op's sizes,
+// whitespace-separated integers), then one raw little-endian array per input (f32, tree index i32).
+#include "cuda_emu.h"
+#include "ggml.h"
+
+#include <cstdarg>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "../kernels/gdn_decode.cu"
+#include "../kernels/top_k_rows.cu"
+#include "../kernels/tree_ops.cu"
+
+// The few ggml functions the entry points call (ggml-base is not linked here).
+extern "C" {
+void ggml_abort(const char * file, int line, const char * fmt, ...) {
+    std::fprintf(stderr, "GGML_ABORT %s:%d: ", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    std::vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    std::fprintf(stderr, "\n");
+    std::abort();
+}
+int64_t ggml_nelements(const struct ggml_tensor * t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
+int64_t ggml_nrows(const struct ggml_tensor * t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
+bool ggml_is_contiguous(const struct ggml_tensor * t) {
+    size_t s = t->type == GGML_TYPE_I32 ? 4 : 4;  // the harness makes f32 and i32 tensors only
+    for (int d = 0; d < 4; ++d) {
+        if (t->ne[d] != 1 && t->nb[d] != s) return false;
+        s *= (size_t)t->ne[d];
+    }
+    return true;
+}
+}
+
+namespace {
+
+std::vector<char> read_file(const std::string & path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) {
+        std::fprintf(stderr, "ops_emu: cannot read %s\n", path.c_str());
+        std::exit(2);
+    }
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// A contiguous f32/i32 tensor over `data` (kept alive by the caller), ne in ggml order.
+ggml_tensor tensor(ggml_type type, std::vector<char> & data, std::initializer_list<int64_t> ne) {
+    ggml_tensor t{};
+    t.type = type;
+    int d = 0;
+    for (int64_t n : ne) t.ne[d++] = n;
+    for (; d < 4; ++d) t.ne[d] = 1;
+    t.nb[0] = 4;
+    for (int i = 1; i < 4; ++i) t.nb[i] = t.nb[i - 1] * t.ne[i - 1];
+    if ((size_t)ggml_nelements(&t) * 4 != data.size()) {
+        std::fprintf(stderr, "ops_emu: an input of %zu bytes where %lld values were expected\n", data.size(),
+                     (long long)ggml_nelements(&t));
+        std::exit(2);
+    }
+    t.data = data.data();
+    return t;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    if (argc != 3) {
+        std::fprintf(stderr, "usage: ops_emu <op> <dir>\n");
+        return 2;
+    }
+    const std::string op = argv[1], dir = std::string(argv[2]) + "/";
+    std::vector<int64_t> m;
+    {
+        std::ifstream f(dir + "meta.txt");
+        for (int64_t v; f >> v;) m.push_back(v);
+    }
+    auto in = [&](const char * name) { return read_file(dir + name + ".bin"); };
+    ggml_backend_cuda_context ctx;
+    std::vector<char> out;
+    if (op == "tree_ssm_conv") {  // meta: C n K
+        const int64_t C = m[0], n = m[1], K = m[2];
+        auto x = in("x"), cs = in("conv_state"), w = in("w"), tree = in("tree");
+        ggml_tensor tx = tensor(GGML_TYPE_F32, x, {C, n}), tc = tensor(GGML_TYPE_F32, cs, {K - 1, C}),
+                    tw = tensor(GGML_TYPE_F32, w, {K, C}), tt = tensor(GGML_TYPE_I32, tree, {n, 3});
+        out.assign((size_t)C * n * 4, 0);
+        ggml_tensor dst = tensor(GGML_TYPE_F32, out, {C, n});
+        dst.op = GGML_OP_TREE_SSM_CONV;
+        dst.src[0] = &tx, dst.src[1] = &tc, dst.src[2] = &tw, dst.src[3] = &tt;
+        ggml_ext_cuda_tree_ssm_conv(ctx, &dst);
+    } else if (op == "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth
+        const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
+        auto q = in("q"), k = in("k"), v = in("v"), g = in("g"), b = in("beta"), st = in("state"), tree = in("tree");
+        ggml_tensor tq = tensor(GGML_TYPE_F32, q, {S, Hk, n}), tk = tensor(GGML_TYPE_F32, k, {S, Hk, n}),
+                    tv = tensor(GGML_TYPE_F32, v, {S, Hv, n}), tg = tensor(GGML_TYPE_F32, g, {1, Hv, n}),
+                    tb = tensor(GGML_TYPE_F32, b, {1, Hv, n}), ts = tensor(GGML_TYPE_F32, st, {S, S, Hv}),
+                    tt = tensor(GGML_TYPE_I32, tree, {n, 3});
+        out.assign((size_t)S * Hv * n * 4, 0);
+        ggml_tensor dst = tensor(GGML_TYPE_F32, out, {S * Hv, n});
+        dst.op = GGML_OP_TREE_GATED_DELTA_NET;
+        dst.op_params[0] = (int32_t)m[4];
+        ggml_tensor * srcs[] = {&tq, &tk, &tv, &tg, &tb, &ts, &tt};
+        for (int i = 0; i < 7; ++i) dst.src[i] = srcs[i];
+        ggml_ext_cuda_tree_gated_delta_net(ctx, &dst);
+    } else if (op == "gdn_decode_inputs") {  // meta: C Hv K S Hk; eps / S and 1 / sqrt(S) in params.bin
+        const int64_t C = m[0], Hv = m[1], K = m[2];
+        auto x = in("qkv"), al = in("alpha"), be = in("beta"), cs = in("conv_state"), w = in("w"), dt = in("dt_bias"),
+             a = in("a"), params = in("params");
+        ggml_tensor tx = tensor(GGML_TYPE_F32, x, {C}), ta = tensor(GGML_TYPE_F32, al, {Hv}),
+                    tb = tensor(GGML_TYPE_F32, be, {Hv}), tc = tensor(GGML_TYPE_F32, cs, {K - 1, C}),
+                    tw = tensor(GGML_TYPE_F32, w, {K, C}), td = tensor(GGML_TYPE_F32, dt, {Hv}),
+                    tA = tensor(GGML_TYPE_F32, a, {Hv});
+        out.assign((size_t)(C + 2 * Hv) * 4, 0);
+        ggml_tensor dst = tensor(GGML_TYPE_F32, out, {C + 2 * Hv});
+        dst.op = GGML_OP_GDN_DECODE_INPUTS;
+        dst.op_params[0] = (int32_t)m[3];
+        dst.op_params[1] = (int32_t)m[4];
+        std::memcpy(dst.op_params + 2, params.data(), 8);
+        ggml_tensor * srcs[] = {&tx, &ta, &tb, &tc, &tw, &td, &tA};
+        for (int i = 0; i < 7; ++i) dst.src[i] = srcs[i];
+        ggml_ext_cuda_gdn_decode_inputs(ctx, &dst);
+        out.insert(out.end(), cs.begin(), cs.end());  // the advanced conv state after the outputs
+    } else if (op == "top_k_rows") {  // meta: ncols nrows k
+        const int64_t ncols = m[0], nrows = m[1], k = m[2];
+        auto x = in("x");
+        ggml_tensor tx = tensor(GGML_TYPE_F32, x, {ncols, nrows});
+        out.assign((size_t)k * nrows * 4, 0);
+        ggml_tensor dst = tensor(GGML_TYPE_I32, out, {k, nrows});
+        dst.op = GGML_OP_TOP_K;
+        dst.op_params[ggml_ext::kTopKTagSlot] = ggml_ext::kTopKRowsTag;
+        dst.src[0] = &tx;
+        if (!ggml_ext_cuda_top_k(ctx, &dst)) {
+            std::fprintf(stderr, "ops_emu: the CUDA top-K does not take this shape\n");
+            return 3;
+        }
+    } else {
+        std::fprintf(stderr, "ops_emu: unknown op %s\n", op.c_str());
+        return 2;
+    }
+    std::ofstream(dir + "out.bin", std::ios::binary).write(out.data(), (std::streamsize)out.size());
+    return 0;
+}
