@@ -3,10 +3,12 @@ tested where there is no GPU. The emulator runs every CUDA thread of a block as 
 shuffles, barriers, cp.async groups and the tensor-core products of PTX's fragment layouts; its
 self-test checks those primitives against plain loops (and a missing lane at a barrier must be
 reported, never hang). Then tools/device/gemv_standalone.cu, the same source that checks the
-kernels on the H200, runs its checks here: the GEMV (Q4_K, Q5_K, Q6_K, Q8_0) in every layout (against a host
-reference of ggml's formats; bit-equal columns for 1 and 8 columns, the staged Q6_K kernel
-bit-equal to the direct one) and the tensor-core GEMM at every stage count. A GPU's rounding of
-fast-math functions and of tensor-core f16 sums is not modelled, so the bounds are the GPU's."""
+kernels on the H200, runs its checks here: the GEMV (Q4_K, Q5_K, Q6_K, Q8_0) in every layout
+(against a host reference of ggml's formats; bit-equal columns for 1 and 8 columns, the staged
+Q6_K kernel bit-equal to the direct one) and the tensor-core GEMM (the same four types) at every
+stage count; and the tree ops, the fused GDN inputs and the top-K through their ggml entry points
+against the CPU ops. A GPU's rounding of fast-math functions and of tensor-core f16 sums is not
+modelled, so the bounds are the GPU's."""
 
 from __future__ import annotations
 
@@ -102,7 +104,7 @@ def test_gemv_kernels_on_the_emulator(standalone: Path) -> None:
 
 def test_tensor_core_gemm_on_the_emulator(standalone: Path) -> None:
     rows = _checks(standalone, "check_mma", '"check_mma"')
-    assert len(rows) == 95  # Q4_K: 2 shapes x 5 column counts x 5 variants; Q6_K: 3 x 5 x 3
+    assert len(rows) == 155  # Q4_K: 2 shapes x 5 column counts x 5 variants; Q6_K 3, Q5_K 2, Q8_0 2 x 5 x 3
     bad = [r for r in rows if not r["ok"]]
     assert not bad, bad[:5]
 

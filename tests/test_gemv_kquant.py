@@ -27,15 +27,15 @@ TYPES = ("q4_K", "q6_K", "q5_K", "q8_0")
 @pytest.fixture
 def gemv_restored() -> Iterator[None]:
     """The GEMV with Q5_K / Q8_0 switched on (off by default until measured on a GPU)."""
-    was, was_q5q8 = _core.gemv_enabled(), _core.gemv_q5k_q80_enabled()
-    _core.set_gemv_q5k_q80_enabled(True)
+    was, was_q5q8 = _core.gemv_enabled(), _core.q5k_q80_enabled()
+    _core.set_q5k_q80_enabled(True)
     yield
     _core.set_gemv_enabled(was)
-    _core.set_gemv_q5k_q80_enabled(was_q5q8)
+    _core.set_q5k_q80_enabled(was_q5q8)
 
 
 def test_q5k_q80_gemv_is_off_unless_asked() -> None:
-    assert _core.gemv_q5k_q80_enabled() == (GPU and os.environ.get("DFLASH_GEMV_Q5K_Q80") == "1")
+    assert _core.q5k_q80_enabled() == (GPU and os.environ.get("DFLASH_Q5K_Q80") == "1")
 
 
 def _ggml_and_ours(fn):  # type: ignore[no-untyped-def]
@@ -131,14 +131,16 @@ def test_mma_switch_is_on_with_cuda_by_default() -> None:
 
 
 @needs_gpu
-@pytest.mark.parametrize("wtype", ["q4_K", "q6_K"])
+@pytest.mark.parametrize("wtype", TYPES)
 @pytest.mark.parametrize("n", [9, 13, 16])
-def test_cuda_mma_gemm_equals_ggml_and_numpy(wtype: str, n: int, mma_restored: None) -> None:
-    """Q4_K / Q6_K x 9..16 columns (what the engine sends it; 17..64 columns, used only with
-    DFLASH_MMA_MAX_COLUMNS, are checked by tools/device/gemv_standalone.sh mma) through ggml_ext's
-    tensor-core GEMM (activations quantized per 256, the CPU backend's rule, where ggml's mmq
-    quantizes per 32: 8-bit error apart, 3e-2). k = 2304: nine super-blocks, so Q6_K rows
-    alternate between 4- and 2-byte alignment."""
+def test_cuda_mma_gemm_equals_ggml_and_numpy(
+    wtype: str, n: int, mma_restored: None, gemv_restored: None
+) -> None:
+    """Q4_K / Q6_K (and Q5_K / Q8_0, switched on) x 9..16 columns (what the engine sends it;
+    17..64 columns, used only with DFLASH_MMA_MAX_COLUMNS, are checked by
+    tools/device/gemv_standalone.sh mma) through ggml_ext's tensor-core GEMM (activations quantized
+    per 256, the CPU backend's rule, where ggml's mmq quantizes per 32: 8-bit error apart, 3e-2).
+    k = 2304: nine super-blocks, so Q6_K rows alternate between 4- and 2-byte alignment."""
     rows, k = 1000, 2304
     w, dense = _weights(wtype, rows, k, seed=14)
     x = np.random.default_rng(15).standard_normal((n, k)).astype(np.float32)

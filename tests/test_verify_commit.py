@@ -139,3 +139,25 @@ def test_cached_commit_graphs_equal_scheduled_ones(synth_model, preset):
                 assert np.array_equal(x, y), f"layer {layer}"
     nxt = a.forward([7], True)[0], b.forward([7], True)[0]
     assert np.array_equal(*nxt)  # attention rows moved alike too
+
+
+@pytest.mark.parametrize("weights", ["f32", "q8_0"])
+def test_long_context_verify_equals_decoding(synth_model, weights):
+    """Past 256 committed tokens the attention reads 512+ cache rows: ggml's CPU attention would
+    split one query's rows over the threads there (a decode) and tile many queries (a verify), each
+    summing in its own order; the engine's decode and verify attention take the reference path on
+    the CPU, so a verify's logits stay decoding's bits (2 threads, tokens crossing row 256)."""
+    if NGL:
+        pytest.skip("exactness is the CPU's; CUDA is covered by the tolerance tests above")
+    path = str(synth_model("tiny-b", weights))
+    cfg = _core.EngineConfig()
+    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max = 1024, 0, 2, 17
+    spec, ar = _core.TargetEngine(path, cfg), _core.TargetEngine(path, cfg)
+    rng = np.random.default_rng(5)
+    prompt = rng.integers(0, spec.hparams["n_vocab"], size=250).tolist()
+    draft = rng.integers(0, spec.hparams["n_vocab"], size=16).tolist()
+    spec.forward(prompt, False)
+    vlogits, _, _ = spec.verify(draft, [])
+    ar.forward(prompt, False)
+    ref = np.concatenate([np.asarray(ar.forward([t], True)[0]) for t in draft])
+    assert np.array_equal(vlogits, ref), float(np.abs(vlogits - ref).max())

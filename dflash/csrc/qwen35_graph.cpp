@@ -347,9 +347,10 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     ggml_set_output(g.logits);
     ggml_set_output(g.argmax);
     ggml_build_forward_expand(g.gf, g.argmax);
-    // A verify's tokens must get decoding's bits: on the CPU its products then take the
-    // one-column kernel for every column (ggml_ext/BATCH_INVARIANCE.md).
-    if (spec.defer_recurrent || !spec.tree_parents.empty()) ggml_ext::mark_column_invariant_on_cpu(g.gf);
+    // A verify's tokens must get decoding's bits: on the CPU a verify's products then take the
+    // one-column kernel for every column, and a verify's and a decode's attention the same
+    // one-query path (ggml_ext/BATCH_INVARIANCE.md).
+    if (n == 1 || spec.defer_recurrent || !spec.tree_parents.empty()) ggml_ext::mark_batch_invariant_on_cpu(g.gf);
     return g;
 }
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "ggml.h"
-#include "ggml_ext_matmul_cpu.h"
+#include "ggml_ext_cpu_invariant.h"
 
 namespace ggml_ext {
 
@@ -34,11 +34,12 @@ inline bool is_mul_mat_tiles(const ggml_tensor * t) {
     return t->op == GGML_OP_MUL_MAT && t->op_params[kMulMatTagSlot] == kMulMatTilesTag;
 }
 
-// Marks every tagged product of a verify graph column-invariant on the CPU
-// (ggml_ext_matmul_cpu.h: each column summed as a one-column product is, for any column count),
-// so that greedy speculative output equals decoding there bit for bit. No effect on CUDA. A
-// prefill keeps ggml's faster batched CPU kernels (it is the same graph on both sides).
-void mark_column_invariant_on_cpu(ggml_cgraph * gf);
+// Marks a decode or verify graph batch-invariant on the CPU (ggml_ext_cpu_invariant.h): its
+// tagged products take the one-column kernel for every column, its attention the reference path
+// (one query at a time, never split over threads), so that greedy speculative output equals
+// decoding there bit for bit. No effect on CUDA. A prefill keeps ggml's faster batched CPU
+// kernels (it is the same graph on both sides).
+void mark_batch_invariant_on_cpu(ggml_cgraph * gf);
 
 // ggml_ext's small-batch GEMV for Q4_K / Q6_K (and Q5_K / Q8_0) weights and 1..8 columns on CUDA
 // (kernels/gemv_kquant.cu, patches/0005): it computes the products tagged mul_mat_tiles or
@@ -48,10 +49,11 @@ void mark_column_invariant_on_cpu(ggml_cgraph * gf);
 // kernel in one process. No effect without CUDA.
 void set_gemv_enabled(bool on);
 bool gemv_enabled();
-// The GEMV for Q5_K and Q8_0 weights too (Q5_K_M and Q8_0 files): off by default until measured
-// on a GPU (DFLASH_GEMV_Q5K_Q80=1 starts it on). No effect without CUDA.
-void set_gemv_q5k_q80_enabled(bool on);
-bool gemv_q5k_q80_enabled();
+// ggml_ext's GEMV and tensor-core GEMM for Q5_K and Q8_0 weights too (Q5_K_M and Q8_0 files, Q8_0
+// drafters): checked on the CPU emulator, off by default until measured on a GPU (DFLASH_Q5K_Q80=1
+// starts them on). No effect without CUDA.
+void set_q5k_q80_enabled(bool on);
+bool q5k_q80_enabled();
 
 // ggml_ext's tensor-core GEMM for Q4_K / Q6_K weights (kernels/gemm_kquant_mma.cu): tagged
 // mul_mat_tiles products of 9..16 columns go to it instead of ggml's mmq when on (the default;

@@ -1,5 +1,5 @@
 // Dispatch of ggml_ext's small-batch tensor-core GEMM (gemm_kquant_mma_impl.cuh) for the engine's
-// tagged Q4_K / Q6_K products. On by default for 9..16 columns, a chain verify's size: there it
+// tagged Q4_K / Q6_K products (Q5_K / Q8_0 too with ggml_ext::set_q5k_q80_enabled). On by default for 9..16 columns, a chain verify's size: there it
 // beat ggml's mmq on the 27B (chain 315 -> 361 t/s, h200-s6-27b-chain-mma-a5e05ef.json), while
 // at 17..64 columns its padded column tiles cost more than mmq (forward of 33 tokens 32.6 -> 54.4
 // ms). DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS
@@ -37,10 +37,12 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
                             ggml_tensor * dst) {
     const int64_t n = src1->ne[1], k = src0->ne[0];
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
-    if (!mma_enabled_flag || (src0->type != GGML_TYPE_Q4_K && src0->type != GGML_TYPE_Q6_K) || n <= kGemvMaxColumns ||
-        n > mma_max_columns() || k % 256 != 0 || !GGML_CUDA_CC_IS_NVIDIA(cc) ||
-        ggml_cuda_highest_compiled_arch(cc) < GGML_CUDA_CC_AMPERE || src0->ne[2] != 1 || src0->ne[3] != 1 ||
-        src0->nb[1] % (src0->type == GGML_TYPE_Q4_K ? 16 : 2) != 0 ||
+    const ggml_type t = src0->type;
+    const bool type_ok = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K ||
+                         (ggml_ext::q5k_q80_enabled() && (t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q8_0));
+    if (!mma_enabled_flag || !type_ok || n <= kGemvMaxColumns || n > mma_max_columns() || k % 256 != 0 ||
+        !GGML_CUDA_CC_IS_NVIDIA(cc) || ggml_cuda_highest_compiled_arch(cc) < GGML_CUDA_CC_AMPERE || src0->ne[2] != 1 ||
+        src0->ne[3] != 1 || src0->nb[1] % (t == GGML_TYPE_Q6_K ? 2 : 16) != 0 ||
         reinterpret_cast<uintptr_t>(src0->data) % 16 != 0 ||
         ggml_backend_buffer_get_usage(src0->buffer) == GGML_BACKEND_BUFFER_USAGE_COMPUTE ||
         src1->type != GGML_TYPE_F32 || src1->nb[0] != sizeof(float) || src1->ne[2] != 1 || src1->ne[3] != 1 ||
@@ -54,8 +56,11 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
     gemm_kq::quantize_act_k_kernel<<<dim3((unsigned)(k / 256), (unsigned)np, 1), 256, 0, stream>>>(
         (const float *)src1->data, qs.get(), d.get(), sums.get(), (int)k, (int)k, (int)n, src1->nb[1] / sizeof(float));
-    const auto launch = src0->type == GGML_TYPE_Q6_K ? gemm_kq::launch<gemm_kq::Q6K, gemm_kq::kDefaultStages>
-                                                     : gemm_kq::launch<gemm_kq::Q4K, gemm_kq::kDefaultStages>;
+    constexpr int kS = gemm_kq::kDefaultStages;
+    const auto launch = t == GGML_TYPE_Q6_K   ? gemm_kq::launch<gemm_kq::Q6K, kS>
+                        : t == GGML_TYPE_Q5_K ? gemm_kq::launch<gemm_kq::Q5K, kS>
+                        : t == GGML_TYPE_Q8_0 ? gemm_kq::launch<gemm_kq::Q80, kS>
+                                              : gemm_kq::launch<gemm_kq::Q4K, kS>;
     launch((const char *)src0->data, qs.get(), d.get(), sums.get(), (float *)dst->data, (int)src0->ne[1], (int)k,
            (int64_t)src0->nb[1], (int)k, (int)n, (int)(dst->nb[1] / sizeof(float)), stream);
     CUDA_CHECK(cudaGetLastError());

@@ -1,4 +1,4 @@
-// ggml_ext's small-batch tensor-core GEMM for Q4_K and Q6_K weights, 9..64 activation columns
+// ggml_ext's small-batch tensor-core GEMM for Q4_K and Q6_K (and Q5_K, Q8_0) weights, 9..64 activation columns
 // (a verify of a chain or a tree): each weight byte is read once for all columns, into int8 mma
 // operands; no stream-k fixup pass.
 //
@@ -104,12 +104,15 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
 // zero-padded to 16; mins <= 63 are exact in f16, the per-32 sums <= 4064 to within 1) instead of
 // 32 integer multiply-adds and 16 loads of sums. An experiment (tools/device/README.md): the
 // standalone bench times it next to the integer form; the engine uses the integer form.
-template <bool kMinsMma>
+// kFifthBit: Q5_K, Q4_K's layout with qh[32] (the fifth bit of value l of sub-block j is bit j of
+// qh[l]) between the head and the nibbles (176 bytes).
+template <bool kMinsMma, bool kFifthBit = false>
 struct Q4KT {
-    static constexpr int kBytes = 144;
-    static constexpr int kChunks = 9;               // 16-byte copies per row and super-block
+    static constexpr int kBytes = kFifthBit ? 176 : 144;
+    static constexpr int kChunks = kBytes / 16;     // 16-byte copies per row and super-block
     static constexpr int kStageRow = 16 * kChunks;  // bytes per row in a stage
     static constexpr bool kNeedsSums = true;
+    static constexpr int kNibbles = kFifthBit ? 48 : 16;  // where the nibbles start
 
     // Row r's super-block kb in a stage: rows are 16-byte aligned (144 = 9 x 16).
     static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
@@ -124,21 +127,30 @@ struct Q4KT {
                                                       const int * __restrict__ ysum, int kb, int k_pad, int g, int t) {
         uint4 h0, h1;
         uint2 q0[4], q1[4];
+        uint2 e0 = {0u, 0u}, e1 = {0u, 0u};  // Q5_K: qh[8t..8t+7], the fifth bits of values 8t..8t+7
         if constexpr (smem) {
             h0 = *reinterpret_cast<const uint4 *>(b0);
             h1 = *reinterpret_cast<const uint4 *>(b1);
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
-                q0[c] = *reinterpret_cast<const uint2 *>(b0 + 16 + 32 * c + 8 * t);
-                q1[c] = *reinterpret_cast<const uint2 *>(b1 + 16 + 32 * c + 8 * t);
+                q0[c] = *reinterpret_cast<const uint2 *>(b0 + kNibbles + 32 * c + 8 * t);
+                q1[c] = *reinterpret_cast<const uint2 *>(b1 + kNibbles + 32 * c + 8 * t);
+            }
+            if constexpr (kFifthBit) {
+                e0 = *reinterpret_cast<const uint2 *>(b0 + 16 + 8 * t);
+                e1 = *reinterpret_cast<const uint2 *>(b1 + 16 + 8 * t);
             }
         } else {
             h0 = load_stream_16(b0);
             h1 = load_stream_16(b1);
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
-                q0[c] = load_stream_8(b0 + 16 + 32 * c + 8 * t);
-                q1[c] = load_stream_8(b1 + 16 + 32 * c + 8 * t);
+                q0[c] = load_stream_8(b0 + kNibbles + 32 * c + 8 * t);
+                q1[c] = load_stream_8(b1 + kNibbles + 32 * c + 8 * t);
+            }
+            if constexpr (kFifthBit) {
+                e0 = load_stream_8(b0 + 16 + 8 * t);
+                e1 = load_stream_8(b1 + 16 + 8 * t);
             }
         }
         int sc0[8], mn0[8], sc1[8], mn1[8];
@@ -167,8 +179,14 @@ struct Q4KT {
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const int c = j >> 1, sh = 4 * (j & 1);
-                const int lo0 = (q0[c].x >> sh) & 0x0F0F0F0F, hi0 = (q0[c].y >> sh) & 0x0F0F0F0F;
-                const int lo1 = (q1[c].x >> sh) & 0x0F0F0F0F, hi1 = (q1[c].y >> sh) & 0x0F0F0F0F;
+                int lo0 = (q0[c].x >> sh) & 0x0F0F0F0F, hi0 = (q0[c].y >> sh) & 0x0F0F0F0F;
+                int lo1 = (q1[c].x >> sh) & 0x0F0F0F0F, hi1 = (q1[c].y >> sh) & 0x0F0F0F0F;
+                if constexpr (kFifthBit) {  // bit j of each qh byte -> bit 4 of the value
+                    lo0 |= ((e0.x >> j) & 0x01010101) << 4;
+                    hi0 |= ((e0.y >> j) & 0x01010101) << 4;
+                    lo1 |= ((e1.x >> j) & 0x01010101) << 4;
+                    hi1 |= ((e1.y >> j) & 0x01010101) << 4;
+                }
                 const int a[4] = {lo0, lo1, hi0, hi1};
                 const int2 yv = *reinterpret_cast<const int2 *>(yb + 32 * j);
                 const int b[2] = {yv.x, yv.y};
@@ -212,6 +230,65 @@ struct Q4KT {
 };
 using Q4K = Q4KT<false>;
 using Q4KMinsMma = Q4KT<true>;
+using Q5K = Q4KT<false, true>;
+
+// ---- Q8_0: eight 34-byte blocks (half d, 32 int8) to a super-block, 272 bytes -------------------
+// One m16n8k32 mma per block and 8 columns, straight from the int8 quants (thread t: bytes 4t..4t+3
+// and 16+4t..16+4t+3 of each block, the PTX layout); each block's int32 sums scaled by its d.
+struct Q80 {
+    static constexpr int kBytes = 8 * 34;
+    static constexpr int kChunks = kBytes / 16;
+    static constexpr int kStageRow = 16 * kChunks;
+    static constexpr bool kNeedsSums = false;
+
+    static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
+        return w + (int64_t)row * row_bytes + (int64_t)kb * kBytes;
+    }
+    static __device__ __forceinline__ const char * aligned_start(const char * blk) { return blk; }
+    static __device__ __forceinline__ int stage_offset(const char *) { return 0; }
+
+    template <int ncol_tiles, bool smem>
+    static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,
+                                                      const int8_t * __restrict__ yq, const float * __restrict__ yd,
+                                                      const int * __restrict__, int kb, int k_pad, int g, int t) {
+        auto load4 = [](const char * p) { return smem ? load_smem_4_align2(p) : load_stream_4_align2(p); };
+        auto load_d = [](const char * p) {
+            const unsigned short h =
+                smem ? *reinterpret_cast<const unsigned short *>(p) : (unsigned short)load_stream_2(p);
+            return __half2float(__ushort_as_half(h));
+        };
+        float sums[ncol_tiles][4] = {};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const char * r0 = b0 + 34 * j;
+            const char * r1 = b1 + 34 * j;
+            const int a[4] = {(int)load4(r0 + 2 + 4 * t), (int)load4(r1 + 2 + 4 * t), (int)load4(r0 + 18 + 4 * t),
+                              (int)load4(r1 + 18 + 4 * t)};
+            const float d0 = load_d(r0), d1 = load_d(r1);
+#pragma unroll
+            for (int nt = 0; nt < ncol_tiles; ++nt) {
+                const int8_t * yb = yq + (int64_t)(nt * 8 + g) * k_pad + kb * kQk + 32 * j + 4 * t;  // column g
+                const int b[2] = {*reinterpret_cast<const int *>(yb), *reinterpret_cast<const int *>(yb + 16)};
+                int cj[4] = {0, 0, 0, 0};
+                mma_s8(cj, a, b);
+                sums[nt][0] += d0 * (float)cj[0];
+                sums[nt][1] += d0 * (float)cj[1];
+                sums[nt][2] += d1 * (float)cj[2];
+                sums[nt][3] += d1 * (float)cj[3];
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < ncol_tiles; ++nt) {
+            const int col0 = nt * 8 + 2 * t;
+            const float dy_a = yd[(int64_t)col0 * (k_pad / kQk) + kb],
+                        dy_b = yd[(int64_t)(col0 + 1) * (k_pad / kQk) + kb];
+            acc[nt][0] += dy_a * sums[nt][0];
+            acc[nt][1] += dy_b * sums[nt][1];
+            acc[nt][2] += dy_a * sums[nt][2];
+            acc[nt][3] += dy_b * sums[nt][3];
+        }
+    }
+};
 
 // ---- Q6_K: ql[128] (low 4 bits), qh[64] (high 2 bits), 16 int8 scales, d (half) ---------------
 // Value 16s + i of a super-block has scale s. In group s = 8n + 2q + u, thread t holds values
@@ -325,6 +402,16 @@ struct Smem {
     static constexpr int kBytes = kPipeline > kScratch ? kPipeline : kScratch;
 };
 
+constexpr int kMaxStaticSmem = 48 * 1024;  // a kernel's static shared memory, on every arch
+
+// The most stages up to `stages` whose pipeline fits the static shared memory (Q8_0's 272-byte
+// super-blocks fit 2, the others 3).
+template <typename F>
+constexpr int fit_stages(int stages) {
+    while (stages > 1 && kWarps * stages * kRows * F::kStageRow > kMaxStaticSmem) --stages;
+    return stages;
+}
+
 // ncol_tiles tiles of 8 columns; the activation buffers hold 8 * ncol_tiles columns (zeros past
 // ncols).
 template <typename F, int ncol_tiles, int kStages>
@@ -333,6 +420,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
                            const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
                            const int64_t row_bytes, const int k_pad, const int ncols, const int stride_col_dst) {
     using S = Smem<F, ncol_tiles, kStages>;
+    static_assert(S::kBytes <= kMaxStaticSmem, "static shared memory over 48 KB: see fit_stages");
     __shared__ __align__(16) char smem[S::kBytes];
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int g = lane >> 2, t = lane & 3;
@@ -432,13 +520,15 @@ inline int padded_columns(int ncols) { return ncols <= 16 ? 16 : ncols <= 32 ? 3
 // kStages: super-blocks in flight per warp (0: direct loads). The engine uses kDefaultStages.
 constexpr int kDefaultStages = 3;
 
+// kStages: asked for; what runs is fit_stages<F>(kStages) (0 stays 0: direct loads).
 template <typename F, int kStages>
 void launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int k_pad, int ncols, int stride_col_dst, cudaStream_t stream) {
     const dim3 grid((nrows + kRows - 1) / kRows, 1, 1), block(WARP_SIZE, kWarps, 1);
     const int nb = k / kQk;
-#define GEMM_KQ_LAUNCH(NT)                                                   \
-    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kStages>)( \
+    constexpr int kSt = kStages > 0 ? fit_stages<F>(kStages) : 0;
+#define GEMM_KQ_LAUNCH(NT)                                                         \
+    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt>)( \
         w, yq, yd, ysum, dst, nrows, nb, row_bytes, k_pad, ncols, stride_col_dst)
     if (ncols <= 16) {
         GEMM_KQ_LAUNCH(2);

@@ -34,10 +34,11 @@ bool gemv_enabled_flag = [] {
     return !(e && e[0] == '0');
 }();
 
-// Q5_K and Q8_0 weights: checked on the CPU emulator (tests/test_cuda_emu.py), not yet run or
-// timed on a GPU, so off until measured (DFLASH_GEMV_Q5K_Q80=1 or set_gemv_q5k_q80_enabled).
-bool gemv_q5k_q80_flag = [] {
-    const char * e = std::getenv("DFLASH_GEMV_Q5K_Q80");
+// Q5_K and Q8_0 weights (this GEMV and the tensor-core GEMM): checked on the CPU emulator
+// (tests/test_cuda_emu.py), not yet run or timed on a GPU, so off until measured
+// (DFLASH_Q5K_Q80=1 or ggml_ext::set_q5k_q80_enabled).
+bool q5k_q80_flag = [] {
+    const char * e = std::getenv("DFLASH_Q5K_Q80");
     return e && e[0] == '1';
 }();
 
@@ -52,7 +53,7 @@ namespace {
 
 bool gemv_type(ggml_type t) {
     if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) return true;
-    return gemv_q5k_q80_flag && (t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q8_0);
+    return q5k_q80_flag && (t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q8_0);
 }
 
 }  // namespace
@@ -124,8 +125,8 @@ void ggml_ext_gemv_launch(ggml_type type, const GemvArgs & a, cudaStream_t strea
 namespace ggml_ext {
 void set_gemv_enabled(bool on) { gemv_enabled_flag = on; }
 bool gemv_enabled() { return gemv_enabled_flag; }
-void set_gemv_q5k_q80_enabled(bool on) { gemv_q5k_q80_flag = on; }
-bool gemv_q5k_q80_enabled() { return gemv_q5k_q80_flag; }
+void set_q5k_q80_enabled(bool on) { q5k_q80_flag = on; }
+bool q5k_q80_enabled() { return q5k_q80_flag; }
 }  // namespace ggml_ext
 
 namespace {

@@ -14,11 +14,13 @@ ggml_tensor * mul_mat_tiles(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x
     return t;
 }
 
-void mark_column_invariant_on_cpu(ggml_cgraph * gf) {
+void mark_batch_invariant_on_cpu(ggml_cgraph * gf) {
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor * t = ggml_graph_node(gf, i);
         if (is_mul_mat_tiles(t) || is_mul_mat_invariant(t)) {
-            t->op_params[GGML_EXT_MUL_MAT_CPU_SLOT] = GGML_EXT_MUL_MAT_CPU_COLUMN_INVARIANT;
+            t->op_params[GGML_EXT_MUL_MAT_CPU_SLOT] = GGML_EXT_CPU_INVARIANT_FLAG;
+        } else if (t->op == GGML_OP_FLASH_ATTN_EXT) {
+            t->op_params[GGML_EXT_FLASH_ATTN_CPU_SLOT] = GGML_EXT_CPU_INVARIANT_FLAG;
         }
     }
 }
@@ -26,8 +28,8 @@ void mark_column_invariant_on_cpu(ggml_cgraph * gf) {
 #ifndef DFLASH_HAS_CUDA
 void set_gemv_enabled(bool) {}
 bool gemv_enabled() { return false; }
-void set_gemv_q5k_q80_enabled(bool) {}
-bool gemv_q5k_q80_enabled() { return false; }
+void set_q5k_q80_enabled(bool) {}
+bool q5k_q80_enabled() { return false; }
 void set_mma_enabled(bool) {}
 bool mma_enabled() { return false; }
 void set_mmq_tiles_enabled(bool) {}

@@ -39,8 +39,6 @@ const char * type_name(W t) {
 
 int superblock_bytes(W t) { return t == W::q4_K ? 144 : t == W::q5_K ? 176 : t == W::q6_K ? 210 : 8 * 34; }
 
-W kquant(bool q4k) { return q4k ? W::q4_K : W::q6_K; }
-
 // Random valid blocks: any bit pattern is a valid quant; the fp16 scales are kept small.
 std::vector<uint8_t> random_rows(W t, int rows, int k, std::mt19937 & gen) {
     const int bs = superblock_bytes(t), nb = k / 256;
@@ -442,13 +440,32 @@ void run_mma_t(int stages, const char * w, const MmaBuffers & b, int rows, int k
     CK(cudaGetLastError());
 }
 
+// The stage count a request runs with (gemm_kq::launch fits the pipeline into shared memory).
+int stages_run(W t, int stages) {
+    const int s = stages % 100;
+    if (s == 0) return 0;
+    switch (t) {
+        case W::q8_0:
+            return gemm_kq::fit_stages<gemm_kq::Q80>(s);
+        case W::q5_K:
+            return gemm_kq::fit_stages<gemm_kq::Q5K>(s);
+        case W::q6_K:
+            return gemm_kq::fit_stages<gemm_kq::Q6K>(s);
+        default:
+            return gemm_kq::fit_stages<gemm_kq::Q4K>(s);
+    }
+}
+
 // stages >= 100: Q4_K with its min term through an f16 mma (gemm_kq::Q4KMinsMma), stages - 100.
-void run_mma(bool q4k, int stages, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes,
-             int ncols) {
-    if (q4k && stages >= 100) {
+void run_mma(W t, int stages, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
+    if (t == W::q4_K && stages >= 100) {
         run_mma_t<gemm_kq::Q4KMinsMma>(stages - 100, w, b, rows, k, row_bytes, ncols);
-    } else if (q4k) {
+    } else if (t == W::q4_K) {
         run_mma_t<gemm_kq::Q4K>(stages, w, b, rows, k, row_bytes, ncols);
+    } else if (t == W::q5_K) {
+        run_mma_t<gemm_kq::Q5K>(stages, w, b, rows, k, row_bytes, ncols);
+    } else if (t == W::q8_0) {
+        run_mma_t<gemm_kq::Q80>(stages, w, b, rows, k, row_bytes, ncols);
     } else {
         run_mma_t<gemm_kq::Q6K>(stages, w, b, rows, k, row_bytes, ncols);
     }
@@ -457,11 +474,11 @@ void run_mma(bool q4k, int stages, const char * w, const MmaBuffers & b, int row
 constexpr int kMmaStages[] = {0, 2, 3, 102, 103};
 
 // The tensor-core GEMM against the host reference (activations per 256), every stage count.
-void check_mma(bool q4k, int rows, int k, std::mt19937 & gen) {
-    const int64_t row_bytes = (int64_t)(k / 256) * (q4k ? 144 : 210);
-    const auto w = random_rows(kquant(q4k), rows, k, gen);
+void check_mma(W t, int rows, int k, std::mt19937 & gen) {
+    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
+    const auto w = random_rows(t, rows, k, gen);
     std::vector<float> wf((size_t)rows * k);
-    for (int r = 0; r < rows; ++r) dequant_row(kquant(q4k), w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
+    for (int r = 0; r < rows; ++r) dequant_row(t, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     char * dw = nullptr;
     CK(cudaMalloc(&dw, w.size()));
@@ -486,17 +503,17 @@ void check_mma(bool q4k, int rows, int k, std::mt19937 & gen) {
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         b.quantize(k, ncols);
         for (int stages : kMmaStages) {
-            if (!q4k && stages >= 100) continue;
+            if (t != W::q4_K && stages >= 100) continue;
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
-            run_mma(q4k, stages, dw, b, rows, k, row_bytes, ncols);
+            run_mma(t, stages, dw, b, rows, k, row_bytes, ncols);
             CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
             double err = 0;
             for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
             std::printf(
-                "{\"check_mma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"stages\": %d, \"rel_err\": %.3g, "
-                "\"ok\": %s}\n",
-                q4k ? "q4_K" : "q6_K", rows, k, ncols, stages, err / ref_max,
+                "{\"check_mma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"stages\": %d, "
+                "\"stages_run\": %d, \"rel_err\": %.3g, \"ok\": %s}\n",
+                type_name(t), rows, k, ncols, stages, stages_run(t, stages), err / ref_max,
                 err / ref_max <= (stages >= 100 ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
         }
         b.free_all();
@@ -504,29 +521,29 @@ void check_mma(bool q4k, int rows, int k, std::mt19937 & gen) {
     cudaFree(dw);
 }
 
-void bench_mma(const char * name, bool q4k, int rows, int k, std::mt19937 & gen) {
-    const int64_t row_bytes = (int64_t)(k / 256) * (q4k ? 144 : 210);
+void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen) {
+    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
-    char * dw = weight_copies(kquant(q4k), rows, k, bytes, copies, gen);
+    char * dw = weight_copies(t, rows, k, bytes, copies, gen);
     for (int ncols : {16, 32, 64}) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
         b.quantize(k, ncols);
         for (int stages : kMmaStages) {
-            if (!q4k && stages >= 100) continue;
+            if (t != W::q4_K && stages >= 100) continue;
             const int reps = 5;
-            for (int c = 0; c < copies; ++c) run_mma(q4k, stages, dw + bytes * c, b, rows, k, row_bytes, ncols);
+            for (int c = 0; c < copies; ++c) run_mma(t, stages, dw + bytes * c, b, rows, k, row_bytes, ncols);
             const double us = time_us(reps * copies, [&] {
                 for (int i = 0; i < reps; ++i) {
-                    for (int c = 0; c < copies; ++c) run_mma(q4k, stages, dw + bytes * c, b, rows, k, row_bytes, ncols);
+                    for (int c = 0; c < copies; ++c) run_mma(t, stages, dw + bytes * c, b, rows, k, row_bytes, ncols);
                 }
             });
             std::printf(
                 "{\"bench_mma\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"stages\": %d, "
-                "\"us\": %.2f, \"GBps\": %.0f}\n",
-                name, q4k ? "q4_K" : "q6_K", rows, k, ncols, stages, us, bytes / us / 1e3);
+                "\"stages_run\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
+                name, type_name(t), rows, k, ncols, stages, stages_run(t, stages), us, bytes / us / 1e3);
         }
         b.free_all();
     }
@@ -547,22 +564,30 @@ int main(int argc, char ** argv) {
             check(t, 130, 17408, gen);  // 68: split 4 by default
         }
     }
-    if (what == "mma" || what == "check_mma") {  // the tensor-core GEMMs, every stage count: checked, then timed
-        check_mma(true, 48, 1024, gen);
-        check_mma(true, 130, 5120, gen);
-        check_mma(false, 48, 1024, gen);
-        check_mma(false, 130, 5120, gen);
-        check_mma(false, 37, 768, gen);  // odd super-block count: rows of alternating alignment
+    if (what == "mma" || what == "check_mma" || what == "q5q8") {  // the tensor-core GEMMs, every stage count: checked, then timed
+        check_mma(W::q4_K, 48, 1024, gen);
+        check_mma(W::q4_K, 130, 5120, gen);
+        check_mma(W::q6_K, 48, 1024, gen);
+        check_mma(W::q6_K, 130, 5120, gen);
+        check_mma(W::q6_K, 37, 768, gen);  // odd super-block count: rows of alternating alignment
+        check_mma(W::q5_K, 48, 1024, gen);
+        check_mma(W::q5_K, 37, 768, gen);
+        check_mma(W::q8_0, 48, 1024, gen);
+        check_mma(W::q8_0, 37, 768, gen);
     }
     if (what == "mma") {
-        bench_mma("ffn_up", true, 17408, 5120, gen);
-        bench_mma("ffn_down", true, 5120, 17408, gen);
-        bench_mma("attn_q", true, 12288, 5120, gen);
-        bench_mma("gdn_qkv", true, 10240, 5120, gen);
-        bench_mma("ssm_out", true, 5120, 6144, gen);
-        bench_mma("ffn_down", false, 5120, 17408, gen);
-        bench_mma("attn_v", false, 1024, 5120, gen);
-        bench_mma("output", false, 248320, 5120, gen);
+        bench_mma("ffn_up", W::q4_K, 17408, 5120, gen);
+        bench_mma("ffn_down", W::q4_K, 5120, 17408, gen);
+        bench_mma("attn_q", W::q4_K, 12288, 5120, gen);
+        bench_mma("gdn_qkv", W::q4_K, 10240, 5120, gen);
+        bench_mma("ssm_out", W::q4_K, 5120, 6144, gen);
+        bench_mma("ffn_down", W::q6_K, 5120, 17408, gen);
+        bench_mma("attn_v", W::q6_K, 1024, 5120, gen);
+        bench_mma("output", W::q6_K, 248320, 5120, gen);
+    }
+    if (what == "q5q8") {  // the GEMM for Q5_K and Q8_0: checked above only with check_mma
+        bench_mma("ffn_up", W::q5_K, 17408, 5120, gen);
+        bench_mma("ffn_up", W::q8_0, 17408, 5120, gen);
     }
     if (what == "q6") {  // the Q6_K shapes alone
         bench("ffn_down", W::q6_K, 5120, 17408, gen);

@@ -58,7 +58,7 @@ fi
 # `gpu_bench.sh q`: the GEMV for Q5_K and Q8_0 weights (session 7; checked on the CPU emulator,
 # never run on a GPU): its CUDA tests, the standalone checks and benches of both types, then the
 # 27B with every matrix Q5_K (~19 GB) or Q8_0 (~29 GB): our AR with the GEMV off for those types
-# (ggml's mul_mat_vec_q; the default until measured) and on (DFLASH_GEMV_Q5K_Q80=1), upstream
+# (ggml's mul_mat_vec_q; the default until measured) and on (DFLASH_Q5K_Q80=1), upstream
 # libllama in the same process. Make it the default where it wins (gemv_kquant.cu, gemv_type).
 if [ "$stage" = q ]; then
   NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout 150 python3 -m pytest -q -s \
@@ -70,7 +70,7 @@ if [ "$stage" = q ]; then
   for t in q5_K q8_0; do
     [ "$(left)" -lt 200 ] && break
     python3 -m dflash.synth model --preset qwen36-27b --type "$t" --out "/tmp/q27-$t.gguf" > /dev/null 2>&1
-    for e in "" DFLASH_GEMV_Q5K_Q80=1; do
+    for e in "" DFLASH_Q5K_Q80=1; do
       env $e timeout 100 python3 -m dflash.bench -m "/tmp/q27-$t.gguf" --kv-types f16 -p 512 -n 128 -r 3 \
         -o "$OUT/h200-27b-$t-ar${e:+-gemv}.json" > "$OUT/ar-$t.log" 2>&1
       echo "[gpu] 27B $t AR ${e:-ggml mmvq} rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar-$t.log"
