@@ -5,6 +5,19 @@
 #include <chrono>
 #include <vector>
 
+// Under AddressSanitizer (the CI's memcheck of the kernels: tests/test_cuda_emu.py) every switch
+// between the scheduler and a fiber is announced, so ASan follows the stacks.
+#if defined(__SANITIZE_ADDRESS__)
+#define CUDA_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CUDA_EMU_ASAN 1
+#endif
+#endif
+#ifdef CUDA_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
@@ -71,6 +84,7 @@ struct Fiber {
     };
     std::vector<std::vector<Copy>> cp_groups;  // committed groups, oldest first
     std::vector<Copy> cp_open;                 // copies issued since the last commit
+    void * asan_fake_stack = nullptr;
 };
 
 struct WarpBarrier {
@@ -89,6 +103,11 @@ struct Block {
 Block g_block;
 Fiber * g_current = nullptr;
 void * g_sched_sp = nullptr;
+#ifdef CUDA_EMU_ASAN
+void * g_sched_fake_stack = nullptr;
+const void * g_sched_stack_bottom = nullptr;
+size_t g_sched_stack_size = 0;
+#endif
 #if !defined(__x86_64__)
 ucontext_t g_sched_ctx;
 #endif
@@ -147,19 +166,31 @@ namespace {
 
 void switch_to_scheduler() {
     Fiber * f = g_current;
+#ifdef CUDA_EMU_ASAN
+    __sanitizer_start_switch_fiber(f->done ? nullptr : &f->asan_fake_stack, g_sched_stack_bottom, g_sched_stack_size);
+#endif
 #if defined(__x86_64__)
     cuda_emu_switch(&f->sp, g_sched_sp);
 #else
     swapcontext(&f->ctx, &g_sched_ctx);
 #endif
+#ifdef CUDA_EMU_ASAN
+    __sanitizer_finish_switch_fiber(f->asan_fake_stack, &g_sched_stack_bottom, &g_sched_stack_size);
+#endif
 }
 
 void resume(Fiber & f) {
     g_current = &f;
+#ifdef CUDA_EMU_ASAN
+    __sanitizer_start_switch_fiber(&g_sched_fake_stack, f.stack.data(), f.stack.size());
+#endif
 #if defined(__x86_64__)
     cuda_emu_switch(&g_sched_sp, f.sp);
 #else
     swapcontext(&g_sched_ctx, &f.ctx);
+#endif
+#ifdef CUDA_EMU_ASAN
+    __sanitizer_finish_switch_fiber(g_sched_fake_stack, nullptr, nullptr);
 #endif
     g_current = nullptr;
 }
@@ -174,6 +205,9 @@ void release_block_barrier_if_complete() {
 }
 
 void fiber_main(Fiber * f) {
+#ifdef CUDA_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &g_sched_stack_bottom, &g_sched_stack_size);  // the first entry
+#endif
     (*g_body)();
     f->done = true;
     --g_block.live;
@@ -446,11 +480,14 @@ struct cuda_emu_event {
     std::chrono::steady_clock::time_point t;
 };
 
+// `bytes` rounded up to 16 (256-byte aligned): the kernels may read whole aligned 16-byte chunks
+// (cp.async) and words that hold a valid byte, which cannot fault on a GPU, but nothing past
+// the chunk holding an allocation's last byte; AddressSanitizer reports what reads further, which
+// a GPU's allocation granularity would hide.
 cudaError_t cudaMalloc(void ** p, size_t bytes) {
-    const size_t n = (bytes + 255) / 256 * 256;
-    *p = std::aligned_alloc(256, n ? n : 256);
-    if (!*p) return cudaErrorMemoryAllocation;
-    std::memset(*p, 0xFF, n ? n : 256);
+    const size_t n = (bytes + 15) / 16 * 16;
+    if (posix_memalign(p, 256, n ? n : 16) != 0) return cudaErrorMemoryAllocation;
+    std::memset(*p, 0xFF, n);
     return cudaSuccess;
 }
 cudaError_t cudaFree(void * p) {

@@ -564,6 +564,16 @@ int main(int argc, char ** argv) {
             check(t, 130, 17408, gen);  // 68: split 4 by default
         }
     }
+    if (what == "check_quick") {  // small shapes of every type, tails included (the emulator under ASan)
+        for (W t : {W::q4_K, W::q6_K, W::q5_K, W::q8_0}) {
+            check(t, 70, 256, gen);
+            check(t, 37, 2304, gen);  // 9 super-blocks: odd, every row's alignment for Q6_K
+        }
+        check_mma(W::q4_K, 37, 768, gen);
+        check_mma(W::q6_K, 37, 768, gen);
+        check_mma(W::q5_K, 37, 768, gen);
+        check_mma(W::q8_0, 37, 768, gen);
+    }
     if (what == "mma" || what == "check_mma" || what == "q5q8") {  // the tensor-core GEMMs, every stage count: checked, then timed
         check_mma(W::q4_K, 48, 1024, gen);
         check_mma(W::q4_K, 130, 5120, gen);
