@@ -66,6 +66,22 @@ __device__ __forceinline__ uint32_t load_stream_4_align2(const char * p) {
     return __funnelshift_r(load_stream_4(base), load_stream_4(base + 4), 16);
 }
 
+// Super-blocks of kBytes, a multiple of 16, in 16-byte aligned rows (Q4_K, Q5_K, Q8_0): a stage
+// holds whole blocks as they are (Q6_K's 2-byte aligned blocks are staged otherwise, below).
+template <int kBlockBytes>
+struct AlignedBlocks {
+    static_assert(kBlockBytes % 16 == 0, "whole 16-byte chunks");
+    static constexpr int kBytes = kBlockBytes;
+    static constexpr int kChunks = kBytes / 16;     // 16-byte copies per row and super-block
+    static constexpr int kStageRow = 16 * kChunks;  // bytes per row in a stage
+
+    static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
+        return w + (int64_t)row * row_bytes + (int64_t)kb * kBytes;
+    }
+    static __device__ __forceinline__ const char * aligned_start(const char * blk) { return blk; }
+    static __device__ __forceinline__ int stage_offset(const char *) { return 0; }
+};
+
 // ---- Q4_K: d, dmin (half2), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles ------------
 // 6-bit scale and min of sub-block j from the 12 scale bytes s0..s2 (ggml's get_scale_min_k4).
 __device__ __forceinline__ void scale_min(const uint32_t s0, const uint32_t s1, const uint32_t s2, const int j,
@@ -107,19 +123,9 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
 // kFifthBit: Q5_K, Q4_K's layout with qh[32] (the fifth bit of value l of sub-block j is bit j of
 // qh[l]) between the head and the nibbles (176 bytes).
 template <bool kMinsMma, bool kFifthBit = false>
-struct Q4KT {
-    static constexpr int kBytes = kFifthBit ? 176 : 144;
-    static constexpr int kChunks = kBytes / 16;     // 16-byte copies per row and super-block
-    static constexpr int kStageRow = 16 * kChunks;  // bytes per row in a stage
+struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
     static constexpr bool kNeedsSums = true;
     static constexpr int kNibbles = kFifthBit ? 48 : 16;  // where the nibbles start
-
-    // Row r's super-block kb in a stage: rows are 16-byte aligned (144 = 9 x 16).
-    static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
-        return w + (int64_t)row * row_bytes + (int64_t)kb * kBytes;
-    }
-    static __device__ __forceinline__ const char * aligned_start(const char * blk) { return blk; }
-    static __device__ __forceinline__ int stage_offset(const char *) { return 0; }
 
     template <int ncol_tiles, bool smem>
     static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,
@@ -235,17 +241,8 @@ using Q5K = Q4KT<false, true>;
 // ---- Q8_0: eight 34-byte blocks (half d, 32 int8) to a super-block, 272 bytes -------------------
 // One m16n8k32 mma per block and 8 columns, straight from the int8 quants (thread t: bytes 4t..4t+3
 // and 16+4t..16+4t+3 of each block, the PTX layout); each block's int32 sums scaled by its d.
-struct Q80 {
-    static constexpr int kBytes = 8 * 34;
-    static constexpr int kChunks = kBytes / 16;
-    static constexpr int kStageRow = 16 * kChunks;
+struct Q80 : AlignedBlocks<8 * 34> {
     static constexpr bool kNeedsSums = false;
-
-    static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
-        return w + (int64_t)row * row_bytes + (int64_t)kb * kBytes;
-    }
-    static __device__ __forceinline__ const char * aligned_start(const char * blk) { return blk; }
-    static __device__ __forceinline__ int stage_offset(const char *) { return 0; }
 
     template <int ncol_tiles, bool smem>
     static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,

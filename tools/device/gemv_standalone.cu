@@ -84,38 +84,25 @@ void dequant_row(W t, const uint8_t * row, int k, float * y) {
                 std::memcpy(&hd, b, 2);
                 for (int l = 0; l < 32; ++l) o[32 * m + l] = half_to_float(hd) * (float)(int8_t)b[2 + l];
             }
-        } else if (t == W::q5_K) {
-            const uint8_t * b = row + kb * 176;
+        } else if (t == W::q4_K || t == W::q5_K) {  // Q5_K: Q4_K with qh[32], the fifth bits
+            const bool five = t == W::q5_K;
+            const uint8_t * b = row + kb * (five ? 176 : 144);
             uint16_t hd, hm;
             std::memcpy(&hd, b, 2);
             std::memcpy(&hm, b + 2, 2);
             const float d = half_to_float(hd), dmin = half_to_float(hm);
             const uint8_t * qh = b + 16;
-            const uint8_t * q = b + 48;
+            const uint8_t * q = b + (five ? 48 : 16);
+            // value l of sub-block j: a nibble of q, plus 16 x bit j of qh[l] for Q5_K
+            auto fifth = [&](int j, int l) { return five ? ((qh[l] >> j) & 1) * 16 : 0; };
             for (int c = 0; c < 4; ++c) {
                 int sc, m;
                 scale_min_k4(2 * c, b + 4, sc, m);
-                for (int l = 0; l < 32; ++l) {
-                    o[64 * c + l] = d * sc * ((q[32 * c + l] & 0xF) + ((qh[l] >> (2 * c)) & 1) * 16) - dmin * m;
-                }
+                for (int l = 0; l < 32; ++l) o[64 * c + l] = d * sc * ((q[32 * c + l] & 0xF) + fifth(2 * c, l)) - dmin * m;
                 scale_min_k4(2 * c + 1, b + 4, sc, m);
                 for (int l = 0; l < 32; ++l) {
-                    o[64 * c + 32 + l] = d * sc * ((q[32 * c + l] >> 4) + ((qh[l] >> (2 * c + 1)) & 1) * 16) - dmin * m;
+                    o[64 * c + 32 + l] = d * sc * ((q[32 * c + l] >> 4) + fifth(2 * c + 1, l)) - dmin * m;
                 }
-            }
-        } else if (t == W::q4_K) {
-            const uint8_t * b = row + kb * 144;
-            uint16_t hd, hm;
-            std::memcpy(&hd, b, 2);
-            std::memcpy(&hm, b + 2, 2);
-            const float d = half_to_float(hd), dmin = half_to_float(hm);
-            const uint8_t * q = b + 16;
-            for (int c = 0; c < 4; ++c) {
-                int sc, m;
-                scale_min_k4(2 * c, b + 4, sc, m);
-                for (int l = 0; l < 32; ++l) o[64 * c + l] = d * sc * (q[32 * c + l] & 0xF) - dmin * m;
-                scale_min_k4(2 * c + 1, b + 4, sc, m);
-                for (int l = 0; l < 32; ++l) o[64 * c + 32 + l] = d * sc * (q[32 * c + l] >> 4) - dmin * m;
             }
         } else {
             const uint8_t * b = row + kb * 210;
