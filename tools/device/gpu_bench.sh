@@ -33,6 +33,36 @@ if [ "$stage" = v ]; then
   exit 0
 fi
 
+# `gpu_bench.sh s` (session 8's first call; sessions 6 and 7 left kernels that never ran on a
+# GPU): the CUDA suite, the GEMV standalone (every type's checks, then the benches), the 27B AR
+# with the default GEMV and with the staged Q6_K GEMV, then the tensor-core GEMM's checks and
+# benches (Q4_K / Q6_K, then Q5_K / Q8_0), as time allows.
+if [ "$stage" = s ]; then
+  start_27b_synth
+  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout 150 python3 -m pytest -q -s \
+    -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py \
+    tests/test_top_k_rows.py tests/test_gemv_kquant.py tests/test_stacked_projections.py tests/test_oracle_upstream.py \
+    tests/test_gdn_decode_inputs.py tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py \
+    tests/test_ddtree.py > "$OUT/cuda-tests.log" 2>&1
+  echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
+  grep -E "^(FAILED|ERROR)|identical" "$OUT/cuda-tests.log" | head -n 30
+  bash tools/device/gemv_standalone.sh all 2>&1 | grep -v '^{' | tail -n 40
+  mv "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-all.jsonl"
+  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 200 ]; do sleep 2; done
+  for e in "" DFLASH_GEMV_Q6K_STAGED=1; do
+    [ "$(left)" -lt 100 ] && break
+    env $e timeout 90 python3 -m dflash.bench -m /tmp/q27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
+      -o "$OUT/h200-27b-ar${e:+-q6k-staged}.json" > "$OUT/ar.log" 2>&1
+    echo "[gpu] 27B AR ${e:-default} rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar.log"
+  done
+  for m in mma q5q8; do
+    [ "$(left)" -lt 40 ] && break
+    CALL_LEFT=$(left) bash tools/device/gemv_standalone.sh $m 2>&1 | grep -v '^{' | tail -n 40
+    mv "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-$m.jsonl"
+  done
+  exit 0
+fi
+
 # `gpu_bench.sh n` (session 7's first call): what session 6 left unverified. The CUDA tests it
 # touched, the 27B AR with the staged Q6_K GEMV against the default, then the standalone checks
 # and benches of the staged GEMV and the GEMM's f16-min variant (stages 102/103).
