@@ -63,6 +63,30 @@ if [ "$stage" = s ]; then
   exit 0
 fi
 
+# `gpu_bench.sh t` (right after s, the machine warm): the 27B as an all-Q5_K file with ggml's
+# mul_mat_vec_q and with our Q5_K GEMV + GEMM (DFLASH_Q5K_Q80=1), then the Q4_K_M 27B's chain
+# next to upstream llama-server draft-dflash at the same synthetic acceptance, and the DDTree
+# step cost per budget.
+if [ "$stage" = t ]; then
+  python3 -m dflash.synth model --preset qwen36-27b --type q5_K --out /tmp/q27-q5_K.gguf > /dev/null 2>&1
+  for e in "" DFLASH_Q5K_Q80=1; do
+    [ "$(left)" -lt 100 ] && break
+    env $e timeout 90 python3 -m dflash.bench -m /tmp/q27-q5_K.gguf --kv-types f16 -p 512 -n 128 -r 3 \
+      -o "$OUT/h200-27b-q5_K-ar${e:+-gemv}.json" > "$OUT/ar-q5_K.log" 2>&1
+    echo "[gpu] 27B q5_K AR ${e:-ggml mmvq} rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar-q5_K.log"
+  done
+  rm -f /tmp/q27-q5_K.gguf
+  [ "$(left)" -ge 160 ] && timeout 150 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 \
+    -p 512 -n 128 -r 3 --no-upstream --llama-server "$LLAMA_SERVER" --synth-len 10 \
+    -o "$OUT/h200-27b-chain-vs-upstream.json" > "$OUT/chain-bench.log" 2>&1
+  echo "[gpu] chain bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/chain-bench.log"
+  [ "$(left)" -ge 60 ] && timeout "$(($(left) - 5))" python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf \
+    --draft /tmp/d27.gguf -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 \
+    -o "$OUT/h200-27b-tree-steps.json" > "$OUT/tree-bench.log" 2>&1
+  echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/tree-bench.log"
+  exit 0
+fi
+
 # `gpu_bench.sh n` (session 7's first call): what session 6 left unverified. The CUDA tests it
 # touched, the 27B AR with the staged Q6_K GEMV against the default, then the standalone checks
 # and benches of the staged GEMV and the GEMM's f16-min variant (stages 102/103).
