@@ -16,6 +16,7 @@ if [ "$stage" = s ] && [ ! -x /tmp/gemv_standalone ]; then  # the standalone bin
   (T=/tmp/up/ggml; nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/gemv_standalone.part tools/device/gemv_standalone.cu \
     -I$T/src -I$T/include -I$T/src/ggml-cuda -Iggml_ext/include -Iggml_ext/kernels -DGGML_USE_CUDA > /tmp/nvcc-sa.log 2>&1 &&
     mv /tmp/gemv_standalone.part /tmp/gemv_standalone) &
+  SA_PID=$!
 fi
 source "$(dirname "$0")/stage_common.sh"
 
@@ -52,7 +53,7 @@ if [ "$stage" = s ]; then
     tests/test_ddtree.py > "$OUT/cuda-tests.log" 2>&1
   echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
   grep -E "^(FAILED|ERROR)|identical" "$OUT/cuda-tests.log" | head -n 30
-  wait  # the standalone binary's build
+  [ -n "${SA_PID-}" ] && wait "$SA_PID"  # the standalone binary's build
   bash tools/device/gemv_standalone.sh all 2>&1 | grep -v '^{' | tail -n 40
   mv "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-all.jsonl"
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 200 ]; do sleep 2; done
