@@ -109,9 +109,13 @@ def test_the_cpu_keeps_ggml_ops(synth_model) -> None:
 
 
 @needs_gpu
-@pytest.mark.parametrize(("preset", "wtype"), [("tiny-b", "f16"), ("tiny-c", "q4_K_M")])
+@pytest.mark.parametrize(("preset", "wtype"), [("tiny-c", "f16"), ("tiny-c", "q4_K_M")])
 def test_cuda_decode_with_the_fused_op_matches_ggml_ops(synth_model, preset: str, wtype: str) -> None:
-    """tiny-b's and tiny-c's GDN heads (32, 64 values) are whole warps: the fused op runs."""
+    """tiny-c's GDN heads (64 values) are whole warps: the fused op runs, and ggml's ops run on the
+    GPU too. Not tiny-b: ggml's CUDA ssm_conv takes only channel counts that are multiples of 128
+    (supports_op), so tiny-b's 320 channels run ggml's conv and SiLU on the CPU, whose expf rounds
+    otherwise (seen on the H200 in sessions 6 and 8: 2/3 of its logits differed by up to 1e-3
+    relative). Real models have 128 * k channels (the 27B: 10240)."""
     path = str(synth_model(preset, wtype))
     fused, used = _decode(path, True)
     plain, unused = _decode(path, False)

@@ -161,3 +161,24 @@ def test_long_context_verify_equals_decoding(synth_model, weights):
     ar.forward(prompt, False)
     ref = np.concatenate([np.asarray(ar.forward([t], True)[0]) for t in draft])
     assert np.array_equal(vlogits, ref), float(np.abs(vlogits - ref).max())
+
+
+def test_kquant_verify_of_many_tokens_equals_decoding(synth_model):
+    """A verify of 33 tokens on k-quant weights: on CUDA its products take ggml's mmq (17+
+    columns), which reads the src1 precision from a MUL_MAT's op_params slot 3 and asserts on it;
+    ggml_ext's CPU flag once sat there (session 8: the 27B's tree verifies of 17+ nodes aborted).
+    On the CPU the logits are decoding's bits, on CUDA within the tolerance."""
+    path = str(synth_model("tiny-c", "q4_K_M"))
+    spec, ar = _engine(path, n_verify_max=33), _engine(path, n_verify_max=33)
+    rng = np.random.default_rng(9)
+    prompt = rng.integers(0, spec.hparams["n_vocab"], size=12).tolist()
+    draft = rng.integers(0, spec.hparams["n_vocab"], size=33).tolist()
+    spec.forward(prompt, False)
+    vlogits, _, _ = spec.verify(draft, [])
+    spec.commit(33)
+    ar.forward(prompt, False)
+    ref = np.concatenate([np.asarray(ar.forward([t], True)[0]) for t in draft])
+    if NGL == 0:
+        assert np.array_equal(vlogits, ref), float(np.abs(vlogits - ref).max())
+    bound = LOGIT_TOL * (1 + float(np.abs(ref).max()))
+    assert float(np.abs(vlogits - ref).max()) <= bound

@@ -312,10 +312,10 @@ PYBIND11_MODULE(_core, m) {
           "ggml_ext's Q4_K / Q6_K GEMV for 1..8 columns on CUDA (on by default; DFLASH_GEMV=0 starts it off); "
           "off: ggml's mul_mat_vec_q");
     m.def("gemv_enabled", &ggml_ext::gemv_enabled);
-    m.def("set_q5k_q80_enabled", &ggml_ext::set_q5k_q80_enabled, py::arg("on"),
-          "ggml_ext's GEMV and tensor-core GEMM for Q5_K and Q8_0 weights too (off by default until "
-          "measured on a GPU; DFLASH_Q5K_Q80=1 starts them on); no effect without CUDA");
-    m.def("q5k_q80_enabled", &ggml_ext::q5k_q80_enabled);
+    m.def("set_q80_enabled", &ggml_ext::set_q80_enabled, py::arg("on"),
+          "ggml_ext's GEMV and tensor-core GEMM for Q8_0 weights too (off by default: slower than ggml's "
+          "mul_mat_vec_q on the H200; DFLASH_Q80=1 starts it on); no effect without CUDA");
+    m.def("q80_enabled", &ggml_ext::q80_enabled);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
           "ggml_ext's tensor-core GEMM for Q4_K / Q6_K x 9..16 columns on CUDA instead of ggml's mmq "
           "(on by default; DFLASH_MMA=0 starts it off)");

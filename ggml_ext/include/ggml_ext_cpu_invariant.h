@@ -11,7 +11,9 @@
 #include "ggml.h"
 
 #define GGML_EXT_CPU_INVARIANT_FLAG 0x44465343 /* "DFSC" */
-#define GGML_EXT_MUL_MAT_CPU_SLOT 3            /* op_params slot of a MUL_MAT (2 holds ggml_ext's CUDA tag) */
+/* op_params slot of a MUL_MAT: ggml keeps the accumulator precision in 0, the hint in 1 and the
+   src1 precision in 3 (ggml_prec_set_src; CUDA's mmq asserts on it), ggml_ext's CUDA tag is in 2 */
+#define GGML_EXT_MUL_MAT_CPU_SLOT 8
 #define GGML_EXT_FLASH_ATTN_CPU_SLOT 8         /* of a FLASH_ATTN_EXT (0..3: scale, bias, softcap, prec) */
 
 static inline bool ggml_ext_cpu_column_invariant(const struct ggml_tensor * t) {

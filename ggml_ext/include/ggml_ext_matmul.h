@@ -49,11 +49,13 @@ void mark_batch_invariant_on_cpu(ggml_cgraph * gf);
 // kernel in one process. No effect without CUDA.
 void set_gemv_enabled(bool on);
 bool gemv_enabled();
-// ggml_ext's GEMV and tensor-core GEMM for Q5_K and Q8_0 weights too (Q5_K_M and Q8_0 files, Q8_0
-// drafters): checked on the CPU emulator, off by default until measured on a GPU (DFLASH_Q5K_Q80=1
-// starts them on). No effect without CUDA.
-void set_q5k_q80_enabled(bool on);
-bool q5k_q80_enabled();
+// ggml_ext's GEMV and tensor-core GEMM for Q8_0 weights too (Q8_0 files and drafters). Off by
+// default: on the H200 its GEMV read at ~0.8 TB/s, below ggml's mul_mat_vec_q (session 8,
+// bench/results/h200-s8-gemv-standalone-all.json); DFLASH_Q80=1 starts it on. Q5_K (Q5_K_M files)
+// is always on with the GEMV: 2.5-2.7 TB/s, AR 114 t/s against 92 with mmvq on the 27B. No effect
+// without CUDA.
+void set_q80_enabled(bool on);
+bool q80_enabled();
 
 // ggml_ext's tensor-core GEMM for Q4_K / Q6_K weights (kernels/gemm_kquant_mma.cu): tagged
 // mul_mat_tiles products of 9..16 columns go to it instead of ggml's mmq when on (the default;

@@ -34,11 +34,11 @@ bool gemv_enabled_flag = [] {
     return !(e && e[0] == '0');
 }();
 
-// Q5_K and Q8_0 weights (this GEMV and the tensor-core GEMM): checked on the CPU emulator
-// (tests/test_cuda_emu.py), not yet run or timed on a GPU, so off until measured
-// (DFLASH_Q5K_Q80=1 or ggml_ext::set_q5k_q80_enabled).
-bool q5k_q80_flag = [] {
-    const char * e = std::getenv("DFLASH_Q5K_Q80");
+// Q8_0 weights (this GEMV and the tensor-core GEMM): off unless asked (DFLASH_Q80=1 or
+// ggml_ext::set_q80_enabled). Measured on the H200 in session 8: its GEMV reads Q8_0 at ~0.8 TB/s
+// in every layout (bench/results/h200-s8-gemv-standalone-all.json), below ggml's mul_mat_vec_q.
+bool q80_flag = [] {
+    const char * e = std::getenv("DFLASH_Q80");
     return e && e[0] == '1';
 }();
 
@@ -52,8 +52,8 @@ int env_int(const char * name) {
 namespace {
 
 bool gemv_type(ggml_type t) {
-    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K) return true;
-    return q5k_q80_flag && (t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q8_0);
+    if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K) return true;
+    return q80_flag && t == GGML_TYPE_Q8_0;
 }
 
 }  // namespace
@@ -86,7 +86,13 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k) {
     // benches.
     static const int forced_split = env_int("DFLASH_GEMV_SPLIT"), forced_rows = env_int("DFLASH_GEMV_ROWS");
     static const int forced_unroll = env_int("DFLASH_GEMV_UNROLL");
-    static const bool q6k_staged = env_int("DFLASH_GEMV_Q6K_STAGED") == 1;
+    // Q6_K stages its blocks through shared memory by default (session 8, H200: ffn_down 44.8 ->
+    // 38.2 us, the output 528 -> 340 us, 27B AR 117.3 -> 122.2 t/s); DFLASH_GEMV_Q6K_STAGED=0: direct
+    // loads.
+    static const bool q6k_staged = [] {
+        const char * e = std::getenv("DFLASH_GEMV_Q6K_STAGED");
+        return !(e && e[0] == '0');
+    }();
     // Q5_K and Q8_0 (not measured yet) take Q4_K's layout.
     GemvShape s;
     if (type == GGML_TYPE_Q6_K) {
@@ -125,8 +131,8 @@ void ggml_ext_gemv_launch(ggml_type type, const GemvArgs & a, cudaStream_t strea
 namespace ggml_ext {
 void set_gemv_enabled(bool on) { gemv_enabled_flag = on; }
 bool gemv_enabled() { return gemv_enabled_flag; }
-void set_q5k_q80_enabled(bool on) { q5k_q80_flag = on; }
-bool q5k_q80_enabled() { return q5k_q80_flag; }
+void set_q80_enabled(bool on) { q80_flag = on; }
+bool q80_enabled() { return q80_flag; }
 }  // namespace ggml_ext
 
 namespace {

@@ -14,6 +14,13 @@ ggml_tensor * mul_mat_tiles(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x
     return t;
 }
 
+// ggml's own op_params of the nodes flagged here: MUL_MAT 0 (accumulator precision), 1 (hint), 3
+// (src1 precision, which CUDA's mmq asserts on; slot 2 would be src0's, which ggml refuses to set);
+// FLASH_ATTN_EXT 0..2 (scale, max_bias, softcap), 3 (precision), 4 (n_kv_max).
+static_assert(kMulMatTagSlot == 2 && GGML_EXT_MUL_MAT_CPU_SLOT > 3 && GGML_EXT_MUL_MAT_CPU_SLOT != kMulMatTagSlot,
+              "ggml_ext's MUL_MAT flags must stay out of ggml's op_params slots");
+static_assert(GGML_EXT_FLASH_ATTN_CPU_SLOT > 4, "ggml's FLASH_ATTN_EXT op_params take slots 0..4");
+
 void mark_batch_invariant_on_cpu(ggml_cgraph * gf) {
     for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
         ggml_tensor * t = ggml_graph_node(gf, i);
@@ -28,8 +35,8 @@ void mark_batch_invariant_on_cpu(ggml_cgraph * gf) {
 #ifndef DFLASH_HAS_CUDA
 void set_gemv_enabled(bool) {}
 bool gemv_enabled() { return false; }
-void set_q5k_q80_enabled(bool) {}
-bool q5k_q80_enabled() { return false; }
+void set_q80_enabled(bool) {}
+bool q80_enabled() { return false; }
 void set_mma_enabled(bool) {}
 bool mma_enabled() { return false; }
 void set_mmq_tiles_enabled(bool) {}
