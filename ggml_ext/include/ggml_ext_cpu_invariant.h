@@ -3,7 +3,8 @@
    tokens the node has, so a verify gives each token the bits of one-token decoding.
    - MUL_MAT: ggml's per-element vec_dot for every column, never the batched kernels (tiled k-quants
      from 8 columns, llamafile's sgemm from 2), which sum in other orders. A one-column product
-     always takes vec_dot.
+     always takes vec_dot. Weights that ggml-cpu repacked (Q4_K and others on AVX2 / AVX-512, the
+     "CPU_REPACK" buffer) take the repack's gemv for every column instead of its 4-column gemm.
    - FLASH_ATTN_EXT: the reference path, one query at a time over all its rows in order, never the
      tiled kernel for many queries nor the split over threads of one query's rows (from 512 rows). */
 #pragma once

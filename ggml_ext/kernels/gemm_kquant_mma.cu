@@ -1,8 +1,13 @@
 // Dispatch of ggml_ext's small-batch tensor-core GEMM (gemm_kquant_mma_impl.cuh) for the engine's
 // tagged Q4_K / Q5_K / Q6_K products (Q8_0 too with ggml_ext::set_q80_enabled). On by default for
-// 9..16 columns, a chain verify's size: there its K-split form beat ggml's mmq on the 27B (chain
-// 315 -> 361 t/s, h200-s6-27b-chain-mma-a5e05ef.json), while at 17..64 columns it cost more than
-// mmq (forward of 33 tokens 32.6 -> 54.4 ms). The row-split form (session 8) is the default. DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS
+// 9..16 columns, a chain verify's size: there it beat ggml's mmq on the 27B (chain 315 -> 361 t/s,
+// h200-s6-27b-chain-mma-a5e05ef.json), while at 17..64 columns its padded column tiles cost more
+// than mmq (forward of 33 tokens 32.6 -> 54.4 ms). Q4_K (and Q5_K, its layout plus the fifth
+// bits) takes its min term through an f16 mma and
+// every type runs 2 cp.async stages: the fastest variant at 16 columns in both standalone runs of
+// session 8 (ffn_up 31-32 us against 41-53 with integer mins and 3 stages; the Q6_K output 580 us
+// against 766 with 3 stages; bench/results/h200-s8-mma-standalone-*.json). DFLASH_MMA_MINS_INT=1
+// keeps the integer min sums (exact), for benches. DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS
 // (16, 32 or 64) widens it, for benches. tools/device/gemv_standalone.sh mma checks and times it.
 #include "gemm_kquant_mma_impl.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
@@ -22,25 +27,6 @@ int mma_max_columns() {
         const char * e = std::getenv("DFLASH_MMA_MAX_COLUMNS");
         const int n = e ? std::atoi(e) : 16;
         return n == 32 || n == 64 ? n : 16;
-    }();
-    return v;
-}
-
-// The row-split form (gemm_kq::launch_rows: 64 rows a block, the activations read from L2 once per
-// block, K splits for narrow matrices) unless DFLASH_MMA_ROWS=0; DFLASH_MMA_MINS_F16=1 takes Q4_K's
-// min term through an f16 mma (within 1 in 4064 of the integer sums). Both for benches.
-bool rows_form() {
-    static const bool v = [] {
-        const char * e = std::getenv("DFLASH_MMA_ROWS");
-        return !(e && e[0] == '0');
-    }();
-    return v;
-}
-
-bool mins_f16() {
-    static const bool v = [] {
-        const char * e = std::getenv("DFLASH_MMA_MINS_F16");
-        return e && e[0] == '1';
     }();
     return v;
 }
@@ -72,31 +58,22 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     const int np = gemm_kq::padded_columns((int)n);
     ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)np * k);
     ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 256));
-    ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * gemm_kq::sums_stride((int)(k / 32)));
+    ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
     gemm_kq::quantize_act_k_kernel<<<dim3((unsigned)(k / 256), (unsigned)np, 1), 256, 0, stream>>>(
         (const float *)src1->data, qs.get(), d.get(), sums.get(), (int)k, (int)k, (int)n, src1->nb[1] / sizeof(float));
     constexpr int kS = gemm_kq::kDefaultStages;
-    const int rows = (int)src0->ne[1], stride = (int)(dst->nb[1] / sizeof(float));
-    float * out = (float *)dst->data;
-    const char * w = (const char *)src0->data;
-    if (!rows_form()) {  // the K-split form (16 rows a block), for benches
-        const auto launch = t == GGML_TYPE_Q6_K   ? gemm_kq::launch<gemm_kq::Q6K, kS>
-                            : t == GGML_TYPE_Q5_K ? gemm_kq::launch<gemm_kq::Q5K, kS>
-                            : t == GGML_TYPE_Q8_0 ? gemm_kq::launch<gemm_kq::Q80, kS>
-                                                  : gemm_kq::launch<gemm_kq::Q4K, kS>;
-        launch(w, qs.get(), d.get(), sums.get(), out, rows, (int)k, (int64_t)src0->nb[1], (int)k, (int)n, stride,
-               stream);
-    } else {
-        const int ks = gemm_kq::rows_ksplit(rows, (int)(k / 256), ggml_cuda_info().devices[ctx.device].nsm);
-        ggml_cuda_pool_alloc<float> ws(ctx.pool(), ks > 1 ? (size_t)ks * n * rows : 1);
-        const auto launch = t == GGML_TYPE_Q6_K   ? gemm_kq::launch_rows<gemm_kq::Q6K, kS>
-                            : t == GGML_TYPE_Q5_K ? gemm_kq::launch_rows<gemm_kq::Q5K, kS>
-                            : t == GGML_TYPE_Q8_0 ? gemm_kq::launch_rows<gemm_kq::Q80, kS>
-                            : mins_f16()          ? gemm_kq::launch_rows<gemm_kq::Q4KMinsMma, kS>
-                                                  : gemm_kq::launch_rows<gemm_kq::Q4K, kS>;
-        launch(w, qs.get(), d.get(), sums.get(), out, rows, (int)k, (int64_t)src0->nb[1], (int)k, (int)n, stride, ks,
-               ws.get(), stream);
-    }
+    static const bool mins_int = [] {
+        const char * e = std::getenv("DFLASH_MMA_MINS_INT");
+        return e && e[0] == '1';
+    }();
+    const auto launch = t == GGML_TYPE_Q6_K   ? gemm_kq::launch<gemm_kq::Q6K, kS>
+                        : t == GGML_TYPE_Q5_K ? (mins_int ? gemm_kq::launch<gemm_kq::Q5K, kS>
+                                                          : gemm_kq::launch<gemm_kq::Q5KMinsMma, kS>)
+                        : t == GGML_TYPE_Q8_0 ? gemm_kq::launch<gemm_kq::Q80, kS>
+                        : mins_int            ? gemm_kq::launch<gemm_kq::Q4K, kS>
+                                              : gemm_kq::launch<gemm_kq::Q4KMinsMma, kS>;
+    launch((const char *)src0->data, qs.get(), d.get(), sums.get(), (float *)dst->data, (int)src0->ne[1], (int)k,
+           (int64_t)src0->nb[1], (int)k, (int)n, (int)(dst->nb[1] / sizeof(float)), stream);
     CUDA_CHECK(cudaGetLastError());
     return true;
 }

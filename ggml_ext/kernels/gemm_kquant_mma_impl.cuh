@@ -19,8 +19,6 @@
 // the offset -32 is applied to the int8 weight operands, so no activation sums are needed.
 #pragma once
 
-#include <algorithm>
-
 #include "async_copy.cuh"
 #include "ggml-cuda/common.cuh"
 #include "launch.cuh"
@@ -31,11 +29,6 @@ namespace gemm_kq {
 constexpr int kWarps = 4;
 constexpr int kRows = 16;  // rows per block (one m16 tile)
 constexpr int kQk = 256;
-
-// The activation sums of one column, nsub = k_pad / 32 of them: nsub ints (the sums per 32 values),
-// then the same sums as int8 pairs, 16 bytes per super-block: hi[8] then lo[8], sum = 64 hi + lo
-// (hi in -64..63, lo in 0..63), the int8 operands of Q4_K's min term.
-__host__ __device__ constexpr int64_t sums_stride(int nsub) { return nsub + nsub / 2; }
 
 // c += a (16 x 32, int8) * b (32 x 8, int8), int32 accumulators. A: a0 (g, 4t..), a1 (g + 8, 4t..),
 // a2 (g, 16 + 4t..), a3 (g + 8, 16 + 4t..) (PTX's layout; checked on the H200).
@@ -125,8 +118,8 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
 
 // kMinsMma: the min term sum_j m_j sum_j(y) of a tile through one f16 mma (k = the 8 sub-blocks,
 // zero-padded to 16; mins <= 63 are exact in f16, the per-32 sums <= 4064 to within 1) instead of
-// 32 integer multiply-adds and 16 loads of sums. An experiment (tools/device/README.md): the
-// standalone bench times it next to the integer form; the engine uses the integer form.
+// 32 integer multiply-adds and 16 loads of sums. The engine's form for Q4_K (faster at 9..16
+// columns on the H200, session 8); its sums may differ from the integer form by 1 in 4064.
 // kFifthBit: Q5_K, Q4_K's layout with qh[32] (the fifth bit of value l of sub-block j is bit j of
 // qh[l]) between the head and the nibbles (176 bytes).
 template <bool kMinsMma, bool kFifthBit = false>
@@ -176,16 +169,6 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
         const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
         const int nsub = k_pad / 32;
         uint32_t a_min[4] = {0u, 0u, 0u, 0u};  // rows g and g + 8, sub-blocks 2t and 2t + 1
-        int a_mn[4] = {0, 0, 0, 0};  // int8 mins: rows g (a_mn[0]) and g + 8 (a_mn[1]), sub-blocks 4t..4t+3
-        if constexpr (!kMinsMma) {
-            if (t < 2) {
-#pragma unroll
-                for (int b = 0; b < 4; ++b) {
-                    a_mn[0] |= mn0[4 * t + b] << (8 * b);
-                    a_mn[1] |= mn1[4 * t + b] << (8 * b);
-                }
-            }
-        }
         if constexpr (kMinsMma) {
             int s_, m_a, m_b;
             scale_min(h0.y, h0.z, h0.w, 2 * t, s_, m_a);
@@ -224,24 +207,22 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
             const int col0 = nt * 8 + 2 * t;
             float m00, m01, m10, m11;
             if constexpr (kMinsMma) {
-                const int2 s =
-                    *reinterpret_cast<const int2 *>(ysum + (int64_t)(nt * 8 + g) * sums_stride(nsub) + kb * 8 + 2 * t);
+                const int2 s = *reinterpret_cast<const int2 *>(ysum + (int64_t)(nt * 8 + g) * nsub + kb * 8 + 2 * t);
                 const uint32_t b[2] = {half2_bits((float)s.x, (float)s.y), 0u};
                 float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 mma_f16(mc, a_min, b);
                 m00 = mc[0], m01 = mc[1], m10 = mc[2], m11 = mc[3];
             } else {
-                // sum_j m_j s_j exactly, through two int8 mma (k = the 8 sub-blocks, zero-padded to 32):
-                // s_j = 64 hi_j + lo_j. A: the mins of rows g, g + 8, sub-blocks 4t..4t+3 (t < 2).
-                const int8_t * hl = reinterpret_cast<const int8_t *>(ysum + (int64_t)(nt * 8 + g) * sums_stride(nsub) + nsub) +
-                                    kb * 16 + 4 * t;  // B: column g; t >= 2 read bytes that meet zeros in A
-                const int bh[2] = {*reinterpret_cast<const int *>(hl), 0};
-                const int bl[2] = {*reinterpret_cast<const int *>(hl + (t < 2 ? 8 : 0)), 0};
-                int ch[4] = {0, 0, 0, 0}, cl[4] = {0, 0, 0, 0};
-                mma_s8(ch, a_mn, bh);
-                mma_s8(cl, a_mn, bl);
-                const int i00 = 64 * ch[0] + cl[0], i01 = 64 * ch[1] + cl[1];
-                const int i10 = 64 * ch[2] + cl[2], i11 = 64 * ch[3] + cl[3];
+                const int * s_a = ysum + (int64_t)col0 * nsub + kb * 8;
+                const int * s_b = s_a + nsub;
+                int i00 = 0, i01 = 0, i10 = 0, i11 = 0;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    i00 += mn0[j] * s_a[j];
+                    i01 += mn0[j] * s_b[j];
+                    i10 += mn1[j] * s_a[j];
+                    i11 += mn1[j] * s_b[j];
+                }
                 m00 = (float)i00, m01 = (float)i01, m10 = (float)i10, m11 = (float)i11;
             }
             const float dy_a = yd[(int64_t)col0 * (k_pad / kQk) + kb],
@@ -256,6 +237,7 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
 using Q4K = Q4KT<false>;
 using Q4KMinsMma = Q4KT<true>;
 using Q5K = Q4KT<false, true>;
+using Q5KMinsMma = Q4KT<true, true>;
 
 // ---- Q8_0: eight 34-byte blocks (half d, 32 int8) to a super-block, 272 bytes -------------------
 // One m16n8k32 mma per block and 8 columns, straight from the int8 quants (thread t: bytes 4t..4t+3
@@ -422,9 +404,9 @@ constexpr int kMaxStaticSmem = 48 * 1024;  // a kernel's static shared memory, o
 
 // The most stages up to `stages` whose pipeline fits the static shared memory (Q8_0's 272-byte
 // super-blocks fit 2, the others 3).
-template <typename F, int warps = kWarps>
+template <typename F>
 constexpr int fit_stages(int stages) {
-    while (stages > 1 && warps * stages * kRows * F::kStageRow > kMaxStaticSmem) --stages;
+    while (stages > 1 && kWarps * stages * kRows * F::kStageRow > kMaxStaticSmem) --stages;
     return stages;
 }
 
@@ -502,125 +484,9 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     }
 }
 
-// Row-split form (the engine's): warp w of block (x, y) owns the 16 rows of tile 4x + w and the
-// super-blocks [y * kb_per_split, (y + 1) * kb_per_split) of K, each warp with its own cp.async
-// stages as above. The 4 warps of a block read the same activation bytes at about the same time,
-// so a block streams them from L2 once for 64 rows, where the K-split form above (16 rows a block)
-// streamed them once for 16: at 16-64 columns the activations, not the weights, were most of
-// that kernel's L2 traffic (N x K bytes a block). With kb_per_split < the row's super-blocks,
-// split y writes its partial sums at dst + y * split_stride, and gemm_kq_split_sum adds the splits
-// in order (narrow matrices: ffn_down's 5120 rows are 80 blocks of 64).
-// kBlockWarps: 4 (64 rows a block, the engine's) or 8 (128 rows: half the activation traffic
-// again, fewer stages in the 48 KB).
-template <typename F, int ncol_tiles, int kStages, int kBlockWarps>
-__global__ void __launch_bounds__(kBlockWarps * WARP_SIZE)
-    gemm_kquant_mma_rows_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq,
-                                const float * __restrict__ yd, const int * __restrict__ ysum, float * __restrict__ dst,
-                                const int nrows, const int nblocks, const int64_t row_bytes, const int k_pad,
-                                const int ncols, const int stride_col_dst, const int kb_per_split,
-                                const int64_t split_stride) {
-    static_assert(kStages >= 2, "the row-split form always stages its weights");
-    using S = Smem<F, ncol_tiles, kStages>;
-    constexpr int kBytes = kBlockWarps * kStages * S::kStageBytes;
-    static_assert(kBytes <= kMaxStaticSmem, "static shared memory over 48 KB: see fit_stages");
-    __shared__ __align__(16) char smem[kBytes];
-    const int lane = threadIdx.x, warp = threadIdx.y;
-    const int g = lane >> 2, t = lane & 3;
-    const int row_base = (blockIdx.x * kBlockWarps + warp) * kRows;
-    if (row_base >= nrows) return;  // the warps share no barrier: an idle one may leave
-    const int row0 = row_base + g, row1 = row0 + 8;
-    const int r0c = min(row0, nrows - 1), r1c = min(row1, nrows - 1);
-    const int kb0 = blockIdx.y * kb_per_split;
-    const int n_it = max(0, min(nblocks, kb0 + kb_per_split) - kb0);
-    char * stages = smem + warp * kStages * S::kStageBytes;
-
-    float acc[ncol_tiles][4] = {};
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < n_it) stage_in<F>(stages + s * S::kStageBytes, w, row_base, nrows, row_bytes, kb0 + s, lane);
-        cp_async_commit();
-    }
-    for (int it = 0; it < n_it; ++it) {
-        const int kb = kb0 + it;
-        cp_async_wait<kStages - 2>();
-        __syncwarp();
-        const int nx = it + kStages - 1;
-        if (nx < n_it) stage_in<F>(stages + (nx % kStages) * S::kStageBytes, w, row_base, nrows, row_bytes, kb0 + nx, lane);
-        cp_async_commit();
-        const char * buf = stages + (it % kStages) * S::kStageBytes;
-        F::template accumulate<ncol_tiles, true>(
-            acc, buf + g * F::kStageRow + F::stage_offset(F::row_block(w, r0c, row_bytes, kb)),
-            buf + (g + 8) * F::kStageRow + F::stage_offset(F::row_block(w, r1c, row_bytes, kb)), yq, yd, ysum, kb,
-            k_pad, g, t);
-        __syncwarp();
-    }
-    cp_async_wait<0>();
-    dst += blockIdx.y * split_stride;
-#pragma unroll
-    for (int nt = 0; nt < ncol_tiles; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int row = i < 2 ? row0 : row1, col = nt * 8 + 2 * t + (i & 1);
-            if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[nt][i];
-        }
-    }
-}
-
-// dst[col][row] = the splits' partial sums ws[s][col][row] (nrows apart per column), added in order.
-static __global__ void gemm_kq_split_sum(const float * __restrict__ ws, float * __restrict__ dst, const int nrows,
-                                         const int ncols, const int stride_col_dst, const int nsplit,
-                                         const int64_t split_stride) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)nrows * ncols) return;
-    const int col = (int)(i / nrows), row = (int)(i - (int64_t)col * nrows);
-    float v = ws[i];
-    for (int s = 1; s < nsplit; ++s) v += ws[s * split_stride + i];
-    dst[(int64_t)col * stride_col_dst + row] = v;
-}
-
-// K splits of the row-split form: enough blocks for ~2 per multiprocessor, each split at least 4
-// super-blocks, at most 8 splits.
-inline int rows_ksplit(int nrows, int nblocks, int nsm, int block_warps = kWarps) {
-    const int bm = (nrows + kRows * block_warps - 1) / (kRows * block_warps);
-    int s = (2 * nsm + bm - 1) / bm;
-    s = std::min(s, std::min(8, std::max(1, nblocks / 4)));
-    return std::max(1, s);
-}
-
-// The row-split form: ws holds ksplit * ncols * nrows floats when ksplit > 1 (else unused).
-template <typename F, int kStages, int kBlockWarps = kWarps>
-void launch_rows(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
-                 int64_t row_bytes, int k_pad, int ncols, int stride_col_dst, int ksplit, float * ws,
-                 cudaStream_t stream) {
-    const int nb = k / kQk;
-    const int per = (nb + ksplit - 1) / ksplit;
-    constexpr int kRowsPerBlock = kBlockWarps * kRows;
-    const dim3 grid((nrows + kRowsPerBlock - 1) / kRowsPerBlock, (unsigned)ksplit, 1), block(WARP_SIZE, kBlockWarps, 1);
-    constexpr int kSt = fit_stages<F, kBlockWarps>(kStages);
-    float * out = ksplit > 1 ? ws : dst;
-    const int out_stride = ksplit > 1 ? nrows : stride_col_dst;
-    const int64_t split_stride = (int64_t)nrows * ncols;
-#define GEMM_KQ_ROWS_LAUNCH(NT)                                                              \
-    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_rows_kernel<F, NT, kSt, kBlockWarps>)( \
-        w, yq, yd, ysum, out, nrows, nb, row_bytes, k_pad, ncols, out_stride, per, split_stride)
-    if (ncols <= 16) {
-        GEMM_KQ_ROWS_LAUNCH(2);
-    } else if (ncols <= 32) {
-        GEMM_KQ_ROWS_LAUNCH(4);
-    } else {
-        GEMM_KQ_ROWS_LAUNCH(8);
-    }
-#undef GEMM_KQ_ROWS_LAUNCH
-    if (ksplit > 1) {
-        const int64_t n = (int64_t)nrows * ncols;
-        DFLASH_LAUNCH(dim3((unsigned)((n + 255) / 256)), 256, 0, stream, gemm_kq_split_sum)(
-            ws, dst, nrows, ncols, stride_col_dst, ksplit, split_stride);
-    }
-}
-
 // Activations for the kernels above: column j of x (stride_col_x floats apart) -> qs[j][k_pad]
 // int8 with d[j][k_pad / 256] = max |x| / 127 per 256 values and sums[j][k_pad / 32] of the int8
-// per 32 (and their int8 pairs, sums_stride); columns ncols..ncols_pad - 1 are zeros. Grid (k_pad / 256, ncols_pad), 256 threads.
+// per 32; columns ncols..ncols_pad - 1 are zeros. Grid (k_pad / 256, ncols_pad), 256 threads.
 static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
                                              float * __restrict__ d, int * __restrict__ sums, const int k,
                                              const int k_pad, const int ncols, const int64_t stride_col_x) {
@@ -642,22 +508,16 @@ static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_
     int s = q;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-    if (threadIdx.x % WARP_SIZE == 0) {
-        const int nsub = k_pad / 32, sb = (i / 32) % 8;
-        int * col = sums + (int64_t)j * sums_stride(nsub);
-        col[i / 32] = s;
-        int8_t * hl = reinterpret_cast<int8_t *>(col + nsub) + blockIdx.x * 16;
-        hl[sb] = (int8_t)(s >> 6);  // floor: s = 64 hi + lo, lo in 0..63
-        hl[8 + sb] = (int8_t)(s & 63);
-    }
+    if (threadIdx.x % WARP_SIZE == 0) sums[(int64_t)j * (k_pad / 32) + i / 32] = s;
     if (threadIdx.x == 0) d[(int64_t)j * (k_pad / kQk) + blockIdx.x] = dd;
 }
 
 // Column tiles the activation buffers need for ncols columns.
 inline int padded_columns(int ncols) { return ncols <= 16 ? 16 : ncols <= 32 ? 32 : 64; }
 
-// kStages: super-blocks in flight per warp (0: direct loads). The engine uses kDefaultStages.
-constexpr int kDefaultStages = 3;
+// kStages: super-blocks in flight per warp (0: direct loads). The engine uses kDefaultStages: 2
+// beat 3 for every type at 16 columns on the H200 (session 8).
+constexpr int kDefaultStages = 2;
 
 // kStages: asked for; what runs is fit_stages<F>(kStages) (0 stays 0: direct loads).
 template <typename F, int kStages>

@@ -36,7 +36,7 @@ bool gemv_enabled_flag = [] {
 
 // Q8_0 weights (this GEMV and the tensor-core GEMM): off unless asked (DFLASH_Q80=1 or
 // ggml_ext::set_q80_enabled). Measured on the H200 in session 8: its GEMV reads Q8_0 at ~0.8 TB/s
-// in every layout (bench/results/h200-s8-gemv-standalone-all.json), below ggml's mul_mat_vec_q.
+// in every layout (bench/results/h200-s8-gemv-standalone-all-a092eca.json), below ggml's mul_mat_vec_q.
 bool q80_flag = [] {
     const char * e = std::getenv("DFLASH_Q80");
     return e && e[0] == '1';

@@ -388,13 +388,11 @@ struct MmaBuffers {
     int * ysum = nullptr;
     float * x = nullptr;
     float * dst = nullptr;
-    float * ws = nullptr;  // the row-split form's partial sums (8 splits at most)
     void alloc(int k, int ncols, int rows) {
-        CK(cudaMalloc(&ws, (size_t)8 * ncols * rows * 4));
         const int np = gemm_kq::padded_columns(ncols);
         CK(cudaMalloc(&yq, (size_t)np * k));
         CK(cudaMalloc(&yd, (size_t)np * k / 256 * 4));
-        CK(cudaMalloc(&ysum, (size_t)np * gemm_kq::sums_stride(k / 32) * 4));
+        CK(cudaMalloc(&ysum, (size_t)np * k / 32 * 4));
         CK(cudaMalloc(&x, (size_t)ncols * k * 4));
         CK(cudaMalloc(&dst, (size_t)ncols * rows * 4));
     }
@@ -409,48 +407,12 @@ struct MmaBuffers {
         cudaFree(ysum);
         cudaFree(x);
         cudaFree(dst);
-        cudaFree(ws);
     }
 };
 
-// Multiprocessors of device 0 (the row-split form's K splits; the emulator stands in for an H200).
-int multiprocessors() {
-#ifdef DFLASH_CUDA_EMU
-    return 132;
-#else
-    static const int n = [] {
-        int v = 0;
-        CK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0));
-        return v;
-    }();
-    return n;
-#endif
-}
-
-// The tensor-core GEMM with kStages super-blocks in flight per warp (0: direct loads); row_split:
-// the engine's form (gemm_kq::launch_rows, 64 rows a block, K splits for narrow matrices).
+// The tensor-core GEMM with kStages super-blocks in flight per warp (0: direct loads).
 template <typename F>
-void run_mma_t(int stages, int row_split_warps, const char * w, const MmaBuffers & b, int rows, int k,
-               int64_t row_bytes, int ncols) {
-    if (row_split_warps) {
-        const int ks = gemm_kq::rows_ksplit(rows, k / 256, multiprocessors(), row_split_warps);
-        bool done = false;
-        if constexpr (gemm_kq::fit_stages<F, 8>(3) >= 2) {  // Q8_0's stages do not fit 8 warps
-            if (row_split_warps == 8) {
-                gemm_kq::launch_rows<F, 3, 8>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, ks,
-                                              b.ws, 0);
-                done = true;
-            }
-        }
-        if (done) {
-        } else if (stages == 2) {
-            gemm_kq::launch_rows<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, ks, b.ws, 0);
-        } else {
-            gemm_kq::launch_rows<F, 3>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, ks, b.ws, 0);
-        }
-        CK(cudaGetLastError());
-        return;
-    }
+void run_mma_t(int stages, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
     switch (stages) {
         case 0:
             gemm_kq::launch<F, 0>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, 0);
@@ -466,50 +428,40 @@ void run_mma_t(int stages, int row_split_warps, const char * w, const MmaBuffers
 }
 
 // The stage count a request runs with (gemm_kq::launch fits the pipeline into shared memory).
-template <typename F>
-int fit_for(int s, bool eight) {  // as run_mma_t runs it: 8 warps only where 2+ stages fit them
-    return eight && gemm_kq::fit_stages<F, 8>(3) >= 2 ? gemm_kq::fit_stages<F, 8>(s) : gemm_kq::fit_stages<F>(s);
-}
-
 int stages_run(W t, int stages) {
     const int s = stages % 100;
     if (s == 0) return 0;
-    const bool eight = stages >= 400;  // the row-split form with 8 warps a block
     switch (t) {
         case W::q8_0:
-            return fit_for<gemm_kq::Q80>(s, eight);
+            return gemm_kq::fit_stages<gemm_kq::Q80>(s);
         case W::q5_K:
-            return fit_for<gemm_kq::Q5K>(s, eight);
+            return gemm_kq::fit_stages<gemm_kq::Q5K>(s);
         case W::q6_K:
-            return fit_for<gemm_kq::Q6K>(s, eight);
+            return gemm_kq::fit_stages<gemm_kq::Q6K>(s);
         default:
-            return fit_for<gemm_kq::Q4K>(s, eight);
+            return gemm_kq::fit_stages<gemm_kq::Q4K>(s);
     }
 }
 
-// Variants by code: stages (0, 2, 3) of the K-split form; + 100: Q4_K with its min term through an
-// f16 mma (gemm_kq::Q4KMinsMma); + 200: the row-split form (the engine's, 4 warps a block); + 300:
-// both (Q4_K); + 400 / + 500: the row-split form with 8 warps a block (as many stages as fit).
+// stages >= 100: Q4_K / Q5_K with the min term through an f16 mma (gemm_kq::Q4KMinsMma,
+// Q5KMinsMma; the engine's form), stages - 100.
 void run_mma(W t, int stages, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
-    const int row_split = stages >= 400 ? 8 : stages >= 200 ? 4 : 0;
-    const bool mins_mma = stages % 200 >= 100;
-    const int st = stages % 100;
-    if (t == W::q4_K && mins_mma) {
-        run_mma_t<gemm_kq::Q4KMinsMma>(st, row_split, w, b, rows, k, row_bytes, ncols);
+    if (t == W::q4_K && stages >= 100) {
+        run_mma_t<gemm_kq::Q4KMinsMma>(stages - 100, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q4_K) {
-        run_mma_t<gemm_kq::Q4K>(st, row_split, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q4K>(stages, w, b, rows, k, row_bytes, ncols);
+    } else if (t == W::q5_K && stages >= 100) {
+        run_mma_t<gemm_kq::Q5KMinsMma>(stages - 100, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q5_K) {
-        run_mma_t<gemm_kq::Q5K>(st, row_split, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q5K>(stages, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q8_0) {
-        run_mma_t<gemm_kq::Q80>(st, row_split, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q80>(stages, w, b, rows, k, row_bytes, ncols);
     } else {
-        run_mma_t<gemm_kq::Q6K>(st, row_split, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q6K>(stages, w, b, rows, k, row_bytes, ncols);
     }
 }
 
-constexpr int kMmaStages[] = {0, 2, 3, 102, 103, 202, 203, 302, 303, 403, 503};
-
-bool mins_mma_code(int stages) { return stages % 200 >= 100; }
+constexpr int kMmaStages[] = {0, 2, 3, 102, 103};
 
 // The tensor-core GEMM against the host reference (activations per 256), every stage count.
 void check_mma(W t, int rows, int k, std::mt19937 & gen) {
@@ -541,7 +493,7 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         b.quantize(k, ncols);
         for (int stages : kMmaStages) {
-            if (t != W::q4_K && mins_mma_code(stages)) continue;
+            if (t != W::q4_K && t != W::q5_K && stages >= 100) continue;
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
             run_mma(t, stages, dw, b, rows, k, row_bytes, ncols);
@@ -552,7 +504,7 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
                 "{\"check_mma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"stages\": %d, "
                 "\"stages_run\": %d, \"rel_err\": %.3g, \"ok\": %s}\n",
                 type_name(t), rows, k, ncols, stages, stages_run(t, stages), err / ref_max,
-                err / ref_max <= (mins_mma_code(stages) ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
+                err / ref_max <= (stages >= 100 ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
         }
         b.free_all();
     }
@@ -570,7 +522,7 @@ void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen) {
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
         b.quantize(k, ncols);
         for (int stages : kMmaStages) {
-            if (t != W::q4_K && mins_mma_code(stages)) continue;
+            if (t != W::q4_K && t != W::q5_K && stages >= 100) continue;
             const int reps = 5;
             for (int c = 0; c < copies; ++c) run_mma(t, stages, dw + bytes * c, b, rows, k, row_bytes, ncols);
             const double us = time_us(reps * copies, [&] {

@@ -71,6 +71,49 @@ if [ "$stage" = s ]; then
   exit 0
 fi
 
+# `gpu_bench.sh f1`, then `f2` within 30 s (session 8's last calls, the build kept): f1 the CUDA
+# suite, the 27B AR next to upstream libllama, the chain next to upstream llama-server
+# draft-dflash at synthetic acceptance 10, the DDTree step cost per budget; f2 the kernels per
+# step, the forwards of 17..65 tokens with the tensor-core GEMM at every column count
+# (DFLASH_MMA_MAX_COLUMNS=64) and the chain with Q4_K's integer min sums (DFLASH_MMA_MINS_INT=1).
+if [ "$stage" = f1 ]; then
+  start_27b_synth
+  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout 120 python3 -m pytest -q -s \
+    -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py \
+    tests/test_top_k_rows.py tests/test_gemv_kquant.py tests/test_stacked_projections.py tests/test_oracle_upstream.py \
+    tests/test_gdn_decode_inputs.py tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py \
+    tests/test_ddtree.py > "$OUT/cuda-tests.log" 2>&1
+  echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
+  grep -E "^(FAILED|ERROR)" "$OUT/cuda-tests.log" | head -n 20
+  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 200 ]; do sleep 2; done
+  timeout 60 python3 -m dflash.bench -m /tmp/q27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
+    -o "$OUT/h200-27b-ar.json" > "$OUT/ar.log" 2>&1
+  echo "[gpu] 27B AR rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar.log"
+  [ "$(left)" -ge 120 ] && timeout 110 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 \
+    -p 512 -n 128 -r 3 --no-upstream --llama-server "$LLAMA_SERVER" --synth-len 10 \
+    -o "$OUT/h200-27b-chain-vs-upstream.json" > "$OUT/chain-bench.log" 2>&1
+  echo "[gpu] chain bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 5 "$OUT/chain-bench.log"
+  [ "$(left)" -ge 40 ] && timeout "$(($(left) - 5))" python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf \
+    --draft /tmp/d27.gguf -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 \
+    -o "$OUT/h200-27b-tree-steps.json" > "$OUT/tree-bench.log" 2>&1
+  echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/tree-bench.log"
+  exit 0
+fi
+if [ "$stage" = f2 ]; then
+  timeout 100 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf --label 27b-q4km \
+    --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
+  echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"; head -c 3000 "$OUT/kernels-27b.log"
+  [ "$(left)" -ge 60 ] && DFLASH_MMA_MAX_COLUMNS=64 timeout 70 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf \
+    --draft /tmp/d27.gguf -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 8 --budgets 16,32,64 --no-upstream \
+    -o "$OUT/h200-27b-tree-steps-mma64.json" > "$OUT/tree-bench-mma64.log" 2>&1
+  echo "[gpu] tree-steps (DFLASH_MMA_MAX_COLUMNS=64) rc=$? at $(($(date +%s) - t0)) s"; tail -n 5 "$OUT/tree-bench-mma64.log"
+  [ "$(left)" -ge 60 ] && DFLASH_MMA_MINS_INT=1 timeout "$(($(left) - 5))" python3 -m dflash.bench -m /tmp/q27.gguf \
+    --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 --no-upstream --synthetic-accept 10 \
+    -o "$OUT/h200-27b-chain-mins-int.json" > "$OUT/chain-mins-int.log" 2>&1
+  echo "[gpu] chain (DFLASH_MMA_MINS_INT=1) rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/chain-mins-int.log"
+  exit 0
+fi
+
 # `gpu_bench.sh t` (right after s, the machine warm): the 27B as an all-Q5_K file with ggml's
 # mul_mat_vec_q and with our Q5_K GEMV + GEMM (DFLASH_Q5K_Q80=1), then the Q4_K_M 27B's chain
 # next to upstream llama-server draft-dflash at the same synthetic acceptance, and the DDTree
