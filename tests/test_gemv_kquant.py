@@ -125,19 +125,19 @@ def mma_restored() -> Iterator[None]:
 
 
 def test_mma_switch_is_on_with_cuda_by_default() -> None:
-    """ggml_ext's tensor-core GEMM takes the engine's 9..16-column products on CUDA unless
+    """ggml_ext's tensor-core GEMM takes the engine's 9..32-column products on CUDA unless
     DFLASH_MMA=0; there is nothing to switch on the CPU."""
     assert _core.mma_enabled() == (GPU and os.environ.get("DFLASH_MMA") != "0")
 
 
 @needs_gpu
 @pytest.mark.parametrize("wtype", TYPES)
-@pytest.mark.parametrize("n", [9, 13, 16])
+@pytest.mark.parametrize("n", [9, 13, 16, 17, 32])
 def test_cuda_mma_gemm_equals_ggml_and_numpy(
     wtype: str, n: int, mma_restored: None, gemv_restored: None
 ) -> None:
-    """Q4_K / Q6_K (and Q5_K / Q8_0, switched on) x 9..16 columns (what the engine sends it;
-    17..64 columns, used only with DFLASH_MMA_MAX_COLUMNS, are checked by
+    """Q4_K / Q6_K / Q5_K (and Q8_0, switched on) x 9..32 columns (what the engine sends it;
+    33..64 columns, used only with DFLASH_MMA_MAX_COLUMNS, are checked by
     tools/device/gemv_standalone.sh mma) through ggml_ext's tensor-core GEMM (activations quantized
     per 256, the CPU backend's rule, where ggml's mmq quantizes per 32: 8-bit error apart, 3e-2).
     k = 2304: nine super-blocks, so Q6_K rows alternate between 4- and 2-byte alignment."""

@@ -1,8 +1,8 @@
 """ggml_ext::mul_mat_tiles: a MUL_MAT tagged for ggml_ext's launch policy of ggml's mmq on CUDA
 (one block per output tile, no stream-k fixup pass, where that is cheaper; patches/0003). The
 engine builds every weight matmul this way. The tag changes nothing on the CPU; on CUDA the
-product equals ggml's untagged one up to the order of float sums. (Tagged Q4_K / Q6_K products of
-9..16 columns go to ggml_ext's tensor-core GEMM by default, whose activations are quantized per
+product equals ggml's untagged one up to the order of float sums. (Tagged Q4_K / Q5_K / Q6_K
+products of 9..32 columns go to ggml_ext's tensor-core GEMM by default, whose activations are quantized per
 256 values: these tests switch it off, test_gemv_kquant.py tests it.)"""
 
 from __future__ import annotations

@@ -1,14 +1,18 @@
 // Dispatch of ggml_ext's small-batch tensor-core GEMM (gemm_kquant_mma_impl.cuh) for the engine's
-// tagged Q4_K / Q5_K / Q6_K products (Q8_0 too with ggml_ext::set_q80_enabled). On by default for
-// 9..16 columns, a chain verify's size: there it beat ggml's mmq on the 27B (chain 315 -> 361 t/s,
-// h200-s6-27b-chain-mma-a5e05ef.json), while at 17..64 columns its padded column tiles cost more
-// than mmq (forward of 33 tokens 32.6 -> 54.4 ms). Q4_K (and Q5_K, its layout plus the fifth
-// bits) takes its min term through an f16 mma and
-// every type runs 2 cp.async stages: the fastest variant at 16 columns in both standalone runs of
-// session 8 (ffn_up 31-32 us against 41-53 with integer mins and 3 stages; the Q6_K output 580 us
-// against 766 with 3 stages; bench/results/h200-s8-mma-standalone-*.json). DFLASH_MMA_MINS_INT=1
-// keeps the integer min sums (exact), for benches. DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS
-// (16, 32 or 64) widens it, for benches. tools/device/gemv_standalone.sh mma checks and times it.
+// tagged Q4_K / Q5_K / Q6_K products (Q8_0 too with ggml_ext::set_q80_enabled), 9..32 columns by
+// default (a chain verify of 16 tokens, DDTree budgets up to 31).
+// - Q4_K (and Q5_K, its layout plus the fifth bits) take the min term through an f16 mma, every
+//   type runs 2 cp.async stages: the fastest variant at 16 columns in both standalone runs of
+//   session 8 (ffn_up 31-32 us against 41-53 with integer mins and 3 stages; the Q6_K output 580
+//   us against 766; bench/results/h200-s8-mma-standalone-*.json). The 27B chain: 373 -> 403 t/s
+//   (h200-s8-27b-chain-mins-int-d1886df.json against -chain-vs-upstream-d1886df.json).
+// - 17..32 columns run the 32-column tile: the 27B's forward of 17 tokens took 24.6 ms through it
+//   against 25.9 with ggml's mmq (h200-s8-27b-tree-steps-mma64-d1886df.json); the tile computes
+//   its 32 columns whatever the real count, so 18..32 cost the same. At 33..64 mmq stays faster
+//   (33 tokens 32.5 ms against 44.3).
+// DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS (16, 32,
+// 64) sets the range and DFLASH_MMA_MINS_INT=1 keeps the integer min sums (exact), for benches.
+// tools/device/gemv_standalone.sh mma checks and times it.
 #include "gemm_kquant_mma_impl.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
@@ -25,8 +29,8 @@ bool mma_enabled_flag = [] {
 int mma_max_columns() {
     static const int v = [] {
         const char * e = std::getenv("DFLASH_MMA_MAX_COLUMNS");
-        const int n = e ? std::atoi(e) : 16;
-        return n == 32 || n == 64 ? n : 16;
+        const int n = e ? std::atoi(e) : 32;
+        return n == 16 || n == 64 ? n : 32;
     }();
     return v;
 }

@@ -76,12 +76,15 @@ void ggml_ext_gemv_quantize(const float * x, int64_t k, int64_t ncols, int64_t s
     gemv::quantize_act_kernel<<<grid, kQk, 0, stream>>>(x, qs, d, (int)k, (int)k_pad, stride_col_x);
 }
 
-GemvShape ggml_ext_gemv_shape(ggml_type type, int k) {
+GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows) {
     // Measured on the H200 for one column (bench/results/h200-s5-gemv-standalone*.json, every
     // layout of the 27B's shapes): Q4_K is best unsplit, with two rows per warp for long rows
     // (K >= 6144: ffn_down 2.7 TB/s, ssm_out); Q6_K, whose decode is instruction-bound, best with
-    // two warps and two rows each everywhere (ffn_down, the GDN qkv, the output). The split depends
-    // on the type and K only, never on the column count. DFLASH_GEMV_SPLIT (1, 2, 4),
+    // two warps and two rows each everywhere (ffn_down, the GDN qkv, the output). Session 8
+    // (h200-s8-gemv-standalone-all-a092eca.json): staged Q6_K is best unsplit on the 248320-row
+    // output (340 us against 382 split in two), Q5_K with one row per warp, split in two for long
+    // rows (ffn_down 24.5 us against 31.1 in Q4_K's layout). The layout depends on the matrix,
+    // never on the column count. DFLASH_GEMV_SPLIT (1, 2, 4),
     // DFLASH_GEMV_ROWS (1, 2) and DFLASH_GEMV_UNROLL (2, 4: one column) force the choices, for
     // benches.
     static const int forced_split = env_int("DFLASH_GEMV_SPLIT"), forced_rows = env_int("DFLASH_GEMV_ROWS");
@@ -93,11 +96,14 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k) {
         const char * e = std::getenv("DFLASH_GEMV_Q6K_STAGED");
         return !(e && e[0] == '0');
     }();
-    // Q5_K and Q8_0 (not measured yet) take Q4_K's layout.
+    // Q8_0 takes Q4_K's layout.
     GemvShape s;
     if (type == GGML_TYPE_Q6_K) {
-        s.split = 2;
+        s.split = q6k_staged && nrows >= 65536 ? 1 : 2;
         s.rows_per_warp = 2;
+    } else if (type == GGML_TYPE_Q5_K) {
+        s.split = k / kQk >= 24 ? 2 : 1;
+        s.rows_per_warp = 1;
     } else {
         s.split = 1;
         s.rows_per_warp = k / kQk >= 24 ? 2 : 1;
@@ -110,7 +116,7 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k) {
 }
 
 void ggml_ext_gemv_launch(ggml_type type, const GemvArgs & a, cudaStream_t stream) {
-    const GemvShape shape = ggml_ext_gemv_shape(type, a.k);
+    const GemvShape shape = ggml_ext_gemv_shape(type, a.k, a.nrows);
     switch (type) {
         case GGML_TYPE_Q4_K:
             ggml_ext_gemv_launch_q4_k(a, shape, stream);

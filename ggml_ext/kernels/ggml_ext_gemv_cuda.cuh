@@ -25,10 +25,10 @@ struct GemvShape {
     int split = 1, rows_per_warp = 1;
     int unroll = 2;  // super-blocks of each row in flight (2, or 4 for one column)
     // Q6_K without a gate: weights through cp.async and shared memory (gemv_q6k_staged_kernel;
-    // the same bits). Off until measured on the GPU: DFLASH_GEMV_Q6K_STAGED=1.
+    // the same bits). The default (DFLASH_GEMV_Q6K_STAGED=0: direct loads).
     bool staged = false;
 };
-GemvShape ggml_ext_gemv_shape(ggml_type type, int k);
+GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows);
 void ggml_ext_gemv_launch_q4_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
 void ggml_ext_gemv_launch_q5_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
 void ggml_ext_gemv_launch_q6_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
