@@ -8,8 +8,9 @@
 //   (h200-s8-27b-chain-mins-int-d1886df.json against -chain-vs-upstream-d1886df.json).
 // - 17..32 columns run the 32-column tile: the 27B's forward of 17 tokens took 24.6 ms through it
 //   against 25.9 with ggml's mmq (h200-s8-27b-tree-steps-mma64-d1886df.json); the tile computes
-//   its 32 columns whatever the real count, so 18..32 cost the same. At 33..64 mmq stays faster
-//   (33 tokens 32.5 ms against 44.3).
+//   its 32 columns whatever the real count, so 18..32 cost the same; 17..24 now run a 24-column tile,
+//   20-25% less than the 32-column one in the standalone (not yet timed in the engine). At 33..64
+//   mmq stays faster (33 tokens 32.5 ms against 44.3).
 // DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS (16, 32,
 // 64) sets the range and DFLASH_MMA_MINS_INT=1 keeps the integer min sums (exact), for benches.
 // tools/device/gemv_standalone.sh mma checks and times it.

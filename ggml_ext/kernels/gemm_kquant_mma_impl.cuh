@@ -513,7 +513,9 @@ static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_
 }
 
 // Column tiles the activation buffers need for ncols columns.
-inline int padded_columns(int ncols) { return ncols <= 16 ? 16 : ncols <= 32 ? 32 : 64; }
+// 24: a tree verify of 17..24 nodes (DDTree budgets 16..23) pays for 3 column tiles, not 4: on the
+// H200 ffn_up 49.1 us against 62.3, the Q6_K output 812 against 949 (h200-s8-mma-standalone-24col.json).
+inline int padded_columns(int ncols) { return ncols <= 16 ? 16 : ncols <= 24 ? 24 : ncols <= 32 ? 32 : 64; }
 
 // kStages: super-blocks in flight per warp (0: direct loads). The engine uses kDefaultStages: 2
 // beat 3 for every type at 16 columns on the H200 (session 8).
@@ -531,6 +533,8 @@ void launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
         w, yq, yd, ysum, dst, nrows, nb, row_bytes, k_pad, ncols, stride_col_dst)
     if (ncols <= 16) {
         GEMM_KQ_LAUNCH(2);
+    } else if (ncols <= 24) {
+        GEMM_KQ_LAUNCH(3);
     } else if (ncols <= 32) {
         GEMM_KQ_LAUNCH(4);
     } else {

@@ -516,7 +516,7 @@ void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen) {
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
     char * dw = weight_copies(t, rows, k, bytes, copies, gen);
-    for (int ncols : {16, 32, 64}) {
+    for (int ncols : {16, 24, 32, 64}) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
