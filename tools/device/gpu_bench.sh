@@ -42,7 +42,7 @@ fi
 
 # `gpu_bench.sh s` (session 8's first call; sessions 6 and 7 left kernels that never ran on a
 # GPU): the CUDA suite, the GEMV standalone (every type's checks, then the benches), the 27B AR
-# with the default GEMV and with the staged Q6_K GEMV, then the tensor-core GEMM's checks and
+# with the default GEMV and with Q6_K's direct loads (DFLASH_GEMV_Q6K_STAGED=0), then the tensor-core GEMM's checks and
 # benches (Q4_K / Q6_K, then Q5_K / Q8_0), as time allows.
 if [ "$stage" = s ]; then
   start_27b_synth
@@ -57,10 +57,10 @@ if [ "$stage" = s ]; then
   bash tools/device/gemv_standalone.sh all 2>&1 | grep -v '^{' | tail -n 40
   mv "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-all.jsonl"
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 200 ]; do sleep 2; done
-  for e in "" DFLASH_GEMV_Q6K_STAGED=1; do
+  for e in "" DFLASH_GEMV_Q6K_STAGED=0; do
     [ "$(left)" -lt 100 ] && break
     env $e timeout 90 python3 -m dflash.bench -m /tmp/q27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
-      -o "$OUT/h200-27b-ar${e:+-q6k-staged}.json" > "$OUT/ar.log" 2>&1
+      -o "$OUT/h200-27b-ar${e:+-q6k-direct}.json" > "$OUT/ar.log" 2>&1
     echo "[gpu] 27B AR ${e:-default} rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar.log"
   done
   for m in mma q5q8; do
@@ -115,16 +115,16 @@ if [ "$stage" = f2 ]; then
 fi
 
 # `gpu_bench.sh t` (right after s, the machine warm): the 27B as an all-Q5_K file with ggml's
-# mul_mat_vec_q and with our Q5_K GEMV + GEMM (DFLASH_Q5K_Q80=1), then the Q4_K_M 27B's chain
+# mul_mat_vec_q (DFLASH_GEMV=0) and with our Q5_K GEMV (the default), then the Q4_K_M 27B's chain
 # next to upstream llama-server draft-dflash at the same synthetic acceptance, and the DDTree
 # step cost per budget.
 if [ "$stage" = t ]; then
   python3 -m dflash.synth model --preset qwen36-27b --type q5_K --out /tmp/q27-q5_K.gguf > /dev/null 2>&1
-  for e in "" DFLASH_Q5K_Q80=1; do
+  for e in "" DFLASH_GEMV=0; do
     [ "$(left)" -lt 100 ] && break
     env $e timeout 90 python3 -m dflash.bench -m /tmp/q27-q5_K.gguf --kv-types f16 -p 512 -n 128 -r 3 \
-      -o "$OUT/h200-27b-q5_K-ar${e:+-gemv}.json" > "$OUT/ar-q5_K.log" 2>&1
-    echo "[gpu] 27B q5_K AR ${e:-ggml mmvq} rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar-q5_K.log"
+      -o "$OUT/h200-27b-q5_K-ar${e:+-mmvq}.json" > "$OUT/ar-q5_K.log" 2>&1
+    echo "[gpu] 27B q5_K AR ${e:-our GEMV} rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar-q5_K.log"
   done
   rm -f /tmp/q27-q5_K.gguf
   [ "$(left)" -ge 160 ] && timeout 150 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 \
@@ -135,53 +135,6 @@ if [ "$stage" = t ]; then
     --draft /tmp/d27.gguf -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 \
     -o "$OUT/h200-27b-tree-steps.json" > "$OUT/tree-bench.log" 2>&1
   echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/tree-bench.log"
-  exit 0
-fi
-
-# `gpu_bench.sh n` (session 7's first call): what session 6 left unverified. The CUDA tests it
-# touched, the 27B AR with the staged Q6_K GEMV against the default, then the standalone checks
-# and benches of the staged GEMV and the GEMM's f16-min variant (stages 102/103).
-if [ "$stage" = n ]; then
-  start_27b_synth
-  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout 120 python3 -m pytest -q -s \
-    -p no:cacheprovider tests/test_gdn_decode_inputs.py tests/test_mul_mat_tiles.py tests/test_gemv_kquant.py \
-    tests/test_ddtree.py tests/test_oracle_upstream.py > "$OUT/cuda-tests.log" 2>&1
-  echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
-  grep -E "^(FAILED|ERROR)|identical" "$OUT/cuda-tests.log"
-  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 300 ]; do sleep 2; done
-  for e in "" DFLASH_GEMV_Q6K_STAGED=1; do
-    env $e timeout 90 python3 -m dflash.bench -m /tmp/q27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
-      -o "$OUT/h200-27b-ar${e:+-q6k-staged}.json" > "$OUT/ar.log" 2>&1
-    echo "[gpu] 27B AR ${e:-default} rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar.log"
-  done
-  bash tools/device/gemv_standalone.sh q6 2>&1 | grep -E "check|q6_K" | tail -n 60
-  cp "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-q6.jsonl"
-  bash tools/device/gemv_standalone.sh mma 2>&1 | tail -n 60
-  exit 0
-fi
-
-# `gpu_bench.sh q`: the GEMV for Q5_K and Q8_0 weights (session 7; checked on the CPU emulator,
-# never run on a GPU): its CUDA tests, the standalone checks and benches of both types, then the
-# 27B with every matrix Q5_K (~19 GB) or Q8_0 (~29 GB): our AR with the GEMV off for those types
-# (ggml's mul_mat_vec_q; the default until measured) and on (DFLASH_Q5K_Q80=1), upstream
-# libllama in the same process. Make it the default where it wins (gemv_kquant.cu, gemv_type).
-if [ "$stage" = q ]; then
-  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout 150 python3 -m pytest -q -s \
-    -p no:cacheprovider tests/test_gemv_kquant.py tests/test_mul_mat_invariant.py > "$OUT/cuda-tests-q5q8.log" 2>&1
-  echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests-q5q8.log")"
-  grep -E "^(FAILED|ERROR)" "$OUT/cuda-tests-q5q8.log"
-  bash tools/device/gemv_standalone.sh q5q8 2>&1 | tail -n 40
-  cp "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-q5q8.jsonl"
-  for t in q5_K q8_0; do
-    [ "$(left)" -lt 200 ] && break
-    python3 -m dflash.synth model --preset qwen36-27b --type "$t" --out "/tmp/q27-$t.gguf" > /dev/null 2>&1
-    for e in "" DFLASH_Q5K_Q80=1; do
-      env $e timeout 100 python3 -m dflash.bench -m "/tmp/q27-$t.gguf" --kv-types f16 -p 512 -n 128 -r 3 \
-        -o "$OUT/h200-27b-$t-ar${e:+-gemv}.json" > "$OUT/ar-$t.log" 2>&1
-      echo "[gpu] 27B $t AR ${e:-ggml mmvq} rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar-$t.log"
-    done
-    rm -f "/tmp/q27-$t.gguf"
-  done
   exit 0
 fi
 
