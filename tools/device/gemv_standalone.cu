@@ -542,6 +542,12 @@ void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen) {
 
 }  // namespace
 
+struct Shape {
+    const char * name;
+    W t;
+    int rows, k;
+};
+
 int main(int argc, char ** argv) {
     const std::string what = argc > 1 ? argv[1] : "all";
     std::mt19937 gen(1);
@@ -575,42 +581,39 @@ int main(int argc, char ** argv) {
         check_mma(W::q8_0, 48, 1024, gen);
         check_mma(W::q8_0, 37, 768, gen);
     }
+    // The 27B's matrices (name, type, rows, K) that each mode times.
+    const std::vector<Shape> mma_shapes = {
+        {"ffn_up", W::q4_K, 17408, 5120},  {"ffn_down", W::q4_K, 5120, 17408}, {"attn_q", W::q4_K, 12288, 5120},
+        {"gdn_qkv", W::q4_K, 10240, 5120}, {"ssm_out", W::q4_K, 5120, 6144},   {"ffn_down", W::q6_K, 5120, 17408},
+        {"attn_v", W::q6_K, 1024, 5120},   {"output", W::q6_K, 248320, 5120},
+    };
+    const std::vector<Shape> q6_shapes = {
+        {"ffn_down", W::q6_K, 5120, 17408}, {"gdn_qkv", W::q6_K, 10240, 5120}, {"output", W::q6_K, 248320, 5120}};
+    const std::vector<Shape> gemv_shapes = {
+        {"ffn_up", W::q4_K, 17408, 5120},   {"ffn_down", W::q6_K, 5120, 17408}, {"ffn_down", W::q4_K, 5120, 17408},
+        {"attn_q", W::q4_K, 12288, 5120},   {"gdn_qkv", W::q4_K, 10240, 5120},  {"gdn_qkv", W::q6_K, 10240, 5120},
+        {"attn_gate", W::q4_K, 6144, 5120}, {"ssm_out", W::q4_K, 5120, 6144},   {"attn_k", W::q4_K, 1024, 5120},
+        {"output", W::q6_K, 248320, 5120},
+    };
+    // Q5_K_M and Q8_0 files' matrices
+    const std::vector<Shape> q5q8_shapes = {{"ffn_up", W::q5_K, 17408, 5120},
+                                            {"ffn_down", W::q5_K, 5120, 17408},
+                                            {"ffn_up", W::q8_0, 17408, 5120},
+                                            {"ffn_down", W::q8_0, 5120, 17408}};
     if (what == "mma") {
-        bench_mma("ffn_up", W::q4_K, 17408, 5120, gen);
-        bench_mma("ffn_down", W::q4_K, 5120, 17408, gen);
-        bench_mma("attn_q", W::q4_K, 12288, 5120, gen);
-        bench_mma("gdn_qkv", W::q4_K, 10240, 5120, gen);
-        bench_mma("ssm_out", W::q4_K, 5120, 6144, gen);
-        bench_mma("ffn_down", W::q6_K, 5120, 17408, gen);
-        bench_mma("attn_v", W::q6_K, 1024, 5120, gen);
-        bench_mma("output", W::q6_K, 248320, 5120, gen);
+        for (const Shape & m : mma_shapes) bench_mma(m.name, m.t, m.rows, m.k, gen);
     }
-    if (what == "q5q8") {  // the GEMM for Q5_K and Q8_0: checked above only with check_mma
-        bench_mma("ffn_up", W::q5_K, 17408, 5120, gen);
-        bench_mma("ffn_up", W::q8_0, 17408, 5120, gen);
+    if (what == "q5q8") {  // the GEMM for Q5_K and Q8_0 (checked above with check_mma)
+        for (const Shape & m : q5q8_shapes) bench_mma(m.name, m.t, m.rows, m.k, gen);
     }
     if (what == "q6") {  // the Q6_K shapes alone
-        bench("ffn_down", W::q6_K, 5120, 17408, gen);
-        bench("gdn_qkv", W::q6_K, 10240, 5120, gen);
-        bench("output", W::q6_K, 248320, 5120, gen);
+        for (const Shape & m : q6_shapes) bench(m.name, m.t, m.rows, m.k, gen);
     }
     if (what == "all" || what == "bench") {
-        bench("ffn_up", W::q4_K, 17408, 5120, gen);
-        bench("ffn_down", W::q6_K, 5120, 17408, gen);
-        bench("ffn_down", W::q4_K, 5120, 17408, gen);
-        bench("attn_q", W::q4_K, 12288, 5120, gen);
-        bench("gdn_qkv", W::q4_K, 10240, 5120, gen);
-        bench("gdn_qkv", W::q6_K, 10240, 5120, gen);
-        bench("attn_gate", W::q4_K, 6144, 5120, gen);
-        bench("ssm_out", W::q4_K, 5120, 6144, gen);
-        bench("attn_k", W::q4_K, 1024, 5120, gen);
-        bench("output", W::q6_K, 248320, 5120, gen);
+        for (const Shape & m : gemv_shapes) bench(m.name, m.t, m.rows, m.k, gen);
     }
-    if (what == "all" || what == "bench" || what == "q5q8") {  // Q5_K_M and Q8_0 files' matrices
-        bench("ffn_up", W::q5_K, 17408, 5120, gen);
-        bench("ffn_down", W::q5_K, 5120, 17408, gen);
-        bench("ffn_up", W::q8_0, 17408, 5120, gen);
-        bench("ffn_down", W::q8_0, 5120, 17408, gen);
+    if (what == "all" || what == "bench" || what == "q5q8") {
+        for (const Shape & m : q5q8_shapes) bench(m.name, m.t, m.rows, m.k, gen);
     }
     return 0;
 }

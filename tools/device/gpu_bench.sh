@@ -24,13 +24,7 @@ source "$(dirname "$0")/stage_common.sh"
 # 27B's AR and chain with the defaults (no upstream), as time allows.
 if [ "$stage" = v ]; then
   start_27b_synth
-  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout "$(($(left) - 40))" python3 -m pytest -q -s \
-    -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py \
-    tests/test_top_k_rows.py tests/test_gemv_kquant.py tests/test_stacked_projections.py tests/test_oracle_upstream.py \
-    tests/test_gdn_decode_inputs.py tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py \
-    tests/test_ddtree.py > "$OUT/cuda-tests.log" 2>&1
-  echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
-  grep -E "^(FAILED|ERROR)|identical" "$OUT/cuda-tests.log"
+  run_cuda_suite "$(($(left) - 40))"
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 45 ]; do sleep 2; done
   if [ -f /tmp/d27.gguf ] && [ "$(left)" -ge 45 ]; then
     timeout "$(($(left) - 5))" python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 \
@@ -46,23 +40,13 @@ fi
 # benches (Q4_K / Q6_K, then Q5_K / Q8_0), as time allows.
 if [ "$stage" = s ]; then
   start_27b_synth
-  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout 150 python3 -m pytest -q -s \
-    -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py \
-    tests/test_top_k_rows.py tests/test_gemv_kquant.py tests/test_stacked_projections.py tests/test_oracle_upstream.py \
-    tests/test_gdn_decode_inputs.py tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py \
-    tests/test_ddtree.py > "$OUT/cuda-tests.log" 2>&1
-  echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
-  grep -E "^(FAILED|ERROR)|identical" "$OUT/cuda-tests.log" | head -n 30
+  run_cuda_suite 150
   [ -n "${SA_PID-}" ] && wait "$SA_PID"  # the standalone binary's build
   bash tools/device/gemv_standalone.sh all 2>&1 | grep -v '^{' | tail -n 40
   mv "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-all.jsonl"
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 200 ]; do sleep 2; done
-  for e in "" DFLASH_GEMV_Q6K_STAGED=0; do
-    [ "$(left)" -lt 100 ] && break
-    env $e timeout 90 python3 -m dflash.bench -m /tmp/q27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
-      -o "$OUT/h200-27b-ar${e:+-q6k-direct}.json" > "$OUT/ar.log" 2>&1
-    echo "[gpu] 27B AR ${e:-default} rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar.log"
-  done
+  [ "$(left)" -ge 100 ] && ar_bench 90 /tmp/q27.gguf h200-27b-ar.json
+  [ "$(left)" -ge 100 ] && ar_bench 90 /tmp/q27.gguf h200-27b-ar-q6k-direct.json DFLASH_GEMV_Q6K_STAGED=0
   for m in mma q5q8; do
     [ "$(left)" -lt 40 ] && break
     CALL_LEFT=$(left) bash tools/device/gemv_standalone.sh $m 2>&1 | grep -v '^{' | tail -n 40
@@ -78,17 +62,9 @@ fi
 # (DFLASH_MMA_MAX_COLUMNS=64) and the chain with Q4_K's integer min sums (DFLASH_MMA_MINS_INT=1).
 if [ "$stage" = f1 ]; then
   start_27b_synth
-  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout 120 python3 -m pytest -q -s \
-    -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py \
-    tests/test_top_k_rows.py tests/test_gemv_kquant.py tests/test_stacked_projections.py tests/test_oracle_upstream.py \
-    tests/test_gdn_decode_inputs.py tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py \
-    tests/test_ddtree.py > "$OUT/cuda-tests.log" 2>&1
-  echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
-  grep -E "^(FAILED|ERROR)" "$OUT/cuda-tests.log" | head -n 20
+  run_cuda_suite 120
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 200 ]; do sleep 2; done
-  timeout 60 python3 -m dflash.bench -m /tmp/q27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
-    -o "$OUT/h200-27b-ar.json" > "$OUT/ar.log" 2>&1
-  echo "[gpu] 27B AR rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar.log"
+  ar_bench 60 /tmp/q27.gguf h200-27b-ar.json
   [ "$(left)" -ge 120 ] && timeout 110 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 \
     -p 512 -n 128 -r 3 --no-upstream --llama-server "$LLAMA_SERVER" --synth-len 10 \
     -o "$OUT/h200-27b-chain-vs-upstream.json" > "$OUT/chain-bench.log" 2>&1
@@ -120,12 +96,8 @@ fi
 # step cost per budget.
 if [ "$stage" = t ]; then
   python3 -m dflash.synth model --preset qwen36-27b --type q5_K --out /tmp/q27-q5_K.gguf > /dev/null 2>&1
-  for e in "" DFLASH_GEMV=0; do
-    [ "$(left)" -lt 100 ] && break
-    env $e timeout 90 python3 -m dflash.bench -m /tmp/q27-q5_K.gguf --kv-types f16 -p 512 -n 128 -r 3 \
-      -o "$OUT/h200-27b-q5_K-ar${e:+-mmvq}.json" > "$OUT/ar-q5_K.log" 2>&1
-    echo "[gpu] 27B q5_K AR ${e:-our GEMV} rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar-q5_K.log"
-  done
+  [ "$(left)" -ge 100 ] && ar_bench 90 /tmp/q27-q5_K.gguf h200-27b-q5_K-ar.json
+  [ "$(left)" -ge 100 ] && ar_bench 90 /tmp/q27-q5_K.gguf h200-27b-q5_K-ar-mmvq.json DFLASH_GEMV=0
   rm -f /tmp/q27-q5_K.gguf
   [ "$(left)" -ge 160 ] && timeout 150 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 \
     -p 512 -n 128 -r 3 --no-upstream --llama-server "$LLAMA_SERVER" --synth-len 10 \
@@ -140,15 +112,7 @@ fi
 
 if [ "$stage" = a ]; then
   start_27b_synth
-  # TF32 off: see tests/gpu_policy.py
-  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout "$(($(left) - 60))" python3 -m pytest -q -s \
-    -p no:cacheprovider tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py \
-    tests/test_top_k_rows.py tests/test_gemv_kquant.py tests/test_stacked_projections.py tests/test_oracle_upstream.py \
-    tests/test_gdn_decode_inputs.py \
-    tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py tests/test_ddtree.py \
-    tests/test_dflash_reference.py::test_device_feature_rows_match_host_rows > "$OUT/cuda-tests.log" 2>&1
-  echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
-  grep -E "identical|max \|" "$OUT/cuda-tests.log"
+  run_cuda_suite "$(($(left) - 60))" tests/test_dflash_reference.py::test_device_feature_rows_match_host_rows
   # our logits vs upstream's, each side on CPU and GPU (DIAG_ORACLE="DFLASH_GEMV=0 ..." adds runs)
   for e in "" $DIAG_ORACLE; do
     echo "[gpu] diag_oracle $e"; env $e timeout 60 python3 tools/device/diag_oracle.py tiny-c q4_K 2>&1 | tail -n 8
@@ -158,11 +122,7 @@ if [ "$stage" = a ]; then
   bash tools/device/gemv_standalone.sh mma 2>&1 | tail -n 100
   # the 27B's AR next to upstream libllama in the same process (ggml's own kernels), if time is left
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 130 ]; do sleep 2; done  # d27: q27 is complete
-  if [ -f /tmp/d27.gguf ] && [ "$(left)" -ge 130 ]; then
-    timeout "$(($(left) - 10))" python3 -m dflash.bench -m /tmp/q27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
-      -o "$OUT/h200-27b-ar.json" > "$OUT/ar.log" 2>&1
-    echo "[gpu] 27B AR vs upstream rc=$?"; tail -n 4 "$OUT/ar.log"
-  fi
+  [ -f /tmp/d27.gguf ] && [ "$(left)" -ge 130 ] && ar_bench "$(($(left) - 10))" /tmp/q27.gguf h200-27b-ar.json
   exit 0
 fi
 
@@ -193,9 +153,7 @@ timeout 150 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-
   > "$OUT/chain-bench.log" 2>&1
 echo "[gpu] chain bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/chain-bench.log"
 # AR with ggml_ext's GEMV off (ggml's mul_mat_vec_q), next to upstream libllama in-process
-DFLASH_GEMV=0 timeout 100 python3 -m dflash.bench -m /tmp/q27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
-  -o "$OUT/h200-27b-ar-gemv-off.json" > "$OUT/ar-gemv-off.log" 2>&1
-echo "[gpu] AR (GEMV off) rc=$?"; tail -n 4 "$OUT/ar-gemv-off.log"
+ar_bench 100 /tmp/q27.gguf h200-27b-ar-gemv-off.json DFLASH_GEMV=0
 # the same chain with decode-identical verifies (experimental; ggml_ext/BATCH_INVARIANCE.md)
 timeout 90 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
   --no-upstream --synthetic-accept 10 --invariant-matmul -o "$OUT/h200-27b-chain-invariant.json" \

@@ -17,3 +17,26 @@ start_27b_synth() {
     python3 -m dflash_convert.cli /tmp/d27dir -o /tmp/d27.part --outtype bf16 --target /tmp/q27.gguf &&
     mv /tmp/d27.part /tmp/d27.gguf' > /tmp/synth.log 2>&1 < /dev/null &
 }
+
+# The CUDA test suite (TF32 off: see tests/gpu_policy.py) into $OUT/cuda-tests.log:
+# run_cuda_suite SECONDS [more pytest ids...]
+CUDA_TESTS="tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py tests/test_top_k_rows.py
+  tests/test_gemv_kquant.py tests/test_stacked_projections.py tests/test_oracle_upstream.py tests/test_gdn_decode_inputs.py
+  tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py tests/test_ddtree.py"
+run_cuda_suite() {
+  local secs=$1; shift
+  # shellcheck disable=SC2086  # the list splits on purpose
+  NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout "$secs" python3 -m pytest -q -s \
+    -p no:cacheprovider $CUDA_TESTS "$@" > "$OUT/cuda-tests.log" 2>&1
+  echo "[gpu] CUDA tests rc=$? at $(($(date +%s) - t0)) s: $(tail -n 1 "$OUT/cuda-tests.log")"
+  grep -E "^(FAILED|ERROR)|identical" "$OUT/cuda-tests.log" | head -n 30
+}
+
+# Autoregressive decoding of MODEL next to upstream libllama in the same process, into $OUT/JSON:
+# ar_bench SECONDS MODEL JSON [VAR=VALUE...]
+ar_bench() {
+  local secs=$1 model=$2 json=$3; shift 3
+  env "$@" timeout "$secs" python3 -m dflash.bench -m "$model" --kv-types f16 -p 512 -n 128 -r 3 \
+    -o "$OUT/$json" > "$OUT/ar.log" 2>&1
+  echo "[gpu] AR $json $* rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar.log"
+}
