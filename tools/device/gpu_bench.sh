@@ -26,11 +26,7 @@ if [ "$stage" = v ]; then
   start_27b_synth
   run_cuda_suite "$(($(left) - 40))"
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 45 ]; do sleep 2; done
-  if [ -f /tmp/d27.gguf ] && [ "$(left)" -ge 45 ]; then
-    timeout "$(($(left) - 5))" python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 \
-      -n 128 -r 3 --no-upstream --synthetic-accept 10 -o "$OUT/h200-27b-chain-defaults.json" > "$OUT/chain.log" 2>&1
-    echo "[gpu] 27B AR + chain (defaults) rc=$? at $(($(date +%s) - t0)) s"; tail -n 4 "$OUT/chain.log"
-  fi
+  [ -f /tmp/d27.gguf ] && [ "$(left)" -ge 45 ] && chain_bench "$(($(left) - 5))" h200-27b-chain-defaults.json
   exit 0
 fi
 
@@ -65,28 +61,16 @@ if [ "$stage" = f1 ]; then
   run_cuda_suite 120
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 200 ]; do sleep 2; done
   ar_bench 60 /tmp/q27.gguf h200-27b-ar.json
-  [ "$(left)" -ge 120 ] && timeout 110 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 \
-    -p 512 -n 128 -r 3 --no-upstream --llama-server "$LLAMA_SERVER" --synth-len 10 \
-    -o "$OUT/h200-27b-chain-vs-upstream.json" > "$OUT/chain-bench.log" 2>&1
-  echo "[gpu] chain bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 5 "$OUT/chain-bench.log"
-  [ "$(left)" -ge 40 ] && timeout "$(($(left) - 5))" python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf \
-    --draft /tmp/d27.gguf -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 \
-    -o "$OUT/h200-27b-tree-steps.json" > "$OUT/tree-bench.log" 2>&1
-  echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/tree-bench.log"
+  [ "$(left)" -ge 120 ] && chain_bench 110 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+  [ "$(left)" -ge 40 ] && tree_steps "$(($(left) - 5))" h200-27b-tree-steps.json 1,2,4,8,16,32,64,128,256
   exit 0
 fi
 if [ "$stage" = f2 ]; then
   timeout 100 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf --label 27b-q4km \
     --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
   echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"; head -c 3000 "$OUT/kernels-27b.log"
-  [ "$(left)" -ge 60 ] && DFLASH_MMA_MAX_COLUMNS=64 timeout 70 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf \
-    --draft /tmp/d27.gguf -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 8 --budgets 16,32,64 --no-upstream \
-    -o "$OUT/h200-27b-tree-steps-mma64.json" > "$OUT/tree-bench-mma64.log" 2>&1
-  echo "[gpu] tree-steps (DFLASH_MMA_MAX_COLUMNS=64) rc=$? at $(($(date +%s) - t0)) s"; tail -n 5 "$OUT/tree-bench-mma64.log"
-  [ "$(left)" -ge 60 ] && DFLASH_MMA_MINS_INT=1 timeout "$(($(left) - 5))" python3 -m dflash.bench -m /tmp/q27.gguf \
-    --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 --no-upstream --synthetic-accept 10 \
-    -o "$OUT/h200-27b-chain-mins-int.json" > "$OUT/chain-mins-int.log" 2>&1
-  echo "[gpu] chain (DFLASH_MMA_MINS_INT=1) rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/chain-mins-int.log"
+  [ "$(left)" -ge 60 ] && tree_steps 70 h200-27b-tree-steps-mma64.json 16,32,64 DFLASH_MMA_MAX_COLUMNS=64 -- --no-upstream
+  [ "$(left)" -ge 60 ] && chain_bench "$(($(left) - 5))" h200-27b-chain-mins-int.json DFLASH_MMA_MINS_INT=1
   exit 0
 fi
 
@@ -99,14 +83,8 @@ if [ "$stage" = t ]; then
   [ "$(left)" -ge 100 ] && ar_bench 90 /tmp/q27-q5_K.gguf h200-27b-q5_K-ar.json
   [ "$(left)" -ge 100 ] && ar_bench 90 /tmp/q27-q5_K.gguf h200-27b-q5_K-ar-mmvq.json DFLASH_GEMV=0
   rm -f /tmp/q27-q5_K.gguf
-  [ "$(left)" -ge 160 ] && timeout 150 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 \
-    -p 512 -n 128 -r 3 --no-upstream --llama-server "$LLAMA_SERVER" --synth-len 10 \
-    -o "$OUT/h200-27b-chain-vs-upstream.json" > "$OUT/chain-bench.log" 2>&1
-  echo "[gpu] chain bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/chain-bench.log"
-  [ "$(left)" -ge 60 ] && timeout "$(($(left) - 5))" python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf \
-    --draft /tmp/d27.gguf -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 \
-    -o "$OUT/h200-27b-tree-steps.json" > "$OUT/tree-bench.log" 2>&1
-  echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/tree-bench.log"
+  [ "$(left)" -ge 160 ] && chain_bench 150 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+  [ "$(left)" -ge 60 ] && tree_steps "$(($(left) - 5))" h200-27b-tree-steps.json 1,2,4,8,16,32,64,128,256
   exit 0
 fi
 
@@ -139,40 +117,24 @@ if [ "$stage" = m ]; then
     -o "$OUT/h200-matmul-mma64.json" > "$OUT/matmul-mma64.log" 2>&1
   echo "[gpu] matmul (DFLASH_MMA_MAX_COLUMNS=64) rc=$?"; cat "$OUT/matmul-mma64.log"
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 200 ]; do sleep 2; done
-  DFLASH_MMA=0 timeout 120 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 \
-    -n 128 -r 3 --no-upstream --synthetic-accept 10 -o "$OUT/h200-27b-chain-mmq.json" > "$OUT/chain-mmq.log" 2>&1
-  echo "[gpu] 27B chain (DFLASH_MMA=0) rc=$?"; tail -n 4 "$OUT/chain-mmq.log"
+  chain_bench 120 h200-27b-chain-mmq.json DFLASH_MMA=0
   exit 0
 fi
 
 if [ "$stage" = b ]; then
 until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 400 ]; do sleep 2; done
 tail -n 3 /tmp/synth.log
-timeout 150 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
-  --no-upstream --llama-server "$LLAMA_SERVER" --synth-len 10 -o "$OUT/h200-27b-chain-vs-upstream.json" \
-  > "$OUT/chain-bench.log" 2>&1
-echo "[gpu] chain bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/chain-bench.log"
+chain_bench 150 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
 # AR with ggml_ext's GEMV off (ggml's mul_mat_vec_q), next to upstream libllama in-process
 ar_bench 100 /tmp/q27.gguf h200-27b-ar-gemv-off.json DFLASH_GEMV=0
 # the same chain with decode-identical verifies (experimental; ggml_ext/BATCH_INVARIANCE.md)
-timeout 90 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 -n 128 -r 3 \
-  --no-upstream --synthetic-accept 10 --invariant-matmul -o "$OUT/h200-27b-chain-invariant.json" \
-  > "$OUT/chain-invariant.log" 2>&1
-echo "[gpu] chain (invariant) rc=$? at $(($(date +%s) - t0)) s"; tail -n 4 "$OUT/chain-invariant.log"
-timeout 90 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf -ngl 99 -c 4096 \
-  --kv-type f16 --synthetic-accept 8 --budgets 1,2,4,8,16,32,64,128,256 -o "$OUT/h200-27b-tree-steps.json" \
-  > "$OUT/tree-bench.log" 2>&1
-echo "[gpu] tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/tree-bench.log"
+chain_bench 90 h200-27b-chain-invariant.json -- --invariant-matmul
+tree_steps 90 h200-27b-tree-steps.json 1,2,4,8,16,32,64,128,256
 # the chain with mmq verifies (DFLASH_MMA=0), and forwards of N tokens with the tensor-core GEMM
 # at every column count (DFLASH_MMA_MAX_COLUMNS=64)
 if [ -n "$MMA_TOO" ]; then
-  DFLASH_MMA=0 timeout 100 python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 -p 512 \
-    -n 128 -r 3 --no-upstream --synthetic-accept 10 -o "$OUT/h200-27b-chain-mmq.json" > "$OUT/chain-mmq.log" 2>&1
-  echo "[gpu] 27B chain (DFLASH_MMA=0) rc=$?"; tail -n 4 "$OUT/chain-mmq.log"
-  DFLASH_MMA_MAX_COLUMNS=64 timeout 90 python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf \
-    -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 8 --budgets 1,16,32,64 --no-upstream \
-    -o "$OUT/h200-27b-tree-steps-mma64.json" > "$OUT/tree-bench-mma64.log" 2>&1
-  echo "[gpu] tree-steps (DFLASH_MMA_MAX_COLUMNS=64) rc=$?"; tail -n 8 "$OUT/tree-bench-mma64.log"
+  chain_bench 100 h200-27b-chain-mmq.json DFLASH_MMA=0
+  tree_steps 90 h200-27b-tree-steps-mma64.json 1,16,32,64 DFLASH_MMA_MAX_COLUMNS=64 -- --no-upstream
 fi
 fi
 PAIR=${PAIR:-dflash/data/pair}

@@ -40,3 +40,30 @@ ar_bench() {
     -o "$OUT/$json" > "$OUT/ar.log" 2>&1
   echo "[gpu] AR $json $* rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/ar.log"
 }
+
+# Split "VAR=VALUE ... -- bench args ..." into $ENVS and $XARGS (helpers below).
+split_env_args() {
+  ENVS=(); XARGS=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do ENVS+=("$1"); shift; done
+  [ "${1-}" = "--" ] && shift
+  XARGS=("$@")
+}
+
+# The 27B's chain (synthetic acceptance 10) into $OUT/JSON: chain_bench SECONDS JSON [VAR=VALUE...]
+# [-- bench args]; with "-- --llama-server ..." upstream's draft-dflash runs beside it.
+chain_bench() {
+  local secs=$1 json=$2; shift 2; split_env_args "$@"
+  env "${ENVS[@]}" timeout "$secs" python3 -m dflash.bench -m /tmp/q27.gguf --draft /tmp/d27.gguf --kv-types f16 \
+    -p 512 -n 128 -r 3 --no-upstream --synthetic-accept 10 "${XARGS[@]}" -o "$OUT/$json" > "$OUT/${json%.json}.log" 2>&1
+  echo "[gpu] chain $json ${ENVS[*]} rc=$? at $(($(date +%s) - t0)) s"; tail -n 6 "$OUT/${json%.json}.log"
+}
+
+# The 27B's DDTree step cost per budget into $OUT/JSON: tree_steps SECONDS JSON BUDGETS [VAR=VALUE...]
+# [-- bench args]
+tree_steps() {
+  local secs=$1 json=$2 budgets=$3; shift 3; split_env_args "$@"
+  env "${ENVS[@]}" timeout "$secs" python3 -m dflash.bench --tree-steps -m /tmp/q27.gguf --draft /tmp/d27.gguf \
+    -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 8 --budgets "$budgets" "${XARGS[@]}" -o "$OUT/$json" \
+    > "$OUT/${json%.json}.log" 2>&1
+  echo "[gpu] tree-steps $json ${ENVS[*]} rc=$? at $(($(date +%s) - t0)) s"; tail -n 12 "$OUT/${json%.json}.log"
+}
