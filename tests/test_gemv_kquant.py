@@ -26,12 +26,15 @@ TYPES = ("q4_K", "q6_K", "q5_K", "q8_0")
 
 @pytest.fixture
 def gemv_restored() -> Iterator[None]:
-    """The GEMV with Q8_0 switched on too (off by default: slower than ggml's on the H200)."""
-    was, was_q80 = _core.gemv_enabled(), _core.q80_enabled()
+    """The GEMV with Q8_0 switched on too (off by default: slower than ggml's on the H200), and
+    the tensor-core GEMM off (it takes the engine's products of 3 or more columns)."""
+    was, was_q80, was_mma = _core.gemv_enabled(), _core.q80_enabled(), _core.mma_enabled()
     _core.set_q80_enabled(True)
+    _core.set_mma_enabled(False)
     yield
     _core.set_gemv_enabled(was)
     _core.set_q80_enabled(was_q80)
+    _core.set_mma_enabled(was_mma)
 
 
 def test_q80_gemv_is_off_unless_asked() -> None:
@@ -125,21 +128,20 @@ def mma_restored() -> Iterator[None]:
 
 
 def test_mma_switch_is_on_with_cuda_by_default() -> None:
-    """ggml_ext's tensor-core GEMM takes the engine's 9..32-column products on CUDA unless
+    """ggml_ext's tensor-core GEMM takes the engine's 3..64-column products on CUDA unless
     DFLASH_MMA=0; there is nothing to switch on the CPU."""
     assert _core.mma_enabled() == (GPU and os.environ.get("DFLASH_MMA") != "0")
 
 
 @needs_gpu
 @pytest.mark.parametrize("wtype", TYPES)
-@pytest.mark.parametrize("n", [9, 13, 16, 17, 32])
+@pytest.mark.parametrize("n", [3, 8, 9, 13, 16, 17, 24, 32, 33, 48, 64])
 def test_cuda_mma_gemm_equals_ggml_and_numpy(
     wtype: str, n: int, mma_restored: None, gemv_restored: None
 ) -> None:
-    """Q4_K / Q6_K / Q5_K (and Q8_0, switched on) x 9..32 columns (what the engine sends it;
-    33..64 columns, used only with DFLASH_MMA_MAX_COLUMNS, are checked by
-    tools/device/gemv_standalone.sh mma) through ggml_ext's tensor-core GEMM (activations quantized
-    per 256, the CPU backend's rule, where ggml's mmq quantizes per 32: 8-bit error apart, 3e-2).
+    """Q4_K / Q6_K / Q5_K (and Q8_0, switched on) x 3..64 columns (what the engine sends it: every
+    column tile) through ggml_ext's tensor-core GEMM (activations quantized per 256, the CPU
+    backend's rule, where ggml's mmq quantizes per 32: 8-bit error apart, 3e-2).
     k = 2304: nine super-blocks, so Q6_K rows alternate between 4- and 2-byte alignment."""
     rows, k = 1000, 2304
     w, dense = _weights(wtype, rows, k, seed=14)

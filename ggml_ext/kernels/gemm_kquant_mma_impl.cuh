@@ -1,4 +1,4 @@
-// ggml_ext's small-batch tensor-core GEMM for Q4_K and Q6_K (and Q5_K, Q8_0) weights, 9..64 activation columns
+// ggml_ext's small-batch tensor-core GEMM for Q4_K and Q6_K (and Q5_K, Q8_0) weights, 3..64 activation columns
 // (a verify of a chain or a tree): each weight byte is read once for all columns, into int8 mma
 // operands; no stream-k fixup pass.
 //
@@ -17,6 +17,11 @@
 // C_j, sum_j m_j sum_j(y)), one float step per super-block.
 // Q6_K: one m16n8k16 mma per 16-value scale group (thread t holds values 4t..4t+3 of a group);
 // the offset -32 is applied to the int8 weight operands, so no activation sums are needed.
+//
+// Activations are stored tiled (act_q_index): the B operand of one sub-block and 8-column tile is
+// 256 contiguous bytes, lane 4g + t's 8 bytes at offset 8 * lane, so a warp loads it in one
+// coalesced request. Column-major activations cost 8 cache lines a load: L1 was the busiest
+// unit (71% at 16 columns, ncu on the H200, session 9).
 #pragma once
 
 #include "async_copy.cuh"
@@ -29,6 +34,37 @@ namespace gemm_kq {
 constexpr int kWarps = 4;
 constexpr int kRows = 16;  // rows per block (one m16 tile)
 constexpr int kQk = 256;
+
+// Which of a 32-value sub-block's values lane (g, t) holds in its 8 bytes: 8t..8t+7 (kRun: Q4_K,
+// Q5_K, whose nibble bytes thread t reads as one run) or 4t..4t+3 and 16+4t..16+4t+3 (kHalves:
+// Q6_K's two 16-value groups, Q8_0's PTX k order).
+enum class ActLayout { kRun, kHalves };
+
+// Byte of value v (0..31) of sub-block j of super-block kb, column 8 nt + g, in the tiled int8
+// activations of ncol_tiles column tiles.
+template <ActLayout L>
+__host__ __device__ __forceinline__ int64_t act_q_index(int kb, int j, int v, int col, int ncol_tiles) {
+    const int nt = col >> 3, g = col & 7;
+    const int t = L == ActLayout::kRun ? v >> 3 : (v & 15) >> 2;
+    const int byte = L == ActLayout::kRun ? v & 7 : ((v >> 4) << 2) | (v & 3);
+    return ((((int64_t)kb * 8 + j) * ncol_tiles + nt) * WARP_SIZE + 4 * g + t) * 8 + byte;
+}
+
+// The 8 bytes of lane `lane` for sub-block j and column tile nt.
+__device__ __forceinline__ int2 act_q_lane(const int8_t * __restrict__ yq, int kb, int j, int nt, int lane,
+                                           int ncol_tiles) {
+    return *reinterpret_cast<const int2 *>(yq + ((((int64_t)kb * 8 + j) * ncol_tiles + nt) * WARP_SIZE + lane) * 8);
+}
+
+// Per-32 sums of the int8 activations: the 8 sub-blocks of super-block kb, column col, contiguous.
+__host__ __device__ __forceinline__ int64_t act_sum_index(int kb, int col, int ncol_tiles) {
+    return ((int64_t)kb * 8 * ncol_tiles + col) * 8;
+}
+
+// Scales per super-block: the 8 ncol_tiles columns of super-block kb, contiguous.
+__host__ __device__ __forceinline__ int64_t act_d_index(int kb, int col, int ncol_tiles) {
+    return (int64_t)kb * 8 * ncol_tiles + col;
+}
 
 // c += a (16 x 32, int8) * b (32 x 8, int8), int32 accumulators. A: a0 (g, 4t..), a1 (g + 8, 4t..),
 // a2 (g, 16 + 4t..), a3 (g + 8, 16 + 4t..) (PTX's layout; checked on the H200).
@@ -125,49 +161,60 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
 template <bool kMinsMma, bool kFifthBit = false>
 struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
     static constexpr bool kNeedsSums = true;
+    static constexpr ActLayout kLayout = ActLayout::kRun;
     static constexpr int kNibbles = kFifthBit ? 48 : 16;  // where the nibbles start
 
+    // Sub-block by sub-block (j outer, column tiles inner): one sub-block's operands are live at a
+    // time, its int sums per column tile in cs (the j-inner order kept all 8 unpacked: 128 registers
+    // at 16 columns, 4 blocks a multiprocessor).
     template <int ncol_tiles, bool smem>
     static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,
                                                       const int8_t * __restrict__ yq, const float * __restrict__ yd,
-                                                      const int * __restrict__ ysum, int kb, int k_pad, int g, int t) {
-        uint4 h0, h1;
-        uint2 q0[4], q1[4];
+                                                      const int * __restrict__ ysum, int kb, int g, int t) {
+        auto load16 = [](const char * p) { return smem ? *reinterpret_cast<const uint4 *>(p) : load_stream_16(p); };
+        auto load8 = [](const char * p) { return smem ? *reinterpret_cast<const uint2 *>(p) : load_stream_8(p); };
+        const int lane = 4 * g + t;
+        const uint4 h0 = load16(b0), h1 = load16(b1);
         uint2 e0 = {0u, 0u}, e1 = {0u, 0u};  // Q5_K: qh[8t..8t+7], the fifth bits of values 8t..8t+7
-        if constexpr (smem) {
-            h0 = *reinterpret_cast<const uint4 *>(b0);
-            h1 = *reinterpret_cast<const uint4 *>(b1);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                q0[c] = *reinterpret_cast<const uint2 *>(b0 + kNibbles + 32 * c + 8 * t);
-                q1[c] = *reinterpret_cast<const uint2 *>(b1 + kNibbles + 32 * c + 8 * t);
-            }
-            if constexpr (kFifthBit) {
-                e0 = *reinterpret_cast<const uint2 *>(b0 + 16 + 8 * t);
-                e1 = *reinterpret_cast<const uint2 *>(b1 + 16 + 8 * t);
-            }
-        } else {
-            h0 = load_stream_16(b0);
-            h1 = load_stream_16(b1);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                q0[c] = load_stream_8(b0 + kNibbles + 32 * c + 8 * t);
-                q1[c] = load_stream_8(b1 + kNibbles + 32 * c + 8 * t);
-            }
-            if constexpr (kFifthBit) {
-                e0 = load_stream_8(b0 + 16 + 8 * t);
-                e1 = load_stream_8(b1 + 16 + 8 * t);
-            }
+        if constexpr (kFifthBit) {
+            e0 = load8(b0 + 16 + 8 * t);
+            e1 = load8(b1 + 16 + 8 * t);
         }
-        int sc0[8], mn0[8], sc1[8], mn1[8];
+        int cs[ncol_tiles][4] = {};
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            scale_min(h0.y, h0.z, h0.w, j, sc0[j], mn0[j]);
-            scale_min(h1.y, h1.z, h1.w, j, sc1[j], mn1[j]);
+        for (int c = 0; c < 4; ++c) {
+            const uint2 q0 = load8(b0 + kNibbles + 32 * c + 8 * t);
+            const uint2 q1 = load8(b1 + kNibbles + 32 * c + 8 * t);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * c + h, sh = 4 * h;
+                int sc0, sc1, m_;
+                scale_min(h0.y, h0.z, h0.w, j, sc0, m_);
+                scale_min(h1.y, h1.z, h1.w, j, sc1, m_);
+                int lo0 = (q0.x >> sh) & 0x0F0F0F0F, hi0 = (q0.y >> sh) & 0x0F0F0F0F;
+                int lo1 = (q1.x >> sh) & 0x0F0F0F0F, hi1 = (q1.y >> sh) & 0x0F0F0F0F;
+                if constexpr (kFifthBit) {  // bit j of each qh byte -> bit 4 of the value
+                    lo0 |= ((e0.x >> j) & 0x01010101) << 4;
+                    hi0 |= ((e0.y >> j) & 0x01010101) << 4;
+                    lo1 |= ((e1.x >> j) & 0x01010101) << 4;
+                    hi1 |= ((e1.y >> j) & 0x01010101) << 4;
+                }
+                const int a[4] = {lo0, lo1, hi0, hi1};
+#pragma unroll
+                for (int nt = 0; nt < ncol_tiles; ++nt) {
+                    const int2 yv = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);  // B: column g of the tile
+                    const int b[2] = {yv.x, yv.y};
+                    int cj[4] = {0, 0, 0, 0};
+                    mma_s8(cj, a, b);
+                    cs[nt][0] += sc0 * cj[0];
+                    cs[nt][1] += sc0 * cj[1];
+                    cs[nt][2] += sc1 * cj[2];
+                    cs[nt][3] += sc1 * cj[3];
+                }
+            }
         }
         const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
         const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
-        const int nsub = k_pad / 32;
         uint32_t a_min[4] = {0u, 0u, 0u, 0u};  // rows g and g + 8, sub-blocks 2t and 2t + 1
         if constexpr (kMinsMma) {
             int s_, m_a, m_b;
@@ -180,57 +227,36 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
         }
 #pragma unroll
         for (int nt = 0; nt < ncol_tiles; ++nt) {
-            const int8_t * yb = yq + (int64_t)(nt * 8 + g) * k_pad + kb * kQk + 8 * t;  // B: column g of the tile
-            int cs[4] = {0, 0, 0, 0};
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int c = j >> 1, sh = 4 * (j & 1);
-                int lo0 = (q0[c].x >> sh) & 0x0F0F0F0F, hi0 = (q0[c].y >> sh) & 0x0F0F0F0F;
-                int lo1 = (q1[c].x >> sh) & 0x0F0F0F0F, hi1 = (q1[c].y >> sh) & 0x0F0F0F0F;
-                if constexpr (kFifthBit) {  // bit j of each qh byte -> bit 4 of the value
-                    lo0 |= ((e0.x >> j) & 0x01010101) << 4;
-                    hi0 |= ((e0.y >> j) & 0x01010101) << 4;
-                    lo1 |= ((e1.x >> j) & 0x01010101) << 4;
-                    hi1 |= ((e1.y >> j) & 0x01010101) << 4;
-                }
-                const int a[4] = {lo0, lo1, hi0, hi1};
-                const int2 yv = *reinterpret_cast<const int2 *>(yb + 32 * j);
-                const int b[2] = {yv.x, yv.y};
-                int cj[4] = {0, 0, 0, 0};
-                mma_s8(cj, a, b);
-                cs[0] += sc0[j] * cj[0];
-                cs[1] += sc0[j] * cj[1];
-                cs[2] += sc1[j] * cj[2];
-                cs[3] += sc1[j] * cj[3];
-            }
             // C: (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1), col0 = 8 nt + 2t
             const int col0 = nt * 8 + 2 * t;
             float m00, m01, m10, m11;
             if constexpr (kMinsMma) {
-                const int2 s = *reinterpret_cast<const int2 *>(ysum + (int64_t)(nt * 8 + g) * nsub + kb * 8 + 2 * t);
-                const uint32_t b[2] = {half2_bits((float)s.x, (float)s.y), 0u};
+                const int2 sv = *reinterpret_cast<const int2 *>(ysum + act_sum_index(kb, nt * 8 + g, ncol_tiles) + 2 * t);
+                const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
                 float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 mma_f16(mc, a_min, b);
                 m00 = mc[0], m01 = mc[1], m10 = mc[2], m11 = mc[3];
             } else {
-                const int * s_a = ysum + (int64_t)col0 * nsub + kb * 8;
-                const int * s_b = s_a + nsub;
+                const int * s_a = ysum + act_sum_index(kb, col0, ncol_tiles);
+                const int * s_b = s_a + 8;
                 int i00 = 0, i01 = 0, i10 = 0, i11 = 0;
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
-                    i00 += mn0[j] * s_a[j];
-                    i01 += mn0[j] * s_b[j];
-                    i10 += mn1[j] * s_a[j];
-                    i11 += mn1[j] * s_b[j];
+                    int s_, mn0, mn1;
+                    scale_min(h0.y, h0.z, h0.w, j, s_, mn0);
+                    scale_min(h1.y, h1.z, h1.w, j, s_, mn1);
+                    i00 += mn0 * s_a[j];
+                    i01 += mn0 * s_b[j];
+                    i10 += mn1 * s_a[j];
+                    i11 += mn1 * s_b[j];
                 }
                 m00 = (float)i00, m01 = (float)i01, m10 = (float)i10, m11 = (float)i11;
             }
-            const float dy_a = yd[(int64_t)col0 * (k_pad / kQk) + kb],
-                        dy_b = yd[(int64_t)(col0 + 1) * (k_pad / kQk) + kb];
-            acc[nt][0] += dy_a * (dm0.x * (float)cs[0] - dm0.y * m00);
-            acc[nt][1] += dy_b * (dm0.x * (float)cs[1] - dm0.y * m01);
-            acc[nt][2] += dy_a * (dm1.x * (float)cs[2] - dm1.y * m10);
-            acc[nt][3] += dy_b * (dm1.x * (float)cs[3] - dm1.y * m11);
+            const float2 dy = *reinterpret_cast<const float2 *>(yd + act_d_index(kb, col0, ncol_tiles));
+            acc[nt][0] += dy.x * (dm0.x * (float)cs[nt][0] - dm0.y * m00);
+            acc[nt][1] += dy.y * (dm0.x * (float)cs[nt][1] - dm0.y * m01);
+            acc[nt][2] += dy.x * (dm1.x * (float)cs[nt][2] - dm1.y * m10);
+            acc[nt][3] += dy.y * (dm1.x * (float)cs[nt][3] - dm1.y * m11);
         }
     }
 };
@@ -244,11 +270,13 @@ using Q5KMinsMma = Q4KT<true, true>;
 // and 16+4t..16+4t+3 of each block, the PTX layout); each block's int32 sums scaled by its d.
 struct Q80 : AlignedBlocks<8 * 34> {
     static constexpr bool kNeedsSums = false;
+    static constexpr ActLayout kLayout = ActLayout::kHalves;
 
     template <int ncol_tiles, bool smem>
     static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,
                                                       const int8_t * __restrict__ yq, const float * __restrict__ yd,
-                                                      const int * __restrict__, int kb, int k_pad, int g, int t) {
+                                                      const int * __restrict__, int kb, int g, int t) {
+        const int lane = 4 * g + t;
         auto load4 = [](const char * p) { return smem ? load_smem_4_align2(p) : load_stream_4_align2(p); };
         auto load_d = [](const char * p) {
             const unsigned short h =
@@ -265,8 +293,8 @@ struct Q80 : AlignedBlocks<8 * 34> {
             const float d0 = load_d(r0), d1 = load_d(r1);
 #pragma unroll
             for (int nt = 0; nt < ncol_tiles; ++nt) {
-                const int8_t * yb = yq + (int64_t)(nt * 8 + g) * k_pad + kb * kQk + 32 * j + 4 * t;  // column g
-                const int b[2] = {*reinterpret_cast<const int *>(yb), *reinterpret_cast<const int *>(yb + 16)};
+                const int2 yv = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);  // column g: 4t.., 16 + 4t..
+                const int b[2] = {yv.x, yv.y};
                 int cj[4] = {0, 0, 0, 0};
                 mma_s8(cj, a, b);
                 sums[nt][0] += d0 * (float)cj[0];
@@ -277,13 +305,11 @@ struct Q80 : AlignedBlocks<8 * 34> {
         }
 #pragma unroll
         for (int nt = 0; nt < ncol_tiles; ++nt) {
-            const int col0 = nt * 8 + 2 * t;
-            const float dy_a = yd[(int64_t)col0 * (k_pad / kQk) + kb],
-                        dy_b = yd[(int64_t)(col0 + 1) * (k_pad / kQk) + kb];
-            acc[nt][0] += dy_a * sums[nt][0];
-            acc[nt][1] += dy_b * sums[nt][1];
-            acc[nt][2] += dy_a * sums[nt][2];
-            acc[nt][3] += dy_b * sums[nt][3];
+            const float2 dy = *reinterpret_cast<const float2 *>(yd + act_d_index(kb, nt * 8 + 2 * t, ncol_tiles));
+            acc[nt][0] += dy.x * sums[nt][0];
+            acc[nt][1] += dy.y * sums[nt][1];
+            acc[nt][2] += dy.x * sums[nt][2];
+            acc[nt][3] += dy.y * sums[nt][3];
         }
     }
 };
@@ -337,6 +363,7 @@ struct Q6K {
     static constexpr int kChunks = 14;  // a 2-byte aligned 210-byte block lies in 14 aligned 16-byte chunks
     static constexpr int kStageRow = 16 * kChunks;
     static constexpr bool kNeedsSums = false;
+    static constexpr ActLayout kLayout = ActLayout::kHalves;
 
     static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
         return w + (int64_t)row * row_bytes + (int64_t)kb * kBytes;
@@ -347,36 +374,39 @@ struct Q6K {
     template <int ncol_tiles, bool smem>
     static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,
                                                       const int8_t * __restrict__ yq, const float * __restrict__ yd,
-                                                      const int * __restrict__, int kb, int k_pad, int g, int t) {
+                                                      const int * __restrict__, int kb, int g, int t) {
+        const int lane = 4 * g + t;
         const Q6KRow r0 = load_q6_k_row<smem>(b0, t);
         const Q6KRow r1 = load_q6_k_row<smem>(b1, t);
         int cs[ncol_tiles][4] = {};
 #pragma unroll
-        for (int s = 0; s < 16; ++s) {
-            const int n = s >> 3, q = (s >> 1) & 3, u = s & 1;
-            const int a[2] = {q6_k_operand(r0, n, q, u), q6_k_operand(r1, n, q, u)};
-            const int sc0 = q6_k_scale(r0, s), sc1 = q6_k_scale(r1, s);
+        for (int j = 0; j < 8; ++j) {  // sub-block j: the groups s = 2j (lane bytes 0..3), 2j + 1 (4..7)
+            int2 yv[ncol_tiles];
 #pragma unroll
-            for (int nt = 0; nt < ncol_tiles; ++nt) {
-                const int b = *reinterpret_cast<const int *>(yq + (int64_t)(nt * 8 + g) * k_pad + kb * kQk + 16 * s +
-                                                             4 * t);  // B: column g of the tile
-                int cj[4] = {0, 0, 0, 0};
-                mma_s8_k16(cj, a, b);
-                cs[nt][0] += sc0 * cj[0];
-                cs[nt][1] += sc0 * cj[1];
-                cs[nt][2] += sc1 * cj[2];
-                cs[nt][3] += sc1 * cj[3];
+            for (int nt = 0; nt < ncol_tiles; ++nt) yv[nt] = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int s = 2 * j + u, n = s >> 3, q = (s >> 1) & 3;
+                const int a[2] = {q6_k_operand(r0, n, q, u), q6_k_operand(r1, n, q, u)};
+                const int sc0 = q6_k_scale(r0, s), sc1 = q6_k_scale(r1, s);
+#pragma unroll
+                for (int nt = 0; nt < ncol_tiles; ++nt) {
+                    int cj[4] = {0, 0, 0, 0};
+                    mma_s8_k16(cj, a, u == 0 ? yv[nt].x : yv[nt].y);  // B: column g of the tile
+                    cs[nt][0] += sc0 * cj[0];
+                    cs[nt][1] += sc0 * cj[1];
+                    cs[nt][2] += sc1 * cj[2];
+                    cs[nt][3] += sc1 * cj[3];
+                }
             }
         }
 #pragma unroll
         for (int nt = 0; nt < ncol_tiles; ++nt) {
-            const int col0 = nt * 8 + 2 * t;
-            const float dy_a = yd[(int64_t)col0 * (k_pad / kQk) + kb],
-                        dy_b = yd[(int64_t)(col0 + 1) * (k_pad / kQk) + kb];
-            acc[nt][0] += dy_a * r0.d * (float)cs[nt][0];
-            acc[nt][1] += dy_b * r0.d * (float)cs[nt][1];
-            acc[nt][2] += dy_a * r1.d * (float)cs[nt][2];
-            acc[nt][3] += dy_b * r1.d * (float)cs[nt][3];
+            const float2 dy = *reinterpret_cast<const float2 *>(yd + act_d_index(kb, nt * 8 + 2 * t, ncol_tiles));
+            acc[nt][0] += dy.x * r0.d * (float)cs[nt][0];
+            acc[nt][1] += dy.y * r0.d * (float)cs[nt][1];
+            acc[nt][2] += dy.x * r1.d * (float)cs[nt][2];
+            acc[nt][3] += dy.y * r1.d * (float)cs[nt][3];
         }
     }
 };
@@ -410,13 +440,18 @@ constexpr int fit_stages(int stages) {
     return stages;
 }
 
+// Blocks a multiprocessor should hold (__launch_bounds__'s minimum): up to 16 columns 6, the
+// register budget of 80 (24 warps); more column tiles need more accumulators.
+constexpr int min_blocks(int ncol_tiles) { return ncol_tiles <= 2 ? 6 : ncol_tiles <= 4 ? 4 : 3; }
+
 // ncol_tiles tiles of 8 columns; the activation buffers hold 8 * ncol_tiles columns (zeros past
-// ncols).
-template <typename F, int ncol_tiles, int kStages>
-__global__ void __launch_bounds__(kWarps * WARP_SIZE)
+// ncols), tiled (act_q_index). kOccupancy: pass min_blocks to __launch_bounds__ (else the
+// compiler's register choice).
+template <typename F, int ncol_tiles, int kStages, bool kOccupancy>
+__global__ void __launch_bounds__(kWarps * WARP_SIZE, kOccupancy ? min_blocks(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
                            const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
-                           const int64_t row_bytes, const int k_pad, const int ncols, const int stride_col_dst) {
+                           const int64_t row_bytes, const int ncols, const int stride_col_dst) {
     using S = Smem<F, ncol_tiles, kStages>;
     static_assert(S::kBytes <= kMaxStaticSmem, "static shared memory over 48 KB: see fit_stages");
     __shared__ __align__(16) char smem[S::kBytes];
@@ -452,10 +487,10 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
             const char * buf = stages + (it % kStages) * S::kStageBytes;
             F::template accumulate<ncol_tiles, true>(acc, buf + g * F::kStageRow + F::stage_offset(blk0),
                                                      buf + (g + 8) * F::kStageRow + F::stage_offset(blk1), yq, yd, ysum,
-                                                     kb, k_pad, g, t);
+                                                     kb, g, t);
             __syncwarp();  // every lane is done with this stage before it is refilled
         } else {
-            F::template accumulate<ncol_tiles, false>(acc, blk0, blk1, yq, yd, ysum, kb, k_pad, g, t);
+            F::template accumulate<ncol_tiles, false>(acc, blk0, blk1, yq, yd, ysum, kb, g, t);
         }
     }
     if constexpr (kStages > 0) cp_async_wait<0>();
@@ -484,15 +519,17 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     }
 }
 
-// Activations for the kernels above: column j of x (stride_col_x floats apart) -> qs[j][k_pad]
-// int8 with d[j][k_pad / 256] = max |x| / 127 per 256 values and sums[j][k_pad / 32] of the int8
-// per 32; columns ncols..ncols_pad - 1 are zeros. Grid (k_pad / 256, ncols_pad), 256 threads.
+// Activations for the kernels above: column j of x (stride_col_x floats apart) -> int8 qs in the
+// tiled layout L of ncol_tiles column tiles, d = max |x| / 127 per 256 values and column, and the
+// int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256, 8 ncol_tiles),
+// 256 threads: thread i quantizes value i of its super-block.
+template <ActLayout L>
 static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
                                              float * __restrict__ d, int * __restrict__ sums, const int k,
-                                             const int k_pad, const int ncols, const int64_t stride_col_x) {
-    const int j = blockIdx.y;
-    const int i = blockIdx.x * kQk + threadIdx.x;
-    const float v = (j < ncols && i < k) ? x[j * stride_col_x + i] : 0.0f;
+                                             const int ncols, const int ncol_tiles, const int64_t stride_col_x) {
+    const int col = blockIdx.y, kb = blockIdx.x;
+    const int i = kb * kQk + threadIdx.x;
+    const float v = (col < ncols && i < k) ? x[col * stride_col_x + i] : 0.0f;
     __shared__ float wmax[kQk / WARP_SIZE];
     float amax = fabsf(v);
 #pragma unroll
@@ -504,39 +541,58 @@ static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_
     for (int w = 1; w < kQk / WARP_SIZE; ++w) amax = fmaxf(amax, wmax[w]);
     const float dd = amax / 127.0f;
     const int q = amax == 0.0f ? 0 : (int)roundf(v / dd);
-    qs[(int64_t)j * k_pad + i] = (int8_t)q;
+    const int j = threadIdx.x / 32, val = threadIdx.x % 32;  // sub-block j, its value val
+    qs[act_q_index<L>(kb, j, val, col, ncol_tiles)] = (int8_t)q;
     int s = q;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-    if (threadIdx.x % WARP_SIZE == 0) sums[(int64_t)j * (k_pad / 32) + i / 32] = s;
-    if (threadIdx.x == 0) d[(int64_t)j * (k_pad / kQk) + blockIdx.x] = dd;
+    if (val == 0) sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
+    if (threadIdx.x == 0) d[act_d_index(kb, col, ncol_tiles)] = dd;
 }
 
 // Column tiles the activation buffers need for ncols columns.
+// 8: a DDTree verify of 3..8 nodes (the GEMV's cost grows by a column's worth per column).
 // 24: a tree verify of 17..24 nodes (DDTree budgets 16..23) pays for 3 column tiles, not 4: on the
 // H200 ffn_up 49.1 us against 62.3, the Q6_K output 812 against 949 (h200-s8-mma-standalone-24col.json).
-inline int padded_columns(int ncols) { return ncols <= 16 ? 16 : ncols <= 24 ? 24 : ncols <= 32 ? 32 : 64; }
+// 48: a verify of 33..48 nodes (DDTree budget 32 is 33 nodes) pays for 6 tiles, not 8.
+inline int padded_columns(int ncols) {
+    return ncols <= 8 ? 8 : ncols <= 16 ? 16 : ncols <= 24 ? 24 : ncols <= 32 ? 32 : ncols <= 48 ? 48 : 64;
+}
+
+// Quantizes ncols columns of x for weight type F (its layout), padded_columns(ncols) of them.
+template <typename F>
+void quantize_act(const float * x, int8_t * qs, float * d, int * sums, int k, int ncols, int64_t stride_col_x,
+                  cudaStream_t stream) {
+    const int np = padded_columns(ncols);
+    DFLASH_LAUNCH(dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream, quantize_act_k_kernel<F::kLayout>)(
+        x, qs, d, sums, k, ncols, np / 8, stride_col_x);
+}
 
 // kStages: super-blocks in flight per warp (0: direct loads). The engine uses kDefaultStages: 2
 // beat 3 for every type at 16 columns on the H200 (session 8).
 constexpr int kDefaultStages = 2;
 
-// kStages: asked for; what runs is fit_stages<F>(kStages) (0 stays 0: direct loads).
-template <typename F, int kStages>
+// kStages: asked for; what runs is fit_stages<F>(kStages) (0 stays 0: direct loads). The
+// activations were quantized by quantize_act<F> for the same ncols.
+template <typename F, int kStages, bool kOccupancy = true>
 void launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
-            int64_t row_bytes, int k_pad, int ncols, int stride_col_dst, cudaStream_t stream) {
+            int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream) {
     const dim3 grid((nrows + kRows - 1) / kRows, 1, 1), block(WARP_SIZE, kWarps, 1);
     const int nb = k / kQk;
     constexpr int kSt = kStages > 0 ? fit_stages<F>(kStages) : 0;
-#define GEMM_KQ_LAUNCH(NT)                                                         \
-    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt>)( \
-        w, yq, yd, ysum, dst, nrows, nb, row_bytes, k_pad, ncols, stride_col_dst)
-    if (ncols <= 16) {
+#define GEMM_KQ_LAUNCH(NT)                                                                     \
+    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy>)( \
+        w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst)
+    if (ncols <= 8) {
+        GEMM_KQ_LAUNCH(1);
+    } else if (ncols <= 16) {
         GEMM_KQ_LAUNCH(2);
     } else if (ncols <= 24) {
         GEMM_KQ_LAUNCH(3);
     } else if (ncols <= 32) {
         GEMM_KQ_LAUNCH(4);
+    } else if (ncols <= 48) {
+        GEMM_KQ_LAUNCH(6);
     } else {
         GEMM_KQ_LAUNCH(8);
     }

@@ -51,7 +51,12 @@ bool ggml_ext_cuda_mul_mat_vec_q(ggml_backend_cuda_context & ctx, const ggml_ten
 bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                                 ggml_tensor * dst);
 
-// ggml_ext's tensor-core GEMM for Q4_K / Q6_K x 9..64 columns (gemm_kquant_mma.cu; experimental, off unless
-// DFLASH_MMA=1 or ggml_ext::set_mma_enabled). False when it does not take the product.
+// The fewest columns ggml_ext's tensor-core GEMM takes: from 3 columns its 8-column tile costs
+// less than the GEMV, whose cost grows by about a column's worth per column (H200 standalone).
+constexpr int kMmaMinColumns = 3;
+
+// ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K (Q8_0 when asked) x 3..32 columns (64 with
+// DFLASH_MMA_MAX_COLUMNS; gemm_kquant_mma.cu; on unless DFLASH_MMA=0 or ggml_ext::set_mma_enabled).
+// False when it does not take the product.
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                             ggml_tensor * dst);

@@ -116,12 +116,12 @@ bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tenso
     const ggml_tensor * src0 = dst->src[0];
     const ggml_tensor * src1 = dst->src[1];
     const int64_t n = src1->ne[1];
-    // The engine's other tagged products: 1..8 columns of Q4_K / Q6_K go to ggml_ext's GEMV
-    // whatever ggml's own choice between its vector and tensor-core kernels would be; 9..64
-    // columns of Q4_K to its tensor-core GEMM when that is switched on (experimental).
+    // The engine's other tagged products: 3..32 columns of the k-quants go to ggml_ext's
+    // tensor-core GEMM, the rest of 1..8 columns to its GEMV, whatever ggml's own choice between
+    // its vector and tensor-core kernels would be.
     if (ggml_ext::is_mul_mat_tiles(dst)) {
-        if (n <= kGemvMaxColumns) return ggml_ext_cuda_gemv_columns(ctx, src0, src1, dst);
-        return ggml_ext_cuda_gemm_mma(ctx, src0, src1, dst);
+        if (ggml_ext_cuda_gemm_mma(ctx, src0, src1, dst)) return true;
+        return n <= kGemvMaxColumns && ggml_ext_cuda_gemv_columns(ctx, src0, src1, dst);
     }
     if (!ggml_ext::is_mul_mat_invariant(dst)) return false;
     // Q4_K / Q6_K: one-column products are ggml_ext's GEMV (patches/0005), on any device, and its

@@ -396,9 +396,15 @@ struct MmaBuffers {
         CK(cudaMalloc(&x, (size_t)ncols * k * 4));
         CK(cudaMalloc(&dst, (size_t)ncols * rows * 4));
     }
-    void quantize(int k, int ncols) {
-        const int np = gemm_kq::padded_columns(ncols);
-        DFLASH_LAUNCH(dim3(k / 256, np, 1), 256, 0, nullptr, gemm_kq::quantize_act_k_kernel)(x, yq, yd, ysum, k, k, ncols, k);
+    // In the layout of type t's GEMM (gemm_kq::quantize_act<F>).
+    void quantize(W t, int k, int ncols) {
+        if (t == W::q6_K) {
+            gemm_kq::quantize_act<gemm_kq::Q6K>(x, yq, yd, ysum, k, ncols, k, nullptr);
+        } else if (t == W::q8_0) {
+            gemm_kq::quantize_act<gemm_kq::Q80>(x, yq, yd, ysum, k, ncols, k, nullptr);
+        } else {
+            gemm_kq::quantize_act<gemm_kq::Q4K>(x, yq, yd, ysum, k, ncols, k, nullptr);
+        }
         CK(cudaGetLastError());
     }
     void free_all() {
@@ -410,26 +416,24 @@ struct MmaBuffers {
     }
 };
 
-// The tensor-core GEMM with kStages super-blocks in flight per warp (0: direct loads).
+// The tensor-core GEMM with `stages` super-blocks in flight per warp (0: direct loads); with
+// the occupancy hint (gemm_kq::min_blocks, the engine's) or without.
 template <typename F>
-void run_mma_t(int stages, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
-    switch (stages) {
-        case 0:
-            gemm_kq::launch<F, 0>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, 0);
-            break;
-        case 2:
-            gemm_kq::launch<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, 0);
-            break;
-        default:
-            gemm_kq::launch<F, 3>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, k, ncols, rows, 0);
-            break;
+void run_mma_t(int stages, bool occupancy, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes,
+               int ncols) {
+    if (stages == 0) {
+        gemm_kq::launch<F, 0>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+    } else if (occupancy) {
+        gemm_kq::launch<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+    } else {
+        gemm_kq::launch<F, 2, false>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
     }
     CK(cudaGetLastError());
 }
 
 // The stage count a request runs with (gemm_kq::launch fits the pipeline into shared memory).
-int stages_run(W t, int stages) {
-    const int s = stages % 100;
+int stages_run(W t, int code) {
+    const int s = code % 100;
     if (s == 0) return 0;
     switch (t) {
         case W::q8_0:
@@ -443,25 +447,30 @@ int stages_run(W t, int stages) {
     }
 }
 
-// stages >= 100: Q4_K / Q5_K with the min term through an f16 mma (gemm_kq::Q4KMinsMma,
-// Q5KMinsMma; the engine's form), stages - 100.
-void run_mma(W t, int stages, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
-    if (t == W::q4_K && stages >= 100) {
-        run_mma_t<gemm_kq::Q4KMinsMma>(stages - 100, w, b, rows, k, row_bytes, ncols);
+// A variant's code: stages (0 or 2) + 100 for Q4_K / Q5_K's min term through an f16 mma
+// (gemm_kq::Q4KMinsMma, Q5KMinsMma) + 1000 without the occupancy hint. The engine's: 102 for
+// Q4_K / Q5_K, 2 for Q6_K / Q8_0.
+void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
+    const int stages = code % 100;
+    const bool mins_mma = code % 1000 >= 100, occupancy = code < 1000;
+    if (t == W::q4_K && mins_mma) {
+        run_mma_t<gemm_kq::Q4KMinsMma>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q4_K) {
-        run_mma_t<gemm_kq::Q4K>(stages, w, b, rows, k, row_bytes, ncols);
-    } else if (t == W::q5_K && stages >= 100) {
-        run_mma_t<gemm_kq::Q5KMinsMma>(stages - 100, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q4K>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
+    } else if (t == W::q5_K && mins_mma) {
+        run_mma_t<gemm_kq::Q5KMinsMma>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q5_K) {
-        run_mma_t<gemm_kq::Q5K>(stages, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q5K>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q8_0) {
-        run_mma_t<gemm_kq::Q80>(stages, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q80>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
     } else {
-        run_mma_t<gemm_kq::Q6K>(stages, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q6K>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
     }
 }
 
-constexpr int kMmaStages[] = {0, 2, 3, 102, 103};
+constexpr int kMmaCodes[] = {0, 2, 1002, 102, 1102};
+
+bool mins_mma_code(int code) { return code % 1000 >= 100; }
 
 // The tensor-core GEMM against the host reference (activations per 256), every stage count.
 void check_mma(W t, int rows, int k, std::mt19937 & gen) {
@@ -473,7 +482,7 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
     char * dw = nullptr;
     CK(cudaMalloc(&dw, w.size()));
     CK(cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice));
-    for (int ncols : {9, 16, 23, 32, 64}) {
+    for (int ncols : {3, 8, 9, 16, 23, 32, 40, 64}) {
         std::vector<float> x((size_t)ncols * k);
         for (auto & v : x) v = normal(gen);
         std::vector<double> ref((size_t)ncols * rows);
@@ -491,9 +500,9 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-        b.quantize(k, ncols);
-        for (int stages : kMmaStages) {
-            if (t != W::q4_K && t != W::q5_K && stages >= 100) continue;
+        b.quantize(t, k, ncols);
+        for (int stages : kMmaCodes) {
+            if (t != W::q4_K && t != W::q5_K && mins_mma_code(stages)) continue;
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
             run_mma(t, stages, dw, b, rows, k, row_bytes, ncols);
@@ -504,7 +513,7 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
                 "{\"check_mma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"stages\": %d, "
                 "\"stages_run\": %d, \"rel_err\": %.3g, \"ok\": %s}\n",
                 type_name(t), rows, k, ncols, stages, stages_run(t, stages), err / ref_max,
-                err / ref_max <= (stages >= 100 ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
+                err / ref_max <= (mins_mma_code(stages) ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
         }
         b.free_all();
     }
@@ -516,13 +525,13 @@ void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen) {
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
     char * dw = weight_copies(t, rows, k, bytes, copies, gen);
-    for (int ncols : {16, 24, 32, 64}) {
+    for (int ncols : {8, 16, 24, 32, 48, 64}) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
-        b.quantize(k, ncols);
-        for (int stages : kMmaStages) {
-            if (t != W::q4_K && t != W::q5_K && stages >= 100) continue;
+        b.quantize(t, k, ncols);
+        for (int stages : kMmaCodes) {
+            if (t != W::q4_K && t != W::q5_K && mins_mma_code(stages)) continue;
             const int reps = 5;
             for (int c = 0; c < copies; ++c) run_mma(t, stages, dw + bytes * c, b, rows, k, row_bytes, ncols);
             const double us = time_us(reps * copies, [&] {
@@ -535,6 +544,24 @@ void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen) {
                 "\"stages_run\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
                 name, type_name(t), rows, k, ncols, stages, stages_run(t, stages), us, bytes / us / 1e3);
         }
+        b.free_all();
+    }
+    cudaFree(dw);
+}
+
+// One launch of the engine's GEMM form per shape and column count, for a profiler (ncu): no
+// repetitions, no timing.
+void profile_mma(W t, int rows, int k, std::mt19937 & gen) {
+    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
+    const size_t bytes = (size_t)rows * row_bytes;
+    char * dw = weight_copies(t, rows, k, bytes, 1, gen);
+    for (int ncols : {8, 16, 32, 64}) {
+        MmaBuffers b;
+        b.alloc(k, ncols, rows);
+        CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
+        b.quantize(t, k, ncols);
+        run_mma(t, t == W::q4_K || t == W::q5_K ? 102 : 2, dw, b, rows, k, row_bytes, ncols);
+        CK(cudaDeviceSynchronize());
         b.free_all();
     }
     cudaFree(dw);
@@ -602,6 +629,11 @@ int main(int argc, char ** argv) {
                                             {"ffn_down", W::q8_0, 5120, 17408}};
     if (what == "mma") {
         for (const Shape & m : mma_shapes) bench_mma(m.name, m.t, m.rows, m.k, gen);
+    }
+    if (what == "profile") {  // ffn_up, ffn_down and the output: one launch each at 16 / 32 / 64 columns
+        profile_mma(W::q4_K, 17408, 5120, gen);
+        profile_mma(W::q4_K, 5120, 17408, gen);
+        profile_mma(W::q6_K, 248320, 5120, gen);
     }
     if (what == "q5q8") {  // the GEMM for Q5_K and Q8_0 (checked above with check_mma)
         for (const Shape & m : q5q8_shapes) bench_mma(m.name, m.t, m.rows, m.k, gen);

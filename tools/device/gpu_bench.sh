@@ -51,26 +51,27 @@ if [ "$stage" = s ]; then
   exit 0
 fi
 
-# `gpu_bench.sh f1`, then `f2` within 30 s (session 8's last calls, the build kept): f1 the CUDA
-# suite, the 27B AR next to upstream libllama, the chain next to upstream llama-server
-# draft-dflash at synthetic acceptance 10, the DDTree step cost per budget; f2 the kernels per
-# step, the forwards of 17..65 tokens with the tensor-core GEMM at every column count
-# (DFLASH_MMA_MAX_COLUMNS=64) and the chain with Q4_K's integer min sums (DFLASH_MMA_MINS_INT=1).
+# `gpu_bench.sh f1`, then `f2` within 30 s (the build kept): f1 the CUDA suite, the chain next to
+# upstream llama-server draft-dflash at synthetic acceptance 10, the DDTree step cost per budget;
+# f2 the 27B AR next to upstream libllama, the kernels per step (forwards of 16 / 32 / 64 tokens
+# among them), and the verifies of 33 / 65 nodes with ggml's mmq above 32 columns
+# (DFLASH_MMA_MAX_COLUMNS=32) next to the tensor-core GEMM's default 64.
 if [ "$stage" = f1 ]; then
   start_27b_synth
-  run_cuda_suite 120
+  run_cuda_suite 130
   until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 200 ]; do sleep 2; done
-  ar_bench 60 /tmp/q27.gguf h200-27b-ar.json
   [ "$(left)" -ge 120 ] && chain_bench 110 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
   [ "$(left)" -ge 40 ] && tree_steps "$(($(left) - 5))" h200-27b-tree-steps.json 1,2,4,8,16,32,64,128,256
   exit 0
 fi
 if [ "$stage" = f2 ]; then
+  ar_bench 60 /tmp/q27.gguf h200-27b-ar.json
   timeout 100 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf --label 27b-q4km \
     --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
   echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"; head -c 3000 "$OUT/kernels-27b.log"
-  [ "$(left)" -ge 60 ] && tree_steps 70 h200-27b-tree-steps-mma64.json 16,32,64 DFLASH_MMA_MAX_COLUMNS=64 -- --no-upstream
-  [ "$(left)" -ge 60 ] && chain_bench "$(($(left) - 5))" h200-27b-chain-mins-int.json DFLASH_MMA_MINS_INT=1
+  [ "$(left)" -ge 60 ] && tree_steps 70 h200-27b-tree-steps-mma32.json 32,64 DFLASH_MMA_MAX_COLUMNS=32 -- --no-upstream
+  [ "$(left)" -ge 130 ] && [ ! -s "$OUT/h200-27b-tree-steps.json" ] &&
+    tree_steps "$(($(left) - 5))" h200-27b-tree-steps.json 1,2,4,8,16,32,64,128,256
   exit 0
 fi
 
