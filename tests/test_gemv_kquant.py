@@ -128,18 +128,18 @@ def mma_restored() -> Iterator[None]:
 
 
 def test_mma_switch_is_on_with_cuda_by_default() -> None:
-    """ggml_ext's tensor-core GEMM takes the engine's 3..64-column products on CUDA unless
+    """ggml_ext's tensor-core GEMM takes the engine's 2..64-column products on CUDA unless
     DFLASH_MMA=0; there is nothing to switch on the CPU."""
     assert _core.mma_enabled() == (GPU and os.environ.get("DFLASH_MMA") != "0")
 
 
 @needs_gpu
 @pytest.mark.parametrize("wtype", TYPES)
-@pytest.mark.parametrize("n", [3, 8, 9, 13, 16, 17, 24, 32, 33, 48, 64])
+@pytest.mark.parametrize("n", [2, 3, 8, 9, 13, 16, 17, 24, 32, 33, 48, 64])
 def test_cuda_mma_gemm_equals_ggml_and_numpy(
     wtype: str, n: int, mma_restored: None, gemv_restored: None
 ) -> None:
-    """Q4_K / Q6_K / Q5_K (and Q8_0, switched on) x 3..64 columns (what the engine sends it: every
+    """Q4_K / Q6_K / Q5_K (and Q8_0, switched on) x 2..64 columns (what the engine sends it: every
     column tile) through ggml_ext's tensor-core GEMM (activations quantized per 256, the CPU
     backend's rule, where ggml's mmq quantizes per 32: 8-bit error apart, 3e-2).
     k = 2304: nine super-blocks, so Q6_K rows alternate between 4- and 2-byte alignment."""

@@ -2,7 +2,7 @@
 (one block per output tile, no stream-k fixup pass, where that is cheaper; patches/0003). The
 engine builds every weight matmul this way. The tag changes nothing on the CPU; on CUDA the
 product equals ggml's untagged one up to the order of float sums. (Tagged Q4_K / Q5_K / Q6_K
-products of 3..64 columns go to ggml_ext's tensor-core GEMM by default, whose activations are quantized per
+products of 2..64 columns go to ggml_ext's tensor-core GEMM by default, whose activations are quantized per
 256 values: these tests switch it off, test_gemv_kquant.py tests it.)"""
 
 from __future__ import annotations

@@ -317,7 +317,7 @@ PYBIND11_MODULE(_core, m) {
           "mul_mat_vec_q on the H200; DFLASH_Q80=1 starts it on); no effect without CUDA");
     m.def("q80_enabled", &ggml_ext::q80_enabled);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
-          "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K x 3..64 columns on CUDA instead of ggml's mmq "
+          "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K x 2..64 columns on CUDA instead of ggml's mmq "
           "(on by default; DFLASH_MMA=0 starts it off)");
     m.def("mma_enabled", &ggml_ext::mma_enabled);
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),

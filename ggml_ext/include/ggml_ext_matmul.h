@@ -58,7 +58,7 @@ void set_q80_enabled(bool on);
 bool q80_enabled();
 
 // ggml_ext's tensor-core GEMM for Q4_K / Q6_K weights (kernels/gemm_kquant_mma.cu): tagged
-// mul_mat_tiles products of 3..64 columns go to it instead of ggml's mmq or its GEMV when on (the default;
+// mul_mat_tiles products of 2..64 columns go to it instead of ggml's mmq or its GEMV when on (the default;
 // DFLASH_MMA=0 starts it off). No effect without CUDA.
 void set_mma_enabled(bool on);
 bool mma_enabled();

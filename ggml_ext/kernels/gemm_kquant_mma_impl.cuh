@@ -162,6 +162,7 @@ template <bool kMinsMma, bool kFifthBit = false>
 struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
     static constexpr bool kNeedsSums = true;
     static constexpr ActLayout kLayout = ActLayout::kRun;
+    static constexpr int kMinBlocks16 = 6;
     static constexpr int kNibbles = kFifthBit ? 48 : 16;  // where the nibbles start
 
     // Sub-block by sub-block (j outer, column tiles inner): one sub-block's operands are live at a
@@ -271,6 +272,7 @@ using Q5KMinsMma = Q4KT<true, true>;
 struct Q80 : AlignedBlocks<8 * 34> {
     static constexpr bool kNeedsSums = false;
     static constexpr ActLayout kLayout = ActLayout::kHalves;
+    static constexpr int kMinBlocks16 = 6;
 
     template <int ncol_tiles, bool smem>
     static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,
@@ -364,6 +366,7 @@ struct Q6K {
     static constexpr int kStageRow = 16 * kChunks;
     static constexpr bool kNeedsSums = false;
     static constexpr ActLayout kLayout = ActLayout::kHalves;
+    static constexpr int kMinBlocks16 = 4;
 
     static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
         return w + (int64_t)row * row_bytes + (int64_t)kb * kBytes;
@@ -440,15 +443,20 @@ constexpr int fit_stages(int stages) {
     return stages;
 }
 
-// Blocks a multiprocessor should hold (__launch_bounds__'s minimum): up to 16 columns 6, the
-// register budget of 80 (24 warps); more column tiles need more accumulators.
-constexpr int min_blocks(int ncol_tiles) { return ncol_tiles <= 2 ? 6 : ncol_tiles <= 4 ? 4 : 3; }
+// Blocks a multiprocessor should hold (__launch_bounds__'s minimum): up to 16 columns F's
+// kMinBlocks16 (Q4_K-like 6, a register budget of 80: 24 warps; Q6_K 4: at 80 registers its
+// ffn_down took 46.6 us at 16 columns against 40.1 with the compiler's 137, h200-s9-mma-standalone-*),
+// 24..32 columns 4, more 3 (more column tiles need more accumulators).
+template <typename F>
+constexpr int min_blocks(int ncol_tiles) {
+    return ncol_tiles <= 2 ? F::kMinBlocks16 : ncol_tiles <= 4 ? 4 : 3;
+}
 
 // ncol_tiles tiles of 8 columns; the activation buffers hold 8 * ncol_tiles columns (zeros past
 // ncols), tiled (act_q_index). kOccupancy: pass min_blocks to __launch_bounds__ (else the
 // compiler's register choice).
 template <typename F, int ncol_tiles, int kStages, bool kOccupancy>
-__global__ void __launch_bounds__(kWarps * WARP_SIZE, kOccupancy ? min_blocks(ncol_tiles) : 1)
+__global__ void __launch_bounds__(kWarps * WARP_SIZE, kOccupancy ? min_blocks<F>(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
                            const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
                            const int64_t row_bytes, const int ncols, const int stride_col_dst) {

@@ -51,11 +51,12 @@ bool ggml_ext_cuda_mul_mat_vec_q(ggml_backend_cuda_context & ctx, const ggml_ten
 bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                                 ggml_tensor * dst);
 
-// The fewest columns ggml_ext's tensor-core GEMM takes: from 3 columns its 8-column tile costs
-// less than the GEMV, whose cost grows by about a column's worth per column (H200 standalone).
-constexpr int kMmaMinColumns = 3;
+// The fewest columns ggml_ext's tensor-core GEMM takes: its 8-column tile costs about what the
+// GEMV costs for 2 columns (the GEMV grows by about a column's worth per column): the 27B's
+// forward of 3 tokens through it took 12.0 ms, of 2 tokens through the GEMV 12.6 (H200, session 9).
+constexpr int kMmaMinColumns = 2;
 
-// ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K (Q8_0 when asked) x 3..32 columns (64 with
+// ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K (Q8_0 when asked) x 2..64 columns (16 or 32 with
 // DFLASH_MMA_MAX_COLUMNS; gemm_kquant_mma.cu; on unless DFLASH_MMA=0 or ggml_ext::set_mma_enabled).
 // False when it does not take the product.
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,

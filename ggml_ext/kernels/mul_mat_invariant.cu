@@ -116,7 +116,7 @@ bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tenso
     const ggml_tensor * src0 = dst->src[0];
     const ggml_tensor * src1 = dst->src[1];
     const int64_t n = src1->ne[1];
-    // The engine's other tagged products: 3..32 columns of the k-quants go to ggml_ext's
+    // The engine's other tagged products: 2..64 columns of the k-quants go to ggml_ext's
     // tensor-core GEMM, the rest of 1..8 columns to its GEMV, whatever ggml's own choice between
     // its vector and tensor-core kernels would be.
     if (ggml_ext::is_mul_mat_tiles(dst)) {

@@ -423,6 +423,8 @@ void run_mma_t(int stages, bool occupancy, const char * w, const MmaBuffers & b,
                int ncols) {
     if (stages == 0) {
         gemm_kq::launch<F, 0>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+    } else if (stages == 3) {
+        gemm_kq::launch<F, 3>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
     } else if (occupancy) {
         gemm_kq::launch<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
     } else {
@@ -447,7 +449,7 @@ int stages_run(W t, int code) {
     }
 }
 
-// A variant's code: stages (0 or 2) + 100 for Q4_K / Q5_K's min term through an f16 mma
+// A variant's code: stages (0, 2 or 3) + 100 for Q4_K / Q5_K's min term through an f16 mma
 // (gemm_kq::Q4KMinsMma, Q5KMinsMma) + 1000 without the occupancy hint. The engine's: 102 for
 // Q4_K / Q5_K, 2 for Q6_K / Q8_0.
 void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
@@ -468,7 +470,7 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
     }
 }
 
-constexpr int kMmaCodes[] = {0, 2, 1002, 102, 1102};
+constexpr int kMmaCodes[] = {0, 2, 3, 1002, 102, 103, 1102};
 
 bool mins_mma_code(int code) { return code % 1000 >= 100; }
 
@@ -482,7 +484,7 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
     char * dw = nullptr;
     CK(cudaMalloc(&dw, w.size()));
     CK(cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice));
-    for (int ncols : {3, 8, 9, 16, 23, 32, 40, 64}) {
+    for (int ncols : {2, 8, 9, 16, 23, 32, 40, 64}) {
         std::vector<float> x((size_t)ncols * k);
         for (auto & v : x) v = normal(gen);
         std::vector<double> ref((size_t)ncols * rows);

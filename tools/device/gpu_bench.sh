@@ -75,6 +75,19 @@ if [ "$stage" = f2 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh f3` (one call when the device time left is short): the CUDA suite, the DDTree step
+# cost for budgets 1..64 without upstream, then the kernels per step.
+if [ "$stage" = f3 ]; then
+  start_27b_synth
+  run_cuda_suite 130
+  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 100 ]; do sleep 2; done
+  [ "$(left)" -ge 60 ] && tree_steps 50 h200-27b-tree-steps.json 1,2,4,8,16,32,64 -- --no-upstream
+  [ "$(left)" -ge 50 ] && timeout "$(($(left) - 5))" python3 tools/device/kernel_profile.py -m /tmp/q27.gguf \
+    --draft /tmp/d27.gguf --label 27b-q4km --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
+  echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"
+  exit 0
+fi
+
 # `gpu_bench.sh t` (right after s, the machine warm): the 27B as an all-Q5_K file with ggml's
 # mul_mat_vec_q (DFLASH_GEMV=0) and with our Q5_K GEMV (the default), then the Q4_K_M 27B's chain
 # next to upstream llama-server draft-dflash at the same synthetic acceptance, and the DDTree
