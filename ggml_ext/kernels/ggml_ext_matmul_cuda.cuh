@@ -1,6 +1,7 @@
 // ggml_ext's CUDA matmul for tagged MUL_MAT nodes, called from ggml-cuda's dispatch
-// (patches/0002): the invariant matmul (mul_mat_invariant.cu), and the GEMV for mul_mat_tiles
-// nodes of 1..8 columns (gemv_kquant.cu). Returns false when it does not take the node (ggml
+// (patches/0002): the invariant matmul (mul_mat_invariant.cu), and for mul_mat_tiles nodes the
+// tensor-core GEMM (2..64 columns, gemm_kquant_mma.cu) or the GEMV (one column, or 1..8 columns of
+// what the GEMM does not take; gemv_kquant.cu). Returns false when it does not take the node (ggml
 // computes it as usual).
 #pragma once
 
