@@ -290,14 +290,22 @@ void build_qwen35_commit_tree(ggml_context * ctx, ggml_cgraph * gf, const Qwen35
         ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gt, bt, state, 1);
         ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * a));
         ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
-        // conv state: the last K-1 inputs of [old state, the path's inputs]
+        // conv state: the last K-1 inputs of [old state, the path's inputs]. A path of K-1 or more
+        // nodes replaces the state: the inputs of its last K-1 nodes, gathered and copied
+        // transposed (2 kernels); a shorter one keeps part of the old state (4 kernels).
+        ggml_tensor * conv_1d = ggml_reshape_1d(ctx, cache.conv[il], ggml_nelements(cache.conv[il]));
+        if (a >= K - 1) {
+            ggml_tensor * tail = ggml_view_1d(ctx, rows, K - 1, ggml_row_size(rows->type, a - (K - 1)));
+            ggml_tensor * xs = ggml_get_rows(ctx, cache.vx[il], tail);  // [C, K-1]
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_transpose(ctx, xs), conv_1d));
+            continue;
+        }
         ggml_tensor * xs = ggml_get_rows(ctx, cache.vx[il], rows);  // [C, a]
         ggml_tensor * window = ggml_concat(ctx, cache.conv[il], ggml_cont(ctx, ggml_transpose(ctx, xs)), 0);
         ggml_tensor * last =
             ggml_view_2d(ctx, window, K - 1, window->ne[1], window->nb[1], ggml_row_size(window->type, a));
         // 1-D destination: ggml's element-wise copy, not a row-by-row cudaMemcpy2DAsync (see above)
-        ggml_build_forward_expand(gf,
-                                  ggml_cpy(ctx, last, ggml_reshape_1d(ctx, cache.conv[il], (K - 1) * window->ne[1])));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, last, conv_1d));
     }
 }
 
