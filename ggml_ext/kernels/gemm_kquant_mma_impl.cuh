@@ -232,7 +232,8 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
             const int col0 = nt * 8 + 2 * t;
             float m00, m01, m10, m11;
             if constexpr (kMinsMma) {
-                const int2 sv = *reinterpret_cast<const int2 *>(ysum + act_sum_index(kb, nt * 8 + g, ncol_tiles) + 2 * t);
+                const int * s_g = ysum + act_sum_index(kb, nt * 8 + g, ncol_tiles);  // column g's 8 sums
+                const int2 sv = *reinterpret_cast<const int2 *>(s_g + 2 * t);
                 const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
                 float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 mma_f16(mc, a_min, b);
