@@ -4,8 +4,8 @@
 // - Q4_K (and Q5_K, its layout plus the fifth bits) take the min term through an f16 mma, every
 //   type runs 2 cp.async stages (session 8's fastest), with gemm_kq::min_blocks' occupancy and the
 //   tiled activations of session 9: on the H200 standalone ffn_up 27 / 37 / 51 us at 16 / 32 / 64
-//   columns (session 8's kernel 32 / 62 / 94), the Q6_K output 385 / 522 / 952 us (580 / 949 /
-//   1930); bench/results/h200-s9-mma-standalone-*.json.
+//   columns (session 8's kernel 32 / 62 / 94), the Q6_K output 385 / 522 / 952 us (585 / 949 /
+//   1835); bench/results/h200-s9-mma-standalone-*.json.
 // - Column tiles of 8, 16, 24, 32, 48 and 64 (padded_columns): a tile costs the same for any count
 //   up to its width.
 // DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS (16, 32,
