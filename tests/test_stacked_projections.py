@@ -1,7 +1,14 @@
-"""Stacked input projections (Qwen35Layer::stacked): a one-token forward computes each layer's
-adjacent, alike input projections (attention q/k/v; Gated DeltaNet qkv/z/beta/alpha) as one
-product over weights the loader placed back to back. Same rows, same per-row arithmetic: on the
-CPU the logits must equal those of one product per weight, bit for bit, and stacking must happen.
+"""Stacked weights (Qwen35Layer::stacked, ffn_gate_up): a forward computes each layer's adjacent,
+alike input projections (attention q/k/v; Gated DeltaNet qkv/z/beta/alpha) as one product over
+weights the loader placed back to back, and a forward of several tokens the FFN's gate and up as
+one. Same rows, same per-row arithmetic where the kernel does not depend on the matrix's height:
+on the CPU the logits of prefills, multi-token forwards and decode steps must equal those of one
+product per weight, bit for bit, and stacking must happen. The exception is the CPU's f16
+product of several columns: ggml takes llamafile's tinyBLAS (f32 activations) only for heights
+that are multiples of 4 and otherwise its own dot product of activations rounded to f16, so
+tiny-b's small beta/alpha weights (apart) and the stack (together) get different kernels; there
+the logits must agree to 5e-3 of the largest one (measured: 1.3e-3). (A verify is unaffected: on the
+CPU its products take the one-column kernel of a decode, ggml_ext/BATCH_INVARIANCE.md.)
 
 On CUDA (DFLASH_TEST_NGL > 0): ggml's CUDA buffers pad a quantized weight whose rows are not a
 multiple of 512 values (mmq reads past the last row), so such weights are not adjacent and are
@@ -28,8 +35,8 @@ def _decode_logits(path: str, stack: bool) -> tuple[np.ndarray, int, int]:
     cfg.stack_projections = stack
     eng = _core.TargetEngine(path, cfg)
     tokens = np.random.default_rng(4).integers(0, eng.hparams["n_vocab"], size=40).tolist()
-    rows = [eng.forward(tokens[:16], True)[0]]  # a prefill (never stacked), then decode steps
-    rows += [eng.forward([t], True)[0] for t in tokens[16:]]
+    rows = [eng.forward(tokens[:16], True)[0], eng.forward(tokens[16:21], True)[0]]
+    rows += [eng.forward([t], True)[0] for t in tokens[21:]]  # decode steps
     return np.concatenate(rows), eng.graph_shapes["stacked_projections"], int(eng.hparams["n_embd"])
 
 
@@ -44,8 +51,8 @@ def test_stacked_projections_change_no_logit(synth_model, preset: str, wtype: st
         np.testing.assert_array_equal(stacked, plain)
         return
     assert n_stacked > 0, "no layer's input projections were stacked"
-    if NGL > 0:
+    if NGL > 0 or wtype == "f16":
         scale = float(np.abs(plain).max())
-        assert np.abs(stacked - plain).max() <= 1e-3 * scale
+        assert np.abs(stacked - plain).max() <= (1e-3 if NGL > 0 else 5e-3) * scale
     else:
         np.testing.assert_array_equal(stacked, plain)

@@ -67,17 +67,27 @@ struct Builder {
         return out;
     }
 
-    // The layer's input projections of x (Qwen35Layer::input_projections order). One token: the
-    // stacked ones as a single product, each projection a slice of its rows.
+    // Stacked weights (Qwen35Layer::stacked, ffn_gate_up) as one product: same rows, same per-row
+    // arithmetic, fewer launches. A decode keeps gate and up apart (ggml fuses them into one GEMV
+    // with the SwiGLU), and so does an invariant_matmul verify, which repeats the decode op for op.
+    bool stack_ffn() const { return n > 1 && spec.stack_projections && !spec.invariant_matmul; }
+
+    // [a * b, n] -> [a, b, n]: a reshape that also takes a stacked product's row slice (rows apart).
+    ggml_tensor * split_rows(ggml_tensor * t, int64_t a, int64_t b) {
+        return ggml_view_3d(ctx, t, a, b, t->ne[1], ggml_row_size(t->type, a), t->nb[1], 0);
+    }
+
+    // The layer's input projections of x (Qwen35Layer::input_projections order): the stacked ones
+    // as a single product, each projection a slice of its rows ([rows, n], rows apart).
     std::vector<ggml_tensor *> project(const Qwen35Layer & L, ggml_tensor * x) {
         const auto ws = L.input_projections();
         std::vector<ggml_tensor *> out(ws.size(), nullptr);
-        if (n == 1 && spec.stack_projections) {
+        if (spec.stack_projections) {
             for (const auto & s : L.stacked) {
                 ggml_tensor * y = mm(ctx, s.w, x);
                 size_t off = 0;
                 for (int i = s.first; i < s.first + s.count; ++i) {
-                    out[i] = ggml_view_2d(ctx, y, ws[i]->ne[1], 1, y->nb[1], off);
+                    out[i] = ggml_view_2d(ctx, y, ws[i]->ne[1], n, y->nb[1], off);
                     off += ggml_row_size(y->type, ws[i]->ne[1]);
                 }
             }
@@ -93,15 +103,13 @@ struct Builder {
         const int64_t hd = hp.head_dim;
         const auto p = project(L, x);
         ggml_tensor * qg = p[0];  // [2*hd*n_head, n]: per head Q then gate
-        ggml_tensor * k = p[1];
-        ggml_tensor * v = p[2];
         const size_t es = ggml_element_size(qg);
-        ggml_tensor * q = ggml_view_3d(ctx, qg, hd, hp.n_head, n, es * hd * 2, es * hd * 2 * hp.n_head, 0);
+        ggml_tensor * q = ggml_view_3d(ctx, qg, hd, hp.n_head, n, es * hd * 2, qg->nb[1], 0);
         q = norm(q, L.q_norm);
-        k = norm(ggml_reshape_3d(ctx, k, hd, hp.n_head_kv, n), L.k_norm);
-        ggml_tensor * gate = ggml_view_3d(ctx, qg, hd, hp.n_head, n, es * hd * 2, es * hd * 2 * hp.n_head, es * hd);
+        ggml_tensor * k = norm(split_rows(p[1], hd, hp.n_head_kv), L.k_norm);
+        ggml_tensor * gate = ggml_view_3d(ctx, qg, hd, hp.n_head, n, es * hd * 2, qg->nb[1], es * hd);
         gate = ggml_cont_2d(ctx, gate, hd * hp.n_head, n);
-        v = ggml_reshape_3d(ctx, v, hd, hp.n_head_kv, n);
+        ggml_tensor * v = split_rows(p[2], hd, hp.n_head_kv);
 
         int sections[4];
         std::copy(hp.rope_sections, hp.rope_sections + 4, sections);
@@ -114,7 +122,12 @@ struct Builder {
             q = rotate(q, g.k_rot);
             k = rotate(k, g.k_rot);
         }
-        if (g.v_rot) v = rotate(v, g.v_rot);
+        // [hd * n_head_kv, n], rows possibly apart (set_rows takes them so)
+        ggml_tensor * v_rows = p[2];
+        if (g.v_rot) {
+            v = rotate(v, g.v_rot);
+            v_rows = ggml_reshape_2d(ctx, v, hd * hp.n_head_kv, n);
+        }
 
         // Write this forward's K/V rows, then attend over the first n_kv rows of the cache.
         ggml_tensor * kc = cache.k[il];
@@ -122,8 +135,7 @@ struct Builder {
         ggml_build_forward_expand(g.gf, q);
         ggml_build_forward_expand(g.gf,
                                   ggml_set_rows(ctx, kc, ggml_reshape_2d(ctx, k, hd * hp.n_head_kv, n), g.kv_idx));
-        ggml_build_forward_expand(g.gf,
-                                  ggml_set_rows(ctx, vc, ggml_reshape_2d(ctx, v, hd * hp.n_head_kv, n), g.kv_idx));
+        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, vc, v_rows, g.kv_idx));
         ggml_tensor * kv_k = ggml_view_3d(ctx, kc, hd, hp.n_head_kv, g.n_kv, ggml_row_size(kc->type, hd), kc->nb[1], 0);
         ggml_tensor * kv_v = ggml_view_3d(ctx, vc, hd, hp.n_head_kv, g.n_kv, ggml_row_size(vc->type, hd), vc->nb[1], 0);
 
@@ -150,25 +162,31 @@ struct Builder {
         const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
         const bool tree = g.tree != nullptr, defer = tree || spec.defer_recurrent;
 
-        const auto p = project(L, x);
-        ggml_tensor * qkv = p[0];  // [C, n]
-        ggml_tensor * z = p[1];    // [S*Hv, n]
+        const auto p = project(L, x);  // rows possibly apart (a stacked product's slices)
+        ggml_tensor * qkv = p[0];       // [C, n]
+        ggml_tensor * z = p[1];         // [S*Hv, n]
         if (n == 1 && !defer && spec.fused_gdn_inputs) return gated_deltanet_step(il, p);
-        ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, p[2], 1, Hv, n, 1));
-        ggml_tensor * alpha = ggml_reshape_3d(ctx, p[3], Hv, n, 1);
-        ggml_tensor * gate = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.dt_bias)), L.ssm_a);
+        // CUDA's sigmoid wants a contiguous input; the add below takes rows apart
+        ggml_tensor * b_in = ggml_is_contiguous(p[2]) ? p[2] : ggml_cont(ctx, p[2]);
+        ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, b_in, 1, Hv, n, 1));
+        ggml_tensor * alpha = ggml_add(ctx, p[3], L.dt_bias);  // [Hv, n]
+        ggml_tensor * gate = ggml_mul(ctx, ggml_softplus(ctx, alpha), L.ssm_a);
         gate = ggml_reshape_4d(ctx, gate, 1, Hv, n, 1);
 
         ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
         ggml_tensor * conv = nullptr;  // [C, n(, 1)]
         if (tree) {
+            // The nodes' conv inputs go to the verify scratch first (the commit rebuilds the path's
+            // conv state from them); the tree conv reads that contiguous copy.
+            ggml_tensor * xs = ggml_cpy(ctx, qkv, ggml_view_2d(ctx, cache.vx[il], C, n, cache.vx[il]->nb[1], 0));
             ggml_tensor * conv_state = ggml_reshape_2d(ctx, cache.conv[il], K - 1, C);
-            conv = ggml_ext::tree_ssm_conv(ctx, qkv, conv_state, kernel, g.tree);
+            conv = ggml_ext::tree_ssm_conv(ctx, xs, conv_state, kernel, g.tree);
         } else {
             // Causal depthwise conv over [cached K-1 inputs, new inputs]; keep the last K-1 as state.
             ggml_tensor * conv_state = ggml_reshape_3d(ctx, cache.conv[il], K - 1, C, 1);
             ggml_tensor * conv_in =
-                ggml_concat(ctx, conv_state, ggml_transpose(ctx, ggml_reshape_3d(ctx, qkv, C, n, 1)), 0);
+                ggml_concat(ctx, conv_state, ggml_transpose(ctx, ggml_view_3d(ctx, qkv, C, n, 1, qkv->nb[1],
+                                                                              qkv->nb[1] * n, 0)), 0);
             // The copies below pair tensors of different shapes on purpose: ggml's CUDA copy turns
             // same-shape strided copies into cudaMemcpy2DAsync, which moves these 12..76-byte rows
             // one at a time (7 us per 27B layer, against 2 us for its element-wise copy kernel).
@@ -218,19 +236,18 @@ struct Builder {
             save(v, S * Hv, cache.vv[il]);
             save(gate, Hv, cache.vg[il]);
             save(beta, Hv, cache.vb[il]);
-            if (tree) save(qkv, C, cache.vx[il]);  // the path's conv state is rebuilt from these
         }
 
         return gated_output(il, o, z);
     }
 
-    // The delta rule's output o [S, Hv, n, 1], normed and gated by SiLU(z), through ssm_out.
+    // The delta rule's output o [S, Hv, n, 1], normed and gated by SiLU(z) (z [S*Hv, n], rows
+    // possibly apart: one fused SiLU-and-multiply takes them so), through ssm_out.
     ggml_tensor * gated_output(int il, ggml_tensor * o, ggml_tensor * z) {
         const auto & L = model.layers[il];
         const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads;
-        ggml_tensor * zz = ggml_reshape_4d(ctx, z, S, Hv, n, 1);
-        o = ggml_mul(ctx, norm(o, L.ssm_norm), ggml_silu(ctx, zz));
-        return mm(ctx, L.ssm_out, ggml_reshape_2d(ctx, o, S * Hv, n));
+        o = ggml_swiglu_split(ctx, z, ggml_reshape_2d(ctx, norm(o, L.ssm_norm), S * Hv, n));
+        return mm(ctx, L.ssm_out, o);
     }
 
     // One token that commits its state: the conv, SiLU, q/k norms, gate and beta in one op (which
@@ -263,6 +280,13 @@ struct Builder {
 
     ggml_tensor * ffn(int il, ggml_tensor * x) {
         const auto & L = model.layers[il];
+        if (L.ffn_gate_up && stack_ffn()) {
+            ggml_tensor * y = mm(ctx, L.ffn_gate_up, x);  // [2 * n_ff, n]
+            const int64_t f = L.ffn_gate->ne[1];
+            ggml_tensor * gate = ggml_view_2d(ctx, y, f, n, y->nb[1], 0);
+            ggml_tensor * up = ggml_view_2d(ctx, y, f, n, y->nb[1], ggml_row_size(y->type, f));
+            return mm(ctx, L.ffn_down, ggml_swiglu_split(ctx, gate, up));
+        }
         return swiglu_ffn(ctx, x, L.ffn_gate, L.ffn_up, L.ffn_down, mm);
     }
 };

@@ -194,12 +194,13 @@ void Qwen35Model::load(const GgufFile & f, const ProgressFn & progress) {
                 ++a;
             }
         }
+        L.ffn_gate_up = weights_.stacked({L.ffn_gate, L.ffn_up}, "blk." + std::to_string(il) + ".stacked_ffn");
     }
 }
 
 int Qwen35Model::n_stacked() const {
     int n = 0;
-    for (const auto & L : layers) n += (int)L.stacked.size();
+    for (const auto & L : layers) n += (int)L.stacked.size() + (L.ffn_gate_up ? 1 : 0);
     return n;
 }
 

@@ -78,6 +78,8 @@ struct Qwen35Layer {
     ggml_tensor * ffn_gate = nullptr;
     ggml_tensor * ffn_up = nullptr;
     ggml_tensor * ffn_down = nullptr;
+    // [gate; up] as one weight where the loader placed them back to back (null otherwise)
+    ggml_tensor * ffn_gate_up = nullptr;
     // the input projections (input_projections()) stacked where their weights allow it
     std::vector<StackedProjection> stacked;
 
@@ -101,9 +103,10 @@ class Qwen35Model {
     // Bytes the weights will take (for the memory plan); after assign_buffers.
     size_t weight_bytes() const;
     // Allocates the weights and reads them from the file, then stacks each layer's input
-    // projections where they are adjacent and alike (Qwen35Layer::stacked).
+    // projections and each FFN's gate and up where they are adjacent and alike (Qwen35Layer::stacked,
+    // ffn_gate_up).
     void load(const GgufFile & file, const ProgressFn & progress);
-    // Stacked input-projection weights (a count for tests and benches).
+    // Stacked weights: input projections and FFN gate/up pairs (a count for tests and benches).
     int n_stacked() const;
 
     Qwen35Hparams hp;

@@ -8,6 +8,7 @@
 //   1835); bench/results/h200-s9-mma-standalone-*.json.
 // - Column tiles of 8, 16, 24, 32, 48 and 64 (padded_columns): a tile costs the same for any count
 //   up to its width.
+// - Rows of 24 super-blocks or more (ffn_down, ssm_out, attn_output) run 8 warps a block.
 // DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS (16, 32,
 // 64) sets the range and DFLASH_MMA_MINS_INT=1 keeps the integer min sums (exact), for benches.
 // tools/device/gemv_standalone.sh mma checks and times it.
@@ -23,6 +24,15 @@ bool mma_enabled_flag = [] {
     const char * e = std::getenv("DFLASH_MMA");
     return !(e && e[0] == '0');
 }();
+
+// Warps per block for long rows (gemm_kq::kLongRowBlocks): 8, or DFLASH_MMA_LONG_WARPS=4 (benches).
+bool long_rows_8_warps() {
+    static const bool v = [] {
+        const char * e = std::getenv("DFLASH_MMA_LONG_WARPS");
+        return !(e && std::atoi(e) == 4);
+    }();
+    return v;
+}
 
 int mma_max_columns() {
     static const int v = [] {
@@ -71,10 +81,19 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     const int rows = (int)src0->ne[1], sd = (int)(dst->nb[1] / sizeof(float));
     const char * w = (const char *)src0->data;
     float * out = (float *)dst->data;
-    // Quantizes for F's activation layout, then runs F.
+    // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows (Q8_0's
+    // 2 stages of 8 warps would not fit the shared memory).
+    const bool long_rows = k / 256 >= gemm_kq::kLongRowBlocks && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
     auto run = [&](auto f) {
         using F = decltype(f);
         gemm_kq::quantize_act<F>(x, qs.get(), d.get(), sums.get(), (int)k, (int)n, sx, stream);
+        if constexpr (gemm_kq::fit_stages<F, 8>(kS) == kS) {
+            if (long_rows) {
+                gemm_kq::launch<F, kS, true, 8>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
+                                                (int64_t)src0->nb[1], (int)n, sd, stream);
+                return;
+            }
+        }
         gemm_kq::launch<F, kS>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k, (int64_t)src0->nb[1], (int)n, sd,
                                stream);
     };

@@ -2,7 +2,8 @@
 // (a verify of a chain or a tree): each weight byte is read once for all columns, into int8 mma
 // operands; no stream-k fixup pass.
 //
-// A block of 4 warps owns 16 rows; its warps take the rows' 256-value super-blocks w, w + 4, ...
+// A block of W warps (4; 8 for long rows, kLongRowBlocks) owns 16 rows; its warps take the rows'
+// 256-value super-blocks w, w + W, ...
 // and add their sums in shared memory (in warp order). With kStages > 0 each warp keeps kStages
 // super-blocks of its 16 rows in flight with cp.async into its own shared-memory stages (the
 // bytes in flight cost no registers); kStages == 0 loads straight from global memory into
@@ -426,49 +427,56 @@ __device__ __forceinline__ void stage_in(char * stage, const char * __restrict__
     }
 }
 
-template <typename F, int ncol_tiles, int kStages>
+template <typename F, int ncol_tiles, int kStages, int W>
 struct Smem {
     static constexpr int kStageBytes = kRows * F::kStageRow;
-    static constexpr int kPipeline = kWarps * (kStages > 0 ? kStages : 0) * kStageBytes;
-    static constexpr int kScratch = kWarps * ncol_tiles * 4 * WARP_SIZE * (int)sizeof(float);
+    static constexpr int kPipeline = W * (kStages > 0 ? kStages : 0) * kStageBytes;
+    static constexpr int kScratch = W * ncol_tiles * 4 * WARP_SIZE * (int)sizeof(float);
     static constexpr int kBytes = kPipeline > kScratch ? kPipeline : kScratch;
 };
 
 constexpr int kMaxStaticSmem = 48 * 1024;  // a kernel's static shared memory, on every arch
 
-// The most stages up to `stages` whose pipeline fits the static shared memory (Q8_0's 272-byte
-// super-blocks fit 2, the others 3).
-template <typename F>
+// The most stages up to `stages` whose pipeline of W warps fits the static shared memory (with 4
+// warps Q8_0's 272-byte super-blocks fit 2, the others 3; with 8 Q4_K's and Q5_K's fit 2).
+template <typename F, int W = kWarps>
 constexpr int fit_stages(int stages) {
-    while (stages > 1 && kWarps * stages * kRows * F::kStageRow > kMaxStaticSmem) --stages;
+    while (stages > 1 && W * stages * kRows * F::kStageRow > kMaxStaticSmem) --stages;
     return stages;
 }
+
+// Warps per block: 4, or 8 for long rows (kLongRowBlocks super-blocks or more: ffn_down's 68,
+// ssm_out's and attn_output's 24 in the 27B), whose few 16-row blocks leave most warp slots of
+// the GPU empty (the 27B's ffn_down: 320 blocks).
+constexpr int kLongRowBlocks = 24;
 
 // Blocks a multiprocessor should hold (__launch_bounds__'s minimum): up to 16 columns F's
 // kMinBlocks16 (Q4_K-like 6, a register budget of 80: 24 warps; Q6_K 4: at 80 registers its
 // ffn_down took 46.6 us at 16 columns against 40.1 with the compiler's 137, h200-s9-mma-standalone-*),
 // 24..32 columns 4, more 3 (more column tiles need more accumulators).
-template <typename F>
+template <typename F, int W = kWarps>
 constexpr int min_blocks(int ncol_tiles) {
-    return ncol_tiles <= 2 ? F::kMinBlocks16 : ncol_tiles <= 4 ? 4 : 3;
+    const int m = ncol_tiles <= 2 ? F::kMinBlocks16 : ncol_tiles <= 4 ? 4 : 3;  // for 4 warps
+    return m * kWarps / W > 0 ? m * kWarps / W : 1;
 }
 
 // ncol_tiles tiles of 8 columns; the activation buffers hold 8 * ncol_tiles columns (zeros past
 // ncols), tiled (act_q_index). kOccupancy: pass min_blocks to __launch_bounds__ (else the
 // compiler's register choice).
-template <typename F, int ncol_tiles, int kStages, bool kOccupancy>
-__global__ void __launch_bounds__(kWarps * WARP_SIZE, kOccupancy ? min_blocks<F>(ncol_tiles) : 1)
+template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W>
+__global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W>(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
                            const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
                            const int64_t row_bytes, const int ncols, const int stride_col_dst) {
-    using S = Smem<F, ncol_tiles, kStages>;
+    using S = Smem<F, ncol_tiles, kStages, W>;
     static_assert(S::kBytes <= kMaxStaticSmem, "static shared memory over 48 KB: see fit_stages");
+    static_assert(kStages != 1, "a pipeline needs 2 stages (0: direct loads)");
     __shared__ __align__(16) char smem[S::kBytes];
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int g = lane >> 2, t = lane & 3;
     const int row_base = blockIdx.x * kRows, row0 = row_base + g, row1 = row0 + 8;
     const int r0c = min(row0, nrows - 1), r1c = min(row1, nrows - 1);
-    const int n_it = warp < nblocks ? (nblocks - warp + kWarps - 1) / kWarps : 0;
+    const int n_it = warp < nblocks ? (nblocks - warp + W - 1) / W : 0;
     char * stages = smem + warp * (kStages > 0 ? kStages : 0) * S::kStageBytes;
 
     float acc[ncol_tiles][4] = {};
@@ -476,12 +484,12 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, kOccupancy ? min_blocks<F>
 #pragma unroll
         for (int s = 0; s < kStages - 1; ++s) {
             if (s < n_it)
-                stage_in<F>(stages + s * S::kStageBytes, w, row_base, nrows, row_bytes, warp + s * kWarps, lane);
+                stage_in<F>(stages + s * S::kStageBytes, w, row_base, nrows, row_bytes, warp + s * W, lane);
             cp_async_commit();
         }
     }
     for (int it = 0; it < n_it; ++it) {
-        const int kb = warp + it * kWarps;
+        const int kb = warp + it * W;
         const char * blk0 = F::row_block(w, r0c, row_bytes, kb);
         const char * blk1 = F::row_block(w, r1c, row_bytes, kb);
         if constexpr (kStages > 0) {
@@ -489,7 +497,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, kOccupancy ? min_blocks<F>
             __syncwarp();                     // ... and every lane's
             const int nx = it + kStages - 1;  // refill the stage consumed in the previous iteration
             if (nx < n_it) {
-                stage_in<F>(stages + (nx % kStages) * S::kStageBytes, w, row_base, nrows, row_bytes, warp + nx * kWarps,
+                stage_in<F>(stages + (nx % kStages) * S::kStageBytes, w, row_base, nrows, row_bytes, warp + nx * W,
                             lane);
             }
             cp_async_commit();
@@ -507,7 +515,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, kOccupancy ? min_blocks<F>
 
     // The warps' partial sums added in warp order (the same order for any grid), then written:
     // C fragment (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1).
-    float * part = reinterpret_cast<float *>(smem);  // [kWarps][ncol_tiles][4][WARP_SIZE]
+    float * part = reinterpret_cast<float *>(smem);  // [W][ncol_tiles][4][WARP_SIZE]
 #pragma unroll
     for (int nt = 0; nt < ncol_tiles; ++nt) {
 #pragma unroll
@@ -521,7 +529,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, kOccupancy ? min_blocks<F>
         for (int i = 0; i < 4; ++i) {
             float v = part[(nt * 4 + i) * WARP_SIZE + lane];
 #pragma unroll
-            for (int p = 1; p < kWarps; ++p) v += part[((p * ncol_tiles + nt) * 4 + i) * WARP_SIZE + lane];
+            for (int p = 1; p < W; ++p) v += part[((p * ncol_tiles + nt) * 4 + i) * WARP_SIZE + lane];
             const int row = i < 2 ? row0 : row1, col = nt * 8 + 2 * t + (i & 1);
             if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = v;
         }
@@ -581,16 +589,16 @@ void quantize_act(const float * x, int8_t * qs, float * d, int * sums, int k, in
 // beat 3 for every type at 16 columns on the H200 (session 8).
 constexpr int kDefaultStages = 2;
 
-// kStages: asked for; what runs is fit_stages<F>(kStages) (0 stays 0: direct loads). The
-// activations were quantized by quantize_act<F> for the same ncols.
-template <typename F, int kStages, bool kOccupancy = true>
+// kStages: asked for; what runs is fit_stages<F, W>(kStages) (0 stays 0: direct loads). W: warps
+// per block. The activations were quantized by quantize_act<F> for the same ncols.
+template <typename F, int kStages, bool kOccupancy = true, int W = kWarps>
 void launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream) {
-    const dim3 grid((nrows + kRows - 1) / kRows, 1, 1), block(WARP_SIZE, kWarps, 1);
+    const dim3 grid((nrows + kRows - 1) / kRows, 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
-    constexpr int kSt = kStages > 0 ? fit_stages<F>(kStages) : 0;
-#define GEMM_KQ_LAUNCH(NT)                                                                     \
-    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy>)( \
+    constexpr int kSt = kStages > 0 ? fit_stages<F, W>(kStages) : 0;
+#define GEMM_KQ_LAUNCH(NT)                                                                        \
+    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W>)( \
         w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);

@@ -416,12 +416,30 @@ struct MmaBuffers {
     }
 };
 
+// Whether F's pipeline of 2 stages fits W warps a block (gemm_kq::fit_stages).
+template <typename F, int W>
+constexpr bool warps_fit() {
+    return gemm_kq::fit_stages<F, W>(2) == 2;
+}
+
 // The tensor-core GEMM with `stages` super-blocks in flight per warp (0: direct loads); with
-// the occupancy hint (gemm_kq::min_blocks, the engine's) or without.
+// the occupancy hint (gemm_kq::min_blocks, the engine's) or without; 2 stages with the hint also
+// with 6 or 8 warps a block (`warps`; the engine's for long rows).
 template <typename F>
-void run_mma_t(int stages, bool occupancy, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes,
-               int ncols) {
-    if (stages == 0) {
+void run_mma_t(int stages, bool occupancy, int warps, const char * w, const MmaBuffers & b, int rows, int k,
+               int64_t row_bytes, int ncols) {
+    if (warps == 8 || warps == 6) {
+        if constexpr (warps_fit<F, 8>()) {
+            if (warps == 8) {
+                gemm_kq::launch<F, 2, true, 8>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+            }
+        }
+        if constexpr (warps_fit<F, 6>()) {
+            if (warps == 6) {
+                gemm_kq::launch<F, 2, true, 6>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+            }
+        }
+    } else if (stages == 0) {
         gemm_kq::launch<F, 0>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
     } else if (stages == 3) {
         gemm_kq::launch<F, 3>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
@@ -450,29 +468,49 @@ int stages_run(W t, int code) {
 }
 
 // A variant's code: stages (0, 2 or 3) + 100 for Q4_K / Q5_K's min term through an f16 mma
-// (gemm_kq::Q4KMinsMma, Q5KMinsMma) + 1000 without the occupancy hint. The engine's: 102 for
-// Q4_K / Q5_K, 2 for Q6_K / Q8_0.
+// (gemm_kq::Q4KMinsMma, Q5KMinsMma) + 1000 without the occupancy hint + 10000 for 8 warps a
+// block, 20000 for 6 (2 stages, the hint). The engine's: 102 for Q4_K / Q5_K, 2 for Q6_K / Q8_0;
+// rows of gemm_kq::kLongRowBlocks or more: 10102 for Q4_K / Q5_K.
+int code_warps(int code) { return code >= 20000 ? 6 : code >= 10000 ? 8 : 4; }
+
 void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
-    const int stages = code % 100;
-    const bool mins_mma = code % 1000 >= 100, occupancy = code < 1000;
+    const int stages = code % 100, warps = code_warps(code);
+    const bool mins_mma = code % 1000 >= 100, occupancy = code % 10000 < 1000;
     if (t == W::q4_K && mins_mma) {
-        run_mma_t<gemm_kq::Q4KMinsMma>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q4KMinsMma>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q4_K) {
-        run_mma_t<gemm_kq::Q4K>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q4K>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q5_K && mins_mma) {
-        run_mma_t<gemm_kq::Q5KMinsMma>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q5KMinsMma>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q5_K) {
-        run_mma_t<gemm_kq::Q5K>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q5K>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q8_0) {
-        run_mma_t<gemm_kq::Q80>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q80>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
     } else {
-        run_mma_t<gemm_kq::Q6K>(stages, occupancy, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q6K>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
     }
 }
 
-constexpr int kMmaCodes[] = {0, 2, 3, 1002, 102, 103, 1102};
+constexpr int kMmaCodes[] = {0, 2, 3, 1002, 102, 103, 1102, 10102, 20102, 20002};
 
 bool mins_mma_code(int code) { return code % 1000 >= 100; }
+
+// Whether type t runs code: the f16 min term is Q4_K's and Q5_K's; 6 or 8 warps where 2 stages fit.
+bool code_runs(W t, int code) {
+    if (t != W::q4_K && t != W::q5_K && mins_mma_code(code)) return false;
+    const int warps = code_warps(code);
+    if (warps == 4) return true;
+    switch (t) {
+        case W::q8_0:
+            return warps == 8 ? warps_fit<gemm_kq::Q80, 8>() : warps_fit<gemm_kq::Q80, 6>();
+        case W::q6_K:
+            return warps == 8 ? warps_fit<gemm_kq::Q6K, 8>() : warps_fit<gemm_kq::Q6K, 6>();
+        case W::q5_K:
+            return warps == 8 ? warps_fit<gemm_kq::Q5K, 8>() : warps_fit<gemm_kq::Q5K, 6>();
+        default:
+            return warps == 8 ? warps_fit<gemm_kq::Q4K, 8>() : warps_fit<gemm_kq::Q4K, 6>();
+    }
+}
 
 // The tensor-core GEMM against the host reference (activations per 256), every stage count.
 void check_mma(W t, int rows, int k, std::mt19937 & gen) {
@@ -504,7 +542,7 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         b.quantize(t, k, ncols);
         for (int stages : kMmaCodes) {
-            if (t != W::q4_K && t != W::q5_K && mins_mma_code(stages)) continue;
+            if (!code_runs(t, stages)) continue;
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
             run_mma(t, stages, dw, b, rows, k, row_bytes, ncols);
@@ -513,8 +551,8 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
             for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
             std::printf(
                 "{\"check_mma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"stages\": %d, "
-                "\"stages_run\": %d, \"rel_err\": %.3g, \"ok\": %s}\n",
-                type_name(t), rows, k, ncols, stages, stages_run(t, stages), err / ref_max,
+                "\"stages_run\": %d, \"warps\": %d, \"rel_err\": %.3g, \"ok\": %s}\n",
+                type_name(t), rows, k, ncols, stages, stages_run(t, stages), code_warps(stages), err / ref_max,
                 err / ref_max <= (mins_mma_code(stages) ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
         }
         b.free_all();
@@ -522,7 +560,8 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
     cudaFree(dw);
 }
 
-void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen) {
+// codes_only: the codes to time (all of kMmaCodes when null).
+void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen, bool (*codes_only)(W, int) = nullptr) {
     const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
@@ -533,7 +572,7 @@ void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen) {
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
         b.quantize(t, k, ncols);
         for (int stages : kMmaCodes) {
-            if (t != W::q4_K && t != W::q5_K && mins_mma_code(stages)) continue;
+            if (!code_runs(t, stages) || (codes_only && !codes_only(t, stages))) continue;
             const int reps = 5;
             for (int c = 0; c < copies; ++c) run_mma(t, stages, dw + bytes * c, b, rows, k, row_bytes, ncols);
             const double us = time_us(reps * copies, [&] {
@@ -543,8 +582,9 @@ void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen) {
             });
             std::printf(
                 "{\"bench_mma\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"stages\": %d, "
-                "\"stages_run\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
-                name, type_name(t), rows, k, ncols, stages, stages_run(t, stages), us, bytes / us / 1e3);
+                "\"stages_run\": %d, \"warps\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
+                name, type_name(t), rows, k, ncols, stages, stages_run(t, stages), code_warps(stages), us,
+                bytes / us / 1e3);
         }
         b.free_all();
     }
@@ -631,6 +671,18 @@ int main(int argc, char ** argv) {
                                             {"ffn_down", W::q8_0, 5120, 17408}};
     if (what == "mma") {
         for (const Shape & m : mma_shapes) bench_mma(m.name, m.t, m.rows, m.k, gen);
+    }
+    if (what == "long") {  // warps a block for long rows: the engine's 4-warp codes against 6 and 8
+        auto engine_or_warps = [](W t, int code) {
+            return code == 102 || code == 10102 || code == 20102 || (t == W::q6_K && (code == 2 || code == 20002));
+        };
+        for (const Shape & m : std::vector<Shape>{{"ffn_down", W::q4_K, 5120, 17408},
+                                                  {"ssm_out", W::q4_K, 5120, 6144},
+                                                  {"ffn_down", W::q6_K, 5120, 17408},
+                                                  {"ffn_up", W::q4_K, 17408, 5120},
+                                                  {"ffn_gate_up", W::q4_K, 34816, 5120}}) {
+            bench_mma(m.name, m.t, m.rows, m.k, gen, engine_or_warps);
+        }
     }
     if (what == "profile") {  // ffn_up, ffn_down and the output: one launch each at 16 / 32 / 64 columns
         profile_mma(W::q4_K, 17408, 5120, gen);

@@ -11,7 +11,7 @@
 # .carry/whl and .carry/gemv_standalone.gz (tools/device/gemv_standalone.sh; built there when absent).
 # PAIR=/tmp/pair/export benches a pair that gpu_train_and_test.sh trained instead of the packaged one.
 stage=${1:-a}
-if [ "$stage" = s ] && [ ! -x /tmp/gemv_standalone ]; then  # the standalone binary, built beside setup.sh's build
+if { [ "$stage" = s ] || [ "$stage" = g1 ]; } && [ ! -x /tmp/gemv_standalone ]; then  # the standalone binary, built beside setup.sh's build
   mkdir -p /tmp/up && { [ -d /tmp/up/ggml ] || tar xzf .carry/upstream.tar.gz -C /tmp/up; }
   (T=/tmp/up/ggml; nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/gemv_standalone.part tools/device/gemv_standalone.cu \
     -I$T/src -I$T/include -I$T/src/ggml-cuda -Iggml_ext/include -Iggml_ext/kernels -DGGML_USE_CUDA > /tmp/nvcc-sa.log 2>&1 &&
@@ -85,6 +85,29 @@ if [ "$stage" = f3 ]; then
   [ "$(left)" -ge 50 ] && timeout "$(($(left) - 5))" python3 tools/device/kernel_profile.py -m /tmp/q27.gguf \
     --draft /tmp/d27.gguf --label 27b-q4km --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
   echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"
+  exit 0
+fi
+
+# `gpu_bench.sh g1`, then `g2` within 30 s (session 10): g1 the CUDA suite, the GEMM's warps per
+# block on long rows (standalone `long`: 4 against 6 and 8), the DDTree step cost for budgets
+# 1..64 without upstream; g2 the kernels per step, the 27B AR next to upstream libllama, the chain
+# next to upstream llama-server draft-dflash at synthetic acceptance 10, as time allows.
+if [ "$stage" = g1 ]; then
+  start_27b_synth
+  run_cuda_suite 140
+  [ -n "${SA_PID-}" ] && wait "$SA_PID"
+  [ "$(left)" -ge 120 ] && CALL_LEFT=60 bash tools/device/gemv_standalone.sh long 2>&1 | grep -v '^{' | tail -n 40
+  [ -f "$OUT/gemv-standalone.jsonl" ] && mv "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-long.jsonl"
+  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 100 ]; do sleep 2; done
+  [ "$(left)" -ge 60 ] && tree_steps "$(($(left) - 5))" h200-27b-tree-steps.json 1,2,4,8,16,32,64 -- --no-upstream
+  exit 0
+fi
+if [ "$stage" = g2 ]; then
+  timeout 110 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf --label 27b-q4km \
+    --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
+  echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"
+  [ "$(left)" -ge 75 ] && ar_bench 65 /tmp/q27.gguf h200-27b-ar.json
+  [ "$(left)" -ge 120 ] && chain_bench 115 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
   exit 0
 fi
 
