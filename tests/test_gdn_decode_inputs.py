@@ -1,4 +1,4 @@
-"""ggml_ext's fused one-token Gated DeltaNet inputs (GGML_OP_GDN_DECODE_INPUTS, ggml_ext_gdn.h):
+"""ggml_ext's fused Gated DeltaNet inputs (GGML_OP_GDN_DECODE_INPUTS, ggml_ext_gdn.h), one token:
 the conv over [cached state, token] with SiLU, the q/k head L2 norms, the gate and beta, and the
 conv state advanced in place. Oracles: a numpy reference of the unfused graph's formulas (CPU op,
 1e-5 of the output scale: float vs double sums), the CPU op for the CUDA kernel (1e-5), and on
@@ -7,7 +7,9 @@ bit: the CUDA kernel repeats ggml's kernels' operations in their order (ssm_conv
 rms_norm block reduce + scale, add, softplus * a, sigmoid), so the fusion changes launches, not
 values. (The first fused kernel reduced the L2 norm in another order: its decode drifted from
 ggml's by up to 0.048 of 17.8 over 16 steps of tiny-b, and a greedy DDTree check at budget 4 then
-diverged at token 123 beyond the near-tie bound.)"""
+diverged at token 123 beyond the near-tie bound.) The n-token mode (gdn_verify_inputs: verifies
+and short prefills on the GPU) must give each token the one-token op's bits; the engine check
+runs its prefill through it."""
 
 from __future__ import annotations
 
@@ -87,6 +89,69 @@ def test_cuda_op_equals_cpu_op(s: int, hk: int, hv: int, k: int) -> None:
     gpu, gpu_state = _run(i, s, hk, gpu=True)
     assert np.abs(gpu - cpu).max() <= 1e-5 * max(1.0, float(np.abs(cpu).max()))
     np.testing.assert_array_equal(gpu_state, cpu_state)
+
+
+def _verify_inputs(s: int, hk: int, hv: int, k: int, n: int, seed: int) -> dict[str, np.ndarray]:
+    i = _inputs(s, hk, hv, k, seed)
+    rng = np.random.default_rng(seed + 1)
+    c, f = s * (2 * hk + hv), np.float32
+    i["qkv"] = rng.standard_normal((n, c)).astype(f)
+    i["alpha"] = (rng.standard_normal((n, hv)) * 4).astype(f)
+    i["beta"] = rng.standard_normal((n, hv)).astype(f)
+    return i
+
+
+def _run_n(i: dict[str, np.ndarray], s: int, hk: int, gpu: bool) -> tuple[np.ndarray, ...]:
+    return _core.op_gdn_verify_inputs(
+        i["qkv"], i["alpha"], i["beta"], i["conv_state"], i["w"], i["dt_bias"], i["a"], s, hk, EPS, gpu=gpu
+    )
+
+
+def _one_token_steps(i: dict[str, np.ndarray], s: int, hk: int, gpu: bool) -> tuple[np.ndarray, ...]:
+    """The n-token op's expectation: the one-token op token after token, its state carried."""
+    state, outs = i["conv_state"], []
+    c = i["qkv"].shape[1]
+    for t in range(i["qkv"].shape[0]):
+        one = dict(i, qkv=i["qkv"][t], alpha=i["alpha"][t], beta=i["beta"][t], conv_state=state)
+        out, state = _run(one, s, hk, gpu)
+        outs.append(out)
+    o = np.stack(outs)
+    return o[:, :c], o[:, c : c + i["alpha"].shape[1]], o[:, c + i["alpha"].shape[1] :], state
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    s=st.sampled_from([32, 64]),
+    hk=st.integers(1, 2),
+    hv_mult=st.integers(1, 2),
+    k=st.integers(2, 5),
+    n=st.integers(1, 7),
+)
+def test_n_token_cpu_op_equals_one_token_steps(s: int, hk: int, hv_mult: int, k: int, n: int) -> None:
+    """ggml_ext::gdn_verify_inputs (a verify's or short prefill's tokens in one op, the conv state
+    read only) gives each token the one-token op's bits, and the state after the last token;
+    windows shorter and longer than the conv (n < K - 1 and n >= K - 1)."""
+    i = _verify_inputs(s, hk, hk * hv_mult, k, n, seed=s + 10 * hk + 100 * k + 1000 * n)
+    got, want = _run_n(i, s, hk, gpu=False), _one_token_steps(i, s, hk, gpu=False)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    ("s", "hk", "hv", "k", "n"), [(32, 1, 2, 4, 2), (128, 16, 48, 4, 16), (64, 2, 4, 3, 33)]
+)
+def test_n_token_cuda_op_equals_one_token_cuda_steps_and_the_cpu(
+    s: int, hk: int, hv: int, k: int, n: int
+) -> None:
+    """On CUDA too the n-token kernel repeats the one-token kernel's operations (bit for bit), and
+    agrees with the CPU op to 1e-5 of the output scale."""
+    i = _verify_inputs(s, hk, hv, k, n, seed=11)
+    got, want = _run_n(i, s, hk, gpu=True), _one_token_steps(i, s, hk, gpu=True)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    for g, c in zip(got, _run_n(i, s, hk, gpu=False), strict=True):
+        assert np.abs(g - c).max() <= 1e-5 * max(1.0, float(np.abs(c).max()))
 
 
 def _decode(path: str, fuse: bool) -> tuple[np.ndarray, bool]:

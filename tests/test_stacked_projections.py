@@ -7,7 +7,13 @@ product per weight, bit for bit, and stacking must happen. The exception is the 
 product of several columns: ggml takes llamafile's tinyBLAS (f32 activations) only for heights
 that are multiples of 4 and otherwise its own dot product of activations rounded to f16, so
 tiny-b's small beta/alpha weights (apart) and the stack (together) get different kernels; there
-the logits must agree to 5e-3 of the largest one (measured: 1.3e-3). (A verify is unaffected: on the
+the logits must agree to 5e-3 of the largest one (measured: 1.3e-3).
+
+On CUDA (DFLASH_TEST_NGL > 0) float weights of several columns go to cuBLAS or ggml's mul_mat_f,
+whose algorithm also depends on the height (H200: 4e-3 of the largest logit for tiny-a's f32,
+1.1e-2 for tiny-b's f16, 40 logits deep): a 2e-2 bound there. The k-quants' products (ggml_ext's
+GEMM and GEMV: each row's arithmetic its own) must change no bit: the small preset's 512-wide
+q4_K_M rows are stacked on CUDA. (A verify is unaffected: on the
 CPU its products take the one-column kernel of a decode, ggml_ext/BATCH_INVARIANCE.md.)
 
 On CUDA (DFLASH_TEST_NGL > 0): ggml's CUDA buffers pad a quantized weight whose rows are not a
@@ -40,7 +46,19 @@ def _decode_logits(path: str, stack: bool) -> tuple[np.ndarray, int, int]:
     return np.concatenate(rows), eng.graph_shapes["stacked_projections"], int(eng.hparams["n_embd"])
 
 
-@pytest.mark.parametrize(("preset", "wtype"), [("tiny-a", "f32"), ("tiny-b", "f16"), ("tiny-c", "q4_K_M")])
+@pytest.mark.parametrize(
+    ("preset", "wtype"),
+    [
+        ("tiny-a", "f32"),
+        ("tiny-b", "f16"),
+        ("tiny-c", "q4_K_M"),
+        pytest.param(
+            "small",
+            "q4_K_M",
+            marks=pytest.mark.skipif(NGL == 0, reason="CUDA's stacked k-quants (the CPU: tiny-c)"),
+        ),
+    ],
+)
 def test_stacked_projections_change_no_logit(synth_model, preset: str, wtype: str) -> None:
     path = str(synth_model(preset, wtype))
     stacked, n_stacked, hidden = _decode_logits(path, True)
@@ -51,8 +69,8 @@ def test_stacked_projections_change_no_logit(synth_model, preset: str, wtype: st
         np.testing.assert_array_equal(stacked, plain)
         return
     assert n_stacked > 0, "no layer's input projections were stacked"
-    if NGL > 0 or wtype == "f16":
+    if wtype == "f16" or (NGL > 0 and wtype == "f32"):
         scale = float(np.abs(plain).max())
-        assert np.abs(stacked - plain).max() <= (1e-3 if NGL > 0 else 5e-3) * scale
+        assert np.abs(stacked - plain).max() <= (2e-2 if NGL > 0 else 5e-3) * scale
     else:
         np.testing.assert_array_equal(stacked, plain)

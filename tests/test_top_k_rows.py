@@ -1,7 +1,10 @@
 """ggml_ext::top_k_rows: ggml_top_k tagged for ggml_ext's CUDA kernel (one pass over each long row
 instead of ggml's sort of it; kernels/top_k_rows.cu). The drafter's DDTree candidates come from
 it. On the CPU the tag changes nothing; on CUDA the kernel must return the CPU's index sets
-(random values: no ties), for rows long enough to take it and rows that stay with ggml."""
+(random values: no ties), for rows long enough to take it and rows that stay with ggml.
+Also ggml_argmax, which CUDA computes with ggml_ext's kernel for rows of 32768 values or more
+(kernels/argmax_rows.cu): the CPU's answer, numpy's where there are no ties, and on ties the
+CPU's last maximum (ggml_vec_argmax_f32), which the kernel repeats."""
 
 from __future__ import annotations
 
@@ -45,3 +48,42 @@ def test_cuda_top_k_rows_equals_the_cpu(n: int, k: int) -> None:
     rows = [r for r in range(15) if r != 3]
     assert [_sets(got)[r] for r in rows] == [_sets(cpu)[r] for r in rows]
     assert 5 in _sets(got)[3]
+
+
+TIES = [1, 4]  # _argmax_rows' rows with ties for the maximum
+
+
+def _argmax_rows(n: int) -> np.ndarray:
+    """Rows with ties for the maximum (rows TIES: the last one wins), a row whose maximum is its
+    last value, a row of -inf but one value, a row of -inf."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((9, n)).astype(np.float32)
+    x[1, [7, n // 2, n - 3]] = 50.0  # ties: index n - 3
+    x[2, n - 1] = 60.0
+    x[3, :] = -np.inf
+    x[3, n // 3] = -1.0
+    x[4, [5, 6]] = 70.0  # ties in the first chunk: index 6
+    x[5, :] = -np.inf  # the last index
+    return x
+
+
+@pytest.mark.parametrize("n", [1000, 248320])
+def test_cpu_argmax_matches_numpy(n: int) -> None:
+    x = _argmax_rows(n)
+    got, want = _core.op_argmax(x), np.argmax(x, axis=1)
+    want[TIES] = [n - 3, 6]
+    want[5] = n - 1
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(
+    not GPU and not REQUIRE_GPU, reason="no GPU backend in this build (run on the GPU machine)"
+)
+@pytest.mark.parametrize("n", [1000, 32768, 40000, 248320])
+def test_cuda_argmax_equals_the_cpu(n: int) -> None:
+    """ggml_ext's argmax of long rows (kernels/argmax_rows.cu, >= 32768 values: the 27B's logits)
+    and ggml's for shorter ones: the CPU's answer (its last maximum on ties)."""
+    x = _argmax_rows(n)
+    if n < 32768:
+        x = x[[0, 2, 3, 6, 7, 8]]  # ggml's own kernel: no promise on ties
+    np.testing.assert_array_equal(_core.op_argmax(x, gpu=True), _core.op_argmax(x))

@@ -246,6 +246,26 @@ PYBIND11_MODULE(_core, m) {
         "qkv [C], alpha, beta, dt_bias, a [Hv], conv_state [C, K-1], w [C, K] -> (q|k|v|gate|beta [C + 2 Hv], "
         "the advanced conv state [C, K-1])");
     m.def(
+        "op_gdn_verify_inputs",
+        [=](const F32Array & qkv, const F32Array & alpha, const F32Array & beta, const F32Array & conv_state,
+            const F32Array & w, const F32Array & dt_bias, const F32Array & a, int64_t S, int64_t Hk, float eps,
+            bool gpu, int n_threads) {
+            auto r = run_gdn_verify_inputs(op_input(qkv), op_input(alpha), op_input(beta), op_input(conv_state),
+                                           op_input(w), op_input(dt_bias), op_input(a), S, Hk, eps, gpu, n_threads);
+            const py::ssize_t n = qkv.shape(0), C = qkv.shape(1), Hv = alpha.shape(1);
+            auto part = [&](size_t off, std::vector<py::ssize_t> shape) {
+                size_t count = 1;
+                for (auto d : shape) count *= (size_t)d;
+                return shaped(std::vector<float>(r.begin() + off, r.begin() + off + count), std::move(shape));
+            };
+            return py::make_tuple(part(0, {n, C}), part(n * C, {n, Hv}), part(n * (C + Hv), {n, Hv}),
+                                  part(n * (C + 2 * Hv), {conv_state.shape(0), conv_state.shape(1)}));
+        },
+        py::arg("qkv"), py::arg("alpha"), py::arg("beta"), py::arg("conv_state"), py::arg("w"), py::arg("dt_bias"),
+        py::arg("a"), py::arg("S"), py::arg("Hk"), py::arg("eps"), py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "qkv [n, C], alpha, beta [n, Hv], dt_bias, a [Hv], conv_state [C, K-1], w [C, K] -> (q|k|v [n, C], gates "
+        "[n, Hv], betas [n, Hv], the conv state after the last token [C, K-1])");
+    m.def(
         "op_tree_gated_delta_net",
         [=](const F32Array & q, const F32Array & k, const F32Array & v, const F32Array & g, const F32Array & beta,
             const F32Array & state, std::vector<int32_t> parents, bool gpu, int n_threads) {
@@ -298,6 +318,19 @@ PYBIND11_MODULE(_core, m) {
         py::arg("x"), py::arg("k"), py::arg("tagged") = false, py::arg("gpu") = false, py::arg("n_threads") = 2,
         "x [rows, n] -> [rows, k] indices of each row's k largest values (no particular order); tagged: "
         "ggml_ext::top_k_rows");
+    m.def(
+        "op_argmax",
+        [=](const F32Array & x, bool gpu, int n_threads) {
+            std::vector<int32_t> r;
+            {
+                const OpInput in = op_input(x);
+                py::gil_scoped_release rel;
+                r = run_argmax(in, gpu, n_threads);
+            }
+            return py::array_t<int32_t>({x.shape(0)}, r.data());
+        },
+        py::arg("x"), py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "x [rows, n] -> [rows] index of each row's largest value (ggml_argmax)");
     m.def(
         "time_mul_mat",
         [](const std::string & w_type, int64_t rows, int64_t k, const std::vector<int64_t> & ns, bool gpu, int reps,

@@ -23,7 +23,8 @@ CommitGraph build_commit_graph(ggml_context * ctx, const Qwen35Model & model, co
     }
     c.src = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, a);  // get_rows takes i32 rows, set_rows i64
     c.dst = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, a);
-    c.path = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, a);
+    // the path once per GDN layer slot: one gather takes every layer's rows (build_qwen35_commit_tree)
+    c.path = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, a, cache.vin ? cache.vin->ne[2] : 1);
     for (ggml_tensor * t : {c.src, c.dst, c.path}) ggml_set_input(t);
     c.gf = build_qwen35_kv_compact(ctx, model, cache, c.src, c.dst);
     if (model.hp.n_recurrent_layers() > 0) build_qwen35_commit_tree(ctx, c.gf, model, cache, c.path);
@@ -38,7 +39,11 @@ void set_commit_path_inputs(const CommitGraph & c, const std::vector<int32_t> & 
     };
     set(c.src, src.data(), sizeof(int32_t) * src.size());
     set(c.dst, dst.data(), sizeof(int64_t) * dst.size());
-    set(c.path, path.data(), sizeof(int32_t) * path.size());
+    if (c.path->buffer) {
+        std::vector<int32_t> rows;
+        for (int64_t s = 0; s < c.path->ne[1]; ++s) rows.insert(rows.end(), path.begin(), path.end());
+        set(c.path, rows.data(), sizeof(int32_t) * rows.size());
+    }
 }
 
 CommitGraphs::CommitGraphs(const Qwen35Model & model, const TargetCache & cache, ggml_backend_t backend, int n_max)

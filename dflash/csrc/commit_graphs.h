@@ -24,7 +24,7 @@ namespace dflash {
 
 // The commit of `a` accepted tokens as a graph in ctx: chain (the first a verify tokens; no
 // inputs) or tree (inputs: i32 attention rows to gather, i64 rows they go to, i32 verify nodes
-// along the path).
+// along the path [a, GDN layers]: once per layer slot, set_commit_path_inputs repeats them).
 struct CommitGraph {
     ggml_cgraph * gf = nullptr;
     ggml_tensor * src = nullptr;

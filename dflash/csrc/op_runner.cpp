@@ -109,26 +109,54 @@ std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k
                });
 }
 
-std::vector<float> run_gdn_decode_inputs(const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
+// The fused GDN inputs' shapes: qkv [C(, n)], alpha, beta [Hv(, n)], dt_bias, a [Hv],
+// conv_state [K-1, C], w [K, C], C = S (2 Hk + Hv); `tokens`: the n-token op's 2-D qkv/alpha/beta.
+static void check_gdn_inputs(const char * op, bool tokens, const OpInput & qkv, const OpInput & alpha,
+                             const OpInput & beta, const OpInput & conv_state, const OpInput & w,
+                             const OpInput & dt_bias, const OpInput & a, int64_t S, int64_t Hk) {
+    const size_t dims = tokens ? 2 : 1;
+    const int64_t C = qkv.ne.empty() ? 0 : qkv.ne[0], Hv = alpha.ne.empty() ? 0 : alpha.ne[0];
+    const bool shapes = qkv.ne.size() == dims && alpha.ne.size() == dims && (!tokens || alpha.ne[1] == qkv.ne[1]) &&
+                        beta.ne == alpha.ne && dt_bias.ne.size() == 1 && dt_bias.ne[0] == Hv && a.ne == dt_bias.ne &&
+                        w.ne.size() == 2 && w.ne[1] == C && w.ne[0] >= 2 && conv_state.ne.size() == 2 &&
+                        conv_state.ne[0] == w.ne[0] - 1 && conv_state.ne[1] == C && S > 0 && Hk > 0 &&
+                        C == S * (2 * Hk + Hv);
+    if (!shapes) {
+        const char * per_token =
+            tokens ? ": shapes qkv [C, n], alpha, beta [Hv, n]" : ": shapes qkv [C], alpha, beta [Hv]";
+        throw InvalidParameter(std::string(op) + per_token +
+                               ", dt_bias, a [Hv], conv_state [K-1, C], w [K, C], C = S (2 Hk + Hv)");
+    }
+}
+
+// One token: [out, the advanced conv state] (the concat node comes after the op in the graph's
+// order); n tokens: the op's output.
+static std::vector<float> run_gdn_inputs(bool tokens, const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
                                          const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
                                          const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads) {
-    const int64_t C = qkv.ne.empty() ? 0 : qkv.ne[0], Hv = alpha.ne.empty() ? 0 : alpha.ne[0];
-    const bool shapes = qkv.ne.size() == 1 && alpha.ne.size() == 1 && beta.ne == alpha.ne && dt_bias.ne == alpha.ne &&
-                        a.ne == alpha.ne && w.ne.size() == 2 && w.ne[1] == C && w.ne[0] >= 2 &&
-                        conv_state.ne.size() == 2 && conv_state.ne[0] == w.ne[0] - 1 && conv_state.ne[1] == C &&
-                        S > 0 && Hk > 0 && C == S * (2 * Hk + Hv);
-    if (!shapes) {
-        throw InvalidParameter(
-            "gdn_decode_inputs: shapes qkv [C], alpha, beta, dt_bias, a [Hv], conv_state [K-1, C], w [K, C], "
-            "C = S (2 Hk + Hv)");
-    }
-    // out, then the advanced conv state: the concat node comes after the op in the graph's order
+    check_gdn_inputs(tokens ? "gdn_verify_inputs" : "gdn_decode_inputs", tokens, qkv, alpha, beta, conv_state, w,
+                     dt_bias, a, S, Hk);
     return run({&qkv, &alpha, &beta, &conv_state, &w, &dt_bias, &a}, {-1}, gpu, n_threads,
                [=](ggml_context * c, const auto & t, ggml_tensor *) {
+                   if (tokens) {
+                       return ggml_ext::gdn_verify_inputs(c, t[0], t[1], t[2], t[3], t[4], t[5], t[6], S, Hk, eps);
+                   }
                    ggml_tensor * out =
                        ggml_ext::gdn_decode_inputs(c, t[0], t[1], t[2], t[3], t[4], t[5], t[6], S, Hk, eps);
                    return ggml_concat(c, out, ggml_reshape_1d(c, t[3], ggml_nelements(t[3])), 0);
                });
+}
+
+std::vector<float> run_gdn_decode_inputs(const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
+                                         const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
+                                         const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads) {
+    return run_gdn_inputs(false, qkv, alpha, beta, conv_state, w, dt_bias, a, S, Hk, eps, gpu, n_threads);
+}
+
+std::vector<float> run_gdn_verify_inputs(const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
+                                         const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
+                                         const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads) {
+    return run_gdn_inputs(true, qkv, alpha, beta, conv_state, w, dt_bias, a, S, Hk, eps, gpu, n_threads);
 }
 
 ggml_type weight_type(const std::string & w_type) {
@@ -209,14 +237,15 @@ std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::
     return compute_and_free(be.main, gf, out, buf, ctx);
 }
 
-std::vector<int32_t> run_top_k(const OpInput & x, int k, bool tagged, bool gpu, int n_threads) {
-    if (x.ne.size() != 2 || k < 1 || k > x.ne[0]) throw InvalidParameter("top_k: x must be [rows, n] with 1 <= k <= n");
+// An i32 op over the rows of x [n, rows] (build: its node from x) -> its values.
+static std::vector<int32_t> run_rows_to_ids(const OpInput & x, bool gpu, int n_threads,
+                                            const std::function<ggml_tensor *(ggml_context *, ggml_tensor *)> & build) {
     Backends be(gpu ? 99 : 0, n_threads);
     if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
     ggml_init_params p = {ggml_tensor_overhead() * 4 + ggml_graph_overhead(), nullptr, true};
     ggml_context * ctx = ggml_init(p);
     ggml_tensor * tx = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, x.ne[0], x.ne[1]);
-    ggml_tensor * out = tagged ? ggml_ext::top_k_rows(ctx, tx, k) : ggml_top_k(ctx, tx, k);
+    ggml_tensor * out = build(ctx, tx);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
     ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
@@ -225,6 +254,19 @@ std::vector<int32_t> run_top_k(const OpInput & x, int k, bool tagged, bool gpu, 
     std::vector<int32_t> ids(raw.size());
     std::memcpy(ids.data(), raw.data(), sizeof(int32_t) * ids.size());
     return ids;
+}
+
+std::vector<int32_t> run_top_k(const OpInput & x, int k, bool tagged, bool gpu, int n_threads) {
+    if (x.ne.size() != 2 || k < 1 || k > x.ne[0]) throw InvalidParameter("top_k: x must be [rows, n] with 1 <= k <= n");
+    return run_rows_to_ids(x, gpu, n_threads, [=](ggml_context * ctx, ggml_tensor * tx) {
+        return tagged ? ggml_ext::top_k_rows(ctx, tx, k) : ggml_top_k(ctx, tx, k);
+    });
+}
+
+std::vector<int32_t> run_argmax(const OpInput & x, bool gpu, int n_threads) {
+    if (x.ne.size() != 2 || x.ne[0] < 1) throw InvalidParameter("argmax: x must be [rows, n] with n >= 1");
+    return run_rows_to_ids(x, gpu, n_threads,
+                           [](ggml_context * ctx, ggml_tensor * tx) { return ggml_argmax(ctx, tx); });
 }
 
 std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w_type, int64_t rows, int64_t k,

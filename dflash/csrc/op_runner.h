@@ -20,6 +20,11 @@ std::vector<float> run_tree_ssm_conv(const OpInput & x, const OpInput & conv_sta
 std::vector<float> run_gdn_decode_inputs(const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
                                          const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
                                          const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads);
+// The same for n tokens (gdn_verify_inputs): qkv [C, n], alpha, beta [Hv, n] -> [q|k|v (n C), gates
+// (n Hv), betas (n Hv), the conv state after the last token ((K-1) C)].
+std::vector<float> run_gdn_verify_inputs(const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
+                                         const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
+                                         const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads);
 std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
                                             const OpInput & beta, const OpInput & state,
                                             const std::vector<int32_t> & parents, bool gpu, int n_threads);
@@ -45,6 +50,8 @@ std::vector<std::vector<std::vector<double>>> time_mul_mat(const std::string & w
 // Indices of the k largest values of each row of x (ne [n, rows]) -> rows x k, in no particular
 // order; with tagged, through ggml_ext::top_k_rows (ggml_ext's kernel on CUDA for long rows).
 std::vector<int32_t> run_top_k(const OpInput & x, int k, bool tagged, bool gpu, int n_threads);
+// ggml_argmax of each row of x (ne [n, rows]) -> rows (CUDA: ggml_ext's kernel for long rows).
+std::vector<int32_t> run_argmax(const OpInput & x, bool gpu, int n_threads);
 bool gpu_backend_available();
 
 }  // namespace dflash

@@ -72,6 +72,13 @@ struct Builder {
     // with the SwiGLU), and so does an invariant_matmul verify, which repeats the decode op for op.
     bool stack_ffn() const { return n > 1 && spec.stack_projections && !spec.invariant_matmul; }
 
+    // [a, b, n(, 1)] with each token's a * b values contiguous -> [a * b, n] (tokens possibly apart);
+    // a 2-D tensor as it is.
+    ggml_tensor * token_rows(ggml_tensor * t) {
+        if (ggml_n_dims(t) <= 2) return t;
+        return ggml_view_2d(ctx, t, t->ne[0] * t->ne[1], t->ne[2], t->nb[2], 0);
+    }
+
     // [a * b, n] -> [a, b, n]: a reshape that also takes a stacked product's row slice (rows apart).
     ggml_tensor * split_rows(ggml_tensor * t, int64_t a, int64_t b) {
         return ggml_view_3d(ctx, t, a, b, t->ne[1], ggml_row_size(t->type, a), t->nb[1], 0);
@@ -166,6 +173,7 @@ struct Builder {
         ggml_tensor * qkv = p[0];       // [C, n]
         ggml_tensor * z = p[1];         // [S*Hv, n]
         if (n == 1 && !defer && spec.fused_gdn_inputs) return gated_deltanet_step(il, p);
+        if (n > 1 && !tree && spec.fused_gdn_inputs) return gated_deltanet_tokens(il, p, defer);
         // CUDA's sigmoid wants a contiguous input; the add below takes rows apart
         ggml_tensor * b_in = ggml_is_contiguous(p[2]) ? p[2] : ggml_cont(ctx, p[2]);
         ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, b_in, 1, Hv, n, 1));
@@ -176,25 +184,19 @@ struct Builder {
         ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
         ggml_tensor * conv = nullptr;  // [C, n(, 1)]
         if (tree) {
-            // The nodes' conv inputs go to the verify scratch first (the commit rebuilds the path's
-            // conv state from them); the tree conv reads that contiguous copy.
-            ggml_tensor * xs = ggml_cpy(ctx, qkv, ggml_view_2d(ctx, cache.vx[il], C, n, cache.vx[il]->nb[1], 0));
             ggml_tensor * conv_state = ggml_reshape_2d(ctx, cache.conv[il], K - 1, C);
-            conv = ggml_ext::tree_ssm_conv(ctx, xs, conv_state, kernel, g.tree);
+            conv = ggml_ext::tree_ssm_conv(ctx, qkv, conv_state, kernel, g.tree);
         } else {
             // Causal depthwise conv over [cached K-1 inputs, new inputs]; keep the last K-1 as state.
             ggml_tensor * conv_state = ggml_reshape_3d(ctx, cache.conv[il], K - 1, C, 1);
             ggml_tensor * conv_in =
                 ggml_concat(ctx, conv_state, ggml_transpose(ctx, ggml_view_3d(ctx, qkv, C, n, 1, qkv->nb[1],
                                                                               qkv->nb[1] * n, 0)), 0);
-            // The copies below pair tensors of different shapes on purpose: ggml's CUDA copy turns
+            // The copy below pairs tensors of different shapes on purpose: ggml's CUDA copy turns
             // same-shape strided copies into cudaMemcpy2DAsync, which moves these 12..76-byte rows
             // one at a time (7 us per 27B layer, against 2 us for its element-wise copy kernel).
-            if (defer) {
-                ggml_tensor * window = cache.vconv[il];
-                ggml_tensor * dst = ggml_view_2d(ctx, window, K - 1 + n, C, window->nb[1], 0);
-                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_1d(ctx, conv_in, (K - 1 + n) * C), dst));
-            } else {
+            // (A verify keeps the state: its commit rebuilds it from the saved inputs.)
+            if (!defer) {
                 ggml_tensor * last = ggml_view_3d(ctx, conv_in, K - 1, C, 1, conv_in->nb[1], conv_in->nb[2],
                                                   ggml_row_size(conv_in->type, n));
                 ggml_build_forward_expand(g.gf, ggml_cpy(ctx, last, ggml_reshape_1d(ctx, cache.conv[il], (K - 1) * C)));
@@ -226,19 +228,60 @@ struct Builder {
             }
         }
         if (defer) {
-            auto save = [&](ggml_tensor * src, int64_t w, ggml_tensor * scratch) {  // [w, n] -> scratch rows
-                ggml_tensor * dst = ggml_view_2d(ctx, scratch, w, n, w * ggml_element_size(scratch), 0);
-                if (!ggml_is_contiguous(src)) src = ggml_cont(ctx, src);
-                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, ggml_reshape_2d(ctx, src, w, n), dst));
+            // Each token's inputs into the verify scratch: [w, n] -> [w, n] (rows apart on either
+            // side: one 2-D copy each, no ggml_cont)
+            const auto sv = cache.verify_views(ctx, il, n);
+            auto save = [&](ggml_tensor * src, ggml_tensor * dst) {
+                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, token_rows(src), token_rows(dst)));
             };
-            save(q, S * Hk, cache.vq[il]);
-            save(k, S * Hk, cache.vk[il]);
-            save(v, S * Hv, cache.vv[il]);
-            save(gate, Hv, cache.vg[il]);
-            save(beta, Hv, cache.vb[il]);
+            save(q, sv.q);
+            save(k, sv.k);
+            save(v, sv.v);
+            save(gate, sv.g);
+            save(beta, sv.b);
+            save(qkv, sv.x);  // the commit rebuilds the conv state from these
         }
 
         return gated_output(il, o, z);
+    }
+
+    // Several tokens of a chain on the GPU: the conv, SiLU, q/k L2 norms, gate and beta of all
+    // of them in one op (ggml_ext::gdn_verify_inputs, also giving the conv state after the last),
+    // then ggml's delta rule. A verify saves q|k|v, the conv inputs, gate and beta (4 copies).
+    ggml_tensor * gated_deltanet_tokens(int il, const std::vector<ggml_tensor *> & p, bool defer) {
+        const auto & L = model.layers[il];
+        const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads;
+        const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
+        ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
+        ggml_tensor * conv_state = ggml_reshape_2d(ctx, cache.conv[il], K - 1, C);
+        ggml_tensor * in = ggml_ext::gdn_verify_inputs(ctx, p[0], p[3], p[2], conv_state, kernel, L.dt_bias, L.ssm_a,
+                                                       S, Hk, hp.rms_eps);
+        const size_t es = ggml_element_size(in), row = es * C, gates = row * n;
+        ggml_tensor * q = ggml_view_4d(ctx, in, S, Hk, n, 1, es * S, row, row * n, 0);
+        ggml_tensor * k = ggml_view_4d(ctx, in, S, Hk, n, 1, es * S, row, row * n, es * S * Hk);
+        ggml_tensor * v = ggml_view_4d(ctx, in, S, Hv, n, 1, es * S, row, row * n, es * 2 * S * Hk);
+        ggml_tensor * gate = ggml_view_4d(ctx, in, 1, Hv, n, 1, es, es * Hv, es * Hv * n, gates);
+        ggml_tensor * beta = ggml_view_4d(ctx, in, 1, Hv, n, 1, es, es * Hv, es * Hv * n, gates + es * Hv * n);
+        ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
+        ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
+        ggml_tensor * o = ggml_view_4d(ctx, out, S, Hv, n, 1, ggml_row_size(out->type, S),
+                                       ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv * n), 0);
+        if (!defer) {
+            ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * n));
+            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
+            ggml_tensor * conv_after = ggml_view_1d(ctx, in, (K - 1) * C, gates + 2 * es * Hv * n);
+            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, conv_after, ggml_reshape_1d(ctx, conv_state, (K - 1) * C)));
+        } else {
+            const auto sv = cache.verify_views(ctx, il, n);
+            auto save = [&](ggml_tensor * src, ggml_tensor * dst) {
+                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, token_rows(src), token_rows(dst)));
+            };
+            save(ggml_view_2d(ctx, in, C, n, row, 0), sv.qkv);
+            save(p[0], sv.x);
+            save(gate, sv.g);
+            save(beta, sv.b);
+        }
+        return gated_output(il, o, p[1]);
     }
 
     // The delta rule's output o [S, Hv, n, 1], normed and gated by SiLU(z) (z [S*Hv, n], rows
@@ -295,41 +338,41 @@ ggml_tensor * input(ggml_context * ctx, ggml_type t, int64_t n0, int64_t n1 = 1)
 
 }  // namespace
 
+// A commit's conv state: the last K-1 inputs of [old state, xs] (xs: the a accepted tokens' conv
+// inputs [C, a], rows apart). A path of K-1 or more tokens replaces the state: its last K-1
+// inputs copied transposed (1 kernel); a shorter one keeps part of the old state (3 kernels).
+static void commit_conv_state(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * conv, ggml_tensor * xs, int64_t K) {
+    const int64_t a = xs->ne[1];
+    // 1-D destination: ggml's element-wise copy, not a row-by-row cudaMemcpy2DAsync (see above)
+    ggml_tensor * conv_1d = ggml_reshape_1d(ctx, conv, ggml_nelements(conv));
+    if (a >= K - 1) {
+        ggml_tensor * tail = ggml_view_2d(ctx, xs, xs->ne[0], K - 1, xs->nb[1], xs->nb[1] * (a - (K - 1)));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_transpose(ctx, tail), conv_1d));
+        return;
+    }
+    ggml_tensor * window = ggml_concat(ctx, conv, ggml_cont(ctx, ggml_transpose(ctx, xs)), 0);
+    ggml_tensor * last = ggml_view_2d(ctx, window, K - 1, window->ne[1], window->nb[1], ggml_row_size(window->type, a));
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, last, conv_1d));
+}
+
 void build_qwen35_commit_tree(ggml_context * ctx, ggml_cgraph * gf, const Qwen35Model & model,
                               const TargetCache & cache, ggml_tensor * rows) {
     const auto & hp = model.hp;
-    const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads, K = hp.ssm_d_conv;
+    const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, K = hp.ssm_d_conv;
     const int64_t a = rows->ne[0];
-    auto pick = [&](ggml_tensor * scratch, int64_t w) {  // the path's rows of a [.., .., n_max] scratch
-        return ggml_get_rows(ctx, ggml_reshape_2d(ctx, scratch, w, scratch->ne[2]), rows);
-    };
+    // The path's rows of every GDN layer's verify scratch: three gathers (rows: [a, n_gdn], the
+    // path repeated per layer slot)
+    ggml_tensor * in = ggml_get_rows(ctx, cache.vin, rows);      // [W, a, n_gdn]
+    ggml_tensor * gate = ggml_get_rows(ctx, cache.vgate, rows);  // [H_v, a, n_gdn]
+    ggml_tensor * beta = ggml_get_rows(ctx, cache.vbeta, rows);
     for (int il = 0; il < hp.n_layer; ++il) {
         if (!hp.is_recurrent[il]) continue;
-        ggml_tensor * q = ggml_reshape_4d(ctx, pick(cache.vq[il], S * Hk), S, Hk, a, 1);
-        ggml_tensor * k = ggml_reshape_4d(ctx, pick(cache.vk[il], S * Hk), S, Hk, a, 1);
-        ggml_tensor * v = ggml_reshape_4d(ctx, pick(cache.vv[il], S * Hv), S, Hv, a, 1);
-        ggml_tensor * gt = ggml_reshape_4d(ctx, pick(cache.vg[il], Hv), 1, Hv, a, 1);
-        ggml_tensor * bt = ggml_reshape_4d(ctx, pick(cache.vb[il], Hv), 1, Hv, a, 1);
+        const auto sv = cache.verify_views(ctx, il, a, in, gate, beta);
         ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
-        ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gt, bt, state, 1);
+        ggml_tensor * out = ggml_gated_delta_net(ctx, sv.q, sv.k, sv.v, sv.g, sv.b, state, 1);
         ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * a));
         ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
-        // conv state: the last K-1 inputs of [old state, the path's inputs]. A path of K-1 or more
-        // nodes replaces the state: the inputs of its last K-1 nodes, gathered and copied
-        // transposed (2 kernels); a shorter one keeps part of the old state (4 kernels).
-        ggml_tensor * conv_1d = ggml_reshape_1d(ctx, cache.conv[il], ggml_nelements(cache.conv[il]));
-        if (a >= K - 1) {
-            ggml_tensor * tail = ggml_view_1d(ctx, rows, K - 1, ggml_row_size(rows->type, a - (K - 1)));
-            ggml_tensor * xs = ggml_get_rows(ctx, cache.vx[il], tail);  // [C, K-1]
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_transpose(ctx, xs), conv_1d));
-            continue;
-        }
-        ggml_tensor * xs = ggml_get_rows(ctx, cache.vx[il], rows);  // [C, a]
-        ggml_tensor * window = ggml_concat(ctx, cache.conv[il], ggml_cont(ctx, ggml_transpose(ctx, xs)), 0);
-        ggml_tensor * last =
-            ggml_view_2d(ctx, window, K - 1, window->ne[1], window->nb[1], ggml_row_size(window->type, a));
-        // 1-D destination: ggml's element-wise copy, not a row-by-row cudaMemcpy2DAsync (see above)
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, last, conv_1d));
+        commit_conv_state(ctx, gf, cache.conv[il], sv.x, K);
     }
 }
 
@@ -388,24 +431,16 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
 
 ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache, int a) {
     const auto & hp = model.hp;
-    const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads, K = hp.ssm_d_conv;
+    const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, K = hp.ssm_d_conv;
     ggml_cgraph * gf = ggml_new_graph_custom(ctx, COMMIT_GRAPH_NODES, false);
-    auto first = [&](ggml_tensor * t, int64_t h) {  // the first a tokens of a [x, h, n_verify_max] scratch
-        return ggml_view_4d(ctx, t, t->ne[0], h, a, 1, t->nb[1], t->nb[2], t->nb[2] * a, 0);
-    };
     for (int il = 0; il < hp.n_layer; ++il) {
         if (!hp.is_recurrent[il]) continue;
         ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
-        ggml_tensor * out =
-            ggml_gated_delta_net(ctx, first(cache.vq[il], Hk), first(cache.vk[il], Hk), first(cache.vv[il], Hv),
-                                 first(cache.vg[il], Hv), first(cache.vb[il], Hv), state, 1);
+        const auto sv = cache.verify_views(ctx, il, a);  // the first a tokens
+        ggml_tensor * out = ggml_gated_delta_net(ctx, sv.q, sv.k, sv.v, sv.g, sv.b, state, 1);
         ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * a));
         ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
-        // conv state after token a-1: the K-1 window inputs ending there (columns a .. a+K-2)
-        ggml_tensor * w = cache.vconv[il];
-        ggml_tensor * last = ggml_view_2d(ctx, w, K - 1, w->ne[1], w->nb[1], ggml_row_size(w->type, a));
-        // 1-D destination: ggml's element-wise copy, not a row-by-row cudaMemcpy2DAsync
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, last, ggml_reshape_1d(ctx, cache.conv[il], (K - 1) * w->ne[1])));
+        commit_conv_state(ctx, gf, cache.conv[il], sv.x, K);
     }
     return gf;
 }

@@ -13,8 +13,10 @@ TargetCache::TargetCache(const Qwen35Hparams & hp, const TargetCacheConfig & c) 
     v.assign(hp.n_layer, nullptr);
     conv.assign(hp.n_layer, nullptr);
     ssm.assign(hp.n_layer, nullptr);
-    for (auto * v : {&vq, &vk, &vv, &vg, &vb, &vconv, &vx}) v->assign(hp.n_layer, nullptr);
-    const int64_t nv = cfg.n_verify_max, S = hp.ssm_d_state;
+    gdn_slot.assign(hp.n_layer, -1);
+    const int64_t nv = cfg.n_verify_max;
+    S_ = hp.ssm_d_state, Hk_ = hp.ssm_n_k_heads, Hv_ = hp.ssm_n_v_heads, C_ = hp.conv_channels();
+    int n_gdn = 0;
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         if (!hp.is_recurrent[il]) {
             k[il] = ggml_new_tensor_2d(ctx_, cfg.k_type, kv_row, cfg.n_ctx);
@@ -26,16 +28,37 @@ TargetCache::TargetCache(const Qwen35Hparams & hp, const TargetCacheConfig & c) 
             ssm[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.ssm_d_state, hp.ssm_d_state, hp.ssm_n_v_heads);
             rs_tensors_.push_back(conv[il]);
             rs_tensors_.push_back(ssm[il]);
-            vq[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, S, hp.ssm_n_k_heads, nv);
-            vk[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, S, hp.ssm_n_k_heads, nv);
-            vv[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, S, hp.ssm_n_v_heads, nv);
-            vg[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, 1, hp.ssm_n_v_heads, nv);
-            vb[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, 1, hp.ssm_n_v_heads, nv);
-            vconv[il] = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.ssm_d_conv - 1 + nv, hp.conv_channels());
-            vx[il] = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.conv_channels(), nv);
-            for (auto * t : {vq[il], vk[il], vv[il], vg[il], vb[il], vconv[il], vx[il]}) rs_tensors_.push_back(t);
+            gdn_slot[il] = n_gdn++;
         }
     }
+    if (n_gdn > 0) {
+        vin = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, 2 * S_ * Hk_ + S_ * Hv_ + C_, nv, n_gdn);
+        vgate = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, Hv_, nv, n_gdn);
+        vbeta = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, Hv_, nv, n_gdn);
+        for (auto * t : {vin, vgate, vbeta}) rs_tensors_.push_back(t);
+    }
+}
+
+TargetCache::VerifyViews TargetCache::verify_views(ggml_context * ctx, int il, int64_t rows, ggml_tensor * in,
+                                                   ggml_tensor * gate, ggml_tensor * beta) const {
+    const int64_t slot = gdn_slot[il];
+    const size_t es = sizeof(float), row = in->nb[1];
+    const size_t base = slot * in->nb[2];
+    auto heads = [&](int64_t h, size_t off) {  // [S, h, rows], rows apart
+        return ggml_view_3d(ctx, in, S_, h, rows, es * S_, row, base + off);
+    };
+    auto scalars = [&](ggml_tensor * t) {  // [1, H_v, rows], contiguous
+        return ggml_view_3d(ctx, t, 1, Hv_, rows, es, es * Hv_, slot * t->nb[2]);
+    };
+    VerifyViews r;
+    r.q = heads(Hk_, 0);
+    r.k = heads(Hk_, es * S_ * Hk_);
+    r.v = heads(Hv_, es * 2 * S_ * Hk_);
+    r.qkv = ggml_view_2d(ctx, in, C_, rows, row, base);
+    r.x = ggml_view_2d(ctx, in, C_, rows, row, base + es * (2 * S_ * Hk_ + S_ * Hv_));
+    r.g = scalars(gate);
+    r.b = scalars(beta);
+    return r;
 }
 
 TargetCache::~TargetCache() {

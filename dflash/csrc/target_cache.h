@@ -36,14 +36,33 @@ class TargetCache {
 
     // A verify leaves the recurrent state at its start and keeps each token's delta-rule inputs
     // and the conv window here; commit(a) then replays the first a tokens exactly (REFERENCE.md
-    // section 4: no per-token states, no f16 drift). Per GDN layer:
-    std::vector<ggml_tensor *> vq, vk;  // [S, H_k, n_verify_max]
-    std::vector<ggml_tensor *> vv;      // [S, H_v, n_verify_max]
-    std::vector<ggml_tensor *> vg, vb;  // [1, H_v, n_verify_max] (log-decay, beta)
-    std::vector<ggml_tensor *> vconv;   // [d_conv-1 + n_verify_max, channels]: old state + inputs
-    std::vector<ggml_tensor *> vx;      // [channels, n_verify_max]: each token's conv input (tree)
+    // section 4: no per-token states, no f16 drift). The inputs of every GDN layer lie in three
+    // tensors, slot gdn_slot[il] of each, so that a tree commit gathers its path's rows of all
+    // layers with three get_rows (verify_views() slices them):
+    //   vin  [W, n_verify_max, n_gdn]: per token q [S*H_k] | k [S*H_k] | v [S*H_v] | x [channels]
+    //        (q, k, v as the delta rule takes them; x the conv's input, from which a commit
+    //        rebuilds the conv state)
+    //   vgate, vbeta [H_v, n_verify_max, n_gdn] (log-decay, beta)
+    ggml_tensor * vin = nullptr;
+    ggml_tensor * vgate = nullptr;
+    ggml_tensor * vbeta = nullptr;
+    std::vector<int> gdn_slot;  // layer -> slot in the tensors above (-1: attention layer)
+
+    // One GDN layer's verify scratch as views in ctx, of `rows` tokens from `src` (vin, vgate,
+    // vbeta, or tensors gathered from them with the same first two dimensions): q, k [S, H_k,
+    // rows], v [S, H_v, rows], qkv (the three as [channels, rows]) and x [channels, rows] (rows
+    // apart), g, b [1, H_v, rows] (contiguous).
+    struct VerifyViews {
+        ggml_tensor *q, *k, *v, *qkv, *x, *g, *b;
+    };
+    VerifyViews verify_views(ggml_context * ctx, int il, int64_t rows, ggml_tensor * in, ggml_tensor * gate,
+                             ggml_tensor * beta) const;
+    VerifyViews verify_views(ggml_context * ctx, int il, int64_t rows) const {
+        return verify_views(ctx, il, rows, vin, vgate, vbeta);
+    }
 
   private:
+    int64_t S_ = 0, Hk_ = 0, Hv_ = 0, C_ = 0;
     ggml_context * ctx_ = nullptr;
     ggml_backend_buffer_t kv_buf_ = nullptr;
     ggml_backend_buffer_t rs_buf_ = nullptr;

@@ -19,4 +19,17 @@ ggml_tensor * gdn_decode_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tens
                                 ggml_tensor * conv_state, ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a,
                                 int64_t S, int64_t Hk, float eps);
 
+// The same for n tokens (a verify's or a short prefill's, the same op in its second mode): qkv
+// [C, n], alpha and beta_raw [Hv, n] (rows may lie apart: a stacked product's slices); token i's
+// conv window is columns i..i+K-1 of [conv_state, qkv], and conv_state is only read  ->  f32
+// [n C + 2 n Hv + (K-1) C]: the n tokens' q, k, v ([C, n]), their gates ([Hv, n]), their betas
+// ([Hv, n]), then the conv state after the last token ([K-1, C], conv_state's layout), each
+// value as the one-token op gives it.
+ggml_tensor * gdn_verify_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor * alpha, ggml_tensor * beta_raw,
+                                ggml_tensor * conv_state, ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a,
+                                int64_t S, int64_t Hk, float eps);
+
+// gdn_*_inputs' op_params[4]: 0 one token (state advanced in place), 1 n tokens (gdn_verify_inputs).
+constexpr int kGdnInputsModeParam = 4;
+
 }  // namespace ggml_ext

@@ -28,7 +28,8 @@ bool make_tree_index(const std::vector<int32_t> & parents, TreeIndex & out, std:
 
 // Depthwise causal conv over a tree: node i's window is its own column of x plus its nearest
 // ancestors', falling back to the cached conv state once the path to the root runs out.
-//   x [C, n] f32, conv_state [K-1, C(, 1)] f32 (oldest column first), w [K, C] f32, tree I32 [n, 3]
+//   x [C, n] f32 (rows may lie apart), conv_state [K-1, C(, 1)] f32 (oldest column first), w [K, C] f32,
+//   tree I32 [n, 3]
 //   -> [C, n] (no activation; same tap order as ggml_ssm_conv)
 ggml_tensor * tree_ssm_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * conv_state, ggml_tensor * w,
                             ggml_tensor * tree);

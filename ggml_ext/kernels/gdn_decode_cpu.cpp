@@ -1,5 +1,6 @@
-// CPU kernel of the fused one-token Gated DeltaNet inputs (ggml_ext_gdn.h): threads take heads
-// (S channels each); thread 0 also the gate and beta.
+// CPU kernel of the fused Gated DeltaNet inputs (ggml_ext_gdn.h): threads take heads (S channels
+// each); thread 0 also the gate and beta. One token (mode 0) or n tokens (mode 1).
+#include "ggml_ext_gdn.h"
 #include "ggml_ext_tree_cpu.h"
 
 #include "ggml-cpu-impl.h"
@@ -8,7 +9,80 @@
 #include <cmath>
 #include <cstring>
 
+namespace {
+
+// SiLU of the conv of one head's S channels c0.. for one token (window(c, j): tap j's input),
+// L2-normed when it is a q or k head, into out[c0..c0+S).
+template <typename Window>
+void head_inputs(const Window & window, const float * w, int64_t c0, int64_t S, int64_t K, bool l2, const float * norm,
+                 float * out) {
+    double ss = 0.0;
+    for (int64_t c = c0; c < c0 + S; ++c) {
+        const float * wc = w + c * K;
+        float sum = 0.0f;
+        for (int64_t j = 0; j < K; ++j) sum += window(c, j) * wc[j];
+        const float y = sum / (1.0f + expf(-sum));
+        out[c - c0] = y;
+        ss += (double)y * y;
+    }
+    if (l2) {  // q and k heads: rms_norm(eps / S), then times 1 / sqrt(S)
+        const float scale = 1.0f / sqrtf((float)(ss / (double)S) + norm[0]);
+        for (int64_t c = 0; c < S; ++c) out[c] = norm[1] * (scale * out[c]);
+    }
+}
+
+void gate_beta(const float * alpha, const float * beta, const float * dt_bias, const float * a, int64_t Hv,
+               float * gate, float * b) {
+    for (int64_t h = 0; h < Hv; ++h) {
+        const float z = alpha[h] + dt_bias[h];
+        gate[h] = (z > 20.0f ? z : logf(1.0f + expf(z))) * a[h];
+        b[h] = 1.0f / (1.0f + expf(-beta[h]));
+    }
+}
+
+// Mode 1: n tokens, the conv state read only (ggml_ext::gdn_verify_inputs).
+void verify_inputs(const ggml_compute_params * params, ggml_tensor * dst) {
+    const ggml_tensor * tx = dst->src[0];
+    const ggml_tensor * ta = dst->src[1];
+    const ggml_tensor * tb = dst->src[2];
+    const float * state = (const float *)dst->src[3]->data;  // [K-1, C]
+    const float * w = (const float *)dst->src[4]->data;
+    const float * dt_bias = (const float *)dst->src[5]->data;
+    const float * a = (const float *)dst->src[6]->data;
+    const int64_t S = ((const int32_t *)dst->op_params)[0], Hk = ((const int32_t *)dst->op_params)[1];
+    float norm[2];
+    std::memcpy(norm, dst->op_params + 2, sizeof(norm));
+    const int64_t C = tx->ne[0], n = tx->ne[1], Hv = ta->ne[0], K = dst->src[4]->ne[0];
+    const int64_t sx = tx->nb[1] / sizeof(float);
+    const float * x = (const float *)tx->data;
+    float * out = (float *)dst->data;
+    // column p of [conv_state, x] at channel c
+    auto col = [&](int64_t c, int64_t p) { return p < K - 1 ? state[c * (K - 1) + p] : x[(p - (K - 1)) * sx + c]; };
+    for (int64_t t = params->ith; t < n * (C / S); t += params->nth) {
+        const int64_t i = t / (C / S), h = t % (C / S);
+        head_inputs([&](int64_t c, int64_t j) { return col(c, i + j); }, w, h * S, S, K, h < 2 * Hk, norm,
+                    out + i * C + h * S);
+    }
+    if (params->ith == 0) {
+        for (int64_t i = 0; i < n; ++i) {
+            gate_beta((const float *)((const char *)ta->data + i * ta->nb[1]),
+                      (const float *)((const char *)tb->data + i * tb->nb[1]), dt_bias, a, Hv,
+                      out + n * C + i * Hv, out + n * C + n * Hv + i * Hv);
+        }
+        float * tail = out + n * C + 2 * n * Hv;  // the conv state after the last token
+        for (int64_t c = 0; c < C; ++c) {
+            for (int64_t j = 0; j < K - 1; ++j) tail[c * (K - 1) + j] = col(c, n + j);
+        }
+    }
+}
+
+}  // namespace
+
 extern "C" void ggml_ext_compute_forward_gdn_decode_inputs(const ggml_compute_params * params, ggml_tensor * dst) {
+    if (dst->op_params[ggml_ext::kGdnInputsModeParam] == 1) {
+        verify_inputs(params, dst);
+        return;
+    }
     const float * x = (const float *)dst->src[0]->data;
     const float * alpha = (const float *)dst->src[1]->data;
     const float * beta = (const float *)dst->src[2]->data;

@@ -8,7 +8,10 @@
 //   1835); bench/results/h200-s9-mma-standalone-*.json.
 // - Column tiles of 8, 16, 24, 32, 48 and 64 (padded_columns): a tile costs the same for any count
 //   up to its width.
-// - Rows of 24 super-blocks or more (ffn_down, ssm_out, attn_output) run 8 warps a block.
+// - Rows of 24 super-blocks or more (ffn_down, ssm_out, attn_output) run 8 warps a block up to 16
+//   columns: Q4_K ffn_down 27.6 against 32.3 us at 16 columns, 22.7 against 28.9 at 8, but 42.1
+//   against 34.4 at 24 (h200-s10-mma-standalone-long.json). Q6_K's 2 stages of 8 warps do not fit
+//   48 KB (6 warps were slower).
 // DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS (16, 32,
 // 64) sets the range and DFLASH_MMA_MINS_INT=1 keeps the integer min sums (exact), for benches.
 // tools/device/gemv_standalone.sh mma checks and times it.
@@ -81,9 +84,10 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     const int rows = (int)src0->ne[1], sd = (int)(dst->nb[1] / sizeof(float));
     const char * w = (const char *)src0->data;
     float * out = (float *)dst->data;
-    // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows (Q8_0's
-    // 2 stages of 8 warps would not fit the shared memory).
-    const bool long_rows = k / 256 >= gemm_kq::kLongRowBlocks && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
+    // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
+    // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
+    // shared memory).
+    const bool long_rows = k / 256 >= gemm_kq::kLongRowBlocks && n <= 16 && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
     auto run = [&](auto f) {
         using F = decltype(f);
         gemm_kq::quantize_act<F>(x, qs.get(), d.get(), sums.get(), (int)k, (int)n, sx, stream);

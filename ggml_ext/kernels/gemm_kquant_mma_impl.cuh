@@ -446,8 +446,8 @@ constexpr int fit_stages(int stages) {
 }
 
 // Warps per block: 4, or 8 for long rows (kLongRowBlocks super-blocks or more: ffn_down's 68,
-// ssm_out's and attn_output's 24 in the 27B), whose few 16-row blocks leave most warp slots of
-// the GPU empty (the 27B's ffn_down: 320 blocks).
+// ssm_out's and attn_output's 24 in the 27B) of up to 16 columns, whose few 16-row blocks leave
+// most warp slots of the GPU empty (the 27B's ffn_down: 320 blocks).
 constexpr int kLongRowBlocks = 24;
 
 // Blocks a multiprocessor should hold (__launch_bounds__'s minimum): up to 16 columns F's

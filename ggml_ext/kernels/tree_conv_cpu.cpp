@@ -29,6 +29,7 @@ extern "C" void ggml_ext_compute_forward_tree_ssm_conv(const ggml_compute_params
     const ggml_tensor * cs = dst->src[1];
     const ggml_tensor * w = dst->src[2];
     const int64_t C = x->ne[0], n = x->ne[1], K = w->ne[0];
+    const int64_t sx = x->nb[1] / sizeof(float);  // x's rows may lie apart
     const int32_t * parent = (const int32_t *)dst->src[3]->data;
     const float * xd = (const float *)x->data;
     const float * csd = (const float *)cs->data;  // [K-1, C]: column K-2 is the newest input
@@ -41,7 +42,7 @@ extern "C" void ggml_ext_compute_forward_tree_ssm_conv(const ggml_compute_params
         for (int64_t c = 0; c < C; ++c) {
             float sum = 0.0f;
             for (int64_t j = 0; j < K; ++j) {
-                const float xv = src[j] >= 0 ? xd[src[j] * C + c] : csd[c * (K - 1) + (-1 - src[j])];
+                const float xv = src[j] >= 0 ? xd[src[j] * sx + c] : csd[c * (K - 1) + (-1 - src[j])];
                 sum = conv_step(sum, xv, wd[c * K + j]);
             }
             out[i * C + c] = sum;

@@ -16,7 +16,7 @@ constexpr int kWarps = 4;  // columns per block
 
 __global__ void tree_ssm_conv_kernel(const float * __restrict__ x, const float * __restrict__ cs,
                                      const float * __restrict__ w, const int32_t * __restrict__ parent,
-                                     float * __restrict__ out, int64_t C, int64_t n, int K) {
+                                     float * __restrict__ out, int64_t C, int64_t sx, int64_t n, int K) {
     const int64_t i = blockIdx.y;
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -25,7 +25,7 @@ __global__ void tree_ssm_conv_kernel(const float * __restrict__ x, const float *
     tree_conv_taps(parent, i, K, src);
     float sum = 0.0f;
     for (int j = 0; j < K; ++j) {
-        const float xv = src[j] >= 0 ? x[src[j] * C + c] : cs[c * (K - 1) + (-1 - src[j])];
+        const float xv = src[j] >= 0 ? x[src[j] * sx + c] : cs[c * (K - 1) + (-1 - src[j])];
         sum += xv * w[c * K + j];
     }
     out[i * C + c] = sum;
@@ -102,7 +102,7 @@ void ggml_ext_cuda_tree_ssm_conv(ggml_backend_cuda_context & ctx, ggml_tensor * 
     const dim3 grid((unsigned)((C + 127) / 128), (unsigned)n, 1);
     DFLASH_LAUNCH(grid, block, 0, ctx.stream(), tree_ssm_conv_kernel)(
         (const float *)x->data, (const float *)dst->src[1]->data, (const float *)w->data,
-        (const int32_t *)dst->src[3]->data, (float *)dst->data, C, n, K);
+        (const int32_t *)dst->src[3]->data, (float *)dst->data, C, (int64_t)(x->nb[1] / sizeof(float)), n, K);
 }
 
 void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {

@@ -1,4 +1,4 @@
-// Graph constructor of the fused one-token Gated DeltaNet inputs (ggml_ext_gdn.h).
+// Graph constructors of the fused Gated DeltaNet inputs (ggml_ext_gdn.h): one token, n tokens.
 #include "ggml_ext_gdn.h"
 
 #include <cmath>
@@ -6,6 +6,24 @@
 #include <initializer_list>
 
 namespace ggml_ext {
+
+namespace {
+
+// r becomes the op of `mode` (kGdnInputsModeParam) over srcs (qkv, alpha, beta, conv state, w,
+// dt_bias, a). The L2 norm's constants are computed here as the unfused graph computes them
+// (rms_norm's eps / S and ggml_scale's 1 / sqrt(S), on the host), so both give the same bits.
+void make_op(ggml_tensor * r, std::initializer_list<ggml_tensor *> srcs, int64_t S, int64_t Hk, float eps, int mode) {
+    const float d = (float)S, norm[2] = {eps / d, 1.0f / std::sqrt(d)};
+    const int32_t params[2] = {(int32_t)S, (int32_t)Hk};
+    std::memcpy(r->op_params, params, sizeof(params));
+    std::memcpy(r->op_params + 2, norm, sizeof(norm));
+    r->op_params[kGdnInputsModeParam] = mode;
+    r->op = GGML_OP_GDN_DECODE_INPUTS;
+    int i = 0;
+    for (ggml_tensor * t : srcs) r->src[i++] = t;
+}
+
+}  // namespace
 
 ggml_tensor * gdn_decode_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor * alpha, ggml_tensor * beta_raw,
                                 ggml_tensor * conv_state, ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a,
@@ -18,20 +36,24 @@ ggml_tensor * gdn_decode_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tens
     GGML_ASSERT(ggml_nelements(beta_raw) == Hv && ggml_nelements(dt_bias) == Hv && ggml_nelements(a) == Hv);
     GGML_ASSERT(w->ne[1] == C && ggml_nelements(conv_state) == (K - 1) * C);
     ggml_tensor * r = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, C + 2 * Hv);
-    // The L2 norm's constants computed here as the unfused graph computes them (rms_norm's eps / S
-    // and ggml_scale's 1 / sqrt(S), on the host), so both give the same bits.
-    const float d = (float)S, norm[2] = {eps / d, 1.0f / std::sqrt(d)};
-    const int32_t params[2] = {(int32_t)S, (int32_t)Hk};
-    std::memcpy(r->op_params, params, sizeof(params));
-    std::memcpy(r->op_params + 2, norm, sizeof(norm));
-    r->op = GGML_OP_GDN_DECODE_INPUTS;
-    r->src[0] = qkv;
-    r->src[1] = alpha;
-    r->src[2] = beta_raw;
-    r->src[3] = conv_state;
-    r->src[4] = w;
-    r->src[5] = dt_bias;
-    r->src[6] = a;
+    make_op(r, {qkv, alpha, beta_raw, conv_state, w, dt_bias, a}, S, Hk, eps, 0);
+    return r;
+}
+
+ggml_tensor * gdn_verify_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor * alpha, ggml_tensor * beta_raw,
+                                ggml_tensor * conv_state, ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a,
+                                int64_t S, int64_t Hk, float eps) {
+    const int64_t C = qkv->ne[0], n = qkv->ne[1], Hv = alpha->ne[0], K = w->ne[0];
+    for (ggml_tensor * t : {qkv, alpha, beta_raw, conv_state, w, dt_bias, a}) GGML_ASSERT(t->type == GGML_TYPE_F32);
+    for (ggml_tensor * t : {qkv, alpha, beta_raw}) {  // rows may lie apart
+        GGML_ASSERT(ggml_is_contiguous_rows(t) && t->ne[1] == n && t->ne[2] == 1 && t->ne[3] == 1);
+    }
+    for (ggml_tensor * t : {conv_state, w, dt_bias, a}) GGML_ASSERT(ggml_is_contiguous(t));
+    GGML_ASSERT(S > 0 && Hk > 0 && C == S * (2 * Hk + Hv) && K >= 2 && n >= 1);
+    GGML_ASSERT(beta_raw->ne[0] == Hv && ggml_nelements(dt_bias) == Hv && ggml_nelements(a) == Hv);
+    GGML_ASSERT(w->ne[1] == C && ggml_nelements(conv_state) == (K - 1) * C);
+    ggml_tensor * r = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n * C + 2 * n * Hv + (K - 1) * C);
+    make_op(r, {qkv, alpha, beta_raw, conv_state, w, dt_bias, a}, S, Hk, eps, 1);
     return r;
 }
 

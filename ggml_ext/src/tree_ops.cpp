@@ -52,7 +52,9 @@ ggml_tensor * tree_ssm_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * c
                             ggml_tensor * tree) {
     const int64_t C = x->ne[0], n = x->ne[1], K = w->ne[0];
     GGML_ASSERT(x->type == GGML_TYPE_F32 && conv_state->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32);
-    GGML_ASSERT(ggml_is_contiguous(x) && ggml_is_contiguous(conv_state) && ggml_is_contiguous(w));
+    // x's rows may lie apart (a stacked product's slice): contiguous rows, 2-D
+    GGML_ASSERT(ggml_is_contiguous_rows(x) && x->ne[2] == 1 && x->ne[3] == 1);
+    GGML_ASSERT(ggml_is_contiguous(conv_state) && ggml_is_contiguous(w));
     GGML_ASSERT(w->ne[1] == C && conv_state->ne[0] == K - 1 && conv_state->ne[1] == C);
     GGML_ASSERT(tree->type == GGML_TYPE_I32 && tree->ne[0] == n && tree->ne[1] == 3 && ggml_is_contiguous(tree));
     ggml_tensor * r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, C, n);

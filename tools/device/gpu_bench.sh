@@ -111,6 +111,31 @@ if [ "$stage" = g2 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh h1`, then `h2` within 30 s (session 10's second pair): h1 the CUDA suite and the
+# DDTree step cost for budgets 1..64 without upstream; h2 the kernels per step, the 27B AR next to
+# upstream libllama, the chain next to upstream draft-dflash, then the trained pair's modes
+# (AR / chain / upstream / DDTree at budgets 16, 32, 64) as time allows.
+if [ "$stage" = h1 ]; then
+  start_27b_synth
+  run_cuda_suite 150
+  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 100 ]; do sleep 2; done
+  [ "$(left)" -ge 60 ] && tree_steps "$(($(left) - 5))" h200-27b-tree-steps.json 1,2,4,8,16,32,64 -- --no-upstream
+  exit 0
+fi
+if [ "$stage" = h2 ]; then
+  timeout 90 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf --label 27b-q4km \
+    --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
+  echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"
+  ar_bench 50 /tmp/q27.gguf h200-27b-ar.json
+  chain_bench 80 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+  PAIR=${PAIR:-dflash/data/pair}
+  [ "$(left)" -ge 60 ] && timeout "$(($(left) - 5))" python3 -m dflash.bench --pair "$PAIR" \
+    --prompts bench/prompts/pair-heldout-code48.jsonl -ngl 99 -n 512 --budgets 16,32,64 -o "$OUT/h200-pair.json" \
+    > "$OUT/pair-bench.log" 2>&1
+  echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/pair-bench.log"
+  exit 0
+fi
+
 # `gpu_bench.sh t` (right after s, the machine warm): the 27B as an all-Q5_K file with ggml's
 # mul_mat_vec_q (DFLASH_GEMV=0) and with our Q5_K GEMV (the default), then the Q4_K_M 27B's chain
 # next to upstream llama-server draft-dflash at the same synthetic acceptance, and the DDTree
