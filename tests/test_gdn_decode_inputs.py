@@ -129,12 +129,16 @@ def _one_token_steps(i: dict[str, np.ndarray], s: int, hk: int, gpu: bool) -> tu
 )
 def test_n_token_cpu_op_equals_one_token_steps(s: int, hk: int, hv_mult: int, k: int, n: int) -> None:
     """ggml_ext::gdn_verify_inputs (a verify's or short prefill's tokens in one op, the conv state
-    read only) gives each token the one-token op's bits, and the state after the last token;
-    windows shorter and longer than the conv (n < K - 1 and n >= K - 1)."""
+    read only) gives each token the one-token op's values, and the state after the last token
+    exactly (a copy); windows shorter and longer than the conv (n < K - 1 and n >= K - 1). To
+    1e-6 of the output scale, not bit for bit: the compiler fuses the two CPU loops' steps
+    differently on some CPUs (the H200 machine's: 1 ulp). The engine's CPU keeps ggml's ops; the
+    CUDA kernels, which the GPU's verifies take, must agree bit for bit (below)."""
     i = _verify_inputs(s, hk, hk * hv_mult, k, n, seed=s + 10 * hk + 100 * k + 1000 * n)
     got, want = _run_n(i, s, hk, gpu=False), _one_token_steps(i, s, hk, gpu=False)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
+    for g, w in zip(got[:3], want[:3], strict=True):
+        assert np.abs(g - w).max() <= 1e-6 * max(1.0, float(np.abs(w).max()))
+    np.testing.assert_array_equal(got[3], want[3])
 
 
 @needs_gpu
@@ -152,6 +156,51 @@ def test_n_token_cuda_op_equals_one_token_cuda_steps_and_the_cpu(
         np.testing.assert_array_equal(g, w)
     for g, c in zip(got, _run_n(i, s, hk, gpu=False), strict=True):
         assert np.abs(g - c).max() <= 1e-5 * max(1.0, float(np.abs(c).max()))
+
+
+def _run_tree(
+    i: dict[str, np.ndarray], s: int, hk: int, parents: list[int], gpu: bool
+) -> tuple[np.ndarray, ...]:
+    return _core.op_gdn_verify_inputs(
+        i["qkv"],
+        i["alpha"],
+        i["beta"],
+        i["conv_state"],
+        i["w"],
+        i["dt_bias"],
+        i["a"],
+        s,
+        hk,
+        EPS,
+        parents=parents,
+        gpu=gpu,
+    )
+
+
+@settings(max_examples=15, deadline=None)
+@given(k=st.integers(2, 5), n=st.integers(1, 7))
+def test_tree_cpu_op_on_a_chain_is_the_chain_op(k: int, n: int) -> None:
+    """gdn_tree_inputs (a DDTree verify's nodes, each window along its ancestors as
+    ggml_ext::tree_ssm_conv takes it) over a chain-shaped tree gives the chain op's bits."""
+    i = _verify_inputs(32, 1, 2, k, n, seed=k + 10 * n)
+    tree = _run_tree(i, 32, 1, [-1, *range(n - 1)], gpu=False)
+    chain = _run_n(i, 32, 1, gpu=False)
+    assert len(tree) == 3
+    for t, c in zip(tree, chain[:3], strict=True):
+        np.testing.assert_array_equal(t, c)
+
+
+@needs_gpu
+def test_tree_cuda_op_equals_the_cpu_and_the_chain_kernel() -> None:
+    """On CUDA: a random tree's nodes agree with the CPU op (1e-5 of the scale), and a
+    chain-shaped tree gives the chain kernel's bits."""
+    parents = [-1, 0, 0, 1, 1, 2, 5, 6, 3, 0, 9, 10, 11, 12, 7, 4]
+    i = _verify_inputs(128, 16, 48, 4, len(parents), seed=3)
+    for g, c in zip(_run_tree(i, 128, 16, parents, True), _run_tree(i, 128, 16, parents, False), strict=True):
+        assert np.abs(g - c).max() <= 1e-5 * max(1.0, float(np.abs(c).max()))
+    chain_tree = _run_tree(i, 128, 16, [-1, *range(len(parents) - 1)], True)
+    for t, c in zip(chain_tree, _run_n(i, 128, 16, gpu=True)[:3], strict=True):
+        np.testing.assert_array_equal(t, c)
 
 
 def _decode(path: str, fuse: bool) -> tuple[np.ndarray, bool]:

@@ -249,22 +249,26 @@ PYBIND11_MODULE(_core, m) {
         "op_gdn_verify_inputs",
         [=](const F32Array & qkv, const F32Array & alpha, const F32Array & beta, const F32Array & conv_state,
             const F32Array & w, const F32Array & dt_bias, const F32Array & a, int64_t S, int64_t Hk, float eps,
-            bool gpu, int n_threads) {
+            const std::vector<int32_t> & parents, bool gpu, int n_threads) {
             auto r = run_gdn_verify_inputs(op_input(qkv), op_input(alpha), op_input(beta), op_input(conv_state),
-                                           op_input(w), op_input(dt_bias), op_input(a), S, Hk, eps, gpu, n_threads);
+                                           op_input(w), op_input(dt_bias), op_input(a), S, Hk, eps, parents, gpu,
+                                           n_threads);
             const py::ssize_t n = qkv.shape(0), C = qkv.shape(1), Hv = alpha.shape(1);
             auto part = [&](size_t off, std::vector<py::ssize_t> shape) {
                 size_t count = 1;
                 for (auto d : shape) count *= (size_t)d;
                 return shaped(std::vector<float>(r.begin() + off, r.begin() + off + count), std::move(shape));
             };
-            return py::make_tuple(part(0, {n, C}), part(n * C, {n, Hv}), part(n * (C + Hv), {n, Hv}),
-                                  part(n * (C + 2 * Hv), {conv_state.shape(0), conv_state.shape(1)}));
+            py::tuple out = py::make_tuple(part(0, {n, C}), part(n * C, {n, Hv}), part(n * (C + Hv), {n, Hv}));
+            if (!parents.empty()) return out;
+            return py::tuple(out + py::make_tuple(part(n * (C + 2 * Hv), {conv_state.shape(0), conv_state.shape(1)})));
         },
         py::arg("qkv"), py::arg("alpha"), py::arg("beta"), py::arg("conv_state"), py::arg("w"), py::arg("dt_bias"),
-        py::arg("a"), py::arg("S"), py::arg("Hk"), py::arg("eps"), py::arg("gpu") = false, py::arg("n_threads") = 2,
+        py::arg("a"), py::arg("S"), py::arg("Hk"), py::arg("eps"), py::arg("parents") = std::vector<int32_t>{},
+        py::arg("gpu") = false, py::arg("n_threads") = 2,
         "qkv [n, C], alpha, beta [n, Hv], dt_bias, a [Hv], conv_state [C, K-1], w [C, K] -> (q|k|v [n, C], gates "
-        "[n, Hv], betas [n, Hv], the conv state after the last token [C, K-1])");
+        "[n, Hv], betas [n, Hv], the conv state after the last token [C, K-1]); with parents (one a node): a "
+        "tree's nodes (gdn_tree_inputs), without the conv state after");
     m.def(
         "op_tree_gated_delta_net",
         [=](const F32Array & q, const F32Array & k, const F32Array & v, const F32Array & g, const F32Array & beta,

@@ -131,13 +131,20 @@ static void check_gdn_inputs(const char * op, bool tokens, const OpInput & qkv, 
 
 // One token: [out, the advanced conv state] (the concat node comes after the op in the graph's
 // order); n tokens: the op's output.
+// parents: a tree's (gdn_tree_inputs), else {} (a chain's tokens) or {-1} (one token).
 static std::vector<float> run_gdn_inputs(bool tokens, const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
                                          const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
-                                         const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads) {
-    check_gdn_inputs(tokens ? "gdn_verify_inputs" : "gdn_decode_inputs", tokens, qkv, alpha, beta, conv_state, w,
-                     dt_bias, a, S, Hk);
-    return run({&qkv, &alpha, &beta, &conv_state, &w, &dt_bias, &a}, {-1}, gpu, n_threads,
-               [=](ggml_context * c, const auto & t, ggml_tensor *) {
+                                         const OpInput & a, int64_t S, int64_t Hk, float eps,
+                                         const std::vector<int32_t> & parents, bool gpu, int n_threads) {
+    const bool tree = tokens && !parents.empty();
+    check_gdn_inputs(tree ? "gdn_tree_inputs" : tokens ? "gdn_verify_inputs" : "gdn_decode_inputs", tokens, qkv, alpha,
+                     beta, conv_state, w, dt_bias, a, S, Hk);
+    if (tree && (int64_t)parents.size() != qkv.ne[1]) throw InvalidParameter("gdn_tree_inputs: one parent a node");
+    return run({&qkv, &alpha, &beta, &conv_state, &w, &dt_bias, &a}, tree ? parents : std::vector<int32_t>{-1}, gpu,
+               n_threads, [=](ggml_context * c, const auto & t, ggml_tensor * tr) {
+                   if (tree) {
+                       return ggml_ext::gdn_tree_inputs(c, t[0], t[1], t[2], t[3], t[4], t[5], t[6], tr, S, Hk, eps);
+                   }
                    if (tokens) {
                        return ggml_ext::gdn_verify_inputs(c, t[0], t[1], t[2], t[3], t[4], t[5], t[6], S, Hk, eps);
                    }
@@ -150,13 +157,14 @@ static std::vector<float> run_gdn_inputs(bool tokens, const OpInput & qkv, const
 std::vector<float> run_gdn_decode_inputs(const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
                                          const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
                                          const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads) {
-    return run_gdn_inputs(false, qkv, alpha, beta, conv_state, w, dt_bias, a, S, Hk, eps, gpu, n_threads);
+    return run_gdn_inputs(false, qkv, alpha, beta, conv_state, w, dt_bias, a, S, Hk, eps, {-1}, gpu, n_threads);
 }
 
 std::vector<float> run_gdn_verify_inputs(const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
                                          const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
-                                         const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads) {
-    return run_gdn_inputs(true, qkv, alpha, beta, conv_state, w, dt_bias, a, S, Hk, eps, gpu, n_threads);
+                                         const OpInput & a, int64_t S, int64_t Hk, float eps,
+                                         const std::vector<int32_t> & parents, bool gpu, int n_threads) {
+    return run_gdn_inputs(true, qkv, alpha, beta, conv_state, w, dt_bias, a, S, Hk, eps, parents, gpu, n_threads);
 }
 
 ggml_type weight_type(const std::string & w_type) {

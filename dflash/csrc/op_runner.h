@@ -21,10 +21,12 @@ std::vector<float> run_gdn_decode_inputs(const OpInput & qkv, const OpInput & al
                                          const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
                                          const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads);
 // The same for n tokens (gdn_verify_inputs): qkv [C, n], alpha, beta [Hv, n] -> [q|k|v (n C), gates
-// (n Hv), betas (n Hv), the conv state after the last token ((K-1) C)].
+// (n Hv), betas (n Hv), the conv state after the last token ((K-1) C)]; with parents (one a node),
+// a tree's nodes (gdn_tree_inputs; no conv state after).
 std::vector<float> run_gdn_verify_inputs(const OpInput & qkv, const OpInput & alpha, const OpInput & beta,
                                          const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
-                                         const OpInput & a, int64_t S, int64_t Hk, float eps, bool gpu, int n_threads);
+                                         const OpInput & a, int64_t S, int64_t Hk, float eps,
+                                         const std::vector<int32_t> & parents, bool gpu, int n_threads);
 std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
                                             const OpInput & beta, const OpInput & state,
                                             const std::vector<int32_t> & parents, bool gpu, int n_threads);

@@ -70,7 +70,7 @@ struct Builder {
     // Stacked weights (Qwen35Layer::stacked, ffn_gate_up) as one product: same rows, same per-row
     // arithmetic, fewer launches. A decode keeps gate and up apart (ggml fuses them into one GEMV
     // with the SwiGLU), and so does an invariant_matmul verify, which repeats the decode op for op.
-    bool stack_ffn() const { return n > 1 && spec.stack_projections && !spec.invariant_matmul; }
+    bool stack_ffn() const { return n > 1 && spec.stack_tokens && !spec.invariant_matmul; }
 
     // [a, b, n(, 1)] with each token's a * b values contiguous -> [a * b, n] (tokens possibly apart);
     // a 2-D tensor as it is.
@@ -89,7 +89,7 @@ struct Builder {
     std::vector<ggml_tensor *> project(const Qwen35Layer & L, ggml_tensor * x) {
         const auto ws = L.input_projections();
         std::vector<ggml_tensor *> out(ws.size(), nullptr);
-        if (spec.stack_projections) {
+        if (spec.stack_projections && (n == 1 || spec.stack_tokens)) {
             for (const auto & s : L.stacked) {
                 ggml_tensor * y = mm(ctx, s.w, x);
                 size_t off = 0;
@@ -173,7 +173,7 @@ struct Builder {
         ggml_tensor * qkv = p[0];       // [C, n]
         ggml_tensor * z = p[1];         // [S*Hv, n]
         if (n == 1 && !defer && spec.fused_gdn_inputs) return gated_deltanet_step(il, p);
-        if (n > 1 && !tree && spec.fused_gdn_inputs) return gated_deltanet_tokens(il, p, defer);
+        if ((n > 1 || tree) && spec.fused_gdn_inputs) return gated_deltanet_tokens(il, p, defer);
         // CUDA's sigmoid wants a contiguous input; the add below takes rows apart
         ggml_tensor * b_in = ggml_is_contiguous(p[2]) ? p[2] : ggml_cont(ctx, p[2]);
         ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, b_in, 1, Hv, n, 1));
@@ -245,17 +245,20 @@ struct Builder {
         return gated_output(il, o, z);
     }
 
-    // Several tokens of a chain on the GPU: the conv, SiLU, q/k L2 norms, gate and beta of all
-    // of them in one op (ggml_ext::gdn_verify_inputs, also giving the conv state after the last),
-    // then ggml's delta rule. A verify saves q|k|v, the conv inputs, gate and beta (4 copies).
+    // Several tokens of a chain, or a tree's nodes, on the GPU: the conv, SiLU, q/k L2 norms, gate
+    // and beta of all of them in one op (ggml_ext::gdn_verify_inputs, which also gives a chain's
+    // conv state after its last token; gdn_tree_inputs), then ggml's delta rule or ggml_ext's tree
+    // delta rule. A verify saves q|k|v, the conv inputs, gate and beta (4 copies).
     ggml_tensor * gated_deltanet_tokens(int il, const std::vector<ggml_tensor *> & p, bool defer) {
         const auto & L = model.layers[il];
         const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads;
         const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
         ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
         ggml_tensor * conv_state = ggml_reshape_2d(ctx, cache.conv[il], K - 1, C);
-        ggml_tensor * in = ggml_ext::gdn_verify_inputs(ctx, p[0], p[3], p[2], conv_state, kernel, L.dt_bias, L.ssm_a,
-                                                       S, Hk, hp.rms_eps);
+        ggml_tensor * in = g.tree ? ggml_ext::gdn_tree_inputs(ctx, p[0], p[3], p[2], conv_state, kernel, L.dt_bias,
+                                                              L.ssm_a, g.tree, S, Hk, hp.rms_eps)
+                                  : ggml_ext::gdn_verify_inputs(ctx, p[0], p[3], p[2], conv_state, kernel, L.dt_bias,
+                                                                L.ssm_a, S, Hk, hp.rms_eps);
         const size_t es = ggml_element_size(in), row = es * C, gates = row * n;
         ggml_tensor * q = ggml_view_4d(ctx, in, S, Hk, n, 1, es * S, row, row * n, 0);
         ggml_tensor * k = ggml_view_4d(ctx, in, S, Hk, n, 1, es * S, row, row * n, es * S * Hk);
@@ -263,6 +266,12 @@ struct Builder {
         ggml_tensor * gate = ggml_view_4d(ctx, in, 1, Hv, n, 1, es, es * Hv, es * Hv * n, gates);
         ggml_tensor * beta = ggml_view_4d(ctx, in, 1, Hv, n, 1, es, es * Hv, es * Hv * n, gates + es * Hv * n);
         ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
+        if (g.tree) {
+            ggml_tensor * o = ggml_ext::tree_gated_delta_net(ctx, q, k, v, gate, beta, state, g.tree,
+                                                             ggml_ext::kTreeMaxDepth);
+            save_verify_inputs(il, in, p[0], gate, beta);
+            return gated_output(il, ggml_reshape_4d(ctx, o, S, Hv, n, 1), p[1]);
+        }
         ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
         ggml_tensor * o = ggml_view_4d(ctx, out, S, Hv, n, 1, ggml_row_size(out->type, S),
                                        ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv * n), 0);
@@ -272,16 +281,23 @@ struct Builder {
             ggml_tensor * conv_after = ggml_view_1d(ctx, in, (K - 1) * C, gates + 2 * es * Hv * n);
             ggml_build_forward_expand(g.gf, ggml_cpy(ctx, conv_after, ggml_reshape_1d(ctx, conv_state, (K - 1) * C)));
         } else {
-            const auto sv = cache.verify_views(ctx, il, n);
-            auto save = [&](ggml_tensor * src, ggml_tensor * dst) {
-                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, token_rows(src), token_rows(dst)));
-            };
-            save(ggml_view_2d(ctx, in, C, n, row, 0), sv.qkv);
-            save(p[0], sv.x);
-            save(gate, sv.g);
-            save(beta, sv.b);
+            save_verify_inputs(il, in, p[0], gate, beta);
         }
         return gated_output(il, o, p[1]);
+    }
+
+    // A verify's inputs of the fused op `in` into the verify scratch: its q|k|v, the conv inputs
+    // x, gate and beta (4 copies).
+    void save_verify_inputs(int il, ggml_tensor * in, ggml_tensor * x, ggml_tensor * gate, ggml_tensor * beta) {
+        const int64_t C = hp.conv_channels();
+        const auto sv = cache.verify_views(ctx, il, n);
+        auto save = [&](ggml_tensor * src, ggml_tensor * dst) {
+            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, token_rows(src), token_rows(dst)));
+        };
+        save(ggml_view_2d(ctx, in, C, n, ggml_row_size(in->type, C), 0), sv.qkv);
+        save(x, sv.x);
+        save(gate, sv.g);
+        save(beta, sv.b);
     }
 
     // The delta rule's output o [S, Hv, n, 1], normed and gated by SiLU(z) (z [S*Hv, n], rows

@@ -31,6 +31,10 @@ struct ForwardSpec {
     // One-token forwards: each layer's stacked input projections (Qwen35Layer::stacked) as one
     // product, sliced per projection; same rows, same per-row arithmetic, fewer launches.
     bool stack_projections = true;
+    // Forwards of several tokens too, and their FFN gate and up (Qwen35Layer::ffn_gate_up): on a
+    // GPU. (ggml's CPU products of several columns pick their f16 kernel by the matrix's height,
+    // tinyBLAS or its own dot of f16-rounded activations: stacking would move a prefill's logits.)
+    bool stack_tokens = false;
     // One-token forwards that commit their recurrent state: each Gated DeltaNet layer's conv,
     // SiLU, q/k L2 norms, gate and beta in one op (ggml_ext::gdn_decode_inputs) instead of nine.
     bool fused_gdn_inputs = false;

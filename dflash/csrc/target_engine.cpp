@@ -153,6 +153,15 @@ TargetEngine::GraphShape TargetEngine::forward_graph_shape() const {
 // the commit scheduler; set_inputs runs once they have buffers.
 void TargetEngine::run_commit(ggml_cgraph * gf, const std::function<void()> & set_inputs) {
     ggml_backend_sched_reset(commit_sched_);
+    // Every node the main device can run stays there: the scheduler would otherwise follow a
+    // gather's host-side row indices to the CPU and replay the delta rule there, in other bits
+    // than the cached commit graphs' (seen on the H200 for tiny-b, session 10).
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * node = ggml_graph_node(gf, i);
+        if (ggml_backend_supports_op(backends_->main, node)) {
+            ggml_backend_sched_set_tensor_backend(commit_sched_, node, backends_->main);
+        }
+    }
     bool ok = ggml_backend_sched_alloc_graph(commit_sched_, gf);
     if (ok) {
         if (set_inputs) set_inputs();
@@ -334,6 +343,7 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
     spec.features = features_;
     spec.invariant_matmul = cfg_.invariant_matmul;
     spec.stack_projections = cfg_.stack_projections;
+    spec.stack_tokens = cfg_.stack_projections && backends_->is_gpu;
     spec.fused_gdn_inputs = fused_gdn_inputs();
     spec.defer_recurrent = defer;
     spec.tree_parents = tree_parents;

@@ -29,7 +29,15 @@ ggml_tensor * gdn_verify_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tens
                                 ggml_tensor * conv_state, ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a,
                                 int64_t S, int64_t Hk, float eps);
 
-// gdn_*_inputs' op_params[4]: 0 one token (state advanced in place), 1 n tokens (gdn_verify_inputs).
+// The same for the n nodes of a DDTree verify (tree: ggml_ext's tree index, ggml_ext_tree.h): node
+// i's conv window is its own column and its nearest ancestors', then the conv state, as
+// ggml_ext::tree_ssm_conv takes them  ->  f32 [n C + 2 n Hv]: q, k, v ([C, n]), gates, betas.
+ggml_tensor * gdn_tree_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor * alpha, ggml_tensor * beta_raw,
+                              ggml_tensor * conv_state, ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a,
+                              ggml_tensor * tree, int64_t S, int64_t Hk, float eps);
+
+// gdn_*_inputs' op_params[4]: 0 one token (state advanced in place), 1 n tokens (gdn_verify_inputs),
+// 2 a tree's nodes (gdn_tree_inputs).
 constexpr int kGdnInputsModeParam = 4;
 
 }  // namespace ggml_ext

@@ -7,6 +7,7 @@
 #include "ggml_ext_gdn.h"
 #include "ggml_ext_tree_cuda.cuh"
 #include "launch.cuh"
+#include "tree_conv_taps.h"
 
 #include <cstring>
 
@@ -60,16 +61,18 @@ __global__ void gdn_decode_inputs_kernel(const float * __restrict__ x, const flo
     out[c] = y;
 }
 
-// n tokens (mode 1, ggml_ext::gdn_verify_inputs): block (h, i) head h of token i, whose window
-// is columns i..i+K-1 of [state, x] (the state read only); the last block of each token its gate
-// and beta; blocks of token 0 also write the state after the last token (a separate output).
+// n tokens of a chain (mode 1, ggml_ext::gdn_verify_inputs) or nodes of a tree (kTree, mode 2):
+// block (h, i) head h of token i, whose window is columns i..i+K-1 of [state, x] (a tree: the
+// node's taps, tree_conv_taps); the state is read only. The last block of each token its gate and
+// beta; in a chain, blocks of token 0 also write the state after the last token (an output).
+template <bool kTree>
 __global__ void gdn_verify_inputs_kernel(const float * __restrict__ x, const float * __restrict__ alpha,
                                          const float * __restrict__ beta, const float * __restrict__ state,
                                          const float * __restrict__ w, const float * __restrict__ dt_bias,
-                                         const float * __restrict__ a, float * __restrict__ out, const int C,
-                                         const int n, const int K, const int S, const int Hk, const int Hv,
-                                         const int64_t sx, const int64_t sa, const int64_t sb,
-                                         const float eps_over_s, const float inv_sqrt_s) {
+                                         const float * __restrict__ a, const int32_t * __restrict__ parent,
+                                         float * __restrict__ out, const int C, const int n, const int K, const int S,
+                                         const int Hk, const int Hv, const int64_t sx, const int64_t sa,
+                                         const int64_t sb, const float eps_over_s, const float inv_sqrt_s) {
     const int h = blockIdx.x, i = blockIdx.y;
     if (h == C / S) {
         for (int j = threadIdx.x; j < Hv; j += blockDim.x) {
@@ -84,11 +87,18 @@ __global__ void gdn_verify_inputs_kernel(const float * __restrict__ x, const flo
     const float * wc = w + (int64_t)c * K;
     auto col = [&](int p) { return p < K - 1 ? st[p] : x[(p - (K - 1)) * sx + c]; };  // of [state, x]
     float sum = 0.0f;
-    for (int j = 0; j < K; ++j) sum += col(i + j) * wc[j];
+    if constexpr (kTree) {
+        constexpr int kMaxK = 8;
+        int64_t src[kMaxK];
+        tree_conv_taps(parent, i, K, src);
+        for (int j = 0; j < K; ++j) sum += (src[j] >= 0 ? x[src[j] * sx + c] : st[-1 - src[j]]) * wc[j];
+    } else {
+        for (int j = 0; j < K; ++j) sum += col(i + j) * wc[j];
+    }
     float y = sum / (1.0f + expf(-sum));  // ggml_cuda_op_silu_single
     if (h < 2 * Hk) y = l2_normed(y, S, eps_over_s, inv_sqrt_s);
     out[(int64_t)i * C + c] = y;
-    if (i == 0) {
+    if (!kTree && i == 0) {
         float * tail = out + (int64_t)n * C + 2 * (int64_t)n * Hv + (int64_t)c * (K - 1);
         for (int j = 0; j < K - 1; ++j) tail[j] = col(n + j);
     }
@@ -100,15 +110,21 @@ void ggml_ext_cuda_gdn_decode_inputs(ggml_backend_cuda_context & ctx, ggml_tenso
     const int S = ((const int32_t *)dst->op_params)[0], Hk = ((const int32_t *)dst->op_params)[1];
     float norm[2];  // eps / S, 1 / sqrt(S)
     std::memcpy(norm, dst->op_params + 2, sizeof(norm));
-    if (dst->op_params[ggml_ext::kGdnInputsModeParam] == 1) {
+    const int mode = dst->op_params[ggml_ext::kGdnInputsModeParam];
+    if (mode != 0) {
         const ggml_tensor * x = dst->src[0];
         const int C = (int)x->ne[0], n = (int)x->ne[1], Hv = (int)dst->src[1]->ne[0], K = (int)dst->src[4]->ne[0];
         const int64_t fs = sizeof(float);
-        DFLASH_LAUNCH(dim3((unsigned)(C / S + 1), (unsigned)n, 1), S, 0, ctx.stream(), gdn_verify_inputs_kernel)(
-            (const float *)x->data, (const float *)dst->src[1]->data, (const float *)dst->src[2]->data,
-            (const float *)dst->src[3]->data, (const float *)dst->src[4]->data, (const float *)dst->src[5]->data,
-            (const float *)dst->src[6]->data, (float *)dst->data, C, n, K, S, Hk, Hv, (int64_t)(x->nb[1] / fs),
-            (int64_t)(dst->src[1]->nb[1] / fs), (int64_t)(dst->src[2]->nb[1] / fs), norm[0], norm[1]);
+        const int32_t * parent = mode == 2 ? (const int32_t *)dst->src[7]->data : nullptr;
+        auto launch = [&](auto kernel) {
+            DFLASH_LAUNCH(dim3((unsigned)(C / S + 1), (unsigned)n, 1), S, 0, ctx.stream(), kernel)(
+                (const float *)x->data, (const float *)dst->src[1]->data, (const float *)dst->src[2]->data,
+                (const float *)dst->src[3]->data, (const float *)dst->src[4]->data, (const float *)dst->src[5]->data,
+                (const float *)dst->src[6]->data, parent, (float *)dst->data, C, n, K, S, Hk, Hv,
+                (int64_t)(x->nb[1] / fs), (int64_t)(dst->src[1]->nb[1] / fs), (int64_t)(dst->src[2]->nb[1] / fs),
+                norm[0], norm[1]);
+        };
+        mode == 2 ? launch(gdn_verify_inputs_kernel<true>) : launch(gdn_verify_inputs_kernel<false>);
         CUDA_CHECK(cudaGetLastError());
         return;
     }
@@ -123,5 +139,6 @@ void ggml_ext_cuda_gdn_decode_inputs(ggml_backend_cuda_context & ctx, ggml_tenso
 
 bool ggml_ext_cuda_gdn_decode_inputs_supported(const ggml_tensor * op) {
     const int64_t S = ((const int32_t *)op->op_params)[0];
-    return S % 32 == 0 && S <= 256;
+    const bool tree = op->op_params[ggml_ext::kGdnInputsModeParam] == 2;
+    return S % 32 == 0 && S <= 256 && (!tree || op->src[4]->ne[0] <= 8);  // a tree's taps: kMaxK
 }

@@ -1,13 +1,15 @@
 // CPU kernel of the fused Gated DeltaNet inputs (ggml_ext_gdn.h): threads take heads (S channels
-// each); thread 0 also the gate and beta. One token (mode 0) or n tokens (mode 1).
+// each); thread 0 also the gate and beta. One token (mode 0), n tokens of a chain (1) or of a tree (2).
 #include "ggml_ext_gdn.h"
 #include "ggml_ext_tree_cpu.h"
+#include "tree_conv_taps.h"
 
 #include "ggml-cpu-impl.h"
 #include "ggml.h"
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace {
 
@@ -40,8 +42,10 @@ void gate_beta(const float * alpha, const float * beta, const float * dt_bias, c
     }
 }
 
-// Mode 1: n tokens, the conv state read only (ggml_ext::gdn_verify_inputs).
-void verify_inputs(const ggml_compute_params * params, ggml_tensor * dst) {
+// Modes 1 and 2: n tokens of a chain (ggml_ext::gdn_verify_inputs) or nodes of a tree
+// (gdn_tree_inputs), the conv state read only. A tap's source as tree_conv_taps gives it: an x
+// column when >= 0, else -1 - c for column c of the conv state.
+void verify_inputs(const ggml_compute_params * params, ggml_tensor * dst, bool tree) {
     const ggml_tensor * tx = dst->src[0];
     const ggml_tensor * ta = dst->src[1];
     const ggml_tensor * tb = dst->src[2];
@@ -49,6 +53,7 @@ void verify_inputs(const ggml_compute_params * params, ggml_tensor * dst) {
     const float * w = (const float *)dst->src[4]->data;
     const float * dt_bias = (const float *)dst->src[5]->data;
     const float * a = (const float *)dst->src[6]->data;
+    const int32_t * parent = tree ? (const int32_t *)dst->src[7]->data : nullptr;
     const int64_t S = ((const int32_t *)dst->op_params)[0], Hk = ((const int32_t *)dst->op_params)[1];
     float norm[2];
     std::memcpy(norm, dst->op_params + 2, sizeof(norm));
@@ -56,31 +61,38 @@ void verify_inputs(const ggml_compute_params * params, ggml_tensor * dst) {
     const int64_t sx = tx->nb[1] / sizeof(float);
     const float * x = (const float *)tx->data;
     float * out = (float *)dst->data;
-    // column p of [conv_state, x] at channel c
-    auto col = [&](int64_t c, int64_t p) { return p < K - 1 ? state[c * (K - 1) + p] : x[(p - (K - 1)) * sx + c]; };
+    auto value = [&](int64_t c, int64_t src) { return src >= 0 ? x[src * sx + c] : state[c * (K - 1) + (-1 - src)]; };
+    auto chain_tap = [&](int64_t p) { return p < K - 1 ? -1 - p : p - (K - 1); };  // column p of [state, x]
+    std::vector<int64_t> taps(K);
     for (int64_t t = params->ith; t < n * (C / S); t += params->nth) {
         const int64_t i = t / (C / S), h = t % (C / S);
-        head_inputs([&](int64_t c, int64_t j) { return col(c, i + j); }, w, h * S, S, K, h < 2 * Hk, norm,
+        if (tree) {
+            tree_conv_taps(parent, i, (int)K, taps.data());
+        } else {
+            for (int64_t j = 0; j < K; ++j) taps[j] = chain_tap(i + j);
+        }
+        head_inputs([&](int64_t c, int64_t j) { return value(c, taps[j]); }, w, h * S, S, K, h < 2 * Hk, norm,
                     out + i * C + h * S);
     }
-    if (params->ith == 0) {
-        for (int64_t i = 0; i < n; ++i) {
-            gate_beta((const float *)((const char *)ta->data + i * ta->nb[1]),
-                      (const float *)((const char *)tb->data + i * tb->nb[1]), dt_bias, a, Hv,
-                      out + n * C + i * Hv, out + n * C + n * Hv + i * Hv);
-        }
-        float * tail = out + n * C + 2 * n * Hv;  // the conv state after the last token
-        for (int64_t c = 0; c < C; ++c) {
-            for (int64_t j = 0; j < K - 1; ++j) tail[c * (K - 1) + j] = col(c, n + j);
-        }
+    if (params->ith != 0) return;
+    for (int64_t i = 0; i < n; ++i) {
+        gate_beta((const float *)((const char *)ta->data + i * ta->nb[1]),
+                  (const float *)((const char *)tb->data + i * tb->nb[1]), dt_bias, a, Hv, out + n * C + i * Hv,
+                  out + n * C + n * Hv + i * Hv);
+    }
+    if (tree) return;
+    float * tail = out + n * C + 2 * n * Hv;  // a chain's conv state after its last token
+    for (int64_t c = 0; c < C; ++c) {
+        for (int64_t j = 0; j < K - 1; ++j) tail[c * (K - 1) + j] = value(c, chain_tap(n + j));
     }
 }
 
 }  // namespace
 
 extern "C" void ggml_ext_compute_forward_gdn_decode_inputs(const ggml_compute_params * params, ggml_tensor * dst) {
-    if (dst->op_params[ggml_ext::kGdnInputsModeParam] == 1) {
-        verify_inputs(params, dst);
+    const int mode = dst->op_params[ggml_ext::kGdnInputsModeParam];
+    if (mode != 0) {
+        verify_inputs(params, dst, mode == 2);
         return;
     }
     const float * x = (const float *)dst->src[0]->data;

@@ -40,9 +40,12 @@ ggml_tensor * gdn_decode_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tens
     return r;
 }
 
-ggml_tensor * gdn_verify_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor * alpha, ggml_tensor * beta_raw,
-                                ggml_tensor * conv_state, ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a,
-                                int64_t S, int64_t Hk, float eps) {
+namespace {
+
+// Checks for the n-token modes; returns the output's size (the conv state after the last token
+// only for a chain).
+int64_t check_tokens(ggml_tensor * qkv, ggml_tensor * alpha, ggml_tensor * beta_raw, ggml_tensor * conv_state,
+                     ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a, int64_t S, int64_t Hk, bool chain) {
     const int64_t C = qkv->ne[0], n = qkv->ne[1], Hv = alpha->ne[0], K = w->ne[0];
     for (ggml_tensor * t : {qkv, alpha, beta_raw, conv_state, w, dt_bias, a}) GGML_ASSERT(t->type == GGML_TYPE_F32);
     for (ggml_tensor * t : {qkv, alpha, beta_raw}) {  // rows may lie apart
@@ -52,8 +55,28 @@ ggml_tensor * gdn_verify_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tens
     GGML_ASSERT(S > 0 && Hk > 0 && C == S * (2 * Hk + Hv) && K >= 2 && n >= 1);
     GGML_ASSERT(beta_raw->ne[0] == Hv && ggml_nelements(dt_bias) == Hv && ggml_nelements(a) == Hv);
     GGML_ASSERT(w->ne[1] == C && ggml_nelements(conv_state) == (K - 1) * C);
-    ggml_tensor * r = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n * C + 2 * n * Hv + (K - 1) * C);
+    return n * C + 2 * n * Hv + (chain ? (K - 1) * C : 0);
+}
+
+}  // namespace
+
+ggml_tensor * gdn_verify_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor * alpha, ggml_tensor * beta_raw,
+                                ggml_tensor * conv_state, ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a,
+                                int64_t S, int64_t Hk, float eps) {
+    const int64_t size = check_tokens(qkv, alpha, beta_raw, conv_state, w, dt_bias, a, S, Hk, true);
+    ggml_tensor * r = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, size);
     make_op(r, {qkv, alpha, beta_raw, conv_state, w, dt_bias, a}, S, Hk, eps, 1);
+    return r;
+}
+
+ggml_tensor * gdn_tree_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor * alpha, ggml_tensor * beta_raw,
+                              ggml_tensor * conv_state, ggml_tensor * w, ggml_tensor * dt_bias, ggml_tensor * a,
+                              ggml_tensor * tree, int64_t S, int64_t Hk, float eps) {
+    const int64_t size = check_tokens(qkv, alpha, beta_raw, conv_state, w, dt_bias, a, S, Hk, false);
+    GGML_ASSERT(tree->type == GGML_TYPE_I32 && tree->ne[0] == qkv->ne[1] && tree->ne[1] == 3);
+    GGML_ASSERT(ggml_is_contiguous(tree));
+    ggml_tensor * r = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, size);
+    make_op(r, {qkv, alpha, beta_raw, conv_state, w, dt_bias, a, tree}, S, Hk, eps, 2);
     return r;
 }
 
