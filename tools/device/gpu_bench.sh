@@ -136,6 +136,23 @@ if [ "$stage" = h2 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh h3` (session 10's last call, one machine start): the CUDA suite, the DDTree step
+# cost for budgets 1..64 without upstream, the kernels per step, the 27B AR next to upstream
+# libllama, then the chain next to upstream draft-dflash, as time allows.
+if [ "$stage" = h3 ]; then
+  start_27b_synth
+  run_cuda_suite 120
+  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 100 ]; do sleep 2; done
+  [ "$(left)" -ge 60 ] && tree_steps 60 h200-27b-tree-steps.json 1,2,4,8,16,32,64 -- --no-upstream
+  [ "$(left)" -ge 60 ] && timeout 60 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf \
+    --label 27b-q4km --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
+  echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"
+  [ "$(left)" -ge 45 ] && ar_bench 45 /tmp/q27.gguf h200-27b-ar.json
+  [ "$(left)" -ge 70 ] && chain_bench "$(($(left) - 5))" h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" \
+    --synth-len 10
+  exit 0
+fi
+
 # `gpu_bench.sh t` (right after s, the machine warm): the 27B as an all-Q5_K file with ggml's
 # mul_mat_vec_q (DFLASH_GEMV=0) and with our Q5_K GEMV (the default), then the Q4_K_M 27B's chain
 # next to upstream llama-server draft-dflash at the same synthetic acceptance, and the DDTree
