@@ -190,6 +190,34 @@ def test_tree_cpu_op_on_a_chain_is_the_chain_op(k: int, n: int) -> None:
         np.testing.assert_array_equal(t, c)
 
 
+@st.composite
+def _parents(draw, max_nodes: int = 12):  # noqa: ANN001, ANN202
+    n = draw(st.integers(1, max_nodes))
+    return [-1] + [draw(st.integers(0, i - 1)) for i in range(1, n)]
+
+
+@settings(max_examples=20, deadline=None)
+@given(parents=_parents(), k=st.integers(2, 5), seed=st.integers(0, 2**16))
+def test_tree_cpu_op_equals_tree_conv_and_the_formulas(parents: list[int], k: int, seed: int) -> None:
+    """gdn_tree_inputs on branching trees against an oracle: ggml_ext's tree conv (itself checked
+    per root-to-leaf path in test_tree_ops.py), then the unfused graph's SiLU, L2 norms, gate and
+    beta in numpy (float64), to 1e-5 of the output scale."""
+    s, hk, hv = 32, 1, 2
+    i = _verify_inputs(s, hk, hv, k, len(parents), seed=seed)
+    q_k_v, gate, beta = _run_tree(i, s, hk, parents, gpu=False)
+    conv = _core.op_tree_ssm_conv(i["qkv"], i["conv_state"], i["w"], parents).astype(np.float64)
+    y = conv / (1.0 + np.exp(-conv))
+    heads = y.reshape(len(parents), -1, s)
+    heads[:, : 2 * hk] /= np.sqrt((heads[:, : 2 * hk] ** 2).mean(axis=2, keepdims=True) + EPS / s) * np.sqrt(
+        s
+    )
+    z = i["alpha"].astype(np.float64) + i["dt_bias"]
+    want_gate = np.where(z > 20.0, z, np.log1p(np.exp(np.minimum(z, 20.0)))) * i["a"]
+    want_beta = 1.0 / (1.0 + np.exp(-i["beta"].astype(np.float64)))
+    for got, want in ((q_k_v, heads.reshape(len(parents), -1)), (gate, want_gate), (beta, want_beta)):
+        assert np.abs(got - want).max() <= 1e-5 * max(1.0, float(np.abs(want).max()))
+
+
 @needs_gpu
 def test_tree_cuda_op_equals_the_cpu_and_the_chain_kernel() -> None:
     """On CUDA: a random tree's nodes agree with the CPU op (1e-5 of the scale), and a
