@@ -462,8 +462,10 @@ constexpr int min_blocks(int ncol_tiles) {
 
 // ncol_tiles tiles of 8 columns; the activation buffers hold 8 * ncol_tiles columns (zeros past
 // ncols), tiled (act_q_index). kOccupancy: pass min_blocks to __launch_bounds__ (else the
-// compiler's register choice).
-template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W>
+// compiler's register choice). kSplitK: the block's warps split one 16-row tile's super-blocks
+// (the engine's); else each warp owns a 16-row tile of its own and all its super-blocks (no
+// shared-memory reduction; an experiment for short rows, timed by the standalone).
+template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true>
 __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W>(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
                            const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
@@ -474,9 +476,12 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W>(n
     __shared__ __align__(16) char smem[S::kBytes];
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int g = lane >> 2, t = lane & 3;
-    const int row_base = blockIdx.x * kRows, row0 = row_base + g, row1 = row0 + 8;
+    const int row_base = (kSplitK ? blockIdx.x : blockIdx.x * W + warp) * kRows;
+    const int row0 = row_base + g, row1 = row0 + 8;
+    if (!kSplitK && row_base >= nrows) return;  // a warp past the last tile (no block barrier in this mode)
     const int r0c = min(row0, nrows - 1), r1c = min(row1, nrows - 1);
-    const int n_it = warp < nblocks ? (nblocks - warp + W - 1) / W : 0;
+    const int kb0 = kSplitK ? warp : 0, kb_step = kSplitK ? W : 1;  // this warp's super-blocks kb0, kb0 + kb_step, ...
+    const int n_it = kb0 < nblocks ? (nblocks - kb0 + kb_step - 1) / kb_step : 0;
     char * stages = smem + warp * (kStages > 0 ? kStages : 0) * S::kStageBytes;
 
     float acc[ncol_tiles][4] = {};
@@ -484,12 +489,12 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W>(n
 #pragma unroll
         for (int s = 0; s < kStages - 1; ++s) {
             if (s < n_it)
-                stage_in<F>(stages + s * S::kStageBytes, w, row_base, nrows, row_bytes, warp + s * W, lane);
+                stage_in<F>(stages + s * S::kStageBytes, w, row_base, nrows, row_bytes, kb0 + s * kb_step, lane);
             cp_async_commit();
         }
     }
     for (int it = 0; it < n_it; ++it) {
-        const int kb = warp + it * W;
+        const int kb = kb0 + it * kb_step;
         const char * blk0 = F::row_block(w, r0c, row_bytes, kb);
         const char * blk1 = F::row_block(w, r1c, row_bytes, kb);
         if constexpr (kStages > 0) {
@@ -497,8 +502,8 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W>(n
             __syncwarp();                     // ... and every lane's
             const int nx = it + kStages - 1;  // refill the stage consumed in the previous iteration
             if (nx < n_it) {
-                stage_in<F>(stages + (nx % kStages) * S::kStageBytes, w, row_base, nrows, row_bytes, warp + nx * W,
-                            lane);
+                stage_in<F>(stages + (nx % kStages) * S::kStageBytes, w, row_base, nrows, row_bytes,
+                            kb0 + nx * kb_step, lane);
             }
             cp_async_commit();
             const char * buf = stages + (it % kStages) * S::kStageBytes;
@@ -511,6 +516,17 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W>(n
         }
     }
     if constexpr (kStages > 0) cp_async_wait<0>();
+    if constexpr (!kSplitK) {  // the warp's own rows: C fragment (row0, col0), (row0, col0 + 1), (row1, ..)
+#pragma unroll
+        for (int nt = 0; nt < ncol_tiles; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = i < 2 ? row0 : row1, col = nt * 8 + 2 * t + (i & 1);
+                if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[nt][i];
+            }
+        }
+        return;
+    }
     __syncthreads();  // the stages become the scratch for the warps' sums
 
     // The warps' partial sums added in warp order (the same order for any grid), then written:
@@ -590,15 +606,17 @@ void quantize_act(const float * x, int8_t * qs, float * d, int * sums, int k, in
 constexpr int kDefaultStages = 2;
 
 // kStages: asked for; what runs is fit_stages<F, W>(kStages) (0 stays 0: direct loads). W: warps
-// per block. The activations were quantized by quantize_act<F> for the same ncols.
-template <typename F, int kStages, bool kOccupancy = true, int W = kWarps>
+// per block; kSplitK: see the kernel. The activations were quantized by quantize_act<F> for the
+// same ncols.
+template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true>
 void launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream) {
-    const dim3 grid((nrows + kRows - 1) / kRows, 1, 1), block(WARP_SIZE, W, 1);
+    const int tile_rows = kSplitK ? kRows : kRows * W;
+    const dim3 grid((nrows + tile_rows - 1) / tile_rows, 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
     constexpr int kSt = kStages > 0 ? fit_stages<F, W>(kStages) : 0;
-#define GEMM_KQ_LAUNCH(NT)                                                                        \
-    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W>)( \
+#define GEMM_KQ_LAUNCH(NT)                                                                              \
+    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK>)( \
         w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);

@@ -424,11 +424,18 @@ constexpr bool warps_fit() {
 
 // The tensor-core GEMM with `stages` super-blocks in flight per warp (0: direct loads); with
 // the occupancy hint (gemm_kq::min_blocks, the engine's) or without; 2 stages with the hint also
-// with 6 or 8 warps a block (`warps`; the engine's for long rows).
+// with 6 or 8 warps a block (`warps`; the engine's for long rows); `own_rows`: 2 or 3 stages, each
+// warp its own 16-row tile (the kernel's kSplitK false).
 template <typename F>
-void run_mma_t(int stages, bool occupancy, int warps, const char * w, const MmaBuffers & b, int rows, int k,
-               int64_t row_bytes, int ncols) {
-    if (warps == 8 || warps == 6) {
+void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, const char * w, const MmaBuffers & b, int rows,
+               int k, int64_t row_bytes, int ncols) {
+    if (own_rows) {
+        if (stages == 3) {
+            gemm_kq::launch<F, 3, true, 4, false>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+        } else {
+            gemm_kq::launch<F, 2, true, 4, false>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+        }
+    } else if (warps == 8 || warps == 6) {
         if constexpr (warps_fit<F, 8>()) {
             if (warps == 8) {
                 gemm_kq::launch<F, 2, true, 8>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
@@ -469,29 +476,35 @@ int stages_run(W t, int code) {
 
 // A variant's code: stages (0, 2 or 3) + 100 for Q4_K / Q5_K's min term through an f16 mma
 // (gemm_kq::Q4KMinsMma, Q5KMinsMma) + 1000 without the occupancy hint + 10000 for 8 warps a
-// block, 20000 for 6 (2 stages, the hint). The engine's: 102 for Q4_K / Q5_K, 2 for Q6_K / Q8_0;
-// rows of gemm_kq::kLongRowBlocks or more: 10102 for Q4_K / Q5_K.
-int code_warps(int code) { return code >= 20000 ? 6 : code >= 10000 ? 8 : 4; }
+// block, 20000 for 6 (2 stages, the hint) + 100000 for each warp its own rows (4 warps, 2 or 3
+// stages, the hint). The engine's: 102 for Q4_K / Q5_K, 2 for Q6_K / Q8_0; rows of
+// gemm_kq::kLongRowBlocks or more up to 16 columns: 10102 for Q4_K / Q5_K.
+int code_warps(int code) {
+    const int c = code % 100000;
+    return c >= 20000 ? 6 : c >= 10000 ? 8 : 4;
+}
+
+bool code_own_rows(int code) { return code >= 100000; }
 
 void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
     const int stages = code % 100, warps = code_warps(code);
-    const bool mins_mma = code % 1000 >= 100, occupancy = code % 10000 < 1000;
+    const bool mins_mma = code % 1000 >= 100, occupancy = code % 10000 < 1000, own = code_own_rows(code);
     if (t == W::q4_K && mins_mma) {
-        run_mma_t<gemm_kq::Q4KMinsMma>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q4KMinsMma>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q4_K) {
-        run_mma_t<gemm_kq::Q4K>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q4K>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q5_K && mins_mma) {
-        run_mma_t<gemm_kq::Q5KMinsMma>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q5KMinsMma>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q5_K) {
-        run_mma_t<gemm_kq::Q5K>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q5K>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q8_0) {
-        run_mma_t<gemm_kq::Q80>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q80>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
     } else {
-        run_mma_t<gemm_kq::Q6K>(stages, occupancy, warps, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q6K>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
     }
 }
 
-constexpr int kMmaCodes[] = {0, 2, 3, 1002, 102, 103, 1102, 10102, 20102, 20002};
+constexpr int kMmaCodes[] = {0, 2, 3, 1002, 102, 103, 1102, 10102, 20102, 20002, 100002, 100003, 100102, 100103};
 
 bool mins_mma_code(int code) { return code % 1000 >= 100; }
 
@@ -682,6 +695,19 @@ int main(int argc, char ** argv) {
                                                   {"ffn_up", W::q4_K, 17408, 5120},
                                                   {"ffn_gate_up", W::q4_K, 34816, 5120}}) {
             bench_mma(m.name, m.t, m.rows, m.k, gen, engine_or_warps);
+        }
+    }
+    if (what == "rows") {  // each warp its own rows (codes 1001xx) against the engine's split of K, short rows
+        auto engine_or_rows = [](W t, int code) {
+            return code == 102 || code == 100102 || code == 100103 ||
+                   (t == W::q6_K && (code == 2 || code == 100002 || code == 100003));
+        };
+        for (const Shape & m : std::vector<Shape>{{"ffn_gate_up", W::q4_K, 34816, 5120},
+                                                  {"gdn_in", W::q4_K, 16480, 5120},
+                                                  {"attn_q", W::q4_K, 12288, 5120},
+                                                  {"gdn_qkv", W::q6_K, 10240, 5120},
+                                                  {"output", W::q6_K, 248320, 5120}}) {
+            bench_mma(m.name, m.t, m.rows, m.k, gen, engine_or_rows);
         }
     }
     if (what == "profile") {  // ffn_up, ffn_down and the output: one launch each at 16 / 32 / 64 columns
