@@ -80,76 +80,40 @@ fi
 if [ "$stage" = f3 ]; then
   start_27b_synth
   run_cuda_suite 130
-  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 100 ]; do sleep 2; done
+  wait_27b 100
   [ "$(left)" -ge 60 ] && tree_steps 50 h200-27b-tree-steps.json 1,2,4,8,16,32,64 -- --no-upstream
-  [ "$(left)" -ge 50 ] && timeout "$(($(left) - 5))" python3 tools/device/kernel_profile.py -m /tmp/q27.gguf \
-    --draft /tmp/d27.gguf --label 27b-q4km --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
-  echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"
+  [ "$(left)" -ge 50 ] && kernel_profile "$(($(left) - 5))"
   exit 0
 fi
 
-# `gpu_bench.sh g1`, then `g2` within 30 s (session 10): g1 the CUDA suite, the GEMM's warps per
-# block on long rows (standalone `long`: 4 against 6 and 8), the DDTree step cost for budgets
-# 1..64 without upstream; g2 the kernels per step, the 27B AR next to upstream libllama, the chain
-# next to upstream llama-server draft-dflash at synthetic acceptance 10, as time allows.
-if [ "$stage" = g1 ]; then
+# Session 10's calls. `gpu_bench.sh g1` (or `h1`), then `g2` (or `h2`) within 30 s: g1/h1 the CUDA
+# suite (g1 also the GEMM's warps per block on long rows: standalone `long`, 4 against 6 and 8),
+# the DDTree step cost for budgets 1..64 without upstream; g2/h2 the kernels per step, the 27B AR
+# next to upstream libllama, the chain next to upstream llama-server draft-dflash at synthetic
+# acceptance 10 (h2 then the trained pair's modes, DDTree at budgets 16, 32, 64), as time allows.
+# `gpu_bench.sh h3` (one machine start): h1's work, then g2's as time allows.
+if [ "$stage" = g1 ] || [ "$stage" = h1 ] || [ "$stage" = h3 ]; then
   start_27b_synth
-  run_cuda_suite 140
-  [ -n "${SA_PID-}" ] && wait "$SA_PID"
-  [ "$(left)" -ge 120 ] && CALL_LEFT=60 bash tools/device/gemv_standalone.sh long 2>&1 | grep -v '^{' | tail -n 40
-  [ -f "$OUT/gemv-standalone.jsonl" ] && mv "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-long.jsonl"
-  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 100 ]; do sleep 2; done
-  [ "$(left)" -ge 60 ] && tree_steps "$(($(left) - 5))" h200-27b-tree-steps.json 1,2,4,8,16,32,64 -- --no-upstream
-  exit 0
-fi
-if [ "$stage" = g2 ]; then
-  timeout 110 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf --label 27b-q4km \
-    --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
-  echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"
-  [ "$(left)" -ge 75 ] && ar_bench 65 /tmp/q27.gguf h200-27b-ar.json
-  [ "$(left)" -ge 120 ] && chain_bench 115 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
-  exit 0
-fi
-
-# `gpu_bench.sh h1`, then `h2` within 30 s (session 10's second pair): h1 the CUDA suite and the
-# DDTree step cost for budgets 1..64 without upstream; h2 the kernels per step, the 27B AR next to
-# upstream libllama, the chain next to upstream draft-dflash, then the trained pair's modes
-# (AR / chain / upstream / DDTree at budgets 16, 32, 64) as time allows.
-if [ "$stage" = h1 ]; then
-  start_27b_synth
-  run_cuda_suite 150
-  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 100 ]; do sleep 2; done
-  [ "$(left)" -ge 60 ] && tree_steps "$(($(left) - 5))" h200-27b-tree-steps.json 1,2,4,8,16,32,64 -- --no-upstream
-  exit 0
-fi
-if [ "$stage" = h2 ]; then
-  timeout 90 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf --label 27b-q4km \
-    --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
-  echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"
-  ar_bench 50 /tmp/q27.gguf h200-27b-ar.json
-  chain_bench 80 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
-  PAIR=${PAIR:-dflash/data/pair}
-  [ "$(left)" -ge 60 ] && timeout "$(($(left) - 5))" python3 -m dflash.bench --pair "$PAIR" \
-    --prompts bench/prompts/pair-heldout-code48.jsonl -ngl 99 -n 512 --budgets 16,32,64 -o "$OUT/h200-pair.json" \
-    > "$OUT/pair-bench.log" 2>&1
-  echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/pair-bench.log"
-  exit 0
-fi
-
-# `gpu_bench.sh h3` (session 10's last call, one machine start): the CUDA suite, the DDTree step
-# cost for budgets 1..64 without upstream, the kernels per step, the 27B AR next to upstream
-# libllama, then the chain next to upstream draft-dflash, as time allows.
-if [ "$stage" = h3 ]; then
-  start_27b_synth
-  run_cuda_suite 120
-  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt 100 ]; do sleep 2; done
+  run_cuda_suite "$([ "$stage" = h3 ] && echo 120 || echo 150)"
+  if [ "$stage" = g1 ]; then
+    [ -n "${SA_PID-}" ] && wait "$SA_PID"
+    [ "$(left)" -ge 120 ] && CALL_LEFT=60 bash tools/device/gemv_standalone.sh long 2>&1 | grep -v '^{' | tail -n 40
+    [ -f "$OUT/gemv-standalone.jsonl" ] && mv "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-long.jsonl"
+  fi
+  wait_27b 100
   [ "$(left)" -ge 60 ] && tree_steps 60 h200-27b-tree-steps.json 1,2,4,8,16,32,64 -- --no-upstream
-  [ "$(left)" -ge 60 ] && timeout 60 python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf \
-    --label 27b-q4km --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
-  echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"
+  [ "$stage" = h3 ] || exit 0
+fi
+if [ "$stage" = g2 ] || [ "$stage" = h2 ] || [ "$stage" = h3 ]; then
+  [ "$(left)" -ge 60 ] && kernel_profile 90
   [ "$(left)" -ge 45 ] && ar_bench 45 /tmp/q27.gguf h200-27b-ar.json
-  [ "$(left)" -ge 70 ] && chain_bench "$(($(left) - 5))" h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" \
-    --synth-len 10
+  [ "$(left)" -ge 70 ] && chain_bench 80 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+  if [ "$stage" = h2 ] && [ "$(left)" -ge 60 ]; then
+    timeout "$(($(left) - 5))" python3 -m dflash.bench --pair "${PAIR:-dflash/data/pair}" \
+      --prompts bench/prompts/pair-heldout-code48.jsonl -ngl 99 -n 512 --budgets 16,32,64 -o "$OUT/h200-pair.json" \
+      > "$OUT/pair-bench.log" 2>&1
+    echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/pair-bench.log"
+  fi
   exit 0
 fi
 

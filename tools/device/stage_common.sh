@@ -67,3 +67,17 @@ tree_steps() {
     > "$OUT/${json%.json}.log" 2>&1
   echo "[gpu] tree-steps $json ${ENVS[*]} rc=$? at $(($(date +%s) - t0)) s"; tail -n 12 "$OUT/${json%.json}.log"
 }
+
+# Waits (up to the call's last MIN_LEFT seconds) for start_27b_synth's pair: wait_27b MIN_LEFT
+wait_27b() {
+  until [ -f /tmp/d27.gguf ] || [ "$(left)" -lt "$1" ]; do sleep 2; done
+}
+
+# The 27B's kernels per step (tools/device/kernel_profile.py) into $OUT/h200-27b-kernels.json:
+# kernel_profile SECONDS
+kernel_profile() {
+  timeout "$1" python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf --label 27b-q4km \
+    --steps 10 -o "$OUT/h200-27b-kernels.json" > "$OUT/kernels-27b.log" 2>&1
+  echo "[gpu] 27B kernel profile rc=$? at $(($(date +%s) - t0)) s"
+}
+
