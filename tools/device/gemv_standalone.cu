@@ -8,6 +8,7 @@
 #include "gemm_kquant_mma_impl.cuh"
 #include "gemv_kquant_impl.cuh"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -573,8 +574,9 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
     cudaFree(dw);
 }
 
-// codes_only: the codes to time (all of kMmaCodes when null).
-void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen, bool (*codes_only)(W, int) = nullptr) {
+// codes_only: the codes to time (all of kMmaCodes when null; those a type runs, code_runs).
+void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen,
+               const std::vector<int> * codes_only = nullptr) {
     const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
@@ -585,7 +587,8 @@ void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen, bool
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
         b.quantize(t, k, ncols);
         for (int stages : kMmaCodes) {
-            if (!code_runs(t, stages) || (codes_only && !codes_only(t, stages))) continue;
+            if (!code_runs(t, stages)) continue;
+            if (codes_only && std::find(codes_only->begin(), codes_only->end(), stages) == codes_only->end()) continue;
             const int reps = 5;
             for (int c = 0; c < copies; ++c) run_mma(t, stages, dw + bytes * c, b, rows, k, row_bytes, ncols);
             const double us = time_us(reps * copies, [&] {
@@ -685,30 +688,20 @@ int main(int argc, char ** argv) {
     if (what == "mma") {
         for (const Shape & m : mma_shapes) bench_mma(m.name, m.t, m.rows, m.k, gen);
     }
-    if (what == "long") {  // warps a block for long rows: the engine's 4-warp codes against 6 and 8
-        auto engine_or_warps = [](W t, int code) {
-            return code == 102 || code == 10102 || code == 20102 || (t == W::q6_K && (code == 2 || code == 20002));
-        };
-        for (const Shape & m : std::vector<Shape>{{"ffn_down", W::q4_K, 5120, 17408},
-                                                  {"ssm_out", W::q4_K, 5120, 6144},
-                                                  {"ffn_down", W::q6_K, 5120, 17408},
-                                                  {"ffn_up", W::q4_K, 17408, 5120},
-                                                  {"ffn_gate_up", W::q4_K, 34816, 5120}}) {
-            bench_mma(m.name, m.t, m.rows, m.k, gen, engine_or_warps);
-        }
-    }
-    if (what == "rows") {  // each warp its own rows (codes 1001xx) against the engine's split of K, short rows
-        auto engine_or_rows = [](W t, int code) {
-            return code == 102 || code == 100102 || code == 100103 ||
-                   (t == W::q6_K && (code == 2 || code == 100002 || code == 100003));
-        };
-        for (const Shape & m : std::vector<Shape>{{"ffn_gate_up", W::q4_K, 34816, 5120},
-                                                  {"gdn_in", W::q4_K, 16480, 5120},
-                                                  {"attn_q", W::q4_K, 12288, 5120},
-                                                  {"gdn_qkv", W::q6_K, 10240, 5120},
-                                                  {"output", W::q6_K, 248320, 5120}}) {
-            bench_mma(m.name, m.t, m.rows, m.k, gen, engine_or_rows);
-        }
+    // The engine's codes (102 for Q4_K, 2 for Q6_K) against variants: `long`, warps a block on long
+    // rows (8: 10102, 6: 20102 / 20002); `rows`, each warp its own rows (1001xx) on short ones.
+    if (what == "long" || what == "rows") {
+        const bool long_rows = what == "long";
+        const std::vector<int> codes = long_rows ? std::vector<int>{102, 10102, 20102, 2, 20002}
+                                                 : std::vector<int>{102, 100102, 100103, 2, 100002, 100003};
+        const std::vector<Shape> shapes =
+            long_rows ? std::vector<Shape>{{"ffn_down", W::q4_K, 5120, 17408}, {"ssm_out", W::q4_K, 5120, 6144},
+                                           {"ffn_down", W::q6_K, 5120, 17408}, {"ffn_up", W::q4_K, 17408, 5120},
+                                           {"ffn_gate_up", W::q4_K, 34816, 5120}}
+                      : std::vector<Shape>{{"ffn_gate_up", W::q4_K, 34816, 5120}, {"gdn_in", W::q4_K, 16480, 5120},
+                                           {"attn_q", W::q4_K, 12288, 5120}, {"gdn_qkv", W::q6_K, 10240, 5120},
+                                           {"output", W::q6_K, 248320, 5120}};
+        for (const Shape & m : shapes) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
     }
     if (what == "profile") {  // ffn_up, ffn_down and the output: one launch each at 16 / 32 / 64 columns
         profile_mma(W::q4_K, 17408, 5120, gen);
