@@ -34,6 +34,8 @@ class Engine:
     With no `model_path`, the embedded default model loads, and with it the packaged drafter
     (chain DFlash; `budget=N` for DDTree) unless `draft_path` is given or `default_draft=False`.
     An explicit `model_path` never gets the packaged drafter: pass `draft_path` for speculation.
+    `batch_invariant=True` makes greedy speculative output equal autoregressive output bit for bit
+    on the GPU too (ggml_ext/BATCH_INVARIANCE.md); on the CPU it always does.
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class Engine:
         kv_type_v: str | None = None,
         progress: bool = False,
         default_draft: bool = True,
+        batch_invariant: bool = False,
         **spec_options: Any,
     ) -> None:
         from dflash.models import default_draft_path, default_model_path
@@ -89,6 +92,9 @@ class Engine:
         cfg.n_gpu_layers = int(n_gpu_layers)
         cfg.n_threads = int(n_threads)
         cfg.n_batch = int(n_batch)
+        # Every verified token computed as a decode step computes it: greedy speculative output
+        # equals autoregressive output bit for bit on the GPU too (slower; f16/bf16/f32 KV only).
+        cfg.batch_invariant = bool(batch_invariant)
         # The engine goes first: its own checks validate the file before libllama's vocabulary
         # loader (which asserts on some malformed files) ever sees it.
         self._target = _core.TargetEngine(self.model_path, cfg, _progress_bar() if progress else None)

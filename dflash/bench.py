@@ -92,7 +92,7 @@ def _chain(
     cfg.n_ctx, cfg.k_type, cfg.v_type = a.n_ctx, kv, kv
     cfg.n_gpu_layers, cfg.n_threads, cfg.n_batch = a.n_gpu_layers, a.threads, a.n_batch
     cfg.n_verify_max = max(a.max_draft, budget) + 1
-    cfg.invariant_matmul = a.invariant_matmul
+    cfg.batch_invariant = a.batch_invariant
     eng = _core.TargetEngine(path, cfg)
     dcfg = _core.DraftEngineConfig()
     draft = _core.DraftEngine(a.draft, eng, dcfg)
@@ -132,8 +132,8 @@ def _chain(
     }
     if a.synthetic_accept:
         out["synthetic_acceptance_length"] = a.synthetic_accept
-    if a.invariant_matmul:
-        out["invariant_matmul"] = True
+    if a.batch_invariant:
+        out["batch_invariant"] = True
     out["last_run"] = {
         k: spec[k]
         for k in (
@@ -283,9 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budgets", default="", help="comma-separated DDTree budgets to sweep (with --draft)")
     add_synthetic_accept_argument(ap)
     ap.add_argument(
-        "--invariant-matmul",
+        "--batch-invariant",
         action="store_true",
-        help="experimental: chain/DDTree verifies with decode-identical matmuls and attention "
+        help="batch-invariant mode: chain/DDTree verifies compute each token as a decode step does "
         "(ggml_ext/BATCH_INVARIANCE.md)",
     )
     ap.add_argument("--llama-bench", default=None, help="path of upstream's llama-bench to run as well")

@@ -143,8 +143,18 @@ def test_tensor_core_gemm_on_the_emulator(standalone: Path) -> None:
 
 
 def _ggml_include(tmp: Path) -> Path:
-    """ggml.h of the materialised upstream tree: the package build's, else materialised now."""
-    hits = sorted(REPO.glob("build/*/upstream/*/ggml/include/ggml.h"))
+    """ggml.h of the materialised upstream tree with today's patches: the package build's, else
+    materialised now."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("materialise", REPO / "vendor" / "materialise.py")
+    assert spec and spec.loader
+    mat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mat)
+    up = mat.read_manifest()
+    hits = sorted(
+        REPO.glob(f"build/*/upstream/llama.cpp-{up['commit']}-{mat.tree_key(up)}/ggml/include/ggml.h")
+    )
     if hits:
         return hits[-1].parent
     r = subprocess.run(
@@ -268,3 +278,36 @@ def test_emulated_top_k_rows_picks_the_largest(ops: Path, build_dir: Path, ncols
         want = np.lexsort((np.arange(ncols), -x[r]))[:k]  # value descending, then index
         np.testing.assert_array_equal(got[r], want)
     np.testing.assert_array_equal(np.sort(got, axis=1), np.sort(_core.op_top_k(x, k, tagged=True), axis=1))
+
+
+@pytest.mark.parametrize(("d", "h", "hkv"), [(64, 4, 1), (128, 4, 2), (256, 2, 1)])
+def test_emulated_path_attention_equals_the_cpu_op_and_is_batch_invariant(
+    ops: Path, build_dir: Path, d: int, h: int, hkv: int
+) -> None:
+    """The CUDA kernel of ggml_ext::attn_paths on the emulator: the CPU op's outputs (1e-5 of the
+    scale), and each query's bits the same when it runs alone (the batch-invariant mode's premise)."""
+    rng = np.random.default_rng(d + h)
+    start, parents = 45, [-1, 0, 0, 1, 3, 2]  # a prefix over two tiles, then a tree
+    n, rows = len(parents), start + len(parents) + 3
+    q = rng.standard_normal((n, h, d)).astype(np.float32)
+    k = rng.standard_normal((rows, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((rows, hkv, d)).astype(np.float32)
+    paths = np.zeros((n, n + 2), np.int32)
+    for i in range(n):
+        path, a = [], i
+        while a >= 0:
+            path.append(start + a)
+            a = parents[a]
+        paths[i, : len(path) + 2] = [start, len(path), *path[::-1]]
+    scale = np.float32(1.0 / np.sqrt(d))
+    params = np.array([scale], np.float32)
+
+    def run(qs: np.ndarray, ps: np.ndarray) -> np.ndarray:
+        meta = [d, h, hkv, rows, len(qs), n + 2]
+        arrays = {"q": qs, "k": k, "v": v, "paths": ps, "params": params}
+        return _run_op(ops, build_dir, "attn_paths", meta, arrays).reshape(len(qs), h, d)
+
+    got = run(q, paths)
+    _close(got, _core.op_attn_paths(q, k, v, paths, "f32", float(scale)), 1e-5, f"path attention, D {d}")
+    for i in (0, n - 1):
+        np.testing.assert_array_equal(run(q[i : i + 1], paths[i : i + 1])[0], got[i])

@@ -214,23 +214,25 @@ def test_engine_api_with_drafter(pair, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("weights", ["q8_0", "f32"])
-def test_invariant_switch_changes_nothing_on_the_cpu(synth_model, weights):
-    """The experimental invariant_matmul switch tags the target's weight matmuls and gives each
-    token of a chain verify its own decode-shaped attention op; on the CPU both compute what the
-    plain graph computes, so prefill and verify logits stay bit-identical (this checks the
-    per-token views and mask rows)."""
+def test_invariant_switch_keeps_the_cpu_logits(synth_model, weights):
+    """The batch_invariant switch tags the target's weight matmuls (on the CPU the same products)
+    and gives decodes and verifies ggml_ext's path attention: prefill logits stay bit-identical
+    (a prefill keeps ggml's attention) and verify logits agree to float rounding. With an f32 KV
+    cache: ggml's CPU flash attention rounds the query to f16 for an f16 cache, which this random
+    model amplifies to ~5% of its logits."""
     path = str(synth_model("tiny-b", weights))
     prompt, draft = list(range(40, 300, 7)), [5, 9, 200, 31, 7, 7, 1000, 2]
     out = []
     for flag in (False, True):
         cfg = _core.EngineConfig()
-        cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.invariant_matmul = 512, 0, 2, flag
+        cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.batch_invariant = 512, 0, 2, flag
+        cfg.k_type = cfg.v_type = "f32"
         eng = _core.TargetEngine(path, cfg)
         first, _, _ = eng.forward(prompt, True)
         verify, _, _ = eng.verify(draft, [])
         out.append((first, verify))
-    for a, b in zip(out[0], out[1], strict=True):
-        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_allclose(out[1][1], out[0][1], rtol=0, atol=1e-5 * float(np.abs(out[0][1]).max()))
 
 
 GPU = _core.gpu_backend_available()
@@ -241,13 +243,14 @@ REQUIRE_GPU = os.environ.get("DFLASH_REQUIRE_CUDA") == "1"
     not GPU and not REQUIRE_GPU, reason="no GPU backend in this build (run on the GPU machine)"
 )
 def test_cuda_chain_with_invariant_matmuls_equals_decoding(synth_model, drafter_pair):
-    """On CUDA with a q8_0 target and invariant_matmul, every verify token's matmuls and attention
+    """On CUDA with a q8_0 target and batch_invariant, every verify token's matmuls and attention
     are a decode step's, so greedy chain output equals autoregressive output exactly
-    (ggml_ext/BATCH_INVARIANCE.md; 20/20 on the H200, bench/results/h200-s4-cuda-tests.log)."""
+    (ggml_ext/BATCH_INVARIANCE.md; 20/20 on the H200, bench/results/h200-s4-cuda-tests.log; DDTree:
+    tests/test_batch_invariant.py)."""
     target_path = synth_model("tiny-b", "q8_0")
     _, drafter = drafter_pair(seed=1, layer_types=("sliding_attention", "full_attention"), sliding_window=8)
     cfg = _core.EngineConfig()
-    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max, cfg.invariant_matmul = 512, 99, 2, 16, True
+    cfg.n_ctx, cfg.n_gpu_layers, cfg.n_threads, cfg.n_verify_max, cfg.batch_invariant = 512, 99, 2, 16, True
     target = _core.TargetEngine(str(target_path), cfg)
     dcfg = _core.DraftEngineConfig()
     dcfg.kv_type = "f32"

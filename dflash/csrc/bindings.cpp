@@ -281,6 +281,21 @@ PYBIND11_MODULE(_core, m) {
         py::arg("gpu") = false, py::arg("n_threads") = 2,
         "q, k [n, Hk, S], v [n, Hv, S], g, beta [n, Hv, 1], state [Hv, S, S] (row j = column j of S) -> [n, Hv, S]");
     m.def(
+        "op_attn_paths",
+        [=](const F32Array & q, const F32Array & k, const F32Array & v,
+            const py::array_t<int32_t, py::array::c_style | py::array::forcecast> & paths, const std::string & kv_type,
+            float scale, bool gpu, int n_threads) {
+            if (paths.ndim() != 2) throw InvalidParameter("attn_paths: paths [n, W]");
+            std::vector<int32_t> p(paths.data(), paths.data() + paths.size());
+            auto r = run_attn_paths(op_input(q), op_input(k), op_input(v), p, paths.shape(1), kv_type, scale, gpu,
+                                    n_threads);
+            return shaped(std::move(r), {q.shape(0), q.shape(1), q.shape(2)});
+        },
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("paths"), py::arg("kv_type") = "f32", py::arg("scale") = 1.0f,
+        py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "q [n, H, D], k, v [rows, Hkv, D] (stored as kv_type), paths [n, W] (P, L, L rows) -> [n, H, D]: each "
+        "query's softmax attention over rows 0..P-1 then its L rows (ggml_ext::attn_paths)");
+    m.def(
         "op_mul_mat",
         [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & x, bool tagged, bool tiles,
             bool gpu, int n_threads) {
@@ -396,7 +411,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("n_batch", &EngineConfig::n_batch)
         .def_readwrite("n_logits_batch", &EngineConfig::n_logits_batch)
         .def_readwrite("n_verify_max", &EngineConfig::n_verify_max)
-        .def_readwrite("invariant_matmul", &EngineConfig::invariant_matmul)
+        .def_readwrite("batch_invariant", &EngineConfig::batch_invariant)
         .def_readwrite("stack_projections", &EngineConfig::stack_projections)
         .def_readwrite("fuse_gdn_inputs", &EngineConfig::fuse_gdn_inputs)
         .def_readwrite("cache_commit_graphs", &EngineConfig::cache_commit_graphs);

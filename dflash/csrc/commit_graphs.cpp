@@ -7,43 +7,51 @@
 
 namespace dflash {
 
+std::vector<int32_t> chain_path(int a) {
+    std::vector<int32_t> p(a);
+    for (int i = 0; i < a; ++i) p[i] = i;
+    return p;
+}
+
 size_t commit_graph_mem(const Qwen35Model & model) {
-    // Per layer: a recurrent layer's replay takes ~25 tensors (views included), an attention
-    // layer's row moves 4; generous, it is metadata only.
-    const size_t n_tensors = 40 * (size_t)model.hp.n_layer + 64;
-    return ggml_tensor_overhead() * n_tensors + ggml_graph_overhead_custom(COMMIT_GRAPH_NODES, false);
+    // The recurrent replay and the K/V moves take ~40 tensors (views included) for all layers
+    // together; generous, it is metadata only.
+    (void)model;
+    return ggml_tensor_overhead() * 128 + ggml_graph_overhead_custom(COMMIT_GRAPH_NODES, false);
 }
 
 CommitGraph build_commit_graph(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache, bool tree,
                                int a) {
     CommitGraph c;
-    if (!tree) {
-        c.gf = build_qwen35_commit(ctx, model, cache, a);
-        return c;
+    c.gf = ggml_new_graph_custom(ctx, COMMIT_GRAPH_NODES, false);
+    // Row lists once per layer slot: one gather takes every layer's rows.
+    if (tree && cache.k_all) {
+        c.src = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, a, cache.k_all->ne[2]);  // get_rows takes i32 rows,
+        c.dst = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, a);                      // set_rows i64
+        ggml_set_input(c.src);
+        ggml_set_input(c.dst);
+        build_qwen35_kv_compact(ctx, c.gf, cache, c.src, c.dst);
     }
-    c.src = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, a);  // get_rows takes i32 rows, set_rows i64
-    c.dst = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, a);
-    // the path once per GDN layer slot: one gather takes every layer's rows (build_qwen35_commit_tree)
-    c.path = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, a, cache.vin ? cache.vin->ne[2] : 1);
-    for (ggml_tensor * t : {c.src, c.dst, c.path}) ggml_set_input(t);
-    c.gf = build_qwen35_kv_compact(ctx, model, cache, c.src, c.dst);
-    if (model.hp.n_recurrent_layers() > 0) build_qwen35_commit_tree(ctx, c.gf, model, cache, c.path);
+    if (cache.vin) {
+        c.path = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, a, cache.vin->ne[2]);
+        ggml_set_input(c.path);
+        build_qwen35_commit_recurrent(ctx, c.gf, model, cache, c.path);
+    }
     return c;
 }
 
-void set_commit_path_inputs(const CommitGraph & c, const std::vector<int32_t> & src, const std::vector<int64_t> & dst,
-                            const std::vector<int32_t> & path) {
-    // A model without attention (recurrent) layers leaves src and dst (path) out of the graph.
-    auto set = [](ggml_tensor * t, const void * data, size_t size) {
-        if (t->buffer) ggml_backend_tensor_set(t, data, 0, size);
+void set_commit_inputs(const CommitGraph & c, const std::vector<int32_t> & path, const std::vector<int32_t> & src,
+                       const std::vector<int64_t> & dst) {
+    // each list once per layer slot (the tensor's columns)
+    auto set_repeated = [](ggml_tensor * t, const auto & v) {
+        if (!t || !t->buffer) return;
+        std::vector<typename std::decay_t<decltype(v)>::value_type> rows;
+        for (int64_t s = 0; s < t->ne[1]; ++s) rows.insert(rows.end(), v.begin(), v.end());
+        ggml_backend_tensor_set(t, rows.data(), 0, ggml_nbytes(t));
     };
-    set(c.src, src.data(), sizeof(int32_t) * src.size());
-    set(c.dst, dst.data(), sizeof(int64_t) * dst.size());
-    if (c.path->buffer) {
-        std::vector<int32_t> rows;
-        for (int64_t s = 0; s < c.path->ne[1]; ++s) rows.insert(rows.end(), path.begin(), path.end());
-        set(c.path, rows.data(), sizeof(int32_t) * rows.size());
-    }
+    set_repeated(c.path, path);
+    set_repeated(c.src, src);
+    set_repeated(c.dst, dst);
 }
 
 CommitGraphs::CommitGraphs(const Qwen35Model & model, const TargetCache & cache, ggml_backend_t backend, int n_max)
@@ -108,14 +116,18 @@ ggml_cgraph * CommitGraphs::compute(Graph & g) {
     return g.c.gf;
 }
 
-ggml_cgraph * CommitGraphs::run_chain(int a) { return compute(get(chain, a)); }
+ggml_cgraph * CommitGraphs::run_chain(int a) {
+    Graph & g = get(chain, a);
+    set_commit_inputs(g.c, chain_path(a), {}, {});
+    return compute(g);
+}
 
 ggml_cgraph * CommitGraphs::run_path(const std::vector<int32_t> & src, const std::vector<int64_t> & dst,
                                      const std::vector<int32_t> & path) {
     const int a = (int)path.size();
     if ((int)src.size() != a || (int)dst.size() != a) throw InvalidParameter("commit path: sizes differ");
     Graph & g = get(tree, a);
-    set_commit_path_inputs(g.c, src, dst, path);
+    set_commit_inputs(g.c, path, src, dst);
     return compute(g);
 }
 

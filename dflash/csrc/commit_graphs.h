@@ -22,9 +22,11 @@
 
 namespace dflash {
 
-// The commit of `a` accepted tokens as a graph in ctx: chain (the first a verify tokens; no
-// inputs) or tree (inputs: i32 attention rows to gather, i64 rows they go to, i32 verify nodes
-// along the path [a, GDN layers]: once per layer slot, set_commit_path_inputs repeats them).
+// The commit of `a` accepted tokens as a graph in ctx, for every layer at once. Inputs: the
+// accepted tokens' verify indices `path` (i32 [a, GDN layers]: the first a for a chain, a tree's
+// path) and, for a tree, the attention rows to gather `src` (i32 [a, attention layers]) and where
+// they go `dst` (i64 [a]); set_commit_inputs repeats each list per layer slot. Null where the
+// model has no such layers (or a chain: src, dst).
 struct CommitGraph {
     ggml_cgraph * gf = nullptr;
     ggml_tensor * src = nullptr;
@@ -33,9 +35,11 @@ struct CommitGraph {
 };
 CommitGraph build_commit_graph(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache, bool tree,
                                int a);
-// Sets a tree commit's inputs (those its graph uses) once the graph is allocated.
-void set_commit_path_inputs(const CommitGraph & c, const std::vector<int32_t> & src, const std::vector<int64_t> & dst,
-                            const std::vector<int32_t> & path);
+// Sets a commit's inputs (those its graph has) once the graph is allocated.
+void set_commit_inputs(const CommitGraph & c, const std::vector<int32_t> & path, const std::vector<int32_t> & src,
+                       const std::vector<int64_t> & dst);
+// A chain commit's path: 0 .. a-1.
+std::vector<int32_t> chain_path(int a);
 // Metadata bytes (no_alloc context) a commit graph of this model needs.
 size_t commit_graph_mem(const Qwen35Model & model);
 

@@ -6,6 +6,7 @@
 #include "errors.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "ggml_ext_attn.h"
 #include "ggml_ext_gdn.h"
 #include "ggml_ext_matmul.h"
 #include "ggml_ext_top_k.h"
@@ -165,6 +166,46 @@ std::vector<float> run_gdn_verify_inputs(const OpInput & qkv, const OpInput & al
                                          const OpInput & a, int64_t S, int64_t Hk, float eps,
                                          const std::vector<int32_t> & parents, bool gpu, int n_threads) {
     return run_gdn_inputs(true, qkv, alpha, beta, conv_state, w, dt_bias, a, S, Hk, eps, parents, gpu, n_threads);
+}
+
+std::vector<float> run_attn_paths(const OpInput & q, const OpInput & k, const OpInput & v,
+                                  const std::vector<int32_t> & paths, int64_t width, const std::string & kv_type,
+                                  float scale, bool gpu, int n_threads) {
+    const ggml_type kvt = kv_type == "f16" ? GGML_TYPE_F16 : kv_type == "bf16" ? GGML_TYPE_BF16 : GGML_TYPE_F32;
+    if (kv_type != "f16" && kv_type != "bf16" && kv_type != "f32") throw InvalidParameter("attn_paths: kv_type");
+    const bool shapes = q.ne.size() == 3 && k.ne.size() == 3 && v.ne == k.ne && k.ne[0] == q.ne[0] && k.ne[1] > 0 &&
+                        q.ne[1] % k.ne[1] == 0 && width >= 3 && (int64_t)paths.size() == width * q.ne[2];
+    if (!shapes) throw InvalidParameter("attn_paths: shapes q [D, H, n], k, v [D, Hkv, rows], paths [W, n]");
+    for (int64_t i = 0; i < q.ne[2]; ++i) {  // the op's contract, checked here for the tests' inputs
+        const int32_t * col = paths.data() + i * width;
+        bool ok = col[0] >= 0 && col[1] >= 1 && col[1] + 2 <= width && col[0] <= k.ne[2];
+        for (int j = 0; ok && j < col[1]; ++j) ok = col[2 + j] >= 0 && col[2 + j] < k.ne[2];
+        if (!ok) throw InvalidParameter("attn_paths: path " + std::to_string(i) + " is out of range");
+    }
+    Backends be(gpu ? 99 : 0, n_threads);
+    if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
+    ggml_init_params p = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(p);
+    ggml_tensor * tq = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, q.ne[0], q.ne[1], q.ne[2]);
+    ggml_tensor * tk = ggml_new_tensor_3d(ctx, kvt, k.ne[0], k.ne[1], k.ne[2]);
+    ggml_tensor * tv = ggml_new_tensor_3d(ctx, kvt, v.ne[0], v.ne[1], v.ne[2]);
+    ggml_tensor * tp = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, width, q.ne[2]);
+    ggml_tensor * out = ggml_ext::attn_paths(ctx, tq, tk, tv, tp, scale);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
+    ggml_backend_tensor_set(tq, q.data.data(), 0, ggml_nbytes(tq));
+    for (auto [t, in] : {std::pair{tk, &k}, std::pair{tv, &v}}) {
+        std::vector<uint8_t> bytes(ggml_nbytes(t));
+        if (kvt == GGML_TYPE_F32) {
+            std::memcpy(bytes.data(), in->data.data(), bytes.size());
+        } else {
+            ggml_get_type_traits(kvt)->from_float_ref(in->data.data(), bytes.data(), (int64_t)in->data.size());
+        }
+        ggml_backend_tensor_set(t, bytes.data(), 0, bytes.size());
+    }
+    ggml_backend_tensor_set(tp, paths.data(), 0, ggml_nbytes(tp));
+    return compute_and_free(be.main, gf, out, buf, ctx);
 }
 
 ggml_type weight_type(const std::string & w_type) {

@@ -30,6 +30,11 @@ std::vector<float> run_gdn_verify_inputs(const OpInput & qkv, const OpInput & al
 std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
                                             const OpInput & beta, const OpInput & state,
                                             const std::vector<int32_t> & parents, bool gpu, int n_threads);
+// ggml_ext::attn_paths (ggml_ext_attn.h): q [D, H, n], k, v [D, Hkv, rows] given as f32 and
+// stored as kv_type ("f32", "f16", "bf16"), paths i32 [W, n] -> [D, H, n].
+std::vector<float> run_attn_paths(const OpInput & q, const OpInput & k, const OpInput & v,
+                                  const std::vector<int32_t> & paths, int64_t width, const std::string & kv_type,
+                                  float scale, bool gpu, int n_threads);
 // How a weight matmul is built: plain ggml_mul_mat, ggml_ext::mul_mat_invariant (ggml_ext's
 // kernel on CUDA for 2..64 columns) or ggml_ext::mul_mat_tiles (ggml's mmq without the stream-k
 // fixup where cheaper).

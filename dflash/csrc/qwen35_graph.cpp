@@ -4,6 +4,7 @@
 #include "ggml.h"
 #include "graph_common.h"
 #include "ggml_ext.h"
+#include "ggml_ext_attn.h"
 #include "ggml_ext_gdn.h"
 #include "ggml_ext_matmul.h"
 #include "ggml_ext_tree.h"
@@ -24,7 +25,7 @@ struct Builder {
     const ForwardSpec & spec;
     ForwardGraph & g;
     int n;        // tokens in this forward
-    MatMulFn mm;  // weight matmuls (ForwardSpec::invariant_matmul)
+    MatMulFn mm;  // weight matmuls (ForwardSpec::batch_invariant)
 
     ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) { return rms_norm_mul(ctx, x, w, hp.rms_eps); }
 
@@ -42,35 +43,10 @@ struct Builder {
         return ggml_reshape_4d(ctx, y, x->ne[0], x->ne[1], x->ne[2], x->ne[3]);
     }
 
-    // Batch-invariant chain verify (ForwardSpec::invariant_matmul): each token attends in its own
-    // flash-attention op shaped exactly as a decode step at its position would be (one query, the
-    // cache rows a decode pads to, its mask row), so the kernel and its arithmetic are the
-    // decode's. Null when the plain batched op applies (see ggml_ext/BATCH_INVARIANCE.md).
-    ggml_tensor * per_token_attention(ggml_tensor * q, ggml_tensor * kc, ggml_tensor * vc, float scale) {
-        if (!spec.invariant_matmul || !spec.defer_recurrent || !spec.tree_parents.empty() || n < 2) return nullptr;
-        const int64_t hd = hp.head_dim;
-        ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [hd, n, n_head]
-        ggml_tensor * out = nullptr;
-        for (int i = 0; i < n; ++i) {
-            const int nk = padded_n_kv(spec.n_past + i + 1, cache.cfg.n_ctx);
-            auto rows = [&](ggml_tensor * c) {
-                return ggml_permute(ctx,
-                                    ggml_view_3d(ctx, c, hd, hp.n_head_kv, nk, ggml_row_size(c->type, hd), c->nb[1], 0),
-                                    0, 2, 1, 3);
-            };
-            ggml_tensor * qi = ggml_view_3d(ctx, qp, hd, 1, hp.n_head, qp->nb[1], qp->nb[2], qp->nb[1] * i);
-            ggml_tensor * mi = ggml_view_2d(ctx, g.mask, nk, 1, g.mask->nb[1], g.mask->nb[1] * i);
-            ggml_tensor * oi = ggml_flash_attn_ext(ctx, qi, rows(kc), rows(vc), mi, scale, 0.0f, 0.0f);
-            ggml_prec_set_acc(oi, GGML_PREC_F32);
-            out = out ? ggml_concat(ctx, out, oi, 2) : oi;  // [hd, n_head, i + 1]
-        }
-        return out;
-    }
-
     // Stacked weights (Qwen35Layer::stacked, ffn_gate_up) as one product: same rows, same per-row
     // arithmetic, fewer launches. A decode keeps gate and up apart (ggml fuses them into one GEMV
-    // with the SwiGLU), and so does an invariant_matmul verify, which repeats the decode op for op.
-    bool stack_ffn() const { return n > 1 && spec.stack_tokens && !spec.invariant_matmul; }
+    // with the SwiGLU), and so does a batch-invariant verify, which repeats the decode op for op.
+    bool stack_ffn() const { return n > 1 && spec.stack_tokens && !spec.batch_invariant; }
 
     // [a, b, n(, 1)] with each token's a * b values contiguous -> [a * b, n] (tokens possibly apart);
     // a 2-D tensor as it is.
@@ -147,8 +123,14 @@ struct Builder {
         ggml_tensor * kv_v = ggml_view_3d(ctx, vc, hd, hp.n_head_kv, g.n_kv, ggml_row_size(vc->type, hd), vc->nb[1], 0);
 
         const float scale = hp.attn_scale != 0.0f ? hp.attn_scale : 1.0f / std::sqrt((float)hd);
-        ggml_tensor * o = per_token_attention(q, kc, vc, scale);
-        if (!o) {
+        ggml_tensor * o = nullptr;
+        if (g.paths) {
+            // Batch-invariant: each token over its own rows in a fixed order, the decode's (ggml_ext_attn.h)
+            auto all_rows = [&](ggml_tensor * c) {
+                return ggml_view_3d(ctx, c, hd, hp.n_head_kv, c->ne[1], ggml_row_size(c->type, hd), c->nb[1], 0);
+            };
+            o = ggml_ext::attn_paths(ctx, q, all_rows(kc), all_rows(vc), g.paths, scale);
+        } else {
             o = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), ggml_permute(ctx, kv_k, 0, 2, 1, 3),
                                     ggml_permute(ctx, kv_v, 0, 2, 1, 3), g.mask, scale, 0.0f, 0.0f);
             ggml_prec_set_acc(o, GGML_PREC_F32);
@@ -224,7 +206,7 @@ struct Builder {
                              ggml_row_size(out->type, S * Hv * n), 0);
             if (!defer) {
                 ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * n));
-                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
+                ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm_dst(ctx, il)));
             }
         }
         if (defer) {
@@ -277,7 +259,7 @@ struct Builder {
                                        ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv * n), 0);
         if (!defer) {
             ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * n));
-            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
+            ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm_dst(ctx, il)));
             ggml_tensor * conv_after = ggml_view_1d(ctx, in, (K - 1) * C, gates + 2 * es * Hv * n);
             ggml_build_forward_expand(g.gf, ggml_cpy(ctx, conv_after, ggml_reshape_1d(ctx, conv_state, (K - 1) * C)));
         } else {
@@ -333,7 +315,7 @@ struct Builder {
         ggml_tensor * o = ggml_view_4d(ctx, out, S, Hv, 1, 1, ggml_row_size(out->type, S),
                                        ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv), 0);
         ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv));
-        ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
+        ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm_dst(ctx, il)));
         return gated_output(il, o, p[1]);
     }
 
@@ -354,41 +336,59 @@ ggml_tensor * input(ggml_context * ctx, ggml_type t, int64_t n0, int64_t n1 = 1)
 
 }  // namespace
 
-// A commit's conv state: the last K-1 inputs of [old state, xs] (xs: the a accepted tokens' conv
-// inputs [C, a], rows apart). A path of K-1 or more tokens replaces the state: its last K-1
-// inputs copied transposed (1 kernel); a shorter one keeps part of the old state (3 kernels).
-static void commit_conv_state(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * conv, ggml_tensor * xs, int64_t K) {
-    const int64_t a = xs->ne[1];
-    // 1-D destination: ggml's element-wise copy, not a row-by-row cudaMemcpy2DAsync (see above)
-    ggml_tensor * conv_1d = ggml_reshape_1d(ctx, conv, ggml_nelements(conv));
+// The recurrent part of a commit, for every GDN layer at once (TargetCache keeps their states in
+// one tensor each): the delta rule replayed along the accepted tokens' saved inputs as one
+// ggml_gated_delta_net with the layers as its sequences (ggml's per-sequence arithmetic, so the
+// states equal a per-layer replay's bit for bit; one launch instead of one per layer), its states
+// written straight into ssm_all (the copy CUDA fuses into the kernel), and the conv states rebuilt
+// from the tokens' conv inputs with one transposed copy (a path shorter than K-1 keeps part of the
+// old states: three kernels).
+void build_qwen35_commit_recurrent(ggml_context * ctx, ggml_cgraph * gf, const Qwen35Model & model,
+                                   const TargetCache & cache, ggml_tensor * rows) {
+    const auto & hp = model.hp;
+    const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads, K = hp.ssm_d_conv;
+    const int64_t C = hp.conv_channels(), a = rows->ne[0], L = rows->ne[1];
+    // The tokens' rows of every layer's verify scratch: [W, a, L], [H_v, a, L] (three gathers)
+    ggml_tensor * in = ggml_get_rows(ctx, cache.vin, rows);
+    ggml_tensor * gate = ggml_get_rows(ctx, cache.vgate, rows);
+    ggml_tensor * beta = ggml_get_rows(ctx, cache.vbeta, rows);
+    const size_t es = sizeof(float);
+    auto heads = [&](int64_t h, size_t off) {  // [S, h, a, L], rows apart
+        return ggml_view_4d(ctx, in, S, h, a, L, es * S, in->nb[1], in->nb[2], off);
+    };
+    ggml_tensor * q = heads(Hk, 0);
+    ggml_tensor * k = heads(Hk, es * S * Hk);
+    ggml_tensor * v = heads(Hv, es * 2 * S * Hk);
+    ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm_all, S, S, Hv, L);
+    ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, ggml_reshape_4d(ctx, gate, 1, Hv, a, L),
+                                             ggml_reshape_4d(ctx, beta, 1, Hv, a, L), state, 1);
+    ggml_tensor * states = ggml_view_2d(ctx, out, S * S * Hv, L, es * S * S * Hv, es * S * Hv * a * L);
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, states, cache.ssm_dst(ctx)));
+
+    // conv inputs x [C, a, L] (rows apart); the conv states as [K-1, C, L]
+    const size_t x_off = es * (2 * S * Hk + S * Hv);
+    ggml_tensor * conv = ggml_reshape_3d(ctx, cache.conv_all, K - 1, C, L);
+    ggml_tensor * conv_1d = ggml_reshape_1d(ctx, cache.conv_all, ggml_nelements(cache.conv_all));
+    // 1-D destinations: ggml's element-wise copy, not a row-by-row cudaMemcpy2DAsync (see gated_deltanet)
     if (a >= K - 1) {
-        ggml_tensor * tail = ggml_view_2d(ctx, xs, xs->ne[0], K - 1, xs->nb[1], xs->nb[1] * (a - (K - 1)));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_transpose(ctx, tail), conv_1d));
+        ggml_tensor * tail =
+            ggml_view_3d(ctx, in, C, K - 1, L, in->nb[1], in->nb[2], x_off + in->nb[1] * (a - (K - 1)));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, tail, 1, 0, 2, 3), conv_1d));
         return;
     }
-    ggml_tensor * window = ggml_concat(ctx, conv, ggml_cont(ctx, ggml_transpose(ctx, xs)), 0);
-    ggml_tensor * last = ggml_view_2d(ctx, window, K - 1, window->ne[1], window->nb[1], ggml_row_size(window->type, a));
+    ggml_tensor * xs = ggml_view_3d(ctx, in, C, a, L, in->nb[1], in->nb[2], x_off);
+    ggml_tensor * window = ggml_concat(ctx, conv, ggml_cont(ctx, ggml_permute(ctx, xs, 1, 0, 2, 3)), 0);
+    ggml_tensor * last =
+        ggml_view_3d(ctx, window, K - 1, C, L, window->nb[1], window->nb[2], ggml_row_size(window->type, a));
     ggml_build_forward_expand(gf, ggml_cpy(ctx, last, conv_1d));
 }
 
-void build_qwen35_commit_tree(ggml_context * ctx, ggml_cgraph * gf, const Qwen35Model & model,
-                              const TargetCache & cache, ggml_tensor * rows) {
-    const auto & hp = model.hp;
-    const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, K = hp.ssm_d_conv;
-    const int64_t a = rows->ne[0];
-    // The path's rows of every GDN layer's verify scratch: three gathers (rows: [a, n_gdn], the
-    // path repeated per layer slot)
-    ggml_tensor * in = ggml_get_rows(ctx, cache.vin, rows);      // [W, a, n_gdn]
-    ggml_tensor * gate = ggml_get_rows(ctx, cache.vgate, rows);  // [H_v, a, n_gdn]
-    ggml_tensor * beta = ggml_get_rows(ctx, cache.vbeta, rows);
-    for (int il = 0; il < hp.n_layer; ++il) {
-        if (!hp.is_recurrent[il]) continue;
-        const auto sv = cache.verify_views(ctx, il, a, in, gate, beta);
-        ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
-        ggml_tensor * out = ggml_gated_delta_net(ctx, sv.q, sv.k, sv.v, sv.g, sv.b, state, 1);
-        ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * a));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
-        commit_conv_state(ctx, gf, cache.conv[il], sv.x, K);
+void build_qwen35_kv_compact(ggml_context * ctx, ggml_cgraph * gf, const TargetCache & cache, ggml_tensor * src_rows,
+                             ggml_tensor * dst_rows) {
+    for (ggml_tensor * c : {cache.k_all, cache.v_all}) {
+        // gather first (a copy), then scatter: sources and destinations may overlap
+        ggml_tensor * rows = ggml_get_rows(ctx, c, src_rows);  // [row, a, n_attn]
+        ggml_build_forward_expand(gf, ggml_set_rows(ctx, c, rows, dst_rows));
     }
 }
 
@@ -407,7 +407,6 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     g.tokens = input(ctx, GGML_TYPE_I32, n);
     g.pos = input(ctx, GGML_TYPE_I32, 4 * (int64_t)n);
     g.kv_idx = input(ctx, GGML_TYPE_I64, n);
-    g.mask = input(ctx, GGML_TYPE_F16, g.n_kv, n);
     if (kv_type_rotated(cache.cfg.k_type)) {
         const int r = ggml_ext::hadamard_size_for(hp.head_dim);
         if (r) g.k_rot = input(ctx, GGML_TYPE_F32, r, r);
@@ -415,8 +414,15 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     if (kv_type_rotated(cache.cfg.v_type) && hp.head_dim % 64 == 0) g.v_rot = input(ctx, GGML_TYPE_F32, 64, 64);
 
     if (!spec.tree_parents.empty() && hp.n_recurrent_layers() > 0) g.tree = input(ctx, GGML_TYPE_I32, n, 3);
+    // A decode's or a verify's attention in the batch-invariant mode (a prefill is the same graph on both sides)
+    const bool decode_or_verify = n == 1 || spec.defer_recurrent || !spec.tree_parents.empty();
+    if (spec.batch_invariant && decode_or_verify && hp.n_layer > hp.n_recurrent_layers()) {
+        g.paths = input(ctx, GGML_TYPE_I32, n + 2, n);
+    } else {
+        g.mask = input(ctx, GGML_TYPE_F16, g.n_kv, n);
+    }
     Builder b{ctx,  model, hp, cache,
-              spec, g,     n,  spec.invariant_matmul ? ggml_ext::mul_mat_invariant : ggml_ext::mul_mat_tiles};
+              spec, g,     n,  spec.batch_invariant ? ggml_ext::mul_mat_invariant : ggml_ext::mul_mat_tiles};
     ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.tokens);
     for (int il = 0; il < hp.n_layer; ++il) {
         ggml_tensor * h = b.norm(x, model.layers[il].attn_norm);
@@ -445,36 +451,6 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     return g;
 }
 
-ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache, int a) {
-    const auto & hp = model.hp;
-    const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, K = hp.ssm_d_conv;
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, COMMIT_GRAPH_NODES, false);
-    for (int il = 0; il < hp.n_layer; ++il) {
-        if (!hp.is_recurrent[il]) continue;
-        ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
-        const auto sv = cache.verify_views(ctx, il, a);  // the first a tokens
-        ggml_tensor * out = ggml_gated_delta_net(ctx, sv.q, sv.k, sv.v, sv.g, sv.b, state, 1);
-        ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * a));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, new_state, cache.ssm[il]));
-        commit_conv_state(ctx, gf, cache.conv[il], sv.x, K);
-    }
-    return gf;
-}
-
-ggml_cgraph * build_qwen35_kv_compact(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
-                                      ggml_tensor * src_rows, ggml_tensor * dst_rows) {
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, COMMIT_GRAPH_NODES, false);
-    for (int il = 0; il < model.hp.n_layer; ++il) {
-        if (model.hp.is_recurrent[il]) continue;
-        for (ggml_tensor * c : {cache.k[il], cache.v[il]}) {
-            // gather first (a copy), then scatter: sources and destinations may overlap
-            ggml_tensor * rows = ggml_get_rows(ctx, c, src_rows);
-            ggml_build_forward_expand(gf, ggml_set_rows(ctx, c, rows, dst_rows));
-        }
-    }
-    return gf;
-}
-
 void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const ForwardSpec & spec,
                        const int32_t * tokens) {
     const int n = spec.n_tokens;
@@ -491,17 +467,23 @@ void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const 
     }
     ggml_backend_tensor_set(g.pos, pos.data(), 0, sizeof(int32_t) * pos.size());
     ggml_backend_tensor_set(g.kv_idx, idx.data(), 0, sizeof(int64_t) * idx.size());
-    std::vector<ggml_fp16_t> mask((size_t)g.n_kv * n);
-    const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
-    for (int i = 0; i < n; ++i) {  // fills, not per-element tests: a 257-node tree over 4k rows is 1M entries
-        ggml_fp16_t * row = mask.data() + (size_t)i * g.n_kv;
-        const int visible = tree ? spec.n_past : spec.n_past + i + 1;  // the committed prefix (+ chain)
-        std::fill(row, row + visible, zero);
-        std::fill(row + visible, row + g.n_kv, ninf);
-        if (!tree) continue;
-        for (int a = i; a >= 0; a = spec.tree_parents[a]) row[spec.n_past + a] = zero;  // ancestors-or-self
+    if (g.mask) {
+        std::vector<ggml_fp16_t> mask((size_t)g.n_kv * n);
+        const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
+        for (int i = 0; i < n; ++i) {  // fills, not per-element tests: a 257-node tree over 4k rows is 1M entries
+            ggml_fp16_t * row = mask.data() + (size_t)i * g.n_kv;
+            const int visible = tree ? spec.n_past : spec.n_past + i + 1;  // the committed prefix (+ chain)
+            std::fill(row, row + visible, zero);
+            std::fill(row + visible, row + g.n_kv, ninf);
+            if (!tree) continue;
+            for (int a = i; a >= 0; a = spec.tree_parents[a]) row[spec.n_past + a] = zero;  // ancestors-or-self
+        }
+        ggml_backend_tensor_set(g.mask, mask.data(), 0, sizeof(ggml_fp16_t) * mask.size());
     }
-    ggml_backend_tensor_set(g.mask, mask.data(), 0, sizeof(ggml_fp16_t) * mask.size());
+    if (g.paths) {
+        const auto rows = ggml_ext::attn_paths_rows(spec.n_past, n, spec.tree_parents);
+        ggml_backend_tensor_set(g.paths, rows.data(), 0, sizeof(int32_t) * rows.size());
+    }
     if (g.tree) {
         ggml_ext::TreeIndex ti;
         std::string err;

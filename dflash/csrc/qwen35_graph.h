@@ -25,9 +25,10 @@ struct ForwardSpec {
     // root, token 0). Positions become n_past + depth and each token attends to the committed
     // prefix plus its ancestors-or-self. Empty: a plain causal chain.
     std::vector<int32_t> tree_parents;
-    // Weight matmuls through ggml_ext::mul_mat_invariant (CUDA: a verify's tokens get a
-    // one-token decode's matmul arithmetic; elsewhere the same as ggml_mul_mat).
-    bool invariant_matmul = false;
+    // EngineConfig::batch_invariant: weight matmuls through ggml_ext::mul_mat_invariant, and the
+    // attention of a decode or a verify through ggml_ext::attn_paths (a prefill keeps ggml's flash
+    // attention: it is the same graph on both sides).
+    bool batch_invariant = false;
     // One-token forwards: each layer's stacked input projections (Qwen35Layer::stacked) as one
     // product, sliced per projection; same rows, same per-row arithmetic, fewer launches.
     bool stack_projections = true;
@@ -47,11 +48,13 @@ struct ForwardGraph {
     ggml_tensor * tokens = nullptr;  // i32 [n_tokens]
     ggml_tensor * pos = nullptr;     // i32 [4 * n_tokens] (IMROPE: three equal axes + zero)
     ggml_tensor * kv_idx = nullptr;  // i64 [n_tokens] cache rows to write
-    ggml_tensor * mask = nullptr;    // f16 [n_kv, n_tokens]
+    ggml_tensor * mask = nullptr;    // f16 [n_kv, n_tokens] (null where paths replace it)
     ggml_tensor * k_rot = nullptr;   // Hadamard matrices for quantised K/V (or null)
     ggml_tensor * v_rot = nullptr;
     // tree verify with Gated DeltaNet layers: ggml_ext's tree index (parents, preorder, depths)
     ggml_tensor * tree = nullptr;  // i32 [n_tokens, 3]
+    // batch-invariant attention: each token's cache rows (ggml_ext::attn_paths_rows)
+    ggml_tensor * paths = nullptr;  // i32 [n_tokens + 2, n_tokens]
     // outputs
     ggml_tensor * logits = nullptr;  // f32 [n_vocab, n_out]
     ggml_tensor * argmax = nullptr;  // i32 [n_out]
@@ -66,20 +69,18 @@ int padded_n_kv(int n_end, int n_ctx);
 ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
                                   const ForwardSpec & spec);
 
-// Replays the first n_accept tokens of the last deferred verify into the recurrent state:
-// the delta rule from the saved inputs, the conv state from the saved window.
-ggml_cgraph * build_qwen35_commit(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
-                                  int n_accept);
+// The recurrent part of a commit: every GDN layer's delta rule replayed from the pre-verify state
+// along the accepted tokens' saved inputs, and the conv state rebuilt from their conv inputs.
+// rows: i32 [a, n_gdn], the accepted tokens' verify indices (the first a for a chain, a tree's
+// path) once per GDN layer slot.
+void build_qwen35_commit_recurrent(ggml_context * ctx, ggml_cgraph * gf, const Qwen35Model & model,
+                                   const TargetCache & cache, ggml_tensor * rows);
 
-// Moves attention K/V rows src[d] -> dst0 + d in every attention layer (a tree verify's
-// accepted path becoming consecutive positions; valid because RoPE depends only on depth).
-// The recurrent part of committing a tree path: replays the path's saved delta-rule inputs
-// and rebuilds the conv state from the path's inputs (rows: path token indices, i32 [a]).
-void build_qwen35_commit_tree(ggml_context * ctx, ggml_cgraph * gf, const Qwen35Model & model,
-                              const TargetCache & cache, ggml_tensor * rows);
-
-ggml_cgraph * build_qwen35_kv_compact(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache,
-                                      ggml_tensor * src_rows, ggml_tensor * dst_rows);
+// Moves attention K/V rows src[d] -> dst[d] in every attention layer (a tree verify's accepted
+// path becoming consecutive positions; valid because RoPE depends only on depth). src_rows: i32
+// [a, n_attn] (the rows once per attention layer slot), dst_rows: i64 [a].
+void build_qwen35_kv_compact(ggml_context * ctx, ggml_cgraph * gf, const TargetCache & cache, ggml_tensor * src_rows,
+                             ggml_tensor * dst_rows);
 
 // Fills the inputs after the graph is allocated (causal mask over the committed prefix).
 void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const ForwardSpec & spec,

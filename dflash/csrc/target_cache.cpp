@@ -13,30 +13,52 @@ TargetCache::TargetCache(const Qwen35Hparams & hp, const TargetCacheConfig & c) 
     v.assign(hp.n_layer, nullptr);
     conv.assign(hp.n_layer, nullptr);
     ssm.assign(hp.n_layer, nullptr);
+    attn_slot.assign(hp.n_layer, -1);
     gdn_slot.assign(hp.n_layer, -1);
     const int64_t nv = cfg.n_verify_max;
     S_ = hp.ssm_d_state, Hk_ = hp.ssm_n_k_heads, Hv_ = hp.ssm_n_v_heads, C_ = hp.conv_channels();
-    int n_gdn = 0;
-    for (int64_t il = 0; il < hp.n_layer; ++il) {
-        if (!hp.is_recurrent[il]) {
-            k[il] = ggml_new_tensor_2d(ctx_, cfg.k_type, kv_row, cfg.n_ctx);
-            v[il] = ggml_new_tensor_2d(ctx_, cfg.v_type, kv_row, cfg.n_ctx);
-            kv_tensors_.push_back(k[il]);
-            kv_tensors_.push_back(v[il]);
-        } else {
-            conv[il] = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.ssm_d_conv - 1, hp.conv_channels());
-            ssm[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.ssm_d_state, hp.ssm_d_state, hp.ssm_n_v_heads);
-            rs_tensors_.push_back(conv[il]);
-            rs_tensors_.push_back(ssm[il]);
+    int n_attn = 0, n_gdn = 0;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (hp.is_recurrent[il]) {
             gdn_slot[il] = n_gdn++;
+        } else {
+            attn_slot[il] = n_attn++;
         }
     }
+    if (n_attn > 0) {
+        k_all = ggml_new_tensor_3d(ctx_, cfg.k_type, kv_row, cfg.n_ctx, n_attn);
+        v_all = ggml_new_tensor_3d(ctx_, cfg.v_type, kv_row, cfg.n_ctx, n_attn);
+        kv_tensors_ = {k_all, v_all};
+    }
+    const int64_t conv_n = (hp.ssm_d_conv - 1) * C_, ssm_n = S_ * S_ * Hv_;
     if (n_gdn > 0) {
+        conv_all = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, conv_n, n_gdn);
+        ssm_all = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, ssm_n, n_gdn);
         vin = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, 2 * S_ * Hk_ + S_ * Hv_ + C_, nv, n_gdn);
         vgate = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, Hv_, nv, n_gdn);
         vbeta = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, Hv_, nv, n_gdn);
-        for (auto * t : {vin, vgate, vbeta}) rs_tensors_.push_back(t);
+        rs_tensors_ = {conv_all, ssm_all, vin, vgate, vbeta};
     }
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (attn_slot[il] >= 0) {
+            const int64_t s = attn_slot[il];
+            k[il] = ggml_view_2d(ctx_, k_all, kv_row, cfg.n_ctx, k_all->nb[1], s * k_all->nb[2]);
+            v[il] = ggml_view_2d(ctx_, v_all, kv_row, cfg.n_ctx, v_all->nb[1], s * v_all->nb[2]);
+            views_.insert(views_.end(), {k[il], v[il]});
+        } else {
+            const int64_t s = gdn_slot[il];
+            conv[il] = ggml_view_2d(ctx_, conv_all, hp.ssm_d_conv - 1, C_, sizeof(float) * (hp.ssm_d_conv - 1),
+                                    s * conv_all->nb[1]);
+            ssm[il] = ggml_view_3d(ctx_, ssm_all, S_, S_, Hv_, sizeof(float) * S_, sizeof(float) * S_ * S_,
+                                   s * ssm_all->nb[1]);
+            views_.insert(views_.end(), {conv[il], ssm[il]});
+        }
+    }
+}
+
+ggml_tensor * TargetCache::ssm_dst(ggml_context * ctx, int il) const {
+    const int64_t n = il < 0 ? ssm_all->ne[1] : 1;
+    return ggml_view_2d(ctx, ssm_all, ssm_all->ne[0], n, ssm_all->nb[1], il < 0 ? 0 : gdn_slot[il] * ssm_all->nb[1]);
 }
 
 TargetCache::VerifyViews TargetCache::verify_views(ggml_context * ctx, int il, int64_t rows, ggml_tensor * in,
@@ -93,6 +115,7 @@ static ggml_backend_buffer_t alloc_list(ggml_backend_buffer_type_t buft, const s
 void TargetCache::allocate(ggml_backend_buffer_type_t buft) {
     kv_buf_ = alloc_list(buft, kv_tensors_, "KV cache");
     rs_buf_ = alloc_list(buft, rs_tensors_, "recurrent state");
+    for (auto * t : views_) ggml_backend_view_init(t);
     // Masked rows still get multiplied by 0 in attention, so they must never hold NaN garbage.
     if (kv_buf_) ggml_backend_buffer_clear(kv_buf_, 0);
     clear();

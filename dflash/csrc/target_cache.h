@@ -31,8 +31,22 @@ class TargetCache {
 
     TargetCacheConfig cfg;
     int n_past = 0;
+    // Every layer's state lies in one tensor per kind, slot attn_slot[il] / gdn_slot[il] of it, so
+    // that a commit moves the K/V rows of all attention layers with one gather and one scatter per
+    // kind and replays the delta rule of all GDN layers in one op (n_seqs = the layers):
+    //   k_all, v_all  [head_dim * n_head_kv, n_ctx, n_attn]
+    //   conv_all      [(d_conv-1) * channels, n_gdn] f32
+    //   ssm_all       [S * S * H_v, n_gdn] f32
+    // and the per-layer tensors below are views of them.
+    ggml_tensor *k_all = nullptr, *v_all = nullptr, *conv_all = nullptr, *ssm_all = nullptr;
     std::vector<ggml_tensor *> k, v;       // [head_dim * n_head_kv, n_ctx] (attention layers)
     std::vector<ggml_tensor *> conv, ssm;  // [d_conv-1, channels], [S, S, H_v] f32 (GDN layers)
+    std::vector<int> attn_slot;            // layer -> slot in k_all / v_all (-1: GDN layer)
+
+    // Where a new delta-rule state of GDN layer il (or of all, il < 0) goes: a [S*S*H_v, 1] (or
+    // [.., n_gdn]) view of ssm_all. Copying a ggml_gated_delta_net's state tail into it is the
+    // pattern ggml's CUDA backend fuses (the kernel writes the state there; no copy kernel).
+    ggml_tensor * ssm_dst(ggml_context * ctx, int il = -1) const;
 
     // A verify leaves the recurrent state at its start and keeps each token's delta-rule inputs
     // and the conv window here; commit(a) then replays the first a tokens exactly (REFERENCE.md
@@ -66,7 +80,8 @@ class TargetCache {
     ggml_context * ctx_ = nullptr;
     ggml_backend_buffer_t kv_buf_ = nullptr;
     ggml_backend_buffer_t rs_buf_ = nullptr;
-    std::vector<ggml_tensor *> kv_tensors_, rs_tensors_;
+    std::vector<ggml_tensor *> kv_tensors_, rs_tensors_;  // the allocated tensors
+    std::vector<ggml_tensor *> views_;                    // per-layer views, initialised after allocation
 };
 
 }  // namespace dflash

@@ -1,5 +1,6 @@
 #include "target_engine.h"
 
+#include "ggml_ext_attn.h"
 #include "ggml_ext_tree.h"
 
 #include "errors.h"
@@ -53,6 +54,11 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     const auto & hp = model_->hp;
     if (hp.head_dim % ggml_blck_size(cc.k_type) != 0 || hp.head_dim % ggml_blck_size(cc.v_type) != 0) {
         throw InvalidParameter("KV type block size does not divide the head dim " + std::to_string(hp.head_dim));
+    }
+    if (cfg.batch_invariant &&
+        !(ggml_ext::attn_paths_supports_type(cc.k_type) && ggml_ext::attn_paths_supports_type(cc.v_type))) {
+        throw InvalidParameter("batch_invariant needs an f16, bf16 or f32 KV cache, not " + cfg.k_type + "/" +
+                               cfg.v_type);
     }
     backends_ = std::make_unique<Backends>(cfg.n_gpu_layers, cfg.n_threads);
     cache_ = std::make_unique<TargetCache>(hp, cc);
@@ -251,7 +257,7 @@ void TargetEngine::commit(int a) {
     if (commits_) {
         last_commit_ = graph_shape(1, commits_->run_chain(a));
     } else {
-        commit_scheduled(false, a, {});
+        commit_scheduled(false, a, [&](const CommitGraph & c) { set_commit_inputs(c, chain_path(a), {}, {}); });
     }
     // Attention rows past the accepted ones are masked from now on and overwritten later.
     cache_->n_past -= pending_n_ - a;
@@ -312,7 +318,7 @@ void TargetEngine::commit_path(const std::vector<int32_t> & path) {
     if (commits_) {
         last_commit_ = graph_shape(1, commits_->run_path(src, dst, path));
     } else {
-        commit_scheduled(true, n, [&](const CommitGraph & c) { set_commit_path_inputs(c, src, dst, path); });
+        commit_scheduled(true, n, [&](const CommitGraph & c) { set_commit_inputs(c, path, src, dst); });
     }
     cache_->n_past = start + n;
     pending_n_ = 0;
@@ -341,7 +347,7 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
     spec.all_logits = all_logits;
     spec.capture_layers = capture_layers;
     spec.features = features_;
-    spec.invariant_matmul = cfg_.invariant_matmul;
+    spec.batch_invariant = cfg_.batch_invariant;
     spec.stack_projections = cfg_.stack_projections;
     spec.stack_tokens = cfg_.stack_projections && backends_->is_gpu;
     spec.fused_gdn_inputs = fused_gdn_inputs();
@@ -492,7 +498,7 @@ bool TargetEngine::fused_gdn_inputs() const {
     // The fused op runs on the GPU only where its CUDA kernel takes the head size (one thread per
     // channel of a head, whole warps): placed on the CPU it would advance a copy of the conv state.
     const int64_t S = model_->hp.ssm_d_state;
-    return cfg_.fuse_gdn_inputs && backends_->is_gpu && !cfg_.invariant_matmul && S % 32 == 0 && S <= 256;
+    return cfg_.fuse_gdn_inputs && backends_->is_gpu && S % 32 == 0 && S <= 256;
 }
 
 int TargetEngine::stacked_projections() const { return cfg_.stack_projections ? model_->n_stacked() : 0; }

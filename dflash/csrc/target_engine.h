@@ -30,18 +30,21 @@ struct EngineConfig {
     int n_batch = 512;        // prefill chunk
     int n_logits_batch = 64;  // chunk when every token's logits are wanted
     int n_verify_max = 16;    // most tokens one speculative verify may hold uncommitted
-    // Experimental (CUDA): weight matmuls through ggml_ext::mul_mat_invariant, so that a verify's
-    // tokens get a decode step's matmul arithmetic (ggml_ext/BATCH_INVARIANCE.md).
-    bool invariant_matmul = false;
+    // Batch-invariant mode (ggml_ext/BATCH_INVARIANCE.md): a verify's tokens and a DDTree's nodes
+    // get the bits a one-token decode gives them on every backend, so greedy speculative output
+    // equals autoregressive output exactly on CUDA too. Weight matmuls through
+    // ggml_ext::mul_mat_invariant, the attention of decodes and verifies through ggml_ext::attn_paths
+    // (f16, bf16 or f32 K/V only), the Gated DeltaNet inputs through the fused ops. Slower.
+    bool batch_invariant = false;
     // Commits through graphs built once per shape and kept (commit_graphs.h); off: a graph built
     // and scheduled per step (the fallback where the main backend lacks a commit op; benches).
     bool cache_commit_graphs = true;
     // One-token forwards compute each layer's adjacent, alike input projections as one product
     // (Qwen35Layer::stacked); off: one product per weight (for comparisons).
     bool stack_projections = true;
-    // On a GPU, one-token forwards compute each Gated DeltaNet layer's small ops (conv, SiLU, L2
-    // norms, gate, beta) in one kernel (ggml_ext::gdn_decode_inputs); off (or on the CPU, or with
-    // invariant_matmul, whose verify must repeat the decode's arithmetic op for op): ggml's ops.
+    // On a GPU, forwards compute each Gated DeltaNet layer's small ops (conv, SiLU, L2 norms, gate,
+    // beta) in one kernel (ggml_ext::gdn_decode_inputs, gdn_verify_inputs, gdn_tree_inputs: one
+    // token's bits for every token or node); off (or on the CPU): ggml's ops.
     bool fuse_gdn_inputs = true;
 };
 

@@ -82,6 +82,18 @@ inline __half2 __float22half2_rn(float2 f) { return __floats2half2_rn(f.x, f.y);
 inline float __low2float(__half2 h) { return __half2float(h.x); }
 inline float __high2float(__half2 h) { return __half2float(h.y); }
 
+// ---- bfloat16 (the top 16 bits of a float) --------------------------------------------------------
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+using nv_bfloat16 = __nv_bfloat16;
+inline float __bfloat162float(__nv_bfloat16 b) {
+    const uint32_t u = (uint32_t)b.bits << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
 // ---- arithmetic intrinsics -----------------------------------------------------------------------
 // Build the emulated code with -ffp-contract=off: these are single IEEE operations, as on the GPU.
 inline float __fadd_rn(float a, float b) { return a + b; }

@@ -1,6 +1,7 @@
 // ggml_ext's CUDA ops on the CPU emulator, through their real ggml entry points (the .cu files are
 // compiled in here): tests/test_cuda_emu.py writes an op's inputs into a folder, runs
-//   ops_emu <op> <dir>     op: tree_ssm_conv | tree_gated_delta_net | gdn_decode_inputs | top_k_rows
+//   ops_emu <op> <dir>     op: tree_ssm_conv | tree_gated_delta_net | gdn_decode_inputs | top_k_rows |
+//                              attn_paths
 // and compares dir/out.bin with the CPU op of the same inputs. Files: meta.txt (the op's sizes,
 // whitespace-separated integers), then one raw little-endian array per input (f32, tree index i32).
 #include "cuda_emu.h"
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../kernels/attn_paths.cu"
 #include "../kernels/gdn_decode.cu"
 #include "../kernels/top_k_rows.cu"
 #include "../kernels/tree_ops.cu"
@@ -139,6 +141,21 @@ int main(int argc, char ** argv) {
             std::fprintf(stderr, "ops_emu: the CUDA top-K does not take this shape\n");
             return 3;
         }
+    } else if (op == "attn_paths") {  // meta: D H Hkv rows n W; f32 K/V; the scale in params.bin
+        const int64_t D = m[0], H = m[1], Hkv = m[2], R = m[3], n = m[4], W = m[5];
+        auto q = in("q"), k = in("k"), v = in("v"), paths = in("paths"), params = in("params");
+        ggml_tensor tq = tensor(GGML_TYPE_F32, q, {D, H, n}), tk = tensor(GGML_TYPE_F32, k, {D, Hkv, R}),
+                    tv = tensor(GGML_TYPE_F32, v, {D, Hkv, R}), tp = tensor(GGML_TYPE_I32, paths, {W, n});
+        out.assign((size_t)D * H * n * 4, 0);
+        ggml_tensor dst = tensor(GGML_TYPE_F32, out, {D, H, n});
+        dst.op = GGML_OP_ATTN_PATHS;
+        std::memcpy(dst.op_params, params.data(), 4);
+        dst.src[0] = &tq, dst.src[1] = &tk, dst.src[2] = &tv, dst.src[3] = &tp;
+        if (!ggml_ext_cuda_attn_paths_supported(&dst)) {
+            std::fprintf(stderr, "ops_emu: the CUDA path attention does not take this shape\n");
+            return 3;
+        }
+        ggml_ext_cuda_attn_paths(ctx, &dst);
     } else {
         std::fprintf(stderr, "ops_emu: unknown op %s\n", op.c_str());
         return 2;

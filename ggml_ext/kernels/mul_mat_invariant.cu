@@ -17,9 +17,9 @@
 
 namespace {
 
-constexpr int kWarps = 4;  // ggml's calc_nwarps(type, 1 column, generic table)
-constexpr int kChunk = 4;  // columns held in registers at a time
-constexpr int kMaxColumns = 64;
+constexpr int kWarps = 4;          // ggml's calc_nwarps(type, 1 column, generic table)
+constexpr int kChunk = 4;          // columns held in registers at a time
+constexpr int kMaxColumns = 1024;  // a verify's most tokens (EngineConfig::n_verify_max)
 
 // The weight types taken, with ggml's vec_dot and mmvq vdr for each.
 #define DFLASH_INVARIANT_TYPES(X)                  \

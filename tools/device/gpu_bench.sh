@@ -86,6 +86,28 @@ if [ "$stage" = f3 ]; then
   exit 0
 fi
 
+# Session 11's calls. `gpu_bench.sh j1`, then `j2` within 30 s: j1 the CUDA suite (the path
+# attention and the batch-invariant mode's greedy checks among it), then the DDTree step cost for
+# budgets 1..256 (the commits of all layers in one replay); j2 the kernels per step, the 27B AR next
+# to upstream libllama, the chain next to upstream llama-server draft-dflash at synthetic acceptance
+# 10, then the trained pair's modes (DDTree at budgets 16..128, upstream speculative) as time allows.
+if [ "$stage" = j1 ]; then
+  start_27b_synth
+  run_cuda_suite 240
+  wait_27b 70
+  [ "$(left)" -ge 60 ] && tree_steps "$(($(left) - 5))" h200-27b-tree-steps.json 1,2,4,8,16,32,64,128,256 -- --no-upstream
+  exit 0
+fi
+if [ "$stage" = j2 ]; then
+  kernel_profile 90
+  ar_bench 45 /tmp/q27.gguf h200-27b-ar.json
+  chain_bench 80 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+  timeout "$(($(left) - 5))" python3 -m dflash.bench --pair dflash/data/pair --prompts bench/prompts/pair-heldout-code48.jsonl \
+    -ngl 99 -n 512 --budgets 16,32,64,128 -o "$OUT/h200-pair.json" > "$OUT/pair-bench.log" 2>&1
+  echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/pair-bench.log"
+  exit 0
+fi
+
 # Session 10's calls. `gpu_bench.sh g1` (or `h1`), then `g2` (or `h2`) within 30 s: g1/h1 the CUDA
 # suite (g1 also the GEMM's warps per block on long rows: standalone `long`, 4 against 6 and 8),
 # the DDTree step cost for budgets 1..64 without upstream; g2/h2 the kernels per step, the 27B AR

@@ -94,7 +94,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--synthetic-accept", type=int, default=8, help="forced acceptance length (bench-only)")
     ap.add_argument("-c", "--n-ctx", type=int, default=4096)
-    ap.add_argument("--invariant-matmul", action="store_true")
+    ap.add_argument("--batch-invariant", action="store_true")
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args()
 
@@ -103,7 +103,7 @@ def main() -> int:
     cfg.n_ctx, cfg.n_gpu_layers = a.n_ctx, 99
     cfg.n_verify_max = max(max(ns), a.budget + 1, 16)
     cfg.n_logits_batch = max(cfg.n_logits_batch, cfg.n_verify_max)
-    cfg.invariant_matmul = a.invariant_matmul
+    cfg.batch_invariant = a.batch_invariant
     target = _core.TargetEngine(a.model, cfg)
     draft = _core.DraftEngine(a.draft, target, _core.DraftEngineConfig())
     layers = [int(x) for x in draft.hparams["target_layers"]]
@@ -162,7 +162,7 @@ def main() -> int:
         "model": a.model,
         "draft": a.draft,
         "synthetic_accept": a.synthetic_accept,
-        "invariant_matmul": a.invariant_matmul,
+        "batch_invariant": a.batch_invariant,
         "graph_shapes": {"target": target.graph_shapes, "draft": draft.graph_shape},
         "rows": rows,
     }
