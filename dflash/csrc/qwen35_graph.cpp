@@ -414,15 +414,16 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     if (kv_type_rotated(cache.cfg.v_type) && hp.head_dim % 64 == 0) g.v_rot = input(ctx, GGML_TYPE_F32, 64, 64);
 
     if (!spec.tree_parents.empty() && hp.n_recurrent_layers() > 0) g.tree = input(ctx, GGML_TYPE_I32, n, 3);
-    // A decode's or a verify's attention in the batch-invariant mode (a prefill is the same graph on both sides)
-    const bool decode_or_verify = n == 1 || spec.defer_recurrent || !spec.tree_parents.empty();
-    if (spec.batch_invariant && decode_or_verify && hp.n_layer > hp.n_recurrent_layers()) {
+    // A decode's or a verify's matmuls and attention in the batch-invariant mode (a prefill keeps the
+    // fast kernels: it is the same graph on both sides)
+    const bool invariant = spec.batch_invariant && (n == 1 || spec.defer_recurrent || !spec.tree_parents.empty());
+    if (invariant && hp.n_layer > hp.n_recurrent_layers()) {
         g.paths = input(ctx, GGML_TYPE_I32, n + 2, n);
     } else {
         g.mask = input(ctx, GGML_TYPE_F16, g.n_kv, n);
     }
     Builder b{ctx,  model, hp, cache,
-              spec, g,     n,  spec.batch_invariant ? ggml_ext::mul_mat_invariant : ggml_ext::mul_mat_tiles};
+              spec, g,     n,  invariant ? ggml_ext::mul_mat_invariant : ggml_ext::mul_mat_tiles};
     ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.tokens);
     for (int il = 0; il < hp.n_layer; ++il) {
         ggml_tensor * h = b.norm(x, model.layers[il].attn_norm);

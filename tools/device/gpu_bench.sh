@@ -107,6 +107,20 @@ if [ "$stage" = j2 ]; then
   echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/pair-bench.log"
   exit 0
 fi
+# `gpu_bench.sh j3` (one call): the CUDA suite, the 27B's chain and DDTree (budget 16) in the
+# batch-invariant mode, then the trained pair's chain and DDTree with ggml_ext's Q8_0 GEMV and GEMM
+# (DFLASH_Q80=1; ggml's mmvq / mmq otherwise), as time allows.
+if [ "$stage" = j3 ]; then
+  start_27b_synth
+  run_cuda_suite 150
+  wait_27b 150
+  chain_bench 100 h200-27b-chain-ddtree-batch-invariant.json -- --batch-invariant --budgets 16
+  DFLASH_Q80=1 timeout "$(($(left) - 5))" python3 -m dflash.bench --pair dflash/data/pair \
+    --prompts bench/prompts/pair-heldout-code48.jsonl -ngl 99 -n 512 --budgets 16,64 --no-upstream --no-upstream-spec \
+    -o "$OUT/h200-pair-q80.json" > "$OUT/pair-bench-q80.log" 2>&1
+  echo "[gpu] pair bench (DFLASH_Q80=1) rc=$? at $(($(date +%s) - t0)) s"; tail -n 12 "$OUT/pair-bench-q80.log"
+  exit 0
+fi
 
 # Session 10's calls. `gpu_bench.sh g1` (or `h1`), then `g2` (or `h2`) within 30 s: g1/h1 the CUDA
 # suite (g1 also the GEMM's warps per block on long rows: standalone `long`, 4 against 6 and 8),
