@@ -64,6 +64,16 @@ def _inputs(rng, n_rows, n, h, hkv, d):
     return q, k, v
 
 
+def _as_decode(k, v, paths, i: int, prefix: int):
+    """Query i's rows laid out as a decode finds them: its path moved behind the prefix, its own
+    row last -> (k, v, the decode's paths)."""
+    ln = int(paths[i, 1])
+    rows = paths[i, 2 : 2 + ln]
+    kd, vd = k.copy(), v.copy()
+    kd[prefix : prefix + ln], vd[prefix : prefix + ln] = k[rows], v[rows]
+    return kd, vd, _paths([(prefix + ln - 1, [prefix + ln - 1])])
+
+
 def _tree_specs(rng, start: int, parents: list[int]) -> list[tuple[int, list[int]]]:
     specs = []
     for i in range(len(parents)):
@@ -109,12 +119,7 @@ def test_a_query_depends_only_on_its_rows(
     for i in range(n):
         alone = _core.op_attn_paths(q[i : i + 1], k, v, paths[i : i + 1], kv_type)
         np.testing.assert_array_equal(alone[0], together[i])
-        # the decode of node i: its path's rows moved behind the prefix, its own row last
-        ln = int(paths[i, 1])
-        rows = paths[i, 2 : 2 + ln]
-        kd, vd = k.copy(), v.copy()
-        kd[prefix : prefix + ln], vd[prefix : prefix + ln] = k[rows], v[rows]
-        decode = _paths([(prefix + ln - 1, [prefix + ln - 1])])
+        kd, vd, decode = _as_decode(k, v, paths, i, prefix)  # node i as the decode of its token
         np.testing.assert_array_equal(
             _core.op_attn_paths(q[i : i + 1], kd, vd, decode, kv_type)[0], together[i]
         )
@@ -148,11 +153,7 @@ def test_cuda_op_equals_the_cpu_and_is_batch_invariant(kv_type: str, d: int, h: 
     for i in range(len(parents)):
         alone = _core.op_attn_paths(q[i : i + 1], k, v, paths[i : i + 1], kv_type, gpu=True)
         np.testing.assert_array_equal(alone[0], gpu[i])
-        ln = int(paths[i, 1])
-        rows = paths[i, 2 : 2 + ln]
-        kd, vd = k.copy(), v.copy()
-        kd[start : start + ln], vd[start : start + ln] = k[rows], v[rows]
-        decode = _paths([(start + ln - 1, [start + ln - 1])])
+        kd, vd, decode = _as_decode(k, v, paths, i, start)
         np.testing.assert_array_equal(
             _core.op_attn_paths(q[i : i + 1], kd, vd, decode, kv_type, gpu=True)[0], gpu[i]
         )

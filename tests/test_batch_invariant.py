@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from spec_helpers import corrupted_reference
 
 import dflash
 from dflash import _core
@@ -98,7 +99,7 @@ N_PROMPTS = 20 if ON_GPU else 2
 @pytest.mark.parametrize("budget", [0, 1, 4, 16, 64])
 def test_greedy_chain_and_ddtree_equal_decoding(synth_model, drafter_pair, budget: int) -> None:
     """Budget 0 is chain DFlash. The synthetic drafter's top-1 candidates are rewritten from the
-    reference with a random corruption (tests/test_ddtree.py), so accepts of every length run."""
+    reference with a random corruption (spec_helpers.py), so accepts of every length run."""
     target = _target(synth_model("tiny-b", "q8_0"), n_verify_max=max(budget, 15) + 1)
     dcfg = _core.DraftEngineConfig()
     dcfg.kv_type, dcfg.top_k = "f32", 4
@@ -109,15 +110,7 @@ def test_greedy_chain_and_ddtree_equal_decoding(synth_model, drafter_pair, budge
         prompt = rng.integers(0, 4096, size=int(rng.integers(4, 30))).tolist()
         ref = _ar(target, prompt, 128)
 
-        def rewrite(
-            start: int, top1: list[int], prompt: list[int] = prompt, ref: list[int] = ref
-        ) -> list[int]:
-            i = start - len(prompt) + 1
-            good = ref[i : i + len(top1)] + [0] * len(top1)
-            bad_at = int(rng.integers(0, 2 * len(top1)))
-            return [t if j != bad_at else (t + 1) % 4096 for j, t in enumerate(good[: len(top1)])]
-
-        same += _generate(target, draft, prompt, 128, budget, rewrite) == ref
+        same += _generate(target, draft, prompt, 128, budget, corrupted_reference(prompt, ref, rng)) == ref
     print(f"batch-invariant, budget {budget}: {same}/{N_PROMPTS} prompts identical to decoding")
     assert same == N_PROMPTS
 

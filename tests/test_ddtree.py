@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from gpu_policy import SameTokens
+from spec_helpers import corrupted_reference
 
 from dflash import _core
 
@@ -79,15 +80,7 @@ def test_greedy_ddtree_equals_autoregressive(pair, budget, n_prompts):
         prompt = rng.integers(0, 4096, size=int(rng.integers(4, 30))).tolist()
         ref = _ar(target, prompt, 128)
 
-        def rewrite(
-            start: int, top1: list[int], prompt: list[int] = prompt, ref: list[int] = ref
-        ) -> list[int]:
-            i = start - len(prompt) + 1
-            good = ref[i : i + len(top1)] + [0] * len(top1)
-            bad_at = int(rng.integers(0, 2 * len(top1)))
-            return [t if j != bad_at else (t + 1) % 4096 for j, t in enumerate(good[: len(top1)])]
-
-        out, spec = _tree(target, draft, prompt, 128, budget, rewrite)
+        out, spec = _tree(target, draft, prompt, 128, budget, corrupted_reference(prompt, ref, rng))
         rewritten.check(out, ref, target, prompt)
         accepted += spec["accepted"]
         if k < 2:  # the real drafter's trees: nearly every node rejected

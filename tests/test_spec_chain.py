@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from gpu_policy import ON_GPU, SameTokens
+from spec_helpers import corrupted_reference
 
 from dflash import _core
 
@@ -61,19 +62,6 @@ def _prompts(n_vocab: int) -> list[list[int]]:
     return [rng.integers(0, n_vocab, size=int(rng.integers(4, 40))).tolist() for _ in range(N_PROMPTS)]
 
 
-def _corrupted_reference(prompt: list[int], ref: list[int], rng: np.random.Generator) -> Any:
-    """A rewrite hook: drafts from the reference with a random corruption, so that accepts of
-    every length happen."""
-
-    def rewrite(start: int, drafts: list[int]) -> list[int]:
-        i = start - len(prompt) + 1  # reference index of the first drafted token
-        good = ref[i : i + len(drafts)] + [0] * len(drafts)
-        bad_at = int(rng.integers(0, 2 * len(drafts)))  # past the end: all good
-        return [t if j != bad_at else (t + 1) % 4096 for j, t in enumerate(good[: len(drafts)])]
-
-    return rewrite
-
-
 def test_greedy_chain_equals_autoregressive(pair):
     target, draft = _engines(pair)
     rng = np.random.default_rng(0)
@@ -82,7 +70,7 @@ def test_greedy_chain_equals_autoregressive(pair):
     for n, prompt in enumerate(_prompts(target.hparams["n_vocab"])):
         ref = _ar(target, prompt, N_GEN)
 
-        out, spec = _chain(target, draft, prompt, N_GEN, _corrupted_reference(prompt, ref, rng))
+        out, spec = _chain(target, draft, prompt, N_GEN, corrupted_reference(prompt, ref, rng))
         rewritten.check(out, ref, target, prompt)
         if out == ref:  # past a GPU near-tie divergence, drafts rewritten from ref no longer fit
             total.update(accepted=spec["accepted"], drafts=spec["drafts"])
@@ -259,7 +247,7 @@ def test_cuda_chain_with_invariant_matmuls_equals_decoding(synth_model, drafter_
     same = 0
     for prompt in _prompts(target.hparams["n_vocab"]):
         ref = _ar(target, prompt, N_GEN)
-        out, _ = _chain(target, draft, prompt, N_GEN, _corrupted_reference(prompt, ref, rng))
+        out, _ = _chain(target, draft, prompt, N_GEN, corrupted_reference(prompt, ref, rng))
         same += out == ref
     print(f"invariant matmuls on CUDA: {same}/{N_PROMPTS} prompts identical to decoding")
     assert same == N_PROMPTS
