@@ -19,6 +19,11 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-draft", action="store_true", help="no drafter, not even the packaged one")
     p.add_argument("--max-draft", type=int, default=15, help="chain DFlash: draft tokens per step")
     p.add_argument("--budget", type=int, default=0, help="DDTree draft nodes per step (0: chain DFlash)")
+    p.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="greedy speculative output equal to decoding bit for bit on the GPU too (slower)",
+    )
     p.add_argument("-c", "--n-ctx", type=int, default=4096)
     p.add_argument("--kv-type", default="f16", help="KV cache type: f16, q8_0, q4_0, bf16, f32")
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1, help="0 = CPU only")
@@ -35,6 +40,7 @@ def _engine(a: argparse.Namespace) -> Any:
         default_draft=not a.no_draft,
         max_draft=a.max_draft,
         budget=a.budget,
+        batch_invariant=a.batch_invariant,
         n_ctx=a.n_ctx,
         kv_type=a.kv_type,
         n_gpu_layers=a.n_gpu_layers,

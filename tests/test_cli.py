@@ -46,6 +46,21 @@ def test_generate_prints_prompt_continuation_and_timing(tiny: str) -> None:
     assert int(m.group(2)) == res["usage"]["completion_tokens"] == 12
 
 
+def test_generate_batch_invariant_with_the_packaged_pair() -> None:
+    """`--batch-invariant` reaches the engine: the default model and its drafter in the mode give
+    the mode's own autoregressive text (CPU: every mode is exact), and a quantized KV cache is
+    refused in one line."""
+    r = _cli("generate", PROMPT, "-n", "16", "-c", "256", "-t", "2", "--batch-invariant")
+    assert r.returncode == 0, r.stderr
+    ar = dflash.Engine(default_draft=False, n_ctx=256, n_threads=2, batch_invariant=True)
+    assert (
+        r.stdout
+        == PROMPT + ar.create_completion(PROMPT, max_tokens=16, temperature=0)["choices"][0]["text"] + "\n"
+    )
+    bad = _cli("generate", PROMPT, "-n", "4", "--batch-invariant", "--kv-type", "q8_0")
+    assert bad.returncode == 2 and "batch_invariant needs an f16, bf16 or f32 KV cache" in bad.stderr
+
+
 def test_generate_chat(tiny: str) -> None:
     r = _cli("generate", "Hi there", "--chat", "-m", tiny, "-n", "8", "-c", "256", "-t", "1")
     assert r.returncode == 0, r.stderr

@@ -27,6 +27,9 @@ class Settings(BaseSettings):
         True, description="with neither model nor draft given, also load the packaged drafter"
     )
     budget: int | None = Field(None, ge=1, description="DDTree node budget (engine option `budget`)")
+    batch_invariant: bool = Field(
+        False, description="greedy speculative output equal to decoding bit for bit on the GPU too (slower)"
+    )
     spec_options: dict[str, Any] = Field(
         default_factory=dict, description="extra engine options, KEY=VALUE (JSON values allowed)"
     )
@@ -81,6 +84,7 @@ class Settings(BaseSettings):
             model_path=self.model,
             draft_path=self.draft,
             default_draft=self.default_draft,
+            batch_invariant=self.batch_invariant,
             n_ctx=self.n_ctx,
             kv_type=self.kv_type,
             n_gpu_layers=self.n_gpu_layers,

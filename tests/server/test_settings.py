@@ -43,7 +43,14 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_field_has_a_flag_and_a_sample() -> None:
     dests = {a.dest for a in build_parser()._actions}
     assert set(Settings.model_fields) <= dests
-    simple = set(Settings.model_fields) - {"spec_options", "api_key", "verbose", "default_draft", "config"}
+    simple = set(Settings.model_fields) - {
+        "spec_options",
+        "api_key",
+        "verbose",
+        "default_draft",
+        "batch_invariant",
+        "config",
+    }
     assert simple == set(SAMPLES)
 
 
@@ -100,6 +107,8 @@ def test_engine_kwargs() -> None:
     assert kw["n_ctx"] == 1024 and kw["kv_type"] == "q8_0" and kw["tree"] is True
     assert "n_threads" not in kw and "kv_type_k" not in kw  # unset: the engine's defaults
     assert Settings().engine_kwargs()["model_path"] is None  # the embedded default model
+    assert Settings().engine_kwargs()["batch_invariant"] is False
+    assert load_settings(["--batch-invariant"])[0].engine_kwargs()["batch_invariant"] is True
 
 
 @pytest.mark.parametrize(
