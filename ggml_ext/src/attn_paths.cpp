@@ -1,5 +1,6 @@
 // Graph constructor of the path attention op; the kernels live in ../kernels.
 #include "ggml_ext_attn.h"
+#include "op_node.h"
 
 #include <algorithm>
 #include <cstring>
@@ -16,12 +17,7 @@ ggml_tensor * attn_paths(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, g
     GGML_ASSERT(paths->type == GGML_TYPE_I32 && paths->ne[1] == n && paths->ne[0] >= 3 && ggml_is_contiguous(paths));
     ggml_tensor * r = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, H, n);
     std::memcpy(r->op_params, &scale, sizeof(scale));
-    r->op = GGML_OP_ATTN_PATHS;
-    r->src[0] = q;
-    r->src[1] = k;
-    r->src[2] = v;
-    r->src[3] = paths;
-    return r;
+    return op_node(r, GGML_OP_ATTN_PATHS, {q, k, v, paths});
 }
 
 std::vector<int32_t> attn_paths_rows(int32_t start, int n, const std::vector<int32_t> & parents) {

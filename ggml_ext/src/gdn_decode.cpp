@@ -1,5 +1,6 @@
 // Graph constructors of the fused Gated DeltaNet inputs (ggml_ext_gdn.h): one token, n tokens.
 #include "ggml_ext_gdn.h"
+#include "op_node.h"
 
 #include <cmath>
 #include <cstring>
@@ -18,9 +19,7 @@ void make_op(ggml_tensor * r, std::initializer_list<ggml_tensor *> srcs, int64_t
     std::memcpy(r->op_params, params, sizeof(params));
     std::memcpy(r->op_params + 2, norm, sizeof(norm));
     r->op_params[kGdnInputsModeParam] = mode;
-    r->op = GGML_OP_GDN_DECODE_INPUTS;
-    int i = 0;
-    for (ggml_tensor * t : srcs) r->src[i++] = t;
+    op_node(r, GGML_OP_GDN_DECODE_INPUTS, srcs);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Graph constructors of the tree ops; the kernels live in ../kernels.
 #include "ggml_ext_tree.h"
+#include "op_node.h"
 
 #include <cstring>
 
@@ -57,13 +58,7 @@ ggml_tensor * tree_ssm_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * c
     GGML_ASSERT(ggml_is_contiguous(conv_state) && ggml_is_contiguous(w));
     GGML_ASSERT(w->ne[1] == C && conv_state->ne[0] == K - 1 && conv_state->ne[1] == C);
     GGML_ASSERT(tree->type == GGML_TYPE_I32 && tree->ne[0] == n && tree->ne[1] == 3 && ggml_is_contiguous(tree));
-    ggml_tensor * r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, C, n);
-    r->op = GGML_OP_TREE_SSM_CONV;
-    r->src[0] = x;
-    r->src[1] = conv_state;
-    r->src[2] = w;
-    r->src[3] = tree;
-    return r;
+    return op_node(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, C, n), GGML_OP_TREE_SSM_CONV, {x, conv_state, w, tree});
 }
 
 ggml_tensor * tree_gated_delta_net(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
@@ -82,15 +77,7 @@ ggml_tensor * tree_gated_delta_net(ggml_context * ctx, ggml_tensor * q, ggml_ten
     ggml_tensor * r = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, S * H, n);
     const int32_t params[1] = {max_depth};
     std::memcpy(r->op_params, params, sizeof(params));
-    r->op = GGML_OP_TREE_GATED_DELTA_NET;
-    r->src[0] = q;
-    r->src[1] = k;
-    r->src[2] = v;
-    r->src[3] = g;
-    r->src[4] = beta;
-    r->src[5] = state;
-    r->src[6] = tree;
-    return r;
+    return op_node(r, GGML_OP_TREE_GATED_DELTA_NET, {q, k, v, g, beta, state, tree});
 }
 
 }  // namespace ggml_ext
