@@ -136,14 +136,17 @@ def test_mma_switch_is_on_with_cuda_by_default() -> None:
 @needs_gpu
 @pytest.mark.parametrize("wtype", TYPES)
 @pytest.mark.parametrize("n", [2, 3, 8, 9, 13, 16, 17, 24, 32, 33, 48, 64])
+@pytest.mark.parametrize("rows", [1000, 8465])
 def test_cuda_mma_gemm_equals_ggml_and_numpy(
-    wtype: str, n: int, mma_restored: None, gemv_restored: None
+    wtype: str, n: int, rows: int, mma_restored: None, gemv_restored: None
 ) -> None:
     """Q4_K / Q6_K / Q5_K (and Q8_0, switched on) x 2..64 columns (what the engine sends it: every
     column tile) through ggml_ext's tensor-core GEMM (activations quantized per 256, the CPU
     backend's rule, where ggml's mmq quantizes per 32: 8-bit error apart, 3e-2).
-    k = 2304: nine super-blocks, so Q6_K rows alternate between 4- and 2-byte alignment."""
-    rows, k = 1000, 2304
+    k = 2304: nine super-blocks, so Q6_K rows alternate between 4- and 2-byte alignment. 8465 rows:
+    two row tiles a warp on GPUs of up to 132 multiprocessors (the H200; 8465 >= 2 * 32 * 132),
+    the last 32-row tile 17 rows short."""
+    k = 2304
     w, dense = _weights(wtype, rows, k, seed=14)
     x = np.random.default_rng(15).standard_normal((n, k)).astype(np.float32)
     _core.set_mma_enabled(False)

@@ -37,6 +37,26 @@ bool long_rows_8_warps() {
     return v;
 }
 
+// 16-row tiles per warp (gemm_kq's R): 2 where the matrix is tall enough, or DFLASH_MMA_ROW_TILES=1
+// (benches).
+int mma_row_tiles() {
+    static const int v = [] {
+        const char * e = std::getenv("DFLASH_MMA_ROW_TILES");
+        return e && std::atoi(e) == 1 ? 1 : 2;
+    }();
+    return v;
+}
+
+// Q6_K's two row tiles up to this many columns (24; DFLASH_MMA_Q6K_TILE_COLUMNS for benches): more
+// column tiles of two rows' Q6_K operands spill registers (144 bytes at 32 columns, 436 at 64).
+int q6k_two_tile_columns() {
+    static const int v = [] {
+        const char * e = std::getenv("DFLASH_MMA_Q6K_TILE_COLUMNS");
+        return e ? std::atoi(e) : 24;
+    }();
+    return v;
+}
+
 int mma_max_columns() {
     static const int v = [] {
         const char * e = std::getenv("DFLASH_MMA_MAX_COLUMNS");
@@ -86,8 +106,14 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     float * out = (float *)dst->data;
     // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
     // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
-    // shared memory).
+    // shared memory); else 2 row tiles a warp where the matrix has rows for 2 blocks of them per
+    // multiprocessor (each activation load feeds 2 mmas: the activations are read from L2 once per
+    // block, 8 times the weight bytes at 64 columns with one tile), 4 warps (2 for Q6_K and Q8_0,
+    // whose 2 stages of 32 rows would not fit 4 warps' shared memory).
     const bool long_rows = k / 256 >= gemm_kq::kLongRowBlocks && n <= 16 && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
+    const bool two_tiles = !long_rows && mma_row_tiles() == 2 &&
+                           rows >= 2 * 32 * ggml_cuda_info().devices[ctx.device].nsm &&
+                           (t != GGML_TYPE_Q6_K || n <= q6k_two_tile_columns());
     auto run = [&](auto f) {
         using F = decltype(f);
         gemm_kq::quantize_act<F>(x, qs.get(), d.get(), sums.get(), (int)k, (int)n, sx, stream);
@@ -97,6 +123,12 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
                                                 (int64_t)src0->nb[1], (int)n, sd, stream);
                 return;
             }
+        }
+        if (two_tiles) {
+            constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
+            gemm_kq::launch<F, kS, true, kW, true, 2>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
+                                                      (int64_t)src0->nb[1], (int)n, sd, stream);
+            return;
         }
         gemm_kq::launch<F, kS>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k, (int64_t)src0->nb[1], (int)n, sd,
                                stream);

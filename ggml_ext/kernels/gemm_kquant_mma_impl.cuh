@@ -168,98 +168,120 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
 
     // Sub-block by sub-block (j outer, column tiles inner): one sub-block's operands are live at a
     // time, its int sums per column tile in cs (the j-inner order kept all 8 unpacked: 128 registers
-    // at 16 columns, 4 blocks a multiprocessor).
-    template <int ncol_tiles, bool smem>
-    static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,
-                                                      const int8_t * __restrict__ yq, const float * __restrict__ yd,
-                                                      const int * __restrict__ ysum, int kb, int g, int t) {
+    // at 16 columns, 4 blocks a multiprocessor). R row tiles (b0[r], b1[r]: rows g and g + 8 of
+    // tile r) share each activation load: a warp's B operand feeds R mmas.
+    template <int ncol_tiles, bool smem, int R>
+    static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
+                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
+                                                      const float * __restrict__ yd, const int * __restrict__ ysum,
+                                                      int kb, int g, int t) {
         auto load16 = [](const char * p) { return smem ? *reinterpret_cast<const uint4 *>(p) : load_stream_16(p); };
         auto load8 = [](const char * p) { return smem ? *reinterpret_cast<const uint2 *>(p) : load_stream_8(p); };
         const int lane = 4 * g + t;
-        const uint4 h0 = load16(b0), h1 = load16(b1);
-        uint2 e0 = {0u, 0u}, e1 = {0u, 0u};  // Q5_K: qh[8t..8t+7], the fifth bits of values 8t..8t+7
-        if constexpr (kFifthBit) {
-            e0 = load8(b0 + 16 + 8 * t);
-            e1 = load8(b1 + 16 + 8 * t);
+        uint4 h0[R], h1[R];
+        uint2 e0[R], e1[R];  // Q5_K: qh[8t..8t+7], the fifth bits of values 8t..8t+7
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            h0[r] = load16(b0[r]);
+            h1[r] = load16(b1[r]);
+            e0[r] = e1[r] = {0u, 0u};
+            if constexpr (kFifthBit) {
+                e0[r] = load8(b0[r] + 16 + 8 * t);
+                e1[r] = load8(b1[r] + 16 + 8 * t);
+            }
         }
-        int cs[ncol_tiles][4] = {};
+        int cs[R][ncol_tiles][4] = {};
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-            const uint2 q0 = load8(b0 + kNibbles + 32 * c + 8 * t);
-            const uint2 q1 = load8(b1 + kNibbles + 32 * c + 8 * t);
+            uint2 q0[R], q1[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                q0[r] = load8(b0[r] + kNibbles + 32 * c + 8 * t);
+                q1[r] = load8(b1[r] + kNibbles + 32 * c + 8 * t);
+            }
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int j = 2 * c + h, sh = 4 * h;
-                int sc0, sc1, m_;
-                scale_min(h0.y, h0.z, h0.w, j, sc0, m_);
-                scale_min(h1.y, h1.z, h1.w, j, sc1, m_);
-                int lo0 = (q0.x >> sh) & 0x0F0F0F0F, hi0 = (q0.y >> sh) & 0x0F0F0F0F;
-                int lo1 = (q1.x >> sh) & 0x0F0F0F0F, hi1 = (q1.y >> sh) & 0x0F0F0F0F;
-                if constexpr (kFifthBit) {  // bit j of each qh byte -> bit 4 of the value
-                    lo0 |= ((e0.x >> j) & 0x01010101) << 4;
-                    hi0 |= ((e0.y >> j) & 0x01010101) << 4;
-                    lo1 |= ((e1.x >> j) & 0x01010101) << 4;
-                    hi1 |= ((e1.y >> j) & 0x01010101) << 4;
+                int a[R][4], sc0[R], sc1[R];
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    int m_;
+                    scale_min(h0[r].y, h0[r].z, h0[r].w, j, sc0[r], m_);
+                    scale_min(h1[r].y, h1[r].z, h1[r].w, j, sc1[r], m_);
+                    int lo0 = (q0[r].x >> sh) & 0x0F0F0F0F, hi0 = (q0[r].y >> sh) & 0x0F0F0F0F;
+                    int lo1 = (q1[r].x >> sh) & 0x0F0F0F0F, hi1 = (q1[r].y >> sh) & 0x0F0F0F0F;
+                    if constexpr (kFifthBit) {  // bit j of each qh byte -> bit 4 of the value
+                        lo0 |= ((e0[r].x >> j) & 0x01010101) << 4;
+                        hi0 |= ((e0[r].y >> j) & 0x01010101) << 4;
+                        lo1 |= ((e1[r].x >> j) & 0x01010101) << 4;
+                        hi1 |= ((e1[r].y >> j) & 0x01010101) << 4;
+                    }
+                    a[r][0] = lo0, a[r][1] = lo1, a[r][2] = hi0, a[r][3] = hi1;
                 }
-                const int a[4] = {lo0, lo1, hi0, hi1};
 #pragma unroll
                 for (int nt = 0; nt < ncol_tiles; ++nt) {
                     const int2 yv = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);  // B: column g of the tile
                     const int b[2] = {yv.x, yv.y};
-                    int cj[4] = {0, 0, 0, 0};
-                    mma_s8(cj, a, b);
-                    cs[nt][0] += sc0 * cj[0];
-                    cs[nt][1] += sc0 * cj[1];
-                    cs[nt][2] += sc1 * cj[2];
-                    cs[nt][3] += sc1 * cj[3];
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        int cj[4] = {0, 0, 0, 0};
+                        mma_s8(cj, a[r], b);
+                        cs[r][nt][0] += sc0[r] * cj[0];
+                        cs[r][nt][1] += sc0[r] * cj[1];
+                        cs[r][nt][2] += sc1[r] * cj[2];
+                        cs[r][nt][3] += sc1[r] * cj[3];
+                    }
                 }
             }
         }
-        const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
-        const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
-        uint32_t a_min[4] = {0u, 0u, 0u, 0u};  // rows g and g + 8, sub-blocks 2t and 2t + 1
-        if constexpr (kMinsMma) {
-            int s_, m_a, m_b;
-            scale_min(h0.y, h0.z, h0.w, 2 * t, s_, m_a);
-            scale_min(h0.y, h0.z, h0.w, 2 * t + 1, s_, m_b);
-            a_min[0] = half2_bits((float)m_a, (float)m_b);
-            scale_min(h1.y, h1.z, h1.w, 2 * t, s_, m_a);
-            scale_min(h1.y, h1.z, h1.w, 2 * t + 1, s_, m_b);
-            a_min[1] = half2_bits((float)m_a, (float)m_b);
-        }
 #pragma unroll
-        for (int nt = 0; nt < ncol_tiles; ++nt) {
-            // C: (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1), col0 = 8 nt + 2t
-            const int col0 = nt * 8 + 2 * t;
-            float m00, m01, m10, m11;
+        for (int r = 0; r < R; ++r) {
+            const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0[r].x));
+            const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1[r].x));
+            uint32_t a_min[4] = {0u, 0u, 0u, 0u};  // rows g and g + 8, sub-blocks 2t and 2t + 1
             if constexpr (kMinsMma) {
-                const int * s_g = ysum + act_sum_index(kb, nt * 8 + g, ncol_tiles);  // column g's 8 sums
-                const int2 sv = *reinterpret_cast<const int2 *>(s_g + 2 * t);
-                const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
-                float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                mma_f16(mc, a_min, b);
-                m00 = mc[0], m01 = mc[1], m10 = mc[2], m11 = mc[3];
-            } else {
-                const int * s_a = ysum + act_sum_index(kb, col0, ncol_tiles);
-                const int * s_b = s_a + 8;
-                int i00 = 0, i01 = 0, i10 = 0, i11 = 0;
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    int s_, mn0, mn1;
-                    scale_min(h0.y, h0.z, h0.w, j, s_, mn0);
-                    scale_min(h1.y, h1.z, h1.w, j, s_, mn1);
-                    i00 += mn0 * s_a[j];
-                    i01 += mn0 * s_b[j];
-                    i10 += mn1 * s_a[j];
-                    i11 += mn1 * s_b[j];
-                }
-                m00 = (float)i00, m01 = (float)i01, m10 = (float)i10, m11 = (float)i11;
+                int s_, m_a, m_b;
+                scale_min(h0[r].y, h0[r].z, h0[r].w, 2 * t, s_, m_a);
+                scale_min(h0[r].y, h0[r].z, h0[r].w, 2 * t + 1, s_, m_b);
+                a_min[0] = half2_bits((float)m_a, (float)m_b);
+                scale_min(h1[r].y, h1[r].z, h1[r].w, 2 * t, s_, m_a);
+                scale_min(h1[r].y, h1[r].z, h1[r].w, 2 * t + 1, s_, m_b);
+                a_min[1] = half2_bits((float)m_a, (float)m_b);
             }
-            const float2 dy = *reinterpret_cast<const float2 *>(yd + act_d_index(kb, col0, ncol_tiles));
-            acc[nt][0] += dy.x * (dm0.x * (float)cs[nt][0] - dm0.y * m00);
-            acc[nt][1] += dy.y * (dm0.x * (float)cs[nt][1] - dm0.y * m01);
-            acc[nt][2] += dy.x * (dm1.x * (float)cs[nt][2] - dm1.y * m10);
-            acc[nt][3] += dy.y * (dm1.x * (float)cs[nt][3] - dm1.y * m11);
+#pragma unroll
+            for (int nt = 0; nt < ncol_tiles; ++nt) {
+                // C: (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1), col0 = 8 nt + 2t
+                const int col0 = nt * 8 + 2 * t;
+                float m00, m01, m10, m11;
+                if constexpr (kMinsMma) {
+                    const int * s_g = ysum + act_sum_index(kb, nt * 8 + g, ncol_tiles);  // column g's 8 sums
+                    const int2 sv = *reinterpret_cast<const int2 *>(s_g + 2 * t);
+                    const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
+                    float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_f16(mc, a_min, b);
+                    m00 = mc[0], m01 = mc[1], m10 = mc[2], m11 = mc[3];
+                } else {
+                    const int * s_a = ysum + act_sum_index(kb, col0, ncol_tiles);
+                    const int * s_b = s_a + 8;
+                    int i00 = 0, i01 = 0, i10 = 0, i11 = 0;
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        int s_, mn0, mn1;
+                        scale_min(h0[r].y, h0[r].z, h0[r].w, j, s_, mn0);
+                        scale_min(h1[r].y, h1[r].z, h1[r].w, j, s_, mn1);
+                        i00 += mn0 * s_a[j];
+                        i01 += mn0 * s_b[j];
+                        i10 += mn1 * s_a[j];
+                        i11 += mn1 * s_b[j];
+                    }
+                    m00 = (float)i00, m01 = (float)i01, m10 = (float)i10, m11 = (float)i11;
+                }
+                const float2 dy = *reinterpret_cast<const float2 *>(yd + act_d_index(kb, col0, ncol_tiles));
+                acc[r][nt][0] += dy.x * (dm0.x * (float)cs[r][nt][0] - dm0.y * m00);
+                acc[r][nt][1] += dy.y * (dm0.x * (float)cs[r][nt][1] - dm0.y * m01);
+                acc[r][nt][2] += dy.x * (dm1.x * (float)cs[r][nt][2] - dm1.y * m10);
+                acc[r][nt][3] += dy.y * (dm1.x * (float)cs[r][nt][3] - dm1.y * m11);
+            }
         }
     }
 };
@@ -276,10 +298,11 @@ struct Q80 : AlignedBlocks<8 * 34> {
     static constexpr ActLayout kLayout = ActLayout::kHalves;
     static constexpr int kMinBlocks16 = 6;
 
-    template <int ncol_tiles, bool smem>
-    static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,
-                                                      const int8_t * __restrict__ yq, const float * __restrict__ yd,
-                                                      const int * __restrict__, int kb, int g, int t) {
+    template <int ncol_tiles, bool smem, int R>
+    static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
+                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
+                                                      const float * __restrict__ yd, const int * __restrict__, int kb,
+                                                      int g, int t) {
         const int lane = 4 * g + t;
         auto load4 = [](const char * p) { return smem ? load_smem_4_align2(p) : load_stream_4_align2(p); };
         auto load_d = [](const char * p) {
@@ -287,33 +310,47 @@ struct Q80 : AlignedBlocks<8 * 34> {
                 smem ? *reinterpret_cast<const unsigned short *>(p) : (unsigned short)load_stream_2(p);
             return __half2float(__ushort_as_half(h));
         };
-        float sums[ncol_tiles][4] = {};
+        float sums[R][ncol_tiles][4] = {};
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            const char * r0 = b0 + 34 * j;
-            const char * r1 = b1 + 34 * j;
-            const int a[4] = {(int)load4(r0 + 2 + 4 * t), (int)load4(r1 + 2 + 4 * t), (int)load4(r0 + 18 + 4 * t),
-                              (int)load4(r1 + 18 + 4 * t)};
-            const float d0 = load_d(r0), d1 = load_d(r1);
+            int a[R][4];
+            float d0[R], d1[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const char * r0 = b0[r] + 34 * j;
+                const char * r1 = b1[r] + 34 * j;
+                a[r][0] = (int)load4(r0 + 2 + 4 * t);
+                a[r][1] = (int)load4(r1 + 2 + 4 * t);
+                a[r][2] = (int)load4(r0 + 18 + 4 * t);
+                a[r][3] = (int)load4(r1 + 18 + 4 * t);
+                d0[r] = load_d(r0);
+                d1[r] = load_d(r1);
+            }
 #pragma unroll
             for (int nt = 0; nt < ncol_tiles; ++nt) {
                 const int2 yv = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);  // column g: 4t.., 16 + 4t..
                 const int b[2] = {yv.x, yv.y};
-                int cj[4] = {0, 0, 0, 0};
-                mma_s8(cj, a, b);
-                sums[nt][0] += d0 * (float)cj[0];
-                sums[nt][1] += d0 * (float)cj[1];
-                sums[nt][2] += d1 * (float)cj[2];
-                sums[nt][3] += d1 * (float)cj[3];
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    int cj[4] = {0, 0, 0, 0};
+                    mma_s8(cj, a[r], b);
+                    sums[r][nt][0] += d0[r] * (float)cj[0];
+                    sums[r][nt][1] += d0[r] * (float)cj[1];
+                    sums[r][nt][2] += d1[r] * (float)cj[2];
+                    sums[r][nt][3] += d1[r] * (float)cj[3];
+                }
             }
         }
 #pragma unroll
         for (int nt = 0; nt < ncol_tiles; ++nt) {
             const float2 dy = *reinterpret_cast<const float2 *>(yd + act_d_index(kb, nt * 8 + 2 * t, ncol_tiles));
-            acc[nt][0] += dy.x * sums[nt][0];
-            acc[nt][1] += dy.y * sums[nt][1];
-            acc[nt][2] += dy.x * sums[nt][2];
-            acc[nt][3] += dy.y * sums[nt][3];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                acc[r][nt][0] += dy.x * sums[r][nt][0];
+                acc[r][nt][1] += dy.y * sums[r][nt][1];
+                acc[r][nt][2] += dy.x * sums[r][nt][2];
+                acc[r][nt][3] += dy.y * sums[r][nt][3];
+            }
         }
     }
 };
@@ -376,14 +413,19 @@ struct Q6K {
     static __device__ __forceinline__ const char * aligned_start(const char * blk) { return align16_down(blk); }
     static __device__ __forceinline__ int stage_offset(const char * blk) { return offset_in16(blk); }
 
-    template <int ncol_tiles, bool smem>
-    static __device__ __forceinline__ void accumulate(float (&acc)[ncol_tiles][4], const char * b0, const char * b1,
-                                                      const int8_t * __restrict__ yq, const float * __restrict__ yd,
-                                                      const int * __restrict__, int kb, int g, int t) {
+    template <int ncol_tiles, bool smem, int R>
+    static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
+                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
+                                                      const float * __restrict__ yd, const int * __restrict__, int kb,
+                                                      int g, int t) {
         const int lane = 4 * g + t;
-        const Q6KRow r0 = load_q6_k_row<smem>(b0, t);
-        const Q6KRow r1 = load_q6_k_row<smem>(b1, t);
-        int cs[ncol_tiles][4] = {};
+        Q6KRow r0[R], r1[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            r0[r] = load_q6_k_row<smem>(b0[r], t);
+            r1[r] = load_q6_k_row<smem>(b1[r], t);
+        }
+        int cs[R][ncol_tiles][4] = {};
 #pragma unroll
         for (int j = 0; j < 8; ++j) {  // sub-block j: the groups s = 2j (lane bytes 0..3), 2j + 1 (4..7)
             int2 yv[ncol_tiles];
@@ -392,56 +434,65 @@ struct Q6K {
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
                 const int s = 2 * j + u, n = s >> 3, q = (s >> 1) & 3;
-                const int a[2] = {q6_k_operand(r0, n, q, u), q6_k_operand(r1, n, q, u)};
-                const int sc0 = q6_k_scale(r0, s), sc1 = q6_k_scale(r1, s);
 #pragma unroll
-                for (int nt = 0; nt < ncol_tiles; ++nt) {
-                    int cj[4] = {0, 0, 0, 0};
-                    mma_s8_k16(cj, a, u == 0 ? yv[nt].x : yv[nt].y);  // B: column g of the tile
-                    cs[nt][0] += sc0 * cj[0];
-                    cs[nt][1] += sc0 * cj[1];
-                    cs[nt][2] += sc1 * cj[2];
-                    cs[nt][3] += sc1 * cj[3];
+                for (int r = 0; r < R; ++r) {
+                    const int a[2] = {q6_k_operand(r0[r], n, q, u), q6_k_operand(r1[r], n, q, u)};
+                    const int sc0 = q6_k_scale(r0[r], s), sc1 = q6_k_scale(r1[r], s);
+#pragma unroll
+                    for (int nt = 0; nt < ncol_tiles; ++nt) {
+                        int cj[4] = {0, 0, 0, 0};
+                        mma_s8_k16(cj, a, u == 0 ? yv[nt].x : yv[nt].y);  // B: column g of the tile
+                        cs[r][nt][0] += sc0 * cj[0];
+                        cs[r][nt][1] += sc0 * cj[1];
+                        cs[r][nt][2] += sc1 * cj[2];
+                        cs[r][nt][3] += sc1 * cj[3];
+                    }
                 }
             }
         }
 #pragma unroll
         for (int nt = 0; nt < ncol_tiles; ++nt) {
             const float2 dy = *reinterpret_cast<const float2 *>(yd + act_d_index(kb, nt * 8 + 2 * t, ncol_tiles));
-            acc[nt][0] += dy.x * r0.d * (float)cs[nt][0];
-            acc[nt][1] += dy.y * r0.d * (float)cs[nt][1];
-            acc[nt][2] += dy.x * r1.d * (float)cs[nt][2];
-            acc[nt][3] += dy.y * r1.d * (float)cs[nt][3];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                acc[r][nt][0] += dy.x * r0[r].d * (float)cs[r][nt][0];
+                acc[r][nt][1] += dy.y * r0[r].d * (float)cs[r][nt][1];
+                acc[r][nt][2] += dy.x * r1[r].d * (float)cs[r][nt][2];
+                acc[r][nt][3] += dy.y * r1[r].d * (float)cs[r][nt][3];
+            }
         }
     }
 };
 
-// One super-block (kb) of the block's 16 rows into a warp's stage: 16 x kChunks 16-byte copies.
+// One super-block (kb) of `tile_rows` rows from row_base into a warp's stage: tile_rows x kChunks
+// 16-byte copies.
 template <typename F>
-__device__ __forceinline__ void stage_in(char * stage, const char * __restrict__ w, int row_base, int nrows,
-                                         int64_t row_bytes, int kb, int lane) {
-    for (int c = lane; c < kRows * F::kChunks; c += WARP_SIZE) {
+__device__ __forceinline__ void stage_in(char * stage, const char * __restrict__ w, int row_base, int tile_rows,
+                                         int nrows, int64_t row_bytes, int kb, int lane) {
+    for (int c = lane; c < tile_rows * F::kChunks; c += WARP_SIZE) {
         const int r = c / F::kChunks, j = c - r * F::kChunks;
         const char * blk = F::row_block(w, min(row_base + r, nrows - 1), row_bytes, kb);
         cp_async_16(stage + r * F::kStageRow + 16 * j, F::aligned_start(blk) + 16 * j);
     }
 }
 
-template <typename F, int ncol_tiles, int kStages, int W>
+// R: 16-row tiles per warp (the B operand of each activation load feeds R mmas).
+template <typename F, int ncol_tiles, int kStages, int W, int R = 1>
 struct Smem {
-    static constexpr int kStageBytes = kRows * F::kStageRow;
+    static constexpr int kStageBytes = R * kRows * F::kStageRow;
     static constexpr int kPipeline = W * (kStages > 0 ? kStages : 0) * kStageBytes;
-    static constexpr int kScratch = W * ncol_tiles * 4 * WARP_SIZE * (int)sizeof(float);
+    static constexpr int kScratch = W * R * ncol_tiles * 4 * WARP_SIZE * (int)sizeof(float);
     static constexpr int kBytes = kPipeline > kScratch ? kPipeline : kScratch;
 };
 
 constexpr int kMaxStaticSmem = 48 * 1024;  // a kernel's static shared memory, on every arch
 
-// The most stages up to `stages` whose pipeline of W warps fits the static shared memory (with 4
-// warps Q8_0's 272-byte super-blocks fit 2, the others 3; with 8 Q4_K's and Q5_K's fit 2).
-template <typename F, int W = kWarps>
+// The most stages up to `stages` whose pipeline of W warps of R row tiles fits the static shared
+// memory (with 4 warps Q8_0's 272-byte super-blocks fit 2, the others 3; with 8 Q4_K's and Q5_K's
+// fit 2; with 2 row tiles Q4_K's fit 2 stages of 4 warps, Q6_K's of 2).
+template <typename F, int W = kWarps, int R = 1>
 constexpr int fit_stages(int stages) {
-    while (stages > 1 && W * stages * kRows * F::kStageRow > kMaxStaticSmem) --stages;
+    while (stages > 1 && W * stages * R * kRows * F::kStageRow > kMaxStaticSmem) --stages;
     return stages;
 }
 
@@ -453,102 +504,125 @@ constexpr int kLongRowBlocks = 24;
 // Blocks a multiprocessor should hold (__launch_bounds__'s minimum): up to 16 columns F's
 // kMinBlocks16 (Q4_K-like 6, a register budget of 80: 24 warps; Q6_K 4: at 80 registers its
 // ffn_down took 46.6 us at 16 columns against 40.1 with the compiler's 137, h200-s9-mma-standalone-*),
-// 24..32 columns 4, more 3 (more column tiles need more accumulators).
-template <typename F, int W = kWarps>
+// 24..32 columns 4, more 3 (more column tiles need more accumulators). R row tiles hold R times
+// the accumulators: 4 / 3 / 2 blocks of 4 warps (128 / 168 / 255 registers).
+template <typename F, int W = kWarps, int R = 1>
 constexpr int min_blocks(int ncol_tiles) {
-    const int m = ncol_tiles <= 2 ? F::kMinBlocks16 : ncol_tiles <= 4 ? 4 : 3;  // for 4 warps
+    const int m = R > 1 ? (ncol_tiles <= 2   ? 4
+                           : ncol_tiles <= 4 ? 3
+                                             : 2)
+                        : (ncol_tiles <= 2   ? F::kMinBlocks16
+                           : ncol_tiles <= 4 ? 4
+                                             : 3);  // for 4 warps
     return m * kWarps / W > 0 ? m * kWarps / W : 1;
 }
 
 // ncol_tiles tiles of 8 columns; the activation buffers hold 8 * ncol_tiles columns (zeros past
 // ncols), tiled (act_q_index). kOccupancy: pass min_blocks to __launch_bounds__ (else the
-// compiler's register choice). kSplitK: the block's warps split one 16-row tile's super-blocks
-// (the engine's); else each warp owns a 16-row tile of its own and all its super-blocks (no
-// shared-memory reduction; an experiment for short rows, timed by the standalone).
-template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true>
-__global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W>(ncol_tiles) : 1)
+// compiler's register choice). kSplitK: the block's warps split the super-blocks of one row
+// tile group (the engine's); else each warp owns a row tile group of its own and all its
+// super-blocks (no shared-memory reduction; an experiment for short rows, timed by the
+// standalone). R: 16-row tiles per warp, rows row_base + 16 r + g and + 8.
+template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1>
+__global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R>(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
                            const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
                            const int64_t row_bytes, const int ncols, const int stride_col_dst) {
-    using S = Smem<F, ncol_tiles, kStages, W>;
+    using S = Smem<F, ncol_tiles, kStages, W, R>;
     static_assert(S::kBytes <= kMaxStaticSmem, "static shared memory over 48 KB: see fit_stages");
     static_assert(kStages != 1, "a pipeline needs 2 stages (0: direct loads)");
+    constexpr int kTileRows = R * kRows;
     __shared__ __align__(16) char smem[S::kBytes];
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int g = lane >> 2, t = lane & 3;
-    const int row_base = (kSplitK ? blockIdx.x : blockIdx.x * W + warp) * kRows;
-    const int row0 = row_base + g, row1 = row0 + 8;
+    const int row_base = (kSplitK ? blockIdx.x : blockIdx.x * W + warp) * kTileRows;
     if (!kSplitK && row_base >= nrows) return;  // a warp past the last tile (no block barrier in this mode)
-    const int r0c = min(row0, nrows - 1), r1c = min(row1, nrows - 1);
     const int kb0 = kSplitK ? warp : 0, kb_step = kSplitK ? W : 1;  // this warp's super-blocks kb0, kb0 + kb_step, ...
     const int n_it = kb0 < nblocks ? (nblocks - kb0 + kb_step - 1) / kb_step : 0;
     char * stages = smem + warp * (kStages > 0 ? kStages : 0) * S::kStageBytes;
 
-    float acc[ncol_tiles][4] = {};
+    float acc[R][ncol_tiles][4] = {};
     if constexpr (kStages > 0) {
 #pragma unroll
         for (int s = 0; s < kStages - 1; ++s) {
             if (s < n_it)
-                stage_in<F>(stages + s * S::kStageBytes, w, row_base, nrows, row_bytes, kb0 + s * kb_step, lane);
+                stage_in<F>(stages + s * S::kStageBytes, w, row_base, kTileRows, nrows, row_bytes, kb0 + s * kb_step,
+                            lane);
             cp_async_commit();
         }
     }
     for (int it = 0; it < n_it; ++it) {
         const int kb = kb0 + it * kb_step;
-        const char * blk0 = F::row_block(w, r0c, row_bytes, kb);
-        const char * blk1 = F::row_block(w, r1c, row_bytes, kb);
+        const char * blk0[R];
+        const char * blk1[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            blk0[r] = F::row_block(w, min(row_base + 16 * r + g, nrows - 1), row_bytes, kb);
+            blk1[r] = F::row_block(w, min(row_base + 16 * r + g + 8, nrows - 1), row_bytes, kb);
+        }
         if constexpr (kStages > 0) {
             cp_async_wait<kStages - 2>();     // super-block it has landed (this thread's copies)
             __syncwarp();                     // ... and every lane's
             const int nx = it + kStages - 1;  // refill the stage consumed in the previous iteration
             if (nx < n_it) {
-                stage_in<F>(stages + (nx % kStages) * S::kStageBytes, w, row_base, nrows, row_bytes,
+                stage_in<F>(stages + (nx % kStages) * S::kStageBytes, w, row_base, kTileRows, nrows, row_bytes,
                             kb0 + nx * kb_step, lane);
             }
             cp_async_commit();
             const char * buf = stages + (it % kStages) * S::kStageBytes;
-            F::template accumulate<ncol_tiles, true>(acc, buf + g * F::kStageRow + F::stage_offset(blk0),
-                                                     buf + (g + 8) * F::kStageRow + F::stage_offset(blk1), yq, yd, ysum,
-                                                     kb, g, t);
+            const char * s0[R];
+            const char * s1[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                s0[r] = buf + (16 * r + g) * F::kStageRow + F::stage_offset(blk0[r]);
+                s1[r] = buf + (16 * r + g + 8) * F::kStageRow + F::stage_offset(blk1[r]);
+            }
+            F::template accumulate<ncol_tiles, true, R>(acc, s0, s1, yq, yd, ysum, kb, g, t);
             __syncwarp();  // every lane is done with this stage before it is refilled
         } else {
-            F::template accumulate<ncol_tiles, false>(acc, blk0, blk1, yq, yd, ysum, kb, g, t);
+            F::template accumulate<ncol_tiles, false, R>(acc, blk0, blk1, yq, yd, ysum, kb, g, t);
         }
     }
     if constexpr (kStages > 0) cp_async_wait<0>();
-    if constexpr (!kSplitK) {  // the warp's own rows: C fragment (row0, col0), (row0, col0 + 1), (row1, ..)
+    // C fragment of tile r: (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1),
+    // row0 = row_base + 16 r + g, row1 = row0 + 8, col0 = 8 nt + 2t.
+    if constexpr (!kSplitK) {  // the warp's own rows
 #pragma unroll
-        for (int nt = 0; nt < ncol_tiles; ++nt) {
+        for (int r = 0; r < R; ++r) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int row = i < 2 ? row0 : row1, col = nt * 8 + 2 * t + (i & 1);
-                if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[nt][i];
+            for (int nt = 0; nt < ncol_tiles; ++nt) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
+                    if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[r][nt][i];
+                }
             }
         }
         return;
     }
     __syncthreads();  // the stages become the scratch for the warps' sums
 
-    // The warps' partial sums added in warp order (the same order for any grid), then written:
-    // C fragment (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1).
-    float * part = reinterpret_cast<float *>(smem);  // [W][ncol_tiles][4][WARP_SIZE]
+    // The warps' partial sums added in warp order (the same order for any grid), then written.
+    float * part = reinterpret_cast<float *>(smem);  // [W][R][ncol_tiles][4][WARP_SIZE]
 #pragma unroll
-    for (int nt = 0; nt < ncol_tiles; ++nt) {
+    for (int r = 0; r < R; ++r) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) part[((warp * ncol_tiles + nt) * 4 + i) * WARP_SIZE + lane] = acc[nt][i];
+        for (int nt = 0; nt < ncol_tiles; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                part[(((warp * R + r) * ncol_tiles + nt) * 4 + i) * WARP_SIZE + lane] = acc[r][nt][i];
+        }
     }
     __syncthreads();
-    if (warp != 0) return;
+    // Warp q writes the sums of the values q, q + W, ... (the adds in warp order for each).
+    constexpr int kValues = R * ncol_tiles * 4;
+    for (int v = warp; v < kValues; v += W) {
+        const int r = v / (ncol_tiles * 4), nt = (v / 4) % ncol_tiles, i = v % 4;
+        float sum = part[v * WARP_SIZE + lane];
 #pragma unroll
-    for (int nt = 0; nt < ncol_tiles; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            float v = part[(nt * 4 + i) * WARP_SIZE + lane];
-#pragma unroll
-            for (int p = 1; p < W; ++p) v += part[((p * ncol_tiles + nt) * 4 + i) * WARP_SIZE + lane];
-            const int row = i < 2 ? row0 : row1, col = nt * 8 + 2 * t + (i & 1);
-            if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = v;
-        }
+        for (int p = 1; p < W; ++p) sum += part[(p * kValues + v) * WARP_SIZE + lane];
+        const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
+        if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = sum;
     }
 }
 
@@ -605,18 +679,18 @@ void quantize_act(const float * x, int8_t * qs, float * d, int * sums, int k, in
 // beat 3 for every type at 16 columns on the H200 (session 8).
 constexpr int kDefaultStages = 2;
 
-// kStages: asked for; what runs is fit_stages<F, W>(kStages) (0 stays 0: direct loads). W: warps
-// per block; kSplitK: see the kernel. The activations were quantized by quantize_act<F> for the
-// same ncols.
-template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true>
+// kStages: asked for; what runs is fit_stages<F, W, R>(kStages) (0 stays 0: direct loads). W:
+// warps per block; kSplitK: see the kernel; R: 16-row tiles per warp. The activations were
+// quantized by quantize_act<F> for the same ncols.
+template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1>
 void launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream) {
-    const int tile_rows = kSplitK ? kRows : kRows * W;
+    const int tile_rows = (kSplitK ? kRows : kRows * W) * R;
     const dim3 grid((nrows + tile_rows - 1) / tile_rows, 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
-    constexpr int kSt = kStages > 0 ? fit_stages<F, W>(kStages) : 0;
-#define GEMM_KQ_LAUNCH(NT)                                                                              \
-    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK>)( \
+    constexpr int kSt = kStages > 0 ? fit_stages<F, W, R>(kStages) : 0;
+#define GEMM_KQ_LAUNCH(NT)                                                                                \
+    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R>)( \
         w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);
@@ -632,6 +706,17 @@ void launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
         GEMM_KQ_LAUNCH(8);
     }
 #undef GEMM_KQ_LAUNCH
+}
+
+// Warps a block of R row tiles runs with: W, or fewer until 2 stages fit the static shared memory
+// (2 row tiles of Q6_K: 2 warps).
+template <typename F, int W, int R>
+constexpr int fit_warps() {
+    if constexpr (W > 1 && fit_stages<F, W, R>(2) != 2) {
+        return fit_warps<F, W / 2, R>();
+    } else {
+        return W;
+    }
 }
 
 }  // namespace gemm_kq

@@ -54,30 +54,8 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps)
     float stack[ggml_ext::kTreeMaxDepth + 1][rows];
     int prev = -1;
 
-    // A node's inputs. Those of the next node in preorder are loaded before the current node's
-    // reductions (they do not depend on the state), so their global-memory latency overlaps the
-    // current node's work instead of opening every node.
-    struct Inputs {
-        float k[rows], q[rows], v, g, b;
-    };
-    auto load = [&](int node, Inputs & in) {
-        const float * qn = q + node * sq2 + hk * sq1;
-        const float * kn = k + node * sk2 + hk * sk1;
-#pragma unroll
-        for (int r = 0; r < rows; ++r) {
-            in.k[r] = kn[r * warp + lane];
-            in.q[r] = qn[r * warp + lane];
-        }
-        in.v = v[node * sv2 + h * sv1 + col];
-        in.g = g[node * H + h];
-        in.b = beta[node * H + h];
-    };
-    Inputs cur, nxt;
-    if (n > 0) load(order[0], nxt);
     for (int64_t t = 0; t < n; ++t) {
         const int node = order[t], p = parent[node], d = depth[node];
-        cur = nxt;
-        if (t + 1 < n) load(order[t + 1], nxt);
         if (p < 0) {
 #pragma unroll
             for (int r = 0; r < rows; ++r) st[r] = init[r * warp + lane];
@@ -85,17 +63,25 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps)
 #pragma unroll
             for (int r = 0; r < rows; ++r) st[r] = stack[d - 1][r];
         }
-        const float gv = expf(cur.g);
+        const float * qn = q + node * sq2 + hk * sq1;
+        const float * kn = k + node * sk2 + hk * sk1;
+        const float gv = expf(g[node * H + h]);
+        const float bv = beta[node * H + h];
+        float kr[rows], qr[rows];
         float kv = 0.0f;
 #pragma unroll
-        for (int r = 0; r < rows; ++r) kv += st[r] * cur.k[r];
+        for (int r = 0; r < rows; ++r) {
+            kr[r] = kn[r * warp + lane];
+            qr[r] = qn[r * warp + lane];
+            kv += st[r] * kr[r];
+        }
         kv = warp_reduce_sum<warp>(kv);
-        const float delta = (cur.v - gv * kv) * cur.b;
+        const float delta = (v[node * sv2 + h * sv1 + col] - gv * kv) * bv;
         float o = 0.0f;
 #pragma unroll
         for (int r = 0; r < rows; ++r) {
-            st[r] = gv * st[r] + cur.k[r] * delta;
-            o += st[r] * cur.q[r];
+            st[r] = gv * st[r] + kr[r] * delta;
+            o += st[r] * qr[r];
             stack[d][r] = st[r];
         }
         o = warp_reduce_sum<warp>(o);

@@ -34,9 +34,7 @@ uint16_t float_to_half(float f) { return __half_as_ushort(__float2half(f)); }
 // The weight types of the GEMV; the tensor-core GEMM takes Q4_K and Q6_K.
 enum class W { q4_K, q5_K, q6_K, q8_0 };
 
-const char * type_name(W t) {
-    return t == W::q4_K ? "q4_K" : t == W::q5_K ? "q5_K" : t == W::q6_K ? "q6_K" : "q8_0";
-}
+const char * type_name(W t) { return t == W::q4_K ? "q4_K" : t == W::q5_K ? "q5_K" : t == W::q6_K ? "q6_K" : "q8_0"; }
 
 int superblock_bytes(W t) { return t == W::q4_K ? 144 : t == W::q5_K ? 176 : t == W::q6_K ? 210 : 8 * 34; }
 
@@ -99,7 +97,8 @@ void dequant_row(W t, const uint8_t * row, int k, float * y) {
             for (int c = 0; c < 4; ++c) {
                 int sc, m;
                 scale_min_k4(2 * c, b + 4, sc, m);
-                for (int l = 0; l < 32; ++l) o[64 * c + l] = d * sc * ((q[32 * c + l] & 0xF) + fifth(2 * c, l)) - dmin * m;
+                for (int l = 0; l < 32; ++l)
+                    o[64 * c + l] = d * sc * ((q[32 * c + l] & 0xF) + fifth(2 * c, l)) - dmin * m;
                 scale_min_k4(2 * c + 1, b + 4, sc, m);
                 for (int l = 0; l < 32; ++l) {
                     o[64 * c + 32 + l] = d * sc * ((q[32 * c + l] >> 4) + fifth(2 * c + 1, l)) - dmin * m;
@@ -428,9 +427,12 @@ constexpr bool warps_fit() {
 // with 6 or 8 warps a block (`warps`; the engine's for long rows); `own_rows`: 2 or 3 stages, each
 // warp its own 16-row tile (the kernel's kSplitK false).
 template <typename F>
-void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, const char * w, const MmaBuffers & b, int rows,
-               int k, int64_t row_bytes, int ncols) {
-    if (own_rows) {
+void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, bool two_tiles, const char * w,
+               const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
+    if (two_tiles) {  // the engine's for tall matrices: 2 row tiles a warp, 2 stages
+        constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
+        gemm_kq::launch<F, 2, true, kW, true, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+    } else if (own_rows) {
         if (stages == 3) {
             gemm_kq::launch<F, 3, true, 4, false>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
         } else {
@@ -478,41 +480,60 @@ int stages_run(W t, int code) {
 // A variant's code: stages (0, 2 or 3) + 100 for Q4_K / Q5_K's min term through an f16 mma
 // (gemm_kq::Q4KMinsMma, Q5KMinsMma) + 1000 without the occupancy hint + 10000 for 8 warps a
 // block, 20000 for 6 (2 stages, the hint) + 100000 for each warp its own rows (4 warps, 2 or 3
-// stages, the hint). The engine's: 102 for Q4_K / Q5_K, 2 for Q6_K / Q8_0; rows of
-// gemm_kq::kLongRowBlocks or more up to 16 columns: 10102 for Q4_K / Q5_K.
-int code_warps(int code) {
+// stages, the hint) + 1000000 for 2 row tiles a warp (2 stages, the hint; 4 warps, 2 for Q6_K and
+// Q8_0: gemm_kq::fit_warps). The engine's: 102 for Q4_K / Q5_K, 2 for Q6_K / Q8_0; rows of
+// gemm_kq::kLongRowBlocks or more up to 16 columns: 10102 for Q4_K / Q5_K; tall matrices 1000102
+// for Q4_K / Q5_K, 1000002 for Q6_K / Q8_0.
+bool code_two_tiles(int code) { return code >= 1000000; }
+
+int code_warps(W t, int code) {
+    if (code_two_tiles(code)) {
+        switch (t) {
+            case W::q8_0:
+                return gemm_kq::fit_warps<gemm_kq::Q80, 4, 2>();
+            case W::q6_K:
+                return gemm_kq::fit_warps<gemm_kq::Q6K, 4, 2>();
+            case W::q5_K:
+                return gemm_kq::fit_warps<gemm_kq::Q5K, 4, 2>();
+            default:
+                return gemm_kq::fit_warps<gemm_kq::Q4K, 4, 2>();
+        }
+    }
     const int c = code % 100000;
     return c >= 20000 ? 6 : c >= 10000 ? 8 : 4;
 }
 
-bool code_own_rows(int code) { return code >= 100000; }
+bool code_own_rows(int code) { return code >= 100000 && !code_two_tiles(code); }
 
 void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
-    const int stages = code % 100, warps = code_warps(code);
+    const int stages = code % 100, warps = code_warps(t, code);
     const bool mins_mma = code % 1000 >= 100, occupancy = code % 10000 < 1000, own = code_own_rows(code);
+    const bool two = code_two_tiles(code);
     if (t == W::q4_K && mins_mma) {
-        run_mma_t<gemm_kq::Q4KMinsMma>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q4KMinsMma>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q4_K) {
-        run_mma_t<gemm_kq::Q4K>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q4K>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q5_K && mins_mma) {
-        run_mma_t<gemm_kq::Q5KMinsMma>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q5KMinsMma>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q5_K) {
-        run_mma_t<gemm_kq::Q5K>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q5K>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q8_0) {
-        run_mma_t<gemm_kq::Q80>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q80>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
     } else {
-        run_mma_t<gemm_kq::Q6K>(stages, occupancy, warps, own, w, b, rows, k, row_bytes, ncols);
+        run_mma_t<gemm_kq::Q6K>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
     }
 }
 
-constexpr int kMmaCodes[] = {0, 2, 3, 1002, 102, 103, 1102, 10102, 20102, 20002, 100002, 100003, 100102, 100103};
+constexpr int kMmaCodes[] = {0,     2,     3,      1002,   102,    103,    1102,    10102,
+                             20102, 20002, 100002, 100003, 100102, 100103, 1000002, 1000102};
 
 bool mins_mma_code(int code) { return code % 1000 >= 100; }
 
 // Whether type t runs code: the f16 min term is Q4_K's and Q5_K's; 6 or 8 warps where 2 stages fit.
 bool code_runs(W t, int code) {
     if (t != W::q4_K && t != W::q5_K && mins_mma_code(code)) return false;
-    const int warps = code_warps(code);
+    if (code_two_tiles(code)) return true;
+    const int warps = code_warps(t, code);
     if (warps == 4) return true;
     switch (t) {
         case W::q8_0:
@@ -566,7 +587,7 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
             std::printf(
                 "{\"check_mma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"stages\": %d, "
                 "\"stages_run\": %d, \"warps\": %d, \"rel_err\": %.3g, \"ok\": %s}\n",
-                type_name(t), rows, k, ncols, stages, stages_run(t, stages), code_warps(stages), err / ref_max,
+                type_name(t), rows, k, ncols, stages, stages_run(t, stages), code_warps(t, stages), err / ref_max,
                 err / ref_max <= (mins_mma_code(stages) ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
         }
         b.free_all();
@@ -599,7 +620,7 @@ void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen,
             std::printf(
                 "{\"bench_mma\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"stages\": %d, "
                 "\"stages_run\": %d, \"warps\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
-                name, type_name(t), rows, k, ncols, stages, stages_run(t, stages), code_warps(stages), us,
+                name, type_name(t), rows, k, ncols, stages, stages_run(t, stages), code_warps(t, stages), us,
                 bytes / us / 1e3);
         }
         b.free_all();
@@ -655,7 +676,8 @@ int main(int argc, char ** argv) {
         check_mma(W::q5_K, 37, 768, gen);
         check_mma(W::q8_0, 37, 768, gen);
     }
-    if (what == "mma" || what == "check_mma" || what == "q5q8") {  // the tensor-core GEMMs, every stage count: checked, then timed
+    if (what == "mma" || what == "check_mma" ||
+        what == "q5q8") {  // the tensor-core GEMMs, every stage count: checked, then timed
         check_mma(W::q4_K, 48, 1024, gen);
         check_mma(W::q4_K, 130, 5120, gen);
         check_mma(W::q6_K, 48, 1024, gen);
@@ -694,13 +716,25 @@ int main(int argc, char ** argv) {
         const bool long_rows = what == "long";
         const std::vector<int> codes = long_rows ? std::vector<int>{102, 10102, 20102, 2, 20002}
                                                  : std::vector<int>{102, 100102, 100103, 2, 100002, 100003};
-        const std::vector<Shape> shapes =
-            long_rows ? std::vector<Shape>{{"ffn_down", W::q4_K, 5120, 17408}, {"ssm_out", W::q4_K, 5120, 6144},
-                                           {"ffn_down", W::q6_K, 5120, 17408}, {"ffn_up", W::q4_K, 17408, 5120},
-                                           {"ffn_gate_up", W::q4_K, 34816, 5120}}
-                      : std::vector<Shape>{{"ffn_gate_up", W::q4_K, 34816, 5120}, {"gdn_in", W::q4_K, 16480, 5120},
-                                           {"attn_q", W::q4_K, 12288, 5120}, {"gdn_qkv", W::q6_K, 10240, 5120},
-                                           {"output", W::q6_K, 248320, 5120}};
+        const std::vector<Shape> shapes = long_rows ? std::vector<Shape>{{"ffn_down", W::q4_K, 5120, 17408},
+                                                                         {"ssm_out", W::q4_K, 5120, 6144},
+                                                                         {"ffn_down", W::q6_K, 5120, 17408},
+                                                                         {"ffn_up", W::q4_K, 17408, 5120},
+                                                                         {"ffn_gate_up", W::q4_K, 34816, 5120}}
+                                                    : std::vector<Shape>{{"ffn_gate_up", W::q4_K, 34816, 5120},
+                                                                         {"gdn_in", W::q4_K, 16480, 5120},
+                                                                         {"attn_q", W::q4_K, 12288, 5120},
+                                                                         {"gdn_qkv", W::q6_K, 10240, 5120},
+                                                                         {"output", W::q6_K, 248320, 5120}};
+        for (const Shape & m : shapes) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
+    }
+    // `tiles`: the engine's one row tile a warp (102 / 2) against two (1000102 / 1000002) on the tall
+    // matrices the engine gives two, and on a short one (ssm_out) for reference.
+    if (what == "tiles") {
+        const std::vector<int> codes = {102, 1000102, 2, 1000002};
+        const std::vector<Shape> shapes = {{"ffn_gate_up", W::q4_K, 34816, 5120}, {"ffn_up", W::q4_K, 17408, 5120},
+                                           {"attn_q", W::q4_K, 12288, 5120},      {"gdn_qkv", W::q6_K, 10240, 5120},
+                                           {"output", W::q6_K, 248320, 5120},     {"ssm_out", W::q4_K, 5120, 6144}};
         for (const Shape & m : shapes) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
     }
     if (what == "profile") {  // ffn_up, ffn_down and the output: one launch each at 16 / 32 / 64 columns

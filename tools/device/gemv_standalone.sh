@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU: ggml_ext's k-quant GEMV and its tensor-core GEMM on their own (tools/device/gemv_standalone.cu;
-# argument: all, check, bench, q6, q5q8, mma, long, rows or check_mma): the binary carried
+# argument: all, check, bench, q6, q5q8, mma, long, rows, tiles or check_mma): the binary carried
 # gzipped as .carry/gemv_standalone.gz (built here with nvcc -O3 -arch=sm_90; gzip keeps the
 # carry under 64 MiB), or built there from the carried upstream headers when it does not start. CALL_LEFT: seconds the caller has left. JSON lines in $OUT/gemv-standalone.jsonl.
 cd "$(dirname "$0")/../.." || exit 1

@@ -11,7 +11,7 @@
 # .carry/whl and .carry/gemv_standalone.gz (tools/device/gemv_standalone.sh; built there when absent).
 # PAIR=/tmp/pair/export benches a pair that gpu_train_and_test.sh trained instead of the packaged one.
 stage=${1:-a}
-if { [ "$stage" = s ] || [ "$stage" = g1 ]; } && [ ! -x /tmp/gemv_standalone ]; then  # the standalone binary, built beside setup.sh's build
+if { [ "$stage" = s ] || [ "$stage" = g1 ] || [ "$stage" = k1 ]; } && [ ! -x /tmp/gemv_standalone ]; then  # the standalone binary, built beside setup.sh's build
   mkdir -p /tmp/up && { [ -d /tmp/up/ggml ] || tar xzf .carry/upstream.tar.gz -C /tmp/up; }
   (T=/tmp/up/ggml; nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/gemv_standalone.part tools/device/gemv_standalone.cu \
     -I$T/src -I$T/include -I$T/src/ggml-cuda -Iggml_ext/include -Iggml_ext/kernels -DGGML_USE_CUDA > /tmp/nvcc-sa.log 2>&1 &&
@@ -83,6 +83,37 @@ if [ "$stage" = f3 ]; then
   wait_27b 100
   [ "$(left)" -ge 60 ] && tree_steps 50 h200-27b-tree-steps.json 1,2,4,8,16,32,64 -- --no-upstream
   [ "$(left)" -ge 50 ] && kernel_profile "$(($(left) - 5))"
+  exit 0
+fi
+
+# Session 12's calls. `gpu_bench.sh k1`, then `k2` within 30 s: k1 the CUDA suite, the GEMM's two
+# row tiles a warp on the standalone (checked against the host reference, then timed against one:
+# `tiles`), the kernels per step (two tiles, the default); k2 the kernels per step with one row
+# tile (DFLASH_MMA_ROW_TILES=1), the DDTree step cost for budgets 1..256, the 27B AR next to
+# upstream libllama, the chain next to upstream llama-server draft-dflash at synthetic acceptance
+# 10, then the trained pair's modes as time allows.
+if [ "$stage" = k1 ]; then
+  start_27b_synth
+  run_cuda_suite 170
+  [ -n "${SA_PID-}" ] && wait "$SA_PID"; tail -n 5 /tmp/nvcc-sa.log
+  for m in check_mma tiles; do
+    [ "$(left)" -lt 150 ] && break
+    CALL_LEFT=60 bash tools/device/gemv_standalone.sh $m 2>&1 | grep -v '^{' | grep -v '"ok": true' | tail -n 60
+    mv "$OUT/gemv-standalone.jsonl" "$OUT/gemv-standalone-$m.jsonl"
+  done
+  wait_27b 80
+  [ "$(left)" -ge 70 ] && kernel_profile "$(($(left) - 5))"
+  exit 0
+fi
+if [ "$stage" = k2 ]; then
+  kernel_profile 80 h200-27b-kernels-one-tile.json DFLASH_MMA_ROW_TILES=1
+  tree_steps 130 h200-27b-tree-steps.json 1,2,4,8,16,32,64,128,256 -- --no-upstream
+  ar_bench 45 /tmp/q27.gguf h200-27b-ar.json
+  chain_bench 80 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+  [ "$(left)" -ge 60 ] && timeout "$(($(left) - 5))" python3 -m dflash.bench --pair dflash/data/pair \
+    --prompts bench/prompts/pair-heldout-code48.jsonl -ngl 99 -n 512 --budgets 16,32,64,128 -o "$OUT/h200-pair.json" \
+    > "$OUT/pair-bench.log" 2>&1
+  echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 14 "$OUT/pair-bench.log"
   exit 0
 fi
 
