@@ -255,6 +255,52 @@ def test_emulated_tree_delta_rule_equals_the_cpu_op(ops: Path, build_dir: Path, 
     _close(got.reshape(n, hv, s), want, 2e-5, f"tree delta rule, S {s}")
 
 
+def _gdn_arrays(rng: np.random.Generator, n: int, s: int, hk: int, hv: int) -> dict[str, np.ndarray]:
+    f = np.float32
+    return {
+        "q": (rng.standard_normal((n, hk, s)) / np.sqrt(s)).astype(f),
+        "k": (rng.standard_normal((n, hk, s)) / np.sqrt(s)).astype(f),
+        "v": rng.standard_normal((n, hv, s)).astype(f),
+        "g": -np.abs(rng.standard_normal((n, hv, 1))).astype(f) * 0.3,
+        "beta": rng.uniform(0.1, 0.9, (n, hv, 1)).astype(f),
+        "state": rng.standard_normal((hv, s, s)).astype(f) * 0.1,
+    }
+
+
+@pytest.mark.parametrize("s", [16, 32, 64, 128])
+def test_emulated_chain_delta_rule_columns_and_tree_kernel_agree(ops: Path, build_dir: Path, s: int) -> None:
+    """The chain kernel (gdn_chain.cu) with 1, 2 and 4 state columns a warp gives the same bits,
+    the same bits as the tree kernel on a chain of the same tokens, and the CPU op's values."""
+    n, hk, hv = 20, 2, 4
+    arrays = _gdn_arrays(np.random.default_rng(s + 1), n, s, hk, hv)
+    runs = [_run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, c], arrays) for c in (1, 2, 4)]
+    assert np.array_equal(runs[0], runs[1]) and np.array_equal(runs[0], runs[2])
+    chain = [-1, *range(n - 1)]
+    tree = _tree_index(chain)
+    meta = [s, hk, hv, n, int(tree[2].max()), 1]
+    tree_out = _run_op(ops, build_dir, "tree_gated_delta_net", meta, {**arrays, "tree": tree})
+    assert np.array_equal(runs[0][: n * hv * s], tree_out)
+    a = arrays
+    want_out, want_state = _core.op_gated_delta_net(a["q"], a["k"], a["v"], a["g"], a["beta"], a["state"])
+    _close(runs[0][: n * hv * s].reshape(n, hv, s), want_out, 2e-5, f"chain delta rule, S {s}")
+    _close(runs[0][n * hv * s :].reshape(hv, s, s), want_state, 2e-5, f"chain delta rule's state, S {s}")
+
+
+@pytest.mark.parametrize("s", [32, 128])
+def test_emulated_tree_delta_rule_columns_agree(ops: Path, build_dir: Path, s: int) -> None:
+    """1, 2 and 4 state columns a warp: the same bits on a branchy tree (states saved only at
+    branch points)."""
+    rng = np.random.default_rng(s + 7)
+    n, hk, hv = 30, 1, 2
+    tree = _tree_index(_random_parents(rng, n, chain=0.4))
+    arrays = {**_gdn_arrays(rng, n, s, hk, hv), "tree": tree}
+    runs = [
+        _run_op(ops, build_dir, "tree_gated_delta_net", [s, hk, hv, n, int(tree[2].max()), c], arrays)
+        for c in (1, 2, 4)
+    ]
+    assert np.array_equal(runs[0], runs[1]) and np.array_equal(runs[0], runs[2])
+
+
 @pytest.mark.parametrize(("s", "hk", "hv"), [(32, 2, 4), (64, 1, 3), (128, 2, 6), (256, 1, 2)])
 def test_emulated_fused_gdn_inputs_equal_the_cpu_op(
     ops: Path, build_dir: Path, s: int, hk: int, hv: int

@@ -144,8 +144,8 @@ def test_cuda_mma_gemm_equals_ggml_and_numpy(
     column tile) through ggml_ext's tensor-core GEMM (activations quantized per 256, the CPU
     backend's rule, where ggml's mmq quantizes per 32: 8-bit error apart, 3e-2).
     k = 2304: nine super-blocks, so Q6_K rows alternate between 4- and 2-byte alignment. 8465 rows:
-    two row tiles a warp on GPUs of up to 132 multiprocessors (the H200; 8465 >= 2 * 32 * 132),
-    the last 32-row tile 17 rows short."""
+    Q4_K / Q5_K at 17..32 columns take two row tiles a warp on GPUs of up to 132 multiprocessors
+    (the H200; 8465 >= 2 * 32 * 132), the last 32-row tile 17 rows short."""
     k = 2304
     w, dense = _weights(wtype, rows, k, seed=14)
     x = np.random.default_rng(15).standard_normal((n, k)).astype(np.float32)

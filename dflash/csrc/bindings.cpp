@@ -2,6 +2,7 @@
 #include "draft_engine.h"
 #include "decode_session.h"
 #include "errors.h"
+#include "ggml_ext_gdn.h"
 #include "ggml_ext_matmul.h"
 #include "op_runner.h"
 #include "spec_chain.h"
@@ -250,9 +251,9 @@ PYBIND11_MODULE(_core, m) {
         [=](const F32Array & qkv, const F32Array & alpha, const F32Array & beta, const F32Array & conv_state,
             const F32Array & w, const F32Array & dt_bias, const F32Array & a, int64_t S, int64_t Hk, float eps,
             const std::vector<int32_t> & parents, bool gpu, int n_threads) {
-            auto r = run_gdn_verify_inputs(op_input(qkv), op_input(alpha), op_input(beta), op_input(conv_state),
-                                           op_input(w), op_input(dt_bias), op_input(a), S, Hk, eps, parents, gpu,
-                                           n_threads);
+            auto r =
+                run_gdn_verify_inputs(op_input(qkv), op_input(alpha), op_input(beta), op_input(conv_state), op_input(w),
+                                      op_input(dt_bias), op_input(a), S, Hk, eps, parents, gpu, n_threads);
             const py::ssize_t n = qkv.shape(0), C = qkv.shape(1), Hv = alpha.shape(1);
             auto part = [&](size_t off, std::vector<py::ssize_t> shape) {
                 size_t count = 1;
@@ -269,6 +270,21 @@ PYBIND11_MODULE(_core, m) {
         "qkv [n, C], alpha, beta [n, Hv], dt_bias, a [Hv], conv_state [C, K-1], w [C, K] -> (q|k|v [n, C], gates "
         "[n, Hv], betas [n, Hv], the conv state after the last token [C, K-1]); with parents (one a node): a "
         "tree's nodes (gdn_tree_inputs), without the conv state after");
+    m.def(
+        "op_gated_delta_net",
+        [=](const F32Array & q, const F32Array & k, const F32Array & v, const F32Array & g, const F32Array & beta,
+            const F32Array & state, bool gpu, int n_threads) {
+            auto r = run_gated_delta_net(op_input(q), op_input(k), op_input(v), op_input(g), op_input(beta),
+                                         op_input(state), gpu, n_threads);
+            const py::ssize_t n = v.shape(0), Hv = v.shape(1), S = v.shape(2);
+            const auto mid = r.begin() + n * Hv * S;
+            return py::make_tuple(shaped(std::vector<float>(r.begin(), mid), {n, Hv, S}),
+                                  shaped(std::vector<float>(mid, r.end()), {Hv, S, S}));
+        },
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("state"),
+        py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "ggml_gated_delta_net over a chain: q, k [n, Hk, S], v [n, Hv, S], g, beta [n, Hv, 1], state [Hv, S, S] "
+        "(row j = column j of S) -> (outputs [n, Hv, S], the final state [Hv, S, S])");
     m.def(
         "op_tree_gated_delta_net",
         [=](const F32Array & q, const F32Array & k, const F32Array & v, const F32Array & g, const F32Array & beta,
@@ -368,6 +384,14 @@ PYBIND11_MODULE(_core, m) {
           "ggml_ext's GEMV and tensor-core GEMM for Q8_0 weights too (off by default: slower than ggml's "
           "mul_mat_vec_q on the H200; DFLASH_Q80=1 starts it on); no effect without CUDA");
     m.def("q80_enabled", &ggml_ext::q80_enabled);
+    m.def("set_gdn_columns", &ggml_ext::set_gdn_columns, py::arg("columns"),
+          "CUDA delta rule kernels (chain and tree): state columns a warp, 1, 2 or 4 (the default; "
+          "DFLASH_GDN_COLUMNS); no effect without CUDA");
+    m.def("gdn_columns", &ggml_ext::gdn_columns);
+    m.def("set_gdn_chain_enabled", &ggml_ext::set_gdn_chain_enabled, py::arg("on"),
+          "ggml_gated_delta_net on CUDA through ggml_ext's chain kernel (on by default; DFLASH_GDN_CHAIN=0) or "
+          "ggml's; no effect without CUDA");
+    m.def("gdn_chain_enabled", &ggml_ext::gdn_chain_enabled);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
           "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K x 2..64 columns on CUDA instead of ggml's mmq "
           "(on by default; DFLASH_MMA=0 starts it off)");

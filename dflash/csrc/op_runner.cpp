@@ -90,6 +90,24 @@ std::vector<float> run_tree_ssm_conv(const OpInput & x, const OpInput & conv_sta
                });
 }
 
+std::vector<float> run_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
+                                       const OpInput & beta, const OpInput & state, bool gpu, int n_threads) {
+    const bool shapes = q.ne.size() == 3 && k.ne == q.ne && v.ne.size() == 3 && g.ne.size() == 3 && beta.ne == g.ne &&
+                        state.ne.size() == 3 && v.ne[0] == q.ne[0] && v.ne[2] == q.ne[2] && q.ne[1] > 0 &&
+                        v.ne[1] % q.ne[1] == 0 && g.ne[0] == 1 && g.ne[1] == v.ne[1] && g.ne[2] == v.ne[2] &&
+                        state.ne[0] == v.ne[0] && state.ne[1] == v.ne[0] && state.ne[2] == v.ne[1];
+    if (!shapes) {
+        throw InvalidParameter(
+            "gated_delta_net: shapes q, k [S, Hk, n], v [S, Hv, n], g, beta [1, Hv, n], state [S, S, Hv]");
+    }
+    return run({&q, &k, &v, &g, &beta, &state}, {-1}, gpu, n_threads,
+               [](ggml_context * c, const auto & t, ggml_tensor *) {
+                   auto r4 = [&](ggml_tensor * x) { return ggml_reshape_4d(c, x, x->ne[0], x->ne[1], x->ne[2], 1); };
+                   return ggml_gated_delta_net(c, r4(t[0]), r4(t[1]), r4(t[2]), r4(t[3]), r4(t[4]),
+                                               ggml_reshape_4d(c, t[5], t[5]->ne[0], t[5]->ne[1], t[5]->ne[2], 1), 1);
+               });
+}
+
 std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
                                             const OpInput & beta, const OpInput & state,
                                             const std::vector<int32_t> & parents, bool gpu, int n_threads) {
@@ -138,8 +156,10 @@ static std::vector<float> run_gdn_inputs(bool tokens, const OpInput & qkv, const
                                          const OpInput & a, int64_t S, int64_t Hk, float eps,
                                          const std::vector<int32_t> & parents, bool gpu, int n_threads) {
     const bool tree = tokens && !parents.empty();
-    check_gdn_inputs(tree ? "gdn_tree_inputs" : tokens ? "gdn_verify_inputs" : "gdn_decode_inputs", tokens, qkv, alpha,
-                     beta, conv_state, w, dt_bias, a, S, Hk);
+    check_gdn_inputs(tree     ? "gdn_tree_inputs"
+                     : tokens ? "gdn_verify_inputs"
+                              : "gdn_decode_inputs",
+                     tokens, qkv, alpha, beta, conv_state, w, dt_bias, a, S, Hk);
     if (tree && (int64_t)parents.size() != qkv.ne[1]) throw InvalidParameter("gdn_tree_inputs: one parent a node");
     return run({&qkv, &alpha, &beta, &conv_state, &w, &dt_bias, &a}, tree ? parents : std::vector<int32_t>{-1}, gpu,
                n_threads, [=](ggml_context * c, const auto & t, ggml_tensor * tr) {

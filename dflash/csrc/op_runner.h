@@ -27,6 +27,10 @@ std::vector<float> run_gdn_verify_inputs(const OpInput & qkv, const OpInput & al
                                          const OpInput & conv_state, const OpInput & w, const OpInput & dt_bias,
                                          const OpInput & a, int64_t S, int64_t Hk, float eps,
                                          const std::vector<int32_t> & parents, bool gpu, int n_threads);
+// ggml_gated_delta_net over a chain of n tokens (one state out): q, k [S, Hk, n], v [S, Hv, n],
+// g, beta [1, Hv, n], state [S, S, Hv] -> the n outputs [S Hv n], then the final state [S S Hv].
+std::vector<float> run_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
+                                       const OpInput & beta, const OpInput & state, bool gpu, int n_threads);
 std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
                                             const OpInput & beta, const OpInput & state,
                                             const std::vector<int32_t> & parents, bool gpu, int n_threads);

@@ -1,12 +1,13 @@
 // ggml_ext's CUDA ops on the CPU emulator, through their real ggml entry points (the .cu files are
 // compiled in here): tests/test_cuda_emu.py writes an op's inputs into a folder, runs
-//   ops_emu <op> <dir>     op: tree_ssm_conv | tree_gated_delta_net | gdn_decode_inputs | top_k_rows |
-//                              attn_paths
+//   ops_emu <op> <dir>     op: tree_ssm_conv | tree_gated_delta_net | gated_delta_net | gdn_decode_inputs |
+//                              top_k_rows | attn_paths
 // and compares dir/out.bin with the CPU op of the same inputs. Files: meta.txt (the op's sizes,
 // whitespace-separated integers), then one raw little-endian array per input (f32, tree index i32).
 #include "cuda_emu.h"
 #include "ggml.h"
 
+#include <cmath>
 #include <cstdarg>
 #include <fstream>
 #include <iterator>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "../kernels/attn_paths.cu"
+#include "../kernels/gdn_chain.cu"
 #include "../kernels/gdn_decode.cu"
 #include "../kernels/top_k_rows.cu"
 #include "../kernels/tree_ops.cu"
@@ -96,8 +98,23 @@ int main(int argc, char ** argv) {
         dst.op = GGML_OP_TREE_SSM_CONV;
         dst.src[0] = &tx, dst.src[1] = &tc, dst.src[2] = &tw, dst.src[3] = &tt;
         ggml_ext_cuda_tree_ssm_conv(ctx, &dst);
-    } else if (op == "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth
+    } else if (op == "gated_delta_net") {  // meta: S Hk Hv n columns (a chain; outputs, then the final state)
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
+        ggml_ext::set_gdn_columns((int)m[4]);
+        auto q = in("q"), k = in("k"), v = in("v"), g = in("g"), b = in("beta"), st = in("state");
+        out.assign((size_t)(S * Hv * n + S * S * Hv) * 4, 0);
+        float * o = reinterpret_cast<float *>(out.data());
+        auto f = [](std::vector<char> & x) { return reinterpret_cast<const float *>(x.data()); };
+        const GdnChainArgs args{f(q),   f(k),       f(v), f(g), f(b),   f(st),  o,          o + S * Hv * n,
+                                S,      Hv,         n,    1,    S,      S * Hk, S * Hk * n, S,
+                                S * Hv, S * Hv * n, 1,    Hv,   Hv * n, Hk,     1,          1.0f / std::sqrt((float)S)};
+        if (!ggml_ext_cuda_gated_delta_net(args, nullptr)) {
+            std::fprintf(stderr, "ops_emu: gated_delta_net does not take S = %lld\n", (long long)S);
+            return 2;
+        }
+    } else if (op == "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth [columns]
+        const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
+        ggml_ext::set_gdn_columns(m.size() > 5 ? (int)m[5] : 4);
         auto q = in("q"), k = in("k"), v = in("v"), g = in("g"), b = in("beta"), st = in("state"), tree = in("tree");
         ggml_tensor tq = tensor(GGML_TYPE_F32, q, {S, Hk, n}), tk = tensor(GGML_TYPE_F32, k, {S, Hk, n}),
                     tv = tensor(GGML_TYPE_F32, v, {S, Hv, n}), tg = tensor(GGML_TYPE_F32, g, {1, Hv, n}),
@@ -128,7 +145,7 @@ int main(int argc, char ** argv) {
         for (int i = 0; i < 7; ++i) dst.src[i] = srcs[i];
         ggml_ext_cuda_gdn_decode_inputs(ctx, &dst);
         out.insert(out.end(), cs.begin(), cs.end());  // the advanced conv state after the outputs
-    } else if (op == "top_k_rows") {  // meta: ncols nrows k
+    } else if (op == "top_k_rows") {                  // meta: ncols nrows k
         const int64_t ncols = m[0], nrows = m[1], k = m[2];
         auto x = in("x");
         ggml_tensor tx = tensor(GGML_TYPE_F32, x, {ncols, nrows});

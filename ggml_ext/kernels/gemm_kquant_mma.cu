@@ -37,22 +37,11 @@ bool long_rows_8_warps() {
     return v;
 }
 
-// 16-row tiles per warp (gemm_kq's R): 2 where the matrix is tall enough, or DFLASH_MMA_ROW_TILES=1
-// (benches).
+// 16-row tiles per warp (gemm_kq's R): 2 where it pays (below), or DFLASH_MMA_ROW_TILES=1 (benches).
 int mma_row_tiles() {
     static const int v = [] {
         const char * e = std::getenv("DFLASH_MMA_ROW_TILES");
         return e && std::atoi(e) == 1 ? 1 : 2;
-    }();
-    return v;
-}
-
-// Q6_K's two row tiles up to this many columns (24; DFLASH_MMA_Q6K_TILE_COLUMNS for benches): more
-// column tiles of two rows' Q6_K operands spill registers (144 bytes at 32 columns, 436 at 64).
-int q6k_two_tile_columns() {
-    static const int v = [] {
-        const char * e = std::getenv("DFLASH_MMA_Q6K_TILE_COLUMNS");
-        return e ? std::atoi(e) : 24;
     }();
     return v;
 }
@@ -106,14 +95,16 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     float * out = (float *)dst->data;
     // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
     // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
-    // shared memory); else 2 row tiles a warp where the matrix has rows for 2 blocks of them per
-    // multiprocessor (each activation load feeds 2 mmas: the activations are read from L2 once per
-    // block, 8 times the weight bytes at 64 columns with one tile), 4 warps (2 for Q6_K and Q8_0,
-    // whose 2 stages of 32 rows would not fit 4 warps' shared memory).
+    // shared memory); two row tiles a warp (each activation load feeds two mmas) for Q4_K / Q5_K
+    // at 17..32 columns where the matrix has rows for 2 blocks of them per multiprocessor: on the
+    // H200 the 27B's [gate; up] 52.1 / 57.8 us at 24 / 32 columns against 58.1 / 63.5, attn_q
+    // 20.3 / 22.5 against 25.1 / 26.6, but slower at 8, 16, 48 and 64 columns (registers) and for
+    // Q6_K (2 warps a block to fit the shared memory) at every count
+    // (bench/results/h200-s12-mma-standalone-tiles-8222f0f.json).
     const bool long_rows = k / 256 >= gemm_kq::kLongRowBlocks && n <= 16 && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
-    const bool two_tiles = !long_rows && mma_row_tiles() == 2 &&
-                           rows >= 2 * 32 * ggml_cuda_info().devices[ctx.device].nsm &&
-                           (t != GGML_TYPE_Q6_K || n <= q6k_two_tile_columns());
+    const bool two_tiles = !long_rows && mma_row_tiles() == 2 && n > 16 && n <= 32 &&
+                           (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) &&
+                           rows >= 2 * 32 * ggml_cuda_info().devices[ctx.device].nsm;
     auto run = [&](auto f) {
         using F = decltype(f);
         gemm_kq::quantize_act<F>(x, qs.get(), d.get(), sums.get(), (int)k, (int)n, sx, stream);

@@ -5,14 +5,18 @@
 // whose parent was the node just visited continues from the registers; otherwise it reloads its
 // parent's state from a per-depth stack (thread-local memory, one slot per depth). O(n) state
 // updates, no per-node state written to global memory.
+#include "ggml_ext_gdn.h"
 #include "ggml_ext_tree.h"
 #include "ggml_ext_tree_cuda.cuh"
 #include "launch.cuh"
 #include "tree_conv_taps.h"
 
+#include <type_traits>
+
 namespace {
 
-constexpr int kWarps = 4;  // columns per block
+constexpr int kWarps = 4;  // warps per block
+constexpr int kCountedNodes = 1024;
 
 __global__ void tree_ssm_conv_kernel(const float * __restrict__ x, const float * __restrict__ cs,
                                      const float * __restrict__ w, const int32_t * __restrict__ parent,
@@ -31,7 +35,12 @@ __global__ void tree_ssm_conv_kernel(const float * __restrict__ x, const float *
     out[i * C + c] = sum;
 }
 
-template <int S>
+// C columns a warp (the chain kernel's reason, gdn_chain.cu: k and q are loaded once for C
+// columns); a column's arithmetic is the chain kernel's, so a node's outputs are bit-equal to a
+// decode step's on the same state. A node's state is saved to the per-depth stack only when a
+// later node other than the next one continues from it (two children or more: counted once per
+// block in shared memory), so chains write no stack.
+template <int S, int C>
 __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps)
     tree_gdn_kernel(const float * __restrict__ q, const float * __restrict__ k, const float * __restrict__ v,
                     const float * __restrict__ g, const float * __restrict__ beta, const float * __restrict__ s0,
@@ -42,50 +51,96 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps)
     const int64_t h = blockIdx.x;
     const int64_t hk = h % Hk;
     const int lane = threadIdx.x;
-    const int col = blockIdx.z * blockDim.y + threadIdx.y;
-    if (col >= S) return;
+    const int col0 = (blockIdx.z * blockDim.y + threadIdx.y) * C;  // this warp's columns col0 .. col0 + C - 1
     const int32_t * parent = tree;
     const int32_t * order = tree + n;
     const int32_t * depth = tree + 2 * n;
 
+    // branch[i]: a node after node i's first child continues from i (pos: preorder positions);
+    // trees of more than kCountedNodes nodes save every state
+    __shared__ int16_t pos[kCountedNodes];
+    __shared__ uint8_t branch[kCountedNodes];
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
+    const bool counted = n <= kCountedNodes;
+    if (counted) {
+        for (int i = tid; i < n; i += nthreads) {
+            pos[order[i]] = (int16_t)i;
+            branch[i] = 0;
+        }
+        __syncthreads();
+        for (int i = tid; i < n; i += nthreads) {
+            const int p = parent[i];
+            if (p >= 0 && pos[i] != pos[p] + 1) branch[p] = 1;  // the same value from every writer
+        }
+        __syncthreads();
+    }
+    if (col0 >= S) return;
+
     // state is stored transposed (row `col` = column col of S), as in ggml
-    const float * init = s0 + h * S * S + col * S;
-    float st[rows];
-    float stack[ggml_ext::kTreeMaxDepth + 1][rows];
+    const float * init = s0 + h * S * S;
+    float st[C][rows];
+    float stack[ggml_ext::kTreeMaxDepth + 1][C][rows];
     int prev = -1;
 
     for (int64_t t = 0; t < n; ++t) {
         const int node = order[t], p = parent[node], d = depth[node];
         if (p < 0) {
 #pragma unroll
-            for (int r = 0; r < rows; ++r) st[r] = init[r * warp + lane];
+            for (int c = 0; c < C; ++c) {
+#pragma unroll
+                for (int r = 0; r < rows; ++r) st[c][r] = init[(col0 + c) * S + r * warp + lane];
+            }
         } else if (p != prev) {
 #pragma unroll
-            for (int r = 0; r < rows; ++r) st[r] = stack[d - 1][r];
+            for (int c = 0; c < C; ++c) {
+#pragma unroll
+                for (int r = 0; r < rows; ++r) st[c][r] = stack[d - 1][c][r];
+            }
         }
         const float * qn = q + node * sq2 + hk * sq1;
         const float * kn = k + node * sk2 + hk * sk1;
         const float gv = expf(g[node * H + h]);
         const float bv = beta[node * H + h];
         float kr[rows], qr[rows];
-        float kv = 0.0f;
 #pragma unroll
         for (int r = 0; r < rows; ++r) {
             kr[r] = kn[r * warp + lane];
             qr[r] = qn[r * warp + lane];
-            kv += st[r] * kr[r];
         }
-        kv = warp_reduce_sum<warp>(kv);
-        const float delta = (v[node * sv2 + h * sv1 + col] - gv * kv) * bv;
-        float o = 0.0f;
+        float kv[C];
 #pragma unroll
-        for (int r = 0; r < rows; ++r) {
-            st[r] = gv * st[r] + kr[r] * delta;
-            o += st[r] * qr[r];
-            stack[d][r] = st[r];
+        for (int c = 0; c < C; ++c) {
+            kv[c] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < rows; ++r) kv[c] += st[c][r] * kr[r];
         }
-        o = warp_reduce_sum<warp>(o);
-        if (lane == 0) dst[node * S * H + h * S + col] = o * scale;
+#pragma unroll
+        for (int c = 0; c < C; ++c) kv[c] = warp_reduce_sum<warp>(kv[c]);
+        const bool save = !counted || branch[node];
+        float o[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const float delta = (v[node * sv2 + h * sv1 + col0 + c] - gv * kv[c]) * bv;
+            o[c] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < rows; ++r) {
+                st[c][r] = gv * st[c][r] + kr[r] * delta;
+                o[c] += st[c][r] * qr[r];
+            }
+        }
+        if (save) {
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+#pragma unroll
+                for (int r = 0; r < rows; ++r) stack[d][c][r] = st[c][r];
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < C; ++c) o[c] = warp_reduce_sum<warp>(o[c]);
+        if (lane == 0) {
+#pragma unroll
+            for (int c = 0; c < C; ++c) dst[node * S * H + h * S + col0 + c] = o[c] * scale;
+        }
         prev = node;
     }
 }
@@ -113,8 +168,9 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
     const int64_t fs = sizeof(float);
     const float scale = 1.0f / sqrtf((float)S);
     const int warp = S < 32 ? (int)S : 32;
+    const int cols = ggml_ext::gdn_columns();  // gdn_chain.cu
     const dim3 block(warp, kWarps, 1);
-    const dim3 grid((unsigned)H, 1, (unsigned)((S + kWarps - 1) / kWarps));
+    const dim3 grid((unsigned)H, 1, (unsigned)((S + kWarps * cols - 1) / (kWarps * cols)));
     auto launch = [&](auto kernel) {
         DFLASH_LAUNCH(grid, block, 0, ctx.stream(), kernel)(
             (const float *)q->data, (const float *)k->data, (const float *)v->data, (const float *)dst->src[3]->data,
@@ -122,18 +178,28 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
             (float *)dst->data, H, Hk, n, q->nb[1] / fs, q->nb[2] / fs, k->nb[1] / fs, k->nb[2] / fs, v->nb[1] / fs,
             v->nb[2] / fs, scale);
     };
+    auto launch_s = [&](auto s_tag) {
+        constexpr int kS = decltype(s_tag)::value;
+        if (cols == 1) {
+            launch(tree_gdn_kernel<kS, 1>);
+        } else if (cols == 2) {
+            launch(tree_gdn_kernel<kS, 2>);
+        } else {
+            launch(tree_gdn_kernel<kS, 4>);
+        }
+    };
     switch (S) {
         case 16:
-            launch(tree_gdn_kernel<16>);
+            launch_s(std::integral_constant<int, 16>{});
             break;
         case 32:
-            launch(tree_gdn_kernel<32>);
+            launch_s(std::integral_constant<int, 32>{});
             break;
         case 64:
-            launch(tree_gdn_kernel<64>);
+            launch_s(std::integral_constant<int, 64>{});
             break;
         case 128:
-            launch(tree_gdn_kernel<128>);
+            launch_s(std::integral_constant<int, 128>{});
             break;
         default:
             GGML_ABORT("tree_gated_delta_net: unsupported state size");  // excluded by supports_op

@@ -1,4 +1,5 @@
-// Graph constructors of the fused Gated DeltaNet inputs (ggml_ext_gdn.h): one token, n tokens.
+// Graph constructors of the fused Gated DeltaNet inputs (ggml_ext_gdn.h): one token, n tokens; the
+// CUDA delta rule switches' CPU stubs.
 #include "ggml_ext_gdn.h"
 #include "op_node.h"
 
@@ -78,5 +79,12 @@ ggml_tensor * gdn_tree_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor
     make_op(r, {qkv, alpha, beta_raw, conv_state, w, dt_bias, a, tree}, S, Hk, eps, 2);
     return r;
 }
+
+#ifndef DFLASH_HAS_CUDA  // the CUDA kernels' switches (kernels/gdn_chain.cu): nothing to switch on the CPU
+void set_gdn_columns(int) {}
+int gdn_columns() { return 1; }
+void set_gdn_chain_enabled(bool) {}
+bool gdn_chain_enabled() { return false; }
+#endif
 
 }  // namespace ggml_ext

@@ -86,12 +86,14 @@ if [ "$stage" = f3 ]; then
   exit 0
 fi
 
-# Session 12's calls. `gpu_bench.sh k1`, then `k2` within 30 s: k1 the CUDA suite, the GEMM's two
-# row tiles a warp on the standalone (checked against the host reference, then timed against one:
-# `tiles`), the kernels per step (two tiles, the default); k2 the kernels per step with one row
-# tile (DFLASH_MMA_ROW_TILES=1), the DDTree step cost for budgets 1..256, the 27B AR next to
-# upstream libllama, the chain next to upstream llama-server draft-dflash at synthetic acceptance
-# 10, then the trained pair's modes as time allows.
+# Session 12's calls. `gpu_bench.sh k1` (one call): the CUDA suite, the GEMM's two row tiles a
+# warp on the standalone (checked against the host reference, then timed against one: `tiles`),
+# the kernels per step. Then `l1`, and `l2` within 30 s: l1 the CUDA suite (the chain delta rule
+# kernel against ggml's among it), the kernels per step with 4 state columns a warp in the delta
+# rule kernels (the default) and with 1 (DFLASH_GDN_COLUMNS=1, ggml's decomposition); l2 the
+# DDTree step cost for budgets 1..256, the 27B AR next to upstream libllama, the chain next to
+# upstream llama-server draft-dflash at synthetic acceptance 10, then the trained pair's modes as
+# time allows.
 if [ "$stage" = k1 ]; then
   start_27b_synth
   run_cuda_suite 170
@@ -105,8 +107,15 @@ if [ "$stage" = k1 ]; then
   [ "$(left)" -ge 70 ] && kernel_profile "$(($(left) - 5))"
   exit 0
 fi
-if [ "$stage" = k2 ]; then
-  kernel_profile 80 h200-27b-kernels-one-tile.json DFLASH_MMA_ROW_TILES=1
+if [ "$stage" = l1 ]; then
+  start_27b_synth
+  run_cuda_suite 170
+  wait_27b 120
+  kernel_profile 80
+  [ "$(left)" -ge 50 ] && kernel_profile "$(($(left) - 5))" h200-27b-kernels-gdn-columns-1.json DFLASH_GDN_COLUMNS=1
+  exit 0
+fi
+if [ "$stage" = l2 ]; then
   tree_steps 130 h200-27b-tree-steps.json 1,2,4,8,16,32,64,128,256 -- --no-upstream
   ar_bench 45 /tmp/q27.gguf h200-27b-ar.json
   chain_bench 80 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10

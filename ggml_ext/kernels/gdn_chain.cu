@@ -1,0 +1,162 @@
+// The delta rule over a chain of tokens with several state columns a warp.
+//
+// ggml's gated_delta_net kernel gives each warp one column of a head's S x S state, so every warp
+// loads the token's whole k and q (2 S floats) for one column: at S = 128 the 27B's 48 heads x
+// 128 warps read ~1 KB each per token, ~6 MB a token and layer from L2, and the kernel's time
+// grows with the tokens at about that traffic (17.6 / 33 / 64 us a layer for 16 / 32 / 64 tokens
+// on the H200, session 11). Here a warp owns C columns and loads k and q once for all of them:
+// C times less of that traffic, the same arithmetic per column (the order of every sum, the
+// butterfly of the warp reductions and the fused update are ggml's), so the outputs and states
+// are bit-equal to ggml's kernel (tests/test_gdn_chain.py; the batch-invariant mode relies on it
+// against the tree kernel). ggml_ext::set_gdn_columns (or DFLASH_GDN_COLUMNS: 1, 2, 4; default 4)
+// sets C, for benches and tests.
+#include "ggml-cuda/common.cuh"
+#include "ggml_ext_gdn.h"
+#include "ggml_ext_gdn_chain_cuda.cuh"
+#include "launch.cuh"
+
+#include <cstdlib>
+
+namespace {
+
+constexpr int kChainWarps = 4;  // warps per block
+
+template <int S, int C>
+__global__ void __launch_bounds__((S < 32 ? S : 32) * kChainWarps)
+    gdn_chain_kernel(const float * __restrict__ q, const float * __restrict__ k, const float * __restrict__ v,
+                     const float * __restrict__ g, const float * __restrict__ beta, const float * __restrict__ s0,
+                     float * __restrict__ dst, float * __restrict__ state, const int64_t H, const int64_t n_tokens,
+                     const int64_t sq1, const int64_t sq2, const int64_t sq3, const int64_t sv1, const int64_t sv2,
+                     const int64_t sv3, const int64_t sb1, const int64_t sb2, const int64_t sb3, const int64_t neqk1,
+                     const int64_t rq3, const float scale) {
+    constexpr int warp = S < 32 ? S : 32;
+    constexpr int rows = S / warp;  // rows of a column held by each lane
+    const int64_t h = blockIdx.x, seq = blockIdx.y;
+    const int64_t iq1 = h % neqk1, iq3 = seq / rq3;
+    const int lane = threadIdx.x;
+    const int col0 = (blockIdx.z * kChainWarps + threadIdx.y) * C;  // this warp's columns col0 .. col0 + C - 1
+    if (col0 >= S) return;
+
+    // states are stored transposed (row `col` = column col of S), as in ggml
+    const float * init = s0 + (seq * H + h) * S * S;
+    float st[C][rows];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int r = 0; r < rows; ++r) st[c][r] = init[(col0 + c) * S + r * warp + lane];
+    }
+    float * out = dst + (seq * n_tokens * H + h) * S;
+
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float * q_t = q + iq3 * sq3 + t * sq2 + iq1 * sq1;
+        const float * k_t = k + iq3 * sq3 + t * sq2 + iq1 * sq1;
+        const float * v_t = v + seq * sv3 + t * sv2 + h * sv1;
+        const int64_t gb = seq * sb3 + t * sb2 + h * sb1;
+        const float beta_val = beta[gb];
+        float kr[rows], qr[rows];
+#pragma unroll
+        for (int r = 0; r < rows; ++r) {
+            kr[r] = k_t[r * warp + lane];
+            qr[r] = q_t[r * warp + lane];
+        }
+        const float g_val = expf(g[gb]);
+        float kv[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            kv[c] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < rows; ++r) kv[c] += st[c][r] * kr[r];
+        }
+#pragma unroll
+        for (int c = 0; c < C; ++c) kv[c] = warp_reduce_sum<warp>(kv[c]);
+        float o[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const float delta = (v_t[col0 + c] - g_val * kv[c]) * beta_val;
+            o[c] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < rows; ++r) {
+                st[c][r] = g_val * st[c][r] + kr[r] * delta;
+                o[c] += st[c][r] * qr[r];
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < C; ++c) o[c] = warp_reduce_sum<warp>(o[c]);
+        if (lane == 0) {
+#pragma unroll
+            for (int c = 0; c < C; ++c) out[col0 + c] = o[c] * scale;
+        }
+        out += S * H;
+    }
+    float * st_out = state + (seq * H + h) * S * S;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int r = 0; r < rows; ++r) st_out[(col0 + c) * S + r * warp + lane] = st[c][r];
+    }
+}
+
+int env_columns() {
+    const char * e = std::getenv("DFLASH_GDN_COLUMNS");
+    const int c = e ? std::atoi(e) : 4;
+    return c == 1 || c == 2 ? c : 4;
+}
+
+int columns_flag = env_columns();
+bool chain_flag = [] {
+    const char * e = std::getenv("DFLASH_GDN_CHAIN");
+    return !(e && e[0] == '0');
+}();
+
+template <int S, int C>
+void launch(const GdnChainArgs & a, cudaStream_t stream) {
+    constexpr int warp = S < 32 ? S : 32;
+    const dim3 block(warp, kChainWarps, 1);
+    const dim3 grid((unsigned)a.H, (unsigned)a.n_seqs, (unsigned)((S + kChainWarps * C - 1) / (kChainWarps * C)));
+    DFLASH_LAUNCH(grid, block, 0, stream, gdn_chain_kernel<S, C>)(a.q, a.k, a.v, a.g, a.beta, a.s0, a.dst, a.state, a.H,
+                                                                  a.n_tokens, a.sq1, a.sq2, a.sq3, a.sv1, a.sv2, a.sv3,
+                                                                  a.sb1, a.sb2, a.sb3, a.neqk1, a.rq3, a.scale);
+}
+
+template <int S>
+void launch_columns(const GdnChainArgs & a, cudaStream_t stream) {
+    switch (columns_flag) {
+        case 1:
+            launch<S, 1>(a, stream);
+            break;
+        case 2:
+            launch<S, 2>(a, stream);
+            break;
+        default:
+            launch<S, 4>(a, stream);
+    }
+}
+
+}  // namespace
+
+namespace ggml_ext {
+void set_gdn_columns(int columns) { columns_flag = columns == 1 || columns == 2 ? columns : 4; }
+int gdn_columns() { return columns_flag; }
+void set_gdn_chain_enabled(bool on) { chain_flag = on; }
+bool gdn_chain_enabled() { return chain_flag; }
+}  // namespace ggml_ext
+
+bool ggml_ext_cuda_gated_delta_net(const GdnChainArgs & a, cudaStream_t stream) {
+    if (!chain_flag) return false;
+    switch (a.S) {
+        case 16:
+            launch_columns<16>(a, stream);
+            return true;
+        case 32:
+            launch_columns<32>(a, stream);
+            return true;
+        case 64:
+            launch_columns<64>(a, stream);
+            return true;
+        case 128:
+            launch_columns<128>(a, stream);
+            return true;
+        default:
+            return false;
+    }
+}

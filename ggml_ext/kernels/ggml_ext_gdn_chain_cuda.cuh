@@ -1,0 +1,20 @@
+// ggml_ext's delta rule for a chain of tokens (ggml_gated_delta_net with a scalar gate and one
+// state out), taking ggml-cuda's calls through patches/0007-gdn-chain-hook.patch. See gdn_chain.cu.
+#pragma once
+
+#include "ggml-cuda/common.cuh"
+
+#include <cstdint>
+
+struct GdnChainArgs {
+    const float *q, *k, *v, *g, *beta, *s0;
+    float * dst;    // n_seqs x n_tokens x H x S outputs
+    float * state;  // the final states, (seq, head) slabs of S x S
+    int64_t S, H, n_tokens, n_seqs;
+    int64_t sq1, sq2, sq3, sv1, sv2, sv3, sb1, sb2, sb3;  // strides in floats
+    int64_t neqk1, rq3;  // q/k heads (v head h reads q/k head h % neqk1); v seqs per q/k seq
+    float scale;
+};
+
+// True when ggml_ext ran the op (S of 16, 32, 64 or 128); false leaves it to ggml's kernel.
+bool ggml_ext_cuda_gated_delta_net(const GdnChainArgs & args, cudaStream_t stream);

@@ -1,0 +1,85 @@
+"""The delta rule over a chain of tokens (ggml_gated_delta_net with a scalar gate, one state out):
+the op against the numpy reference of the equations (REFERENCE.md section 4) on the CPU; on the
+GPU, ggml_ext's chain kernel (several state columns a warp, kernels/gdn_chain.cu) bit-equal to
+ggml's own kernel for 1, 2 and 4 columns a warp (outputs and final state), and the tree kernel's
+columns bit-equal to each other. The emulator runs the same kernels in CI (test_cuda_emu.py).
+
+Tolerance against numpy: 2e-5 of the output scale (float32 against float64 sums)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from test_tree_ops import gdn_inputs, ref_gdn
+
+from dflash import _core
+
+GPU = _core.gpu_backend_available()
+needs_gpu = pytest.mark.skipif(
+    not GPU and os.environ.get("DFLASH_REQUIRE_CUDA") != "1",
+    reason="no GPU backend in this build (run on the GPU machine)",
+)
+
+
+def ref_state(k, v, g, beta, state):  # noqa: ANN001, ANN201
+    """The final state [Hv, S, S] (row j = column j of S) after the whole chain."""
+    n, hv, s = v.shape
+    hk = k.shape[1]
+    out = np.zeros((hv, s, s))
+    for h in range(hv):
+        m = state[h].T.astype(np.float64)
+        for t in range(n):
+            kk = k[t, h % hk].astype(np.float64)
+            m = m * np.exp(g[t, h, 0])
+            m = m + np.outer(kk, (v[t, h] - m.T @ kk) * beta[t, h, 0])
+        out[h] = m.T
+    return out
+
+
+@pytest.mark.parametrize(("s", "n"), [(16, 1), (32, 9), (64, 24), (128, 5)])
+def test_chain_op_matches_the_equations(s: int, n: int) -> None:
+    args = gdn_inputs(np.random.default_rng(s + n), n, s=s, hk=2, hv=4)
+    out, state = _core.op_gated_delta_net(*args)
+    want = ref_gdn(*args, [-1, *range(n - 1)])
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(out, want, rtol=0, atol=2e-5 * scale)
+    q, k, v, g, beta, s0 = args
+    np.testing.assert_allclose(state, ref_state(k, v, g, beta, s0), rtol=0, atol=2e-5 * scale)
+
+
+@pytest.fixture
+def gdn_switches_restored():  # noqa: ANN201
+    cols, chain = _core.gdn_columns(), _core.gdn_chain_enabled()
+    yield
+    _core.set_gdn_columns(cols)
+    _core.set_gdn_chain_enabled(chain)
+
+
+@needs_gpu
+@pytest.mark.parametrize("s", [16, 32, 64, 128])
+@pytest.mark.parametrize("n", [1, 7, 64])
+def test_cuda_chain_kernel_is_bit_equal_to_ggml(s: int, n: int, gdn_switches_restored: None) -> None:
+    args = gdn_inputs(np.random.default_rng(100 * s + n), n, s=s, hk=2, hv=6)
+    _core.set_gdn_chain_enabled(False)
+    ref_out, ref_state = _core.op_gated_delta_net(*args, gpu=True)
+    _core.set_gdn_chain_enabled(True)
+    for cols in (1, 2, 4):
+        _core.set_gdn_columns(cols)
+        out, state = _core.op_gated_delta_net(*args, gpu=True)
+        assert np.array_equal(out, ref_out), f"outputs, {cols} columns a warp"
+        assert np.array_equal(state, ref_state), f"state, {cols} columns a warp"
+
+
+@needs_gpu
+@pytest.mark.parametrize("s", [64, 128])
+def test_cuda_tree_kernel_columns_are_bit_equal(s: int, gdn_switches_restored: None) -> None:
+    rng = np.random.default_rng(s)
+    parents = [-1, 0, 0, 1, 1, 2, 5, 5, 6, 3, 9, 10, 11, 11, 2]
+    args = gdn_inputs(rng, len(parents), s=s, hk=2, hv=6)
+    outs = []
+    for cols in (1, 2, 4):
+        _core.set_gdn_columns(cols)
+        outs.append(_core.op_tree_gated_delta_net(*args, parents, gpu=True))
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
