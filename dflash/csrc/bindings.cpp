@@ -385,8 +385,8 @@ PYBIND11_MODULE(_core, m) {
           "mul_mat_vec_q on the H200; DFLASH_Q80=1 starts it on); no effect without CUDA");
     m.def("q80_enabled", &ggml_ext::q80_enabled);
     m.def("set_gdn_columns", &ggml_ext::set_gdn_columns, py::arg("columns"),
-          "CUDA delta rule kernels (chain and tree): state columns a warp, 1, 2 or 4 (the default; "
-          "DFLASH_GDN_COLUMNS); no effect without CUDA");
+          "CUDA delta rule kernels (chain and tree): state columns a warp, 0 (by the grid, the default) or 1, 2, 4 "
+          "forced (DFLASH_GDN_COLUMNS; states of fewer than 64 rows take 1); no effect without CUDA");
     m.def("gdn_columns", &ggml_ext::gdn_columns);
     m.def("set_gdn_chain_enabled", &ggml_ext::set_gdn_chain_enabled, py::arg("on"),
           "ggml_gated_delta_net on CUDA through ggml_ext's chain kernel (on by default; DFLASH_GDN_CHAIN=0) or "

@@ -114,7 +114,7 @@ int main(int argc, char ** argv) {
         }
     } else if (op == "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth [columns]
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
-        ggml_ext::set_gdn_columns(m.size() > 5 ? (int)m[5] : 4);
+        ggml_ext::set_gdn_columns(m.size() > 5 ? (int)m[5] : 0);
         auto q = in("q"), k = in("k"), v = in("v"), g = in("g"), b = in("beta"), st = in("state"), tree = in("tree");
         ggml_tensor tq = tensor(GGML_TYPE_F32, q, {S, Hk, n}), tk = tensor(GGML_TYPE_F32, k, {S, Hk, n}),
                     tv = tensor(GGML_TYPE_F32, v, {S, Hv, n}), tg = tensor(GGML_TYPE_F32, g, {1, Hv, n}),

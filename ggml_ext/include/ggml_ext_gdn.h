@@ -41,10 +41,10 @@ ggml_tensor * gdn_tree_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor
 constexpr int kGdnInputsModeParam = 4;
 
 // ggml_ext's CUDA delta rule kernels (kernels/gdn_chain.cu for ggml_gated_delta_net, through
-// patches/0007; kernels/tree_ops.cu for tree_gated_delta_net): state columns a warp, 1, 2 or 4
-// (the default, or DFLASH_GDN_COLUMNS; the outputs are the same bits for each), and whether
-// ggml_gated_delta_net takes ggml_ext's chain kernel (default; DFLASH_GDN_CHAIN=0 keeps ggml's).
-// No effect without CUDA.
+// patches/0007; kernels/tree_ops.cu for tree_gated_delta_net): state columns a warp, 0 (by the
+// grid, the default) or 1, 2, 4 forced (DFLASH_GDN_COLUMNS too; states of fewer than 64 rows take
+// 1; the outputs are the same bits for each), and whether ggml_gated_delta_net takes ggml_ext's
+// chain kernel (default; DFLASH_GDN_CHAIN=0 keeps ggml's). No effect without CUDA.
 void set_gdn_columns(int columns);
 int gdn_columns();
 void set_gdn_chain_enabled(bool on);

@@ -7,9 +7,12 @@
 // on the H200, session 11). Here a warp owns C columns and loads k and q once for all of them:
 // C times less of that traffic, the same arithmetic per column (the order of every sum, the
 // butterfly of the warp reductions and the fused update are ggml's), so the outputs and states
-// are bit-equal to ggml's kernel (tests/test_gdn_chain.py; the batch-invariant mode relies on it
-// against the tree kernel). ggml_ext::set_gdn_columns (or DFLASH_GDN_COLUMNS: 1, 2, 4; default 4)
-// sets C, for benches and tests.
+// are bit-equal to ggml's kernel (tests/test_gdn_chain.py on the GPU; the batch-invariant mode
+// relies on it against the tree kernel). C (gdn_columns_for): 4, 2 or 1, the most that still give
+// 2 blocks a multiprocessor (the 27B: 4; the trained pair's 8 heads of 64: 1, where 4 made its
+// DDTree steps slower, latency over traffic), 1 for S < 64 (one row a lane: there the compiler
+// contracts a column's sums differently with more columns, not ggml's bits); ggml_ext::
+// set_gdn_columns (or DFLASH_GDN_COLUMNS: 1, 2, 4) forces it, for benches and tests.
 #include "ggml-cuda/common.cuh"
 #include "ggml_ext_gdn.h"
 #include "ggml_ext_gdn_chain_cuda.cuh"
@@ -98,15 +101,23 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kChainWarps)
 
 int env_columns() {
     const char * e = std::getenv("DFLASH_GDN_COLUMNS");
-    const int c = e ? std::atoi(e) : 4;
-    return c == 1 || c == 2 ? c : 4;
+    const int c = e ? std::atoi(e) : 0;
+    return c == 1 || c == 2 || c == 4 ? c : 0;
 }
 
-int columns_flag = env_columns();
+int columns_flag = env_columns();  // 0: by the grid (gdn_columns_for)
 bool chain_flag = [] {
     const char * e = std::getenv("DFLASH_GDN_CHAIN");
     return !(e && e[0] == '0');
 }();
+
+int multiprocessors() {
+#ifdef DFLASH_CUDA_EMU
+    return 132;
+#else
+    return ggml_cuda_info().devices[ggml_cuda_get_device()].nsm;
+#endif
+}
 
 template <int S, int C>
 void launch(const GdnChainArgs & a, cudaStream_t stream) {
@@ -120,7 +131,7 @@ void launch(const GdnChainArgs & a, cudaStream_t stream) {
 
 template <int S>
 void launch_columns(const GdnChainArgs & a, cudaStream_t stream) {
-    switch (columns_flag) {
+    switch (gdn_columns_for(S, a.H * a.n_seqs)) {
         case 1:
             launch<S, 1>(a, stream);
             break;
@@ -134,8 +145,18 @@ void launch_columns(const GdnChainArgs & a, cudaStream_t stream) {
 
 }  // namespace
 
+int gdn_columns_for(int64_t S, int64_t units) {
+    if (S < 64) return 1;  // one row a lane: more columns contract the sums otherwise (not ggml's bits)
+    if (columns_flag != 0) return columns_flag;
+    const int64_t min_blocks = 2 * multiprocessors();
+    for (int c = 4; c > 1; c /= 2) {
+        if (units * ((S + kChainWarps * c - 1) / (kChainWarps * c)) >= min_blocks) return c;
+    }
+    return 1;
+}
+
 namespace ggml_ext {
-void set_gdn_columns(int columns) { columns_flag = columns == 1 || columns == 2 ? columns : 4; }
+void set_gdn_columns(int columns) { columns_flag = columns == 1 || columns == 2 || columns == 4 ? columns : 0; }
 int gdn_columns() { return columns_flag; }
 void set_gdn_chain_enabled(bool on) { chain_flag = on; }
 bool gdn_chain_enabled() { return chain_flag; }

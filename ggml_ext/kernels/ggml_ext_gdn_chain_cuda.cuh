@@ -16,5 +16,9 @@ struct GdnChainArgs {
     float scale;
 };
 
+// State columns a warp for `units` (head, sequence) pairs of S x S states, the tree kernel's too:
+// forced by ggml_ext::set_gdn_columns, else 4, 2 or 1 (see gdn_chain.cu); 1 when S < 64.
+int gdn_columns_for(int64_t S, int64_t units);
+
 // True when ggml_ext ran the op (S of 16, 32, 64 or 128); false leaves it to ggml's kernel.
 bool ggml_ext_cuda_gated_delta_net(const GdnChainArgs & args, cudaStream_t stream);

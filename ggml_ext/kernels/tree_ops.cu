@@ -5,7 +5,7 @@
 // whose parent was the node just visited continues from the registers; otherwise it reloads its
 // parent's state from a per-depth stack (thread-local memory, one slot per depth). O(n) state
 // updates, no per-node state written to global memory.
-#include "ggml_ext_gdn.h"
+#include "ggml_ext_gdn_chain_cuda.cuh"
 #include "ggml_ext_tree.h"
 #include "ggml_ext_tree_cuda.cuh"
 #include "launch.cuh"
@@ -168,7 +168,7 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
     const int64_t fs = sizeof(float);
     const float scale = 1.0f / sqrtf((float)S);
     const int warp = S < 32 ? (int)S : 32;
-    const int cols = ggml_ext::gdn_columns();  // gdn_chain.cu
+    const int cols = gdn_columns_for(S, H);  // gdn_chain.cu
     const dim3 block(warp, kWarps, 1);
     const dim3 grid((unsigned)H, 1, (unsigned)((S + kWarps * cols - 1) / (kWarps * cols)));
     auto launch = [&](auto kernel) {

@@ -115,6 +115,15 @@ if [ "$stage" = l1 ]; then
   [ "$(left)" -ge 50 ] && kernel_profile "$(($(left) - 5))" h200-27b-kernels-gdn-columns-1.json DFLASH_GDN_COLUMNS=1
   exit 0
 fi
+# `gpu_bench.sh l3` (one short call, CALL_S=<the device time left less the start>): the build, the
+# delta rule kernels' CUDA tests, then the trained pair's modes (DDTree at budgets 16 and 64).
+if [ "$stage" = l3 ]; then
+  run_cuda_suite 60 -k "gdn or tree_ops"
+  timeout "$(($(left) - 5))" python3 -m dflash.bench --pair dflash/data/pair --prompts bench/prompts/pair-heldout-code48.jsonl \
+    -ngl 99 -n 512 --budgets 16,64 -o "$OUT/h200-pair.json" > "$OUT/pair-bench.log" 2>&1
+  echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 12 "$OUT/pair-bench.log"
+  exit 0
+fi
 if [ "$stage" = l2 ]; then
   tree_steps 130 h200-27b-tree-steps.json 1,2,4,8,16,32,64,128,256 -- --no-upstream
   ar_bench 45 /tmp/q27.gguf h200-27b-ar.json
