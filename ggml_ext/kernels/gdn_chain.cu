@@ -15,6 +15,7 @@
 // set_gdn_columns (or DFLASH_GDN_COLUMNS: 1, 2, 4) forces it, for benches and tests.
 #include "ggml-cuda/common.cuh"
 #include "ggml_ext_gdn.h"
+#include "delta_rule_step.cuh"
 #include "ggml_ext_gdn_chain_cuda.cuh"
 #include "launch.cuh"
 
@@ -56,35 +57,8 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kChainWarps)
         const float * v_t = v + seq * sv3 + t * sv2 + h * sv1;
         const int64_t gb = seq * sb3 + t * sb2 + h * sb1;
         const float beta_val = beta[gb];
-        float kr[rows], qr[rows];
-#pragma unroll
-        for (int r = 0; r < rows; ++r) {
-            kr[r] = k_t[r * warp + lane];
-            qr[r] = q_t[r * warp + lane];
-        }
-        const float g_val = expf(g[gb]);
-        float kv[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            kv[c] = 0.0f;
-#pragma unroll
-            for (int r = 0; r < rows; ++r) kv[c] += st[c][r] * kr[r];
-        }
-#pragma unroll
-        for (int c = 0; c < C; ++c) kv[c] = warp_reduce_sum<warp>(kv[c]);
         float o[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            const float delta = (v_t[col0 + c] - g_val * kv[c]) * beta_val;
-            o[c] = 0.0f;
-#pragma unroll
-            for (int r = 0; r < rows; ++r) {
-                st[c][r] = g_val * st[c][r] + kr[r] * delta;
-                o[c] += st[c][r] * qr[r];
-            }
-        }
-#pragma unroll
-        for (int c = 0; c < C; ++c) o[c] = warp_reduce_sum<warp>(o[c]);
+        delta_rule_step<warp, rows, C>(st, k_t, q_t, v_t + col0, expf(g[gb]), beta_val, lane, o);
         if (lane == 0) {
 #pragma unroll
             for (int c = 0; c < C; ++c) out[col0 + c] = o[c] * scale;

@@ -5,6 +5,7 @@
 // whose parent was the node just visited continues from the registers; otherwise it reloads its
 // parent's state from a per-depth stack (thread-local memory, one slot per depth). O(n) state
 // updates, no per-node state written to global memory.
+#include "delta_rule_step.cuh"
 #include "ggml_ext_gdn_chain_cuda.cuh"
 #include "ggml_ext_tree.h"
 #include "ggml_ext_tree_cuda.cuh"
@@ -101,42 +102,15 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps)
         const float * kn = k + node * sk2 + hk * sk1;
         const float gv = expf(g[node * H + h]);
         const float bv = beta[node * H + h];
-        float kr[rows], qr[rows];
-#pragma unroll
-        for (int r = 0; r < rows; ++r) {
-            kr[r] = kn[r * warp + lane];
-            qr[r] = qn[r * warp + lane];
-        }
-        float kv[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            kv[c] = 0.0f;
-#pragma unroll
-            for (int r = 0; r < rows; ++r) kv[c] += st[c][r] * kr[r];
-        }
-#pragma unroll
-        for (int c = 0; c < C; ++c) kv[c] = warp_reduce_sum<warp>(kv[c]);
-        const bool save = !counted || branch[node];
         float o[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-            const float delta = (v[node * sv2 + h * sv1 + col0 + c] - gv * kv[c]) * bv;
-            o[c] = 0.0f;
-#pragma unroll
-            for (int r = 0; r < rows; ++r) {
-                st[c][r] = gv * st[c][r] + kr[r] * delta;
-                o[c] += st[c][r] * qr[r];
-            }
-        }
-        if (save) {
+        delta_rule_step<warp, rows, C>(st, kn, qn, v + node * sv2 + h * sv1 + col0, gv, bv, lane, o);
+        if (!counted || branch[node]) {
 #pragma unroll
             for (int c = 0; c < C; ++c) {
 #pragma unroll
                 for (int r = 0; r < rows; ++r) stack[d][c][r] = st[c][r];
             }
         }
-#pragma unroll
-        for (int c = 0; c < C; ++c) o[c] = warp_reduce_sum<warp>(o[c]);
         if (lane == 0) {
 #pragma unroll
             for (int c = 0; c < C; ++c) dst[node * S * H + h * S + col0 + c] = o[c] * scale;
