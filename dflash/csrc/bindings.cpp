@@ -376,6 +376,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("w_type"), py::arg("rows"), py::arg("k"), py::arg("ns"), py::arg("gpu") = false, py::arg("reps") = 20,
         py::arg("n_threads") = 2, "-> per n: [ggml ms samples, tagged ms samples]");
     m.def("gpu_backend_available", &gpu_backend_available);
+    m.def("cpu_features", &cpu_features,
+          "ggml's CPU backend build features as (name, value) pairs, e.g. ('AVX2', '1'); no AMX (CMakeLists.txt)");
     m.def("set_gemv_enabled", &ggml_ext::set_gemv_enabled, py::arg("on"),
           "ggml_ext's Q4_K / Q6_K GEMV for 1..8 columns on CUDA (on by default; DFLASH_GEMV=0 starts it off); "
           "off: ggml's mul_mat_vec_q");

@@ -412,4 +412,15 @@ bool gpu_backend_available() {
     return false;
 }
 
+std::vector<std::pair<std::string, std::string>> cpu_features() {
+    std::vector<std::pair<std::string, std::string>> out;
+    ggml_backend_reg_t reg = ggml_backend_reg_by_name("CPU");
+    auto get = reg ? (ggml_backend_get_features_t)ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features")
+                   : nullptr;
+    if (get) {
+        for (const ggml_backend_feature * f = get(reg); f && f->name; ++f) out.emplace_back(f->name, f->value);
+    }
+    return out;
+}
+
 }  // namespace dflash

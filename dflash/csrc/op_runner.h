@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dflash {
@@ -64,5 +65,7 @@ std::vector<int32_t> run_top_k(const OpInput & x, int k, bool tagged, bool gpu, 
 // ggml_argmax of each row of x (ne [n, rows]) -> rows (CUDA: ggml_ext's kernel for long rows).
 std::vector<int32_t> run_argmax(const OpInput & x, bool gpu, int n_threads);
 bool gpu_backend_available();
+// What ggml's CPU backend was built with (name, value), e.g. ("AVX2", "1"); AMX never (CMakeLists.txt).
+std::vector<std::pair<std::string, std::string>> cpu_features();
 
 }  // namespace dflash
