@@ -301,6 +301,30 @@ def test_emulated_tree_delta_rule_columns_agree(ops: Path, build_dir: Path, s: i
     assert np.array_equal(runs[0], runs[1]) and np.array_equal(runs[0], runs[2])
 
 
+@pytest.mark.parametrize(("s", "chain", "seed"), [(16, 0.3, 0), (32, 0.0, 1), (64, 0.5, 2), (128, 0.8, 3)])
+def test_emulated_tree_delta_rule_paths_equal_the_walk(
+    ops: Path, build_dir: Path, s: int, chain: float, seed: int
+) -> None:
+    """The tree kernel's two forms (a warp every node in preorder; a warp a preorder segment,
+    replaying its ancestors) give the same bits for 1, 2 and 4 columns a warp, forests and a bare
+    chain included, and the CPU op's values."""
+    rng = np.random.default_rng(seed + 100)
+    n, hk, hv = 33, 1, 2
+    parents = _random_parents(rng, n, chain)
+    parents[int(rng.integers(1, n))] = -1  # a second root: its subtree starts from the cached state too
+    for tree_parents in (parents, [-1, *range(n - 1)]):
+        tree = _tree_index(tree_parents)
+        arrays = {**_gdn_arrays(rng, n, s, hk, hv), "tree": tree}
+        base = [s, hk, hv, n, int(tree[2].max())]
+        walk = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, 1, 1], arrays)
+        for c in (1, 2, 4):
+            paths = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, c, 2], arrays)
+            assert np.array_equal(walk, paths), f"S {s}, {c} columns: the paths differ from the walk"
+        q, k, v, g, beta, state = (arrays[x] for x in ("q", "k", "v", "g", "beta", "state"))
+        want = _core.op_tree_gated_delta_net(q, k, v, g, beta, state, tree_parents)
+        _close(walk.reshape(n, hv, s), want, 2e-5, f"tree delta rule, S {s}")
+
+
 @pytest.mark.parametrize(("s", "hk", "hv"), [(32, 2, 4), (64, 1, 3), (128, 2, 6), (256, 1, 2)])
 def test_emulated_fused_gdn_inputs_equal_the_cpu_op(
     ops: Path, build_dir: Path, s: int, hk: int, hv: int

@@ -2,7 +2,8 @@
 the op against the numpy reference of the equations (REFERENCE.md section 4) on the CPU; on the
 GPU, ggml_ext's chain kernel (several state columns a warp, kernels/gdn_chain.cu) bit-equal to
 ggml's own kernel for 1, 2 and 4 columns a warp (outputs and final state), and the tree kernel's
-columns bit-equal to each other. The emulator runs the same kernels in CI (test_cuda_emu.py).
+columns and forms (walk, paths) bit-equal to each other. The emulator runs the same kernels in CI
+(test_cuda_emu.py).
 
 Tolerance against numpy: 2e-5 of the output scale (float32 against float64 sums)."""
 
@@ -51,10 +52,11 @@ def test_chain_op_matches_the_equations(s: int, n: int) -> None:
 
 @pytest.fixture
 def gdn_switches_restored():  # noqa: ANN201
-    cols, chain = _core.gdn_columns(), _core.gdn_chain_enabled()
+    cols, chain, tree = _core.gdn_columns(), _core.gdn_chain_enabled(), _core.tree_gdn_mode()
     yield
     _core.set_gdn_columns(cols)
     _core.set_gdn_chain_enabled(chain)
+    _core.set_tree_gdn_mode(tree)
 
 
 @needs_gpu
@@ -83,3 +85,22 @@ def test_cuda_tree_kernel_columns_are_bit_equal(s: int, gdn_switches_restored: N
         _core.set_gdn_columns(cols)
         outs.append(_core.op_tree_gated_delta_net(*args, parents, gpu=True))
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+
+
+@needs_gpu
+@pytest.mark.parametrize("s", [16, 32, 64, 128])
+def test_cuda_tree_kernel_forms_are_bit_equal(s: int, gdn_switches_restored: None) -> None:
+    """The walk (a warp every node) and the paths (a warp a preorder segment) on a branchy tree
+    with two roots, for every column count: the same bits, and the CPU op's values."""
+    rng = np.random.default_rng(s + 3)
+    parents = [-1, 0, 0, 1, 1, 2, 5, 5, 6, -1, 9, 10, 11, 11, 2, 14, 15, 16, 3, 3, 19]
+    args = gdn_inputs(rng, len(parents), s=s, hk=2, hv=6)
+    _core.set_tree_gdn_mode(1)
+    walk = _core.op_tree_gated_delta_net(*args, parents, gpu=True)
+    _core.set_tree_gdn_mode(2)
+    for cols in (1, 2, 4):
+        _core.set_gdn_columns(cols)
+        paths = _core.op_tree_gated_delta_net(*args, parents, gpu=True)
+        assert np.array_equal(paths, walk), f"{cols} columns"
+    want = _core.op_tree_gated_delta_net(*args, parents)
+    np.testing.assert_allclose(walk, want, rtol=0, atol=2e-5 * max(1.0, float(np.abs(want).max())))

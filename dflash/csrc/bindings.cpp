@@ -394,6 +394,10 @@ PYBIND11_MODULE(_core, m) {
           "ggml_gated_delta_net on CUDA through ggml_ext's chain kernel (on by default; DFLASH_GDN_CHAIN=0) or "
           "ggml's; no effect without CUDA");
     m.def("gdn_chain_enabled", &ggml_ext::gdn_chain_enabled);
+    m.def("set_tree_gdn_mode", &ggml_ext::set_tree_gdn_mode, py::arg("mode"),
+          "CUDA tree delta rule: 0 by the grid (default), 1 the walk (a warp every node), 2 the paths (a warp a "
+          "preorder segment; DFLASH_TREE_GDN=walk|paths); the same bits; no effect without CUDA");
+    m.def("tree_gdn_mode", &ggml_ext::tree_gdn_mode);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
           "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K x 2..64 columns on CUDA instead of ggml's mmq "
           "(on by default; DFLASH_MMA=0 starts it off)");

@@ -112,9 +112,10 @@ int main(int argc, char ** argv) {
             std::fprintf(stderr, "ops_emu: gated_delta_net does not take S = %lld\n", (long long)S);
             return 2;
         }
-    } else if (op == "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth [columns]
+    } else if (op == "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth [columns [form: 1 walk, 2 paths]]
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
         ggml_ext::set_gdn_columns(m.size() > 5 ? (int)m[5] : 0);
+        ggml_ext::set_tree_gdn_mode(m.size() > 6 ? (int)m[6] : 0);
         auto q = in("q"), k = in("k"), v = in("v"), g = in("g"), b = in("beta"), st = in("state"), tree = in("tree");
         ggml_tensor tq = tensor(GGML_TYPE_F32, q, {S, Hk, n}), tk = tensor(GGML_TYPE_F32, k, {S, Hk, n}),
                     tv = tensor(GGML_TYPE_F32, v, {S, Hv, n}), tg = tensor(GGML_TYPE_F32, g, {1, Hv, n}),

@@ -49,5 +49,11 @@ void set_gdn_columns(int columns);
 int gdn_columns();
 void set_gdn_chain_enabled(bool on);
 bool gdn_chain_enabled();
+// The CUDA tree delta rule's form (kernels/tree_ops.cu): 0 by the grid (the default: paths where
+// the walk would leave most multiprocessors idle), 1 the walk (a warp visits every node), 2 the
+// paths (a warp a preorder segment, ancestors replayed); DFLASH_TREE_GDN=walk|paths too. The same
+// bits either way. No effect without CUDA.
+void set_tree_gdn_mode(int mode);
+int tree_gdn_mode();
 
 }  // namespace ggml_ext

@@ -20,6 +20,7 @@
 #include "launch.cuh"
 
 #include <cstdlib>
+#include <string>
 
 namespace {
 
@@ -85,6 +86,13 @@ bool chain_flag = [] {
     return !(e && e[0] == '0');
 }();
 
+int tree_mode_flag = [] {  // 0 auto, 1 walk, 2 paths (tree_ops.cu)
+    const char * e = std::getenv("DFLASH_TREE_GDN");
+    if (!e) return 0;
+    const std::string m = e;
+    return m == "walk" ? 1 : m == "paths" ? 2 : 0;
+}();
+
 int multiprocessors() {
 #ifdef DFLASH_CUDA_EMU
     return 132;
@@ -129,7 +137,14 @@ int gdn_columns_for(int64_t S, int64_t units) {
     return 1;
 }
 
+bool tree_gdn_paths_for(int64_t walk_blocks, int64_t n) {
+    if (tree_mode_flag != 0) return tree_mode_flag == 2;
+    return n > 1 && walk_blocks < multiprocessors();  // the walk leaves most of the GPU idle
+}
+
 namespace ggml_ext {
+void set_tree_gdn_mode(int mode) { tree_mode_flag = mode == 1 || mode == 2 ? mode : 0; }
+int tree_gdn_mode() { return tree_mode_flag; }
 void set_gdn_columns(int columns) { columns_flag = columns == 1 || columns == 2 || columns == 4 ? columns : 0; }
 int gdn_columns() { return columns_flag; }
 void set_gdn_chain_enabled(bool on) { chain_flag = on; }

@@ -20,5 +20,10 @@ struct GdnChainArgs {
 // forced by ggml_ext::set_gdn_columns, else 4, 2 or 1 (see gdn_chain.cu); 1 when S < 64.
 int gdn_columns_for(int64_t S, int64_t units);
 
+// The tree delta rule's form (tree_ops.cu): paths (a warp a segment) when ggml_ext::set_tree_gdn_mode
+// says so, or by default when the walk's grid (walk_blocks) is smaller than the GPU's
+// multiprocessors; else the walk (a warp all nodes).
+bool tree_gdn_paths_for(int64_t walk_blocks, int64_t n);
+
 // True when ggml_ext ran the op (S of 16, 32, 64 or 128); false leaves it to ggml's kernel.
 bool ggml_ext_cuda_gated_delta_net(const GdnChainArgs & args, cudaStream_t stream);

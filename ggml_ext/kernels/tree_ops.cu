@@ -1,10 +1,18 @@
 // CUDA kernels of the tree ops (compiled into ggml-cuda).
 //
-// Tree delta rule: like ggml's gated_delta_net kernel one warp owns one column of a head's
-// S x S state (lanes split the rows), but nodes are visited in depth-first preorder. A node
-// whose parent was the node just visited continues from the registers; otherwise it reloads its
-// parent's state from a per-depth stack (thread-local memory, one slot per depth). O(n) state
-// updates, no per-node state written to global memory.
+// Tree delta rule, two forms with the same per-node arithmetic (delta_rule_step.cuh), hence the
+// same bits. Like ggml's gated_delta_net kernel a warp owns columns of a head's S x S state
+// (lanes split the rows).
+// - walk: one warp visits every node in depth-first preorder. A node whose parent was the node
+//   just visited continues from the registers; otherwise it reloads its parent's state from a
+//   per-depth stack (thread-local memory). O(n) updates, but n of them one after another.
+// - paths: the preorder cut into segments, each a run of nodes that are each the previous one's
+//   child (a segment ends at a leaf: one segment a leaf). One warp a segment replays the
+//   segment's ancestors from the cached state (their outputs are other segments' to write), then
+//   its segment. More updates in all (ancestors again), but the longest chain of them is the
+//   tree's depth, not its node count: for grids that leave the GPU mostly idle (the trained
+//   pair's 8 heads of 64: 128 blocks a layer) the latency is what counts.
+// Neither writes per-node states to global memory (the commit replays the accepted path).
 #include "delta_rule_step.cuh"
 #include "ggml_ext_gdn_chain_cuda.cuh"
 #include "ggml_ext_tree.h"
@@ -36,26 +44,69 @@ __global__ void tree_ssm_conv_kernel(const float * __restrict__ x, const float *
     out[i * C + c] = sum;
 }
 
-// C columns a warp (the chain kernel's reason, gdn_chain.cu: k and q are loaded once for C
-// columns); a column's arithmetic is the chain kernel's, so a node's outputs are bit-equal to a
-// decode step's on the same state. A node's state is saved to the per-depth stack only when a
-// later node other than the next one continues from it (two children or more: counted once per
-// block in shared memory), so chains write no stack.
+struct TreeGdnArgs {
+    const float *q, *k, *v, *g, *beta, *s0;
+    const int32_t * tree;  // the tree index: parents, preorder, depths (n each)
+    float * dst;
+    int64_t H, Hk, n, sq1, sq2, sk1, sk2, sv1, sv2;  // strides in floats
+    float scale;
+};
+
+// One warp's share of a head: C state columns from col0 (the chain kernel's reason, gdn_chain.cu:
+// k and q are loaded once for C columns); a column's arithmetic is the chain kernel's
+// (delta_rule_step.cuh), so a node's outputs are bit-equal to a decode step's on the same state.
 template <int S, int C>
-__global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps)
-    tree_gdn_kernel(const float * __restrict__ q, const float * __restrict__ k, const float * __restrict__ v,
-                    const float * __restrict__ g, const float * __restrict__ beta, const float * __restrict__ s0,
-                    const int32_t * __restrict__ tree, float * __restrict__ dst, int64_t H, int64_t Hk, int64_t n,
-                    int64_t sq1, int64_t sq2, int64_t sk1, int64_t sk2, int64_t sv1, int64_t sv2, float scale) {
-    constexpr int warp = S < 32 ? S : 32;
-    constexpr int rows = S / warp;  // rows of the column held by each lane
-    const int64_t h = blockIdx.x;
-    const int64_t hk = h % Hk;
-    const int lane = threadIdx.x;
-    const int col0 = (blockIdx.z * blockDim.y + threadIdx.y) * C;  // this warp's columns col0 .. col0 + C - 1
-    const int32_t * parent = tree;
-    const int32_t * order = tree + n;
-    const int32_t * depth = tree + 2 * n;
+struct TreeGdnWarp {
+    static constexpr int warp = S < 32 ? S : 32;
+    static constexpr int rows = S / warp;  // rows of a column held by each lane
+    using State = float[C][rows];
+    const TreeGdnArgs & a;
+    int64_t h, hk;
+    int lane, col0;
+
+    __device__ TreeGdnWarp(const TreeGdnArgs & args)
+        : a(args),
+          h(blockIdx.x),
+          hk(blockIdx.x % args.Hk),
+          lane(threadIdx.x),
+          col0((blockIdx.z * blockDim.y + threadIdx.y) * C) {}
+
+    // the cached state, stored transposed (row `col` = column col of S) as in ggml
+    __device__ void load_initial(State & st) const {
+        const float * init = a.s0 + h * S * S;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+#pragma unroll
+            for (int r = 0; r < rows; ++r) st[c][r] = init[(col0 + c) * S + r * warp + lane];
+        }
+    }
+
+    __device__ void step(State & st, int node, float (&o)[C]) const {
+        const float * qn = a.q + node * a.sq2 + hk * a.sq1;
+        const float * kn = a.k + node * a.sk2 + hk * a.sk1;
+        delta_rule_step<warp, rows, C>(st, kn, qn, a.v + node * a.sv2 + h * a.sv1 + col0, expf(a.g[node * a.H + h]),
+                                       a.beta[node * a.H + h], lane, o);
+    }
+
+    __device__ void store(int node, const float (&o)[C]) const {
+        if (lane == 0) {
+#pragma unroll
+            for (int c = 0; c < C; ++c) a.dst[node * S * a.H + h * S + col0 + c] = o[c] * a.scale;
+        }
+    }
+};
+
+// The walk. A node's state is saved to the per-depth stack only when a later node other than the
+// next one continues from it (two children or more: counted once per block in shared memory), so
+// chains write no stack.
+template <int S, int C>
+__global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_kernel(const TreeGdnArgs a) {
+    using W = TreeGdnWarp<S, C>;
+    const W w(a);
+    const int64_t n = a.n;
+    const int32_t * parent = a.tree;
+    const int32_t * order = a.tree + n;
+    const int32_t * depth = a.tree + 2 * n;
 
     // branch[i]: a node after node i's first child continues from i (pos: preorder positions);
     // trees of more than kCountedNodes nodes save every state
@@ -75,47 +126,60 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps)
         }
         __syncthreads();
     }
-    if (col0 >= S) return;
+    if (w.col0 >= S) return;
 
-    // state is stored transposed (row `col` = column col of S), as in ggml
-    const float * init = s0 + h * S * S;
-    float st[C][rows];
-    float stack[ggml_ext::kTreeMaxDepth + 1][C][rows];
+    typename W::State st;
+    float stack[ggml_ext::kTreeMaxDepth + 1][C][W::rows];
     int prev = -1;
-
     for (int64_t t = 0; t < n; ++t) {
         const int node = order[t], p = parent[node], d = depth[node];
         if (p < 0) {
-#pragma unroll
-            for (int c = 0; c < C; ++c) {
-#pragma unroll
-                for (int r = 0; r < rows; ++r) st[c][r] = init[(col0 + c) * S + r * warp + lane];
-            }
+            w.load_initial(st);
         } else if (p != prev) {
 #pragma unroll
             for (int c = 0; c < C; ++c) {
 #pragma unroll
-                for (int r = 0; r < rows; ++r) st[c][r] = stack[d - 1][c][r];
+                for (int r = 0; r < W::rows; ++r) st[c][r] = stack[d - 1][c][r];
             }
         }
-        const float * qn = q + node * sq2 + hk * sq1;
-        const float * kn = k + node * sk2 + hk * sk1;
-        const float gv = expf(g[node * H + h]);
-        const float bv = beta[node * H + h];
         float o[C];
-        delta_rule_step<warp, rows, C>(st, kn, qn, v + node * sv2 + h * sv1 + col0, gv, bv, lane, o);
+        w.step(st, node, o);
         if (!counted || branch[node]) {
 #pragma unroll
             for (int c = 0; c < C; ++c) {
 #pragma unroll
-                for (int r = 0; r < rows; ++r) stack[d][c][r] = st[c][r];
+                for (int r = 0; r < W::rows; ++r) stack[d][c][r] = st[c][r];
             }
         }
-        if (lane == 0) {
-#pragma unroll
-            for (int c = 0; c < C; ++c) dst[node * S * H + h * S + col0 + c] = o[c] * scale;
-        }
+        w.store(node, o);
         prev = node;
+    }
+}
+
+// The paths. Block y: preorder position t. Blocks whose node continues the previous one's segment
+// return at once (the whole block: no barrier follows).
+template <int S, int C>
+__global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_paths_kernel(const TreeGdnArgs a) {
+    const TreeGdnWarp<S, C> w(a);
+    const int32_t * parent = a.tree;
+    const int32_t * order = a.tree + a.n;
+    int64_t t = blockIdx.y;
+    const int first = order[t];
+    if ((t > 0 && parent[first] == order[t - 1]) || w.col0 >= S) return;
+
+    int path[ggml_ext::kTreeMaxDepth];  // the segment's ancestors, root first
+    const int d0 = a.tree[2 * a.n + first];
+    for (int p = parent[first], j = d0 - 1; p >= 0 && j >= 0; p = parent[p], --j) path[j] = p;
+
+    typename TreeGdnWarp<S, C>::State st;
+    w.load_initial(st);
+    float o[C];
+    for (int j = 0; j < d0; ++j) w.step(st, path[j], o);
+    for (int node = first;;) {
+        w.step(st, node, o);
+        w.store(node, o);
+        if (++t >= a.n || parent[order[t]] != node) break;
+        node = order[t];
     }
 }
 
@@ -143,23 +207,38 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
     const float scale = 1.0f / sqrtf((float)S);
     const int warp = S < 32 ? (int)S : 32;
     const int cols = gdn_columns_for(S, H);  // gdn_chain.cu
+    const unsigned groups = (unsigned)((S + kWarps * cols - 1) / (kWarps * cols));
+    const bool paths = tree_gdn_paths_for(H * groups, n);
     const dim3 block(warp, kWarps, 1);
-    const dim3 grid((unsigned)H, 1, (unsigned)((S + kWarps * cols - 1) / (kWarps * cols)));
-    auto launch = [&](auto kernel) {
-        DFLASH_LAUNCH(grid, block, 0, ctx.stream(), kernel)(
-            (const float *)q->data, (const float *)k->data, (const float *)v->data, (const float *)dst->src[3]->data,
-            (const float *)dst->src[4]->data, (const float *)dst->src[5]->data, (const int32_t *)dst->src[6]->data,
-            (float *)dst->data, H, Hk, n, q->nb[1] / fs, q->nb[2] / fs, k->nb[1] / fs, k->nb[2] / fs, v->nb[1] / fs,
-            v->nb[2] / fs, scale);
-    };
+    const dim3 grid((unsigned)H, paths ? (unsigned)n : 1u, groups);
+    auto f32 = [&](int i) { return (const float *)dst->src[i]->data; };
+    const TreeGdnArgs args{f32(0),
+                           f32(1),
+                           f32(2),
+                           f32(3),
+                           f32(4),
+                           f32(5),
+                           (const int32_t *)dst->src[6]->data,
+                           (float *)dst->data,
+                           H,
+                           Hk,
+                           n,
+                           q->nb[1] / fs,
+                           q->nb[2] / fs,
+                           k->nb[1] / fs,
+                           k->nb[2] / fs,
+                           v->nb[1] / fs,
+                           v->nb[2] / fs,
+                           scale};
+    auto launch = [&](auto kernel) { DFLASH_LAUNCH(grid, block, 0, ctx.stream(), kernel)(args); };
     auto launch_s = [&](auto s_tag) {
         constexpr int kS = decltype(s_tag)::value;
         if (cols == 1) {
-            launch(tree_gdn_kernel<kS, 1>);
+            launch(paths ? tree_gdn_paths_kernel<kS, 1> : tree_gdn_kernel<kS, 1>);
         } else if (cols == 2) {
-            launch(tree_gdn_kernel<kS, 2>);
+            launch(paths ? tree_gdn_paths_kernel<kS, 2> : tree_gdn_kernel<kS, 2>);
         } else {
-            launch(tree_gdn_kernel<kS, 4>);
+            launch(paths ? tree_gdn_paths_kernel<kS, 4> : tree_gdn_kernel<kS, 4>);
         }
     };
     switch (S) {

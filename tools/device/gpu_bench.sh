@@ -124,6 +124,21 @@ if [ "$stage" = l3 ]; then
   echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 12 "$OUT/pair-bench.log"
   exit 0
 fi
+# `gpu_bench.sh m1` (session 13's plan, one call): the build, the delta rule and tree CUDA tests
+# (the tree kernel's walk and paths forms bit-equal among them), then the trained pair's DDTree at
+# budgets 16, 32, 64 with the paths form (the default for its 8 heads of 64) and with the walk
+# (DFLASH_TREE_GDN=walk), the 48 held-out prompts each.
+if [ "$stage" = m1 ]; then
+  run_cuda_suite 70 -k "gdn or tree_ops or batch_invariant"
+  for form in paths walk; do
+    [ "$(left)" -lt 60 ] && break
+    DFLASH_TREE_GDN=$form timeout "$(( ($(left) - 10) / 2 ))" python3 -m dflash.bench --pair dflash/data/pair \
+      --prompts bench/prompts/pair-heldout-code48.jsonl -ngl 99 -n 512 --budgets 16,32,64 \
+      -o "$OUT/h200-pair-tree-$form.json" > "$OUT/pair-bench-$form.log" 2>&1
+    echo "[gpu] pair bench ($form) rc=$? at $(($(date +%s) - t0)) s"; tail -n 10 "$OUT/pair-bench-$form.log"
+  done
+  exit 0
+fi
 if [ "$stage" = l2 ]; then
   tree_steps 130 h200-27b-tree-steps.json 1,2,4,8,16,32,64,128,256 -- --no-upstream
   ar_bench 45 /tmp/q27.gguf h200-27b-ar.json
