@@ -124,6 +124,39 @@ if [ "$stage" = l3 ]; then
   echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 12 "$OUT/pair-bench.log"
   exit 0
 fi
+# Session 14's calls. `gpu_bench.sh n1` (SETUP_TARGETS="_core llama-speculative-simple": no
+# 27B comparison in these calls), then `n2` within 30 s: n1 the delta rule and tree CUDA tests (the
+# walk and paths forms bit-equal among them), the trained pair's modes with the paths form (upstream
+# AR and speculative beside them) and its DDTree with the walk; n2 the pair's kernels per step and
+# its step split (draft / tree / verify / commit) per budget, with each form.
+PAIR_T=dflash/data/pair/target-q8_0.gguf PAIR_D=dflash/data/pair/drafter-q8_0.gguf
+if [ "$stage" = n1 ]; then
+  run_cuda_suite 80 -k "gdn or tree_ops or batch_invariant"
+  for form in paths walk; do
+    [ "$(left)" -lt 40 ] && break
+    extra=(); [ $form = walk ] && extra=(--no-upstream --no-upstream-spec)
+    DFLASH_TREE_GDN=$form timeout "$(($(left) - 5))" python3 -m dflash.bench --pair dflash/data/pair \
+      --prompts bench/prompts/pair-heldout-code48.jsonl -ngl 99 -n 512 --budgets 16,32,64 "${extra[@]}" \
+      -o "$OUT/h200-pair-tree-$form.json" > "$OUT/pair-bench-$form.log" 2>&1
+    echo "[gpu] pair bench ($form) rc=$? at $(($(date +%s) - t0)) s"; tail -n 10 "$OUT/pair-bench-$form.log"
+  done
+  exit 0
+fi
+if [ "$stage" = n2 ]; then
+  for form in paths walk; do
+    [ "$(left)" -lt 40 ] && break
+    DFLASH_TREE_GDN=$form timeout 100 python3 tools/device/kernel_profile.py -m $PAIR_T --draft $PAIR_D --label pair \
+      --forwards 16,17,33,65 --budgets 16,32,64 --synthetic-accept 6 --steps 20 \
+      -o "$OUT/h200-pair-kernels-$form.json" > "$OUT/pair-kernels-$form.log" 2>&1
+    echo "[gpu] pair kernel profile ($form) rc=$? at $(($(date +%s) - t0)) s"; tail -n 3 "$OUT/pair-kernels-$form.log"
+    DFLASH_TREE_GDN=$form timeout 100 python3 -m dflash.bench --tree-steps -m $PAIR_T --draft $PAIR_D -ngl 99 -c 4096 \
+      --kv-type f16 --synthetic-accept 6 --budgets 1,4,16,32,64,128 --no-upstream \
+      -o "$OUT/h200-pair-tree-steps-$form.json" > "$OUT/pair-tree-steps-$form.log" 2>&1
+    echo "[gpu] pair tree-steps ($form) rc=$? at $(($(date +%s) - t0)) s"; tail -n 10 "$OUT/pair-tree-steps-$form.log"
+  done
+  exit 0
+fi
+
 # `gpu_bench.sh m1` (session 13's plan, one call): the build, the delta rule and tree CUDA tests
 # (the tree kernel's walk and paths forms bit-equal among them), then the trained pair's DDTree at
 # budgets 16, 32, 64 with the paths form (the default for its 8 heads of 64) and with the walk

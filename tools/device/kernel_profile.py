@@ -90,7 +90,7 @@ def main() -> int:
     ap.add_argument("--draft", required=True)
     ap.add_argument("--label", default="", help="name of the pair in the output")
     ap.add_argument("--forwards", default="16,32,64", help="forward sizes N to profile")
-    ap.add_argument("--budget", type=int, default=32, help="DDTree budget of the tree scenario")
+    ap.add_argument("--budgets", default="32", help="DDTree budgets of the tree scenarios")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--synthetic-accept", type=int, default=8, help="forced acceptance length (bench-only)")
     ap.add_argument("-c", "--n-ctx", type=int, default=4096)
@@ -101,7 +101,8 @@ def main() -> int:
     ns = [int(x) for x in a.forwards.split(",") if x]
     cfg = _core.EngineConfig()
     cfg.n_ctx, cfg.n_gpu_layers = a.n_ctx, 99
-    cfg.n_verify_max = max(max(ns), a.budget + 1, 16)
+    budgets = [int(x) for x in a.budgets.split(",") if x]
+    cfg.n_verify_max = max(max(ns), max(budgets) + 1, 16)
     cfg.n_logits_batch = max(cfg.n_logits_batch, cfg.n_verify_max)
     cfg.batch_invariant = a.batch_invariant
     target = _core.TargetEngine(a.model, cfg)
@@ -152,7 +153,7 @@ def main() -> int:
     rows += [_measure("draft_chain", drafting(False), steps), _measure("draft_tree", drafting(True), steps)]
     rows += [_measure(f"forward{n}+captures", forward(n), steps) for n in ns]
     rows.append(_measure("chain_step", session(0), steps))
-    rows.append(_measure(f"ddtree_b{a.budget}_step", session(a.budget), steps))
+    rows += [_measure(f"ddtree_b{b}_step", session(b), steps) for b in budgets]
     doc = {
         "bench": "kernel_profile",
         "command": "python3 tools/device/kernel_profile.py " + " ".join(__import__("sys").argv[1:]),
