@@ -58,6 +58,27 @@ ggml_backend_sched_t Backends::new_sched(size_t max_nodes) const {
     return s;
 }
 
+bool compute_and_read(ggml_backend_sched_t sched, ggml_cgraph * gf, const std::vector<Readback> & reads) {
+    if (ggml_backend_sched_graph_compute_async(sched, gf) != GGML_STATUS_SUCCESS) return false;
+    // The device (backend 0 of our schedulers) queues copies of tensors in its own buffers; the
+    // rest (host buffers, or the CPU as the device) is read once everything has finished.
+    ggml_backend_t dev = ggml_backend_sched_get_backend(sched, 0);
+    ggml_backend_buffer_type_t dev_buft = ggml_backend_get_default_buffer_type(dev);
+    std::vector<const Readback *> later;
+    for (const Readback & r : reads) {
+        const ggml_tensor * base = r.tensor->view_src ? r.tensor->view_src : r.tensor;
+        if (base->buffer && ggml_backend_buffer_get_type(base->buffer) == dev_buft &&
+            !ggml_backend_buffer_is_host(base->buffer)) {
+            ggml_backend_tensor_get_async(dev, r.tensor, r.dst, 0, r.bytes);
+        } else {
+            later.push_back(&r);
+        }
+    }
+    ggml_backend_sched_synchronize(sched);
+    for (const Readback * r : later) ggml_backend_tensor_get(r->tensor, r->dst, 0, r->bytes);
+    return true;
+}
+
 std::string Backends::description() const {
     std::ostringstream s;
     s << ggml_backend_dev_name(main_dev) << " (" << ggml_backend_dev_description(main_dev) << ")";

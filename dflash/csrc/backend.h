@@ -8,6 +8,18 @@
 
 namespace dflash {
 
+// One result to copy back after a graph: bytes from the start of tensor into dst.
+struct Readback {
+    const ggml_tensor * tensor;
+    void * dst;
+    size_t bytes;
+};
+
+// Computes gf and copies reads back with a single synchronisation: the copies are queued on the
+// stream behind the graph (each read otherwise waits for the device on its own, which on a tiny
+// model's millisecond step is a visible share). False when the backend failed.
+bool compute_and_read(ggml_backend_sched_t sched, ggml_cgraph * gf, const std::vector<Readback> & reads);
+
 struct Backends {
     // n_gpu_layers == 0 forces the CPU; otherwise the first GPU device when there is one.
     Backends(int n_gpu_layers, int n_threads);

@@ -217,6 +217,12 @@ DraftSpec DraftEngine::spec_for(int n_inject, bool block, int start, bool top_k)
 }
 
 void DraftEngine::run(const DraftSpec & spec, const DraftInputs & in) {
+    prepare(spec, in);
+    if (!compute_and_read(sched_.get(), cached_.g.gf, {}))
+        throw EngineError("the backend failed to compute the draft graph");
+}
+
+void DraftEngine::prepare(const DraftSpec & spec, const DraftInputs & in) {
     if (!cached_.ctx || !same_spec(cached_.spec, spec)) {
         drop_cached_graph();
         ggml_init_params p = {graph_mem_.size(), graph_mem_.data(), true};
@@ -238,9 +244,6 @@ void DraftEngine::run(const DraftSpec & spec, const DraftInputs & in) {
         }
     }
     set_dflash_inputs(cached_.g, *model_, kv_, spec, in);
-    if (ggml_backend_sched_graph_compute(sched_.get(), cached_.g.gf) != GGML_STATUS_SUCCESS) {
-        throw EngineError("the backend failed to compute the draft graph");
-    }
 }
 
 void DraftEngine::flush_rows(int n) {
@@ -276,26 +279,29 @@ DraftResult DraftEngine::draft(int32_t anchor, int start, bool want_logits, bool
     in.n_ctx = n_ctx();
     in.all_bidirectional = cfg_.all_bidirectional;
     const DraftSpec spec = spec_for(n_pending_, true, start, want_top_k);
-    run(spec, in);
-    n_committed_ += n_pending_;
-    n_pending_ = 0;
-    pending_.clear();
-    pending_rows_.clear();
-
+    prepare(spec, in);
     const DraftGraph & g = cached_.g;
     const int n_out = hp.block_size - 1, K = spec.top_k;
     DraftResult r;
     r.argmax.resize(n_out);
-    ggml_backend_tensor_get(g.argmax, r.argmax.data(), 0, sizeof(int32_t) * n_out);
+    std::vector<Readback> reads = {{g.argmax, r.argmax.data(), sizeof(int32_t) * n_out}};
     if (want_logits) {
         r.logits.resize((size_t)n_out * n_vocab_);
-        ggml_backend_tensor_get(g.logits, r.logits.data(), 0, sizeof(float) * r.logits.size());
+        reads.push_back({g.logits, r.logits.data(), sizeof(float) * r.logits.size()});
     }
-    if (K == 0) return r;
     std::vector<int32_t> ids((size_t)K * n_out);
     std::vector<float> lp((size_t)K * n_out);
-    ggml_backend_tensor_get(g.top_ids, ids.data(), 0, sizeof(int32_t) * ids.size());
-    ggml_backend_tensor_get(g.top_logp, lp.data(), 0, sizeof(float) * lp.size());
+    if (K > 0) {
+        reads.push_back({g.top_ids, ids.data(), sizeof(int32_t) * ids.size()});
+        reads.push_back({g.top_logp, lp.data(), sizeof(float) * lp.size()});
+    }
+    if (!compute_and_read(sched_.get(), g.gf, reads))
+        throw EngineError("the backend failed to compute the draft graph");
+    n_committed_ += n_pending_;
+    n_pending_ = 0;
+    pending_.clear();
+    pending_rows_.clear();
+    if (K == 0) return r;
     // ggml_top_k leaves each row unordered: sort by log-probability (ties by token id).
     r.top_ids.resize(ids.size());
     r.top_logp.resize(lp.size());

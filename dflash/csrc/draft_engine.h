@@ -74,7 +74,8 @@ class DraftEngine {
         DraftGraph g;
         DraftSpec spec;
     };
-    void run(const DraftSpec & spec, const DraftInputs & in);
+    void run(const DraftSpec & spec, const DraftInputs & in);      // prepare, then compute
+    void prepare(const DraftSpec & spec, const DraftInputs & in);  // the graph of spec, with its inputs set
     void flush_full_chunks();
     void flush_rows(int n);  // the first n queued rows, inject only
     void begin_inject(int n, int pos0);

@@ -389,24 +389,26 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
     }
     const ForwardGraph & g = cached_.g;
     set_qwen35_inputs(g, *model_, spec, tokens);
-    if (ggml_backend_sched_graph_compute(sched_, g.gf) != GGML_STATUS_SUCCESS) {
-        throw EngineError("the backend failed to compute the forward graph");
-    }
-    cache_->n_past += n;
-    if (!capture_layers.empty()) feature_gen_++;
-
     ForwardResult r;
     const int64_t n_out = g.argmax->ne[0];
     r.argmax.resize(n_out);
-    ggml_backend_tensor_get(g.argmax, r.argmax.data(), 0, sizeof(int32_t) * n_out);
+    std::vector<Readback> reads = {{g.argmax, r.argmax.data(), sizeof(int32_t) * n_out}};
     if (want_logits) {
         r.logits.resize((size_t)n_out * hp.n_vocab);
-        ggml_backend_tensor_get(g.logits, r.logits.data(), 0, sizeof(float) * r.logits.size());
+        reads.push_back({g.logits, r.logits.data(), sizeof(float) * r.logits.size()});
     }
-    if (read_captures && !capture_layers.empty()) {
+    const bool captures = read_captures && !capture_layers.empty();
+    std::vector<float> rows;
+    if (captures) {
+        rows.resize((size_t)n * capture_layers.size() * hp.n_embd);
+        reads.push_back({features_, rows.data(), sizeof(float) * rows.size()});
+    }
+    if (!compute_and_read(sched_, g.gf, reads)) throw EngineError("the backend failed to compute the forward graph");
+    cache_->n_past += n;
+    if (!capture_layers.empty()) feature_gen_++;
+
+    if (captures) {
         const int64_t E = hp.n_embd, L = (int64_t)capture_layers.size();
-        std::vector<float> rows((size_t)n * L * E);
-        ggml_backend_tensor_get(features_, rows.data(), 0, sizeof(float) * rows.size());
         r.captures.assign(L, std::vector<float>((size_t)n * E));
         for (int i = 0; i < n; ++i) {
             for (int64_t l = 0; l < L; ++l) {
