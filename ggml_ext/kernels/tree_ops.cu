@@ -81,11 +81,12 @@ struct TreeGdnWarp {
         }
     }
 
-    __device__ void step(State & st, int node, float (&o)[C]) const {
-        const float * qn = a.q + node * a.sq2 + hk * a.sq1;
-        const float * kn = a.k + node * a.sk2 + hk * a.sk1;
-        delta_rule_step<warp, rows, C>(st, kn, qn, a.v + node * a.sv2 + h * a.sv1 + col0, expf(a.g[node * a.H + h]),
-                                       a.beta[node * a.H + h], lane, o);
+    using Inputs = DeltaRuleInputs<warp, rows, C>;
+
+    // a node's inputs, loaded a step ahead of their use (delta_rule_step.cuh)
+    __device__ void load(Inputs & in, int node) const {
+        in.load(a.k + node * a.sk2 + hk * a.sk1, a.q + node * a.sq2 + hk * a.sq1, a.v + node * a.sv2 + h * a.sv1 + col0,
+                a.g[node * a.H + h], a.beta[node * a.H + h], lane);
     }
 
     __device__ void store(int node, const float (&o)[C]) const {
@@ -131,8 +132,12 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_kernel(co
     typename W::State st;
     float stack[ggml_ext::kTreeMaxDepth + 1][C][W::rows];
     int prev = -1;
+    typename W::Inputs in;
+    if (n > 0) w.load(in, order[0]);
     for (int64_t t = 0; t < n; ++t) {
         const int node = order[t], p = parent[node], d = depth[node];
+        typename W::Inputs next;
+        if (t + 1 < n) w.load(next, order[t + 1]);
         if (p < 0) {
             w.load_initial(st);
         } else if (p != prev) {
@@ -143,7 +148,8 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_kernel(co
             }
         }
         float o[C];
-        w.step(st, node, o);
+        delta_rule_apply(st, in, o);
+        in = next;
         if (!counted || branch[node]) {
 #pragma unroll
             for (int c = 0; c < C; ++c) {
@@ -173,13 +179,30 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_paths_ker
 
     typename TreeGdnWarp<S, C>::State st;
     w.load_initial(st);
-    float o[C];
-    for (int j = 0; j < d0; ++j) w.step(st, path[j], o);
-    for (int node = first;;) {
-        w.step(st, node, o);
-        w.store(node, o);
-        if (++t >= a.n || parent[order[t]] != node) break;
-        node = order[t];
+    // steps j < d0 replay the ancestors (their outputs are other blocks'), then the segment from
+    // `first` (preorder position t) while each node is the previous one's child
+    int node = d0 > 0 ? path[0] : first;
+    typename TreeGdnWarp<S, C>::Inputs in;
+    w.load(in, node);
+    for (int j = 0;; ++j) {
+        const bool own = j >= d0;
+        int next = -1;
+        if (j + 1 < d0) {
+            next = path[j + 1];
+        } else if (j + 1 == d0) {
+            next = first;
+        } else if (t + 1 < a.n && parent[order[t + 1]] == node) {
+            next = order[t + 1];
+        }
+        typename TreeGdnWarp<S, C>::Inputs in_next;
+        if (next >= 0) w.load(in_next, next);
+        float o[C];
+        delta_rule_apply(st, in, o);
+        if (own) w.store(node, o);
+        if (next < 0) break;
+        if (own) ++t;
+        node = next;
+        in = in_next;
     }
 }
 
