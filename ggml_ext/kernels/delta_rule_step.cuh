@@ -12,13 +12,15 @@
 // top of each step pays the memory latency once a token on top of the arithmetic).
 template <int warp, int rows, int C>
 struct DeltaRuleInputs {
-    float kr[rows], qr[rows], v[C], g, beta;
+    float kr[rows], qr[rows], v[C], g, beta;  // g: the gate after expf
 
     // k_t, q_t: the token's k and q (S floats); v_cols: its v at this warp's first column; g_raw:
     // the gate before expf.
     __device__ __forceinline__ void load(const float * __restrict__ k_t, const float * __restrict__ q_t,
-                                         const float * __restrict__ v_cols, const float g_raw, const float beta_val,
-                                         const int lane) {
+                                         const float * __restrict__ v_cols, const float * __restrict__ g_raw,
+                                         const float * __restrict__ beta_val, const int lane) {
+        beta = *beta_val;
+        g = expf(*g_raw);
 #pragma unroll
         for (int r = 0; r < rows; ++r) {
             kr[r] = k_t[r * warp + lane];
@@ -26,36 +28,65 @@ struct DeltaRuleInputs {
         }
 #pragma unroll
         for (int c = 0; c < C; ++c) v[c] = v_cols[c];
-        g = g_raw;
-        beta = beta_val;
     }
 };
 
-// st: the columns (updated in place); in: the token's inputs; o: the columns' outputs, reduced
-// (every lane), not yet scaled.
-template <int warp, int rows, int C>
-__device__ __forceinline__ void delta_rule_apply(float (&st)[C][rows], const DeltaRuleInputs<warp, rows, C> & in,
-                                                 float (&o)[C]) {
-    const float g_val = expf(in.g);
+// Whether a kernel loads a token's inputs a step ahead. With one row a lane (S < 64) loading
+// ahead changes how ptxas schedules the step, and with it which products it fuses into FMAs: the
+// bits then differ from ggml's kernel (tests/test_gdn_chain.py on the H200), so those states load
+// each token's inputs at the top of its step, as ggml does (delta_rule_step).
+template <int rows>
+constexpr bool kDeltaRuleLoadAhead = rows > 1;
+
+// The update itself. kr, qr: this lane's rows of k and q; v: the token's v at the warp's first
+// column (a pointer, read after the reduction as ggml does, or registers loaded ahead); g_val: the
+// gate after expf. st: the columns (updated in place); o: the columns' outputs, reduced (every
+// lane), not yet scaled.
+template <int warp, int rows, int C, typename V>
+__device__ __forceinline__ void delta_rule_core(float (&st)[C][rows], const float (&kr)[rows], const float (&qr)[rows],
+                                                const V & v, const float g_val, const float beta_val, float (&o)[C]) {
     float kv[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
         kv[c] = 0.0f;
 #pragma unroll
-        for (int r = 0; r < rows; ++r) kv[c] += st[c][r] * in.kr[r];
+        for (int r = 0; r < rows; ++r) kv[c] += st[c][r] * kr[r];
     }
 #pragma unroll
     for (int c = 0; c < C; ++c) kv[c] = warp_reduce_sum<warp>(kv[c]);
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-        const float delta = (in.v[c] - g_val * kv[c]) * in.beta;
+        const float delta = (v[c] - g_val * kv[c]) * beta_val;
         o[c] = 0.0f;
 #pragma unroll
         for (int r = 0; r < rows; ++r) {
-            st[c][r] = g_val * st[c][r] + in.kr[r] * delta;
-            o[c] += st[c][r] * in.qr[r];
+            st[c][r] = g_val * st[c][r] + kr[r] * delta;
+            o[c] += st[c][r] * qr[r];
         }
     }
 #pragma unroll
     for (int c = 0; c < C; ++c) o[c] = warp_reduce_sum<warp>(o[c]);
+}
+
+// A token loaded at the top of its step (ggml's order: k and q, then v after the reduction).
+// k_t, q_t: the token's k and q (S floats); v_cols: its v at this warp's first column.
+template <int warp, int rows, int C>
+__device__ __forceinline__ void delta_rule_step(float (&st)[C][rows], const float * __restrict__ k_t,
+                                                const float * __restrict__ q_t, const float * __restrict__ v_cols,
+                                                const float g_val, const float beta_val, const int lane,
+                                                float (&o)[C]) {
+    float kr[rows], qr[rows];
+#pragma unroll
+    for (int r = 0; r < rows; ++r) {
+        kr[r] = k_t[r * warp + lane];
+        qr[r] = q_t[r * warp + lane];
+    }
+    delta_rule_core<warp, rows, C>(st, kr, qr, v_cols, g_val, beta_val, o);
+}
+
+// A token whose inputs were loaded a step ahead.
+template <int warp, int rows, int C>
+__device__ __forceinline__ void delta_rule_apply(float (&st)[C][rows], const DeltaRuleInputs<warp, rows, C> & in,
+                                                 float (&o)[C]) {
+    delta_rule_core<warp, rows, C>(st, in.kr, in.qr, in.v, in.g, in.beta, o);
 }

@@ -53,18 +53,28 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kChainWarps)
     float * out = dst + (seq * n_tokens * H + h) * S;
 
     using Inputs = DeltaRuleInputs<warp, rows, C>;
+    constexpr bool ahead = kDeltaRuleLoadAhead<rows>;
     auto load = [&](Inputs & in, int64_t t) {
         const int64_t qk = iq3 * sq3 + t * sq2 + iq1 * sq1, gb = seq * sb3 + t * sb2 + h * sb1;
-        in.load(k + qk, q + qk, v + seq * sv3 + t * sv2 + h * sv1 + col0, g[gb], beta[gb], lane);
+        in.load(k + qk, q + qk, v + seq * sv3 + t * sv2 + h * sv1 + col0, g + gb, beta + gb, lane);
     };
     Inputs in;
-    if (n_tokens > 0) load(in, 0);
+    if (ahead && n_tokens > 0) load(in, 0);
     for (int64_t t = 0; t < n_tokens; ++t) {
-        Inputs next;  // the next token's loads in flight during this token's update
-        if (t + 1 < n_tokens) load(next, t + 1);
         float o[C];
-        delta_rule_apply<warp, rows, C>(st, in, o);
-        in = next;
+        if constexpr (ahead) {
+            Inputs next;  // the next token's loads in flight during this token's update
+            if (t + 1 < n_tokens) load(next, t + 1);
+            delta_rule_apply<warp, rows, C>(st, in, o);
+            in = next;
+        } else {
+            const float * q_t = q + iq3 * sq3 + t * sq2 + iq1 * sq1;
+            const float * k_t = k + iq3 * sq3 + t * sq2 + iq1 * sq1;
+            const float * v_t = v + seq * sv3 + t * sv2 + h * sv1;
+            const int64_t gb = seq * sb3 + t * sb2 + h * sb1;
+            const float beta_val = beta[gb];
+            delta_rule_step<warp, rows, C>(st, k_t, q_t, v_t + col0, expf(g[gb]), beta_val, lane, o);
+        }
         if (lane == 0) {
 #pragma unroll
             for (int c = 0; c < C; ++c) out[col0 + c] = o[c] * scale;

@@ -83,10 +83,18 @@ struct TreeGdnWarp {
 
     using Inputs = DeltaRuleInputs<warp, rows, C>;
 
-    // a node's inputs, loaded a step ahead of their use (delta_rule_step.cuh)
+    // a node's update with its inputs loaded at the top (delta_rule_step.cuh: S < 64)
+    __device__ void step(State & st, int node, float (&o)[C]) const {
+        const float * qn = a.q + node * a.sq2 + hk * a.sq1;
+        const float * kn = a.k + node * a.sk2 + hk * a.sk1;
+        delta_rule_step<warp, rows, C>(st, kn, qn, a.v + node * a.sv2 + h * a.sv1 + col0, expf(a.g[node * a.H + h]),
+                                       a.beta[node * a.H + h], lane, o);
+    }
+
+    // a node's inputs, loaded a step ahead of their use
     __device__ void load(Inputs & in, int node) const {
         in.load(a.k + node * a.sk2 + hk * a.sk1, a.q + node * a.sq2 + hk * a.sq1, a.v + node * a.sv2 + h * a.sv1 + col0,
-                a.g[node * a.H + h], a.beta[node * a.H + h], lane);
+                a.g + node * a.H + h, a.beta + node * a.H + h, lane);
     }
 
     __device__ void store(int node, const float (&o)[C]) const {
@@ -113,12 +121,21 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_kernel(co
     // trees of more than kCountedNodes nodes save every state
     __shared__ int16_t pos[kCountedNodes];
     __shared__ uint8_t branch[kCountedNodes];
+    // the tree index itself, for the form that loads a step ahead
+    __shared__ int32_t s_order[kDeltaRuleLoadAhead<W::rows> ? kCountedNodes : 1];
+    __shared__ int32_t s_parent[kDeltaRuleLoadAhead<W::rows> ? kCountedNodes : 1];
+    __shared__ uint8_t s_depth[kDeltaRuleLoadAhead<W::rows> ? kCountedNodes : 1];
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
     const bool counted = n <= kCountedNodes;
     if (counted) {
         for (int i = tid; i < n; i += nthreads) {
             pos[order[i]] = (int16_t)i;
             branch[i] = 0;
+            if constexpr (kDeltaRuleLoadAhead<W::rows>) {
+                s_order[i] = order[i];
+                s_parent[i] = parent[i];
+                s_depth[i] = (uint8_t)depth[i];
+            }
         }
         __syncthreads();
         for (int i = tid; i < n; i += nthreads) {
@@ -132,33 +149,120 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_kernel(co
     typename W::State st;
     float stack[ggml_ext::kTreeMaxDepth + 1][C][W::rows];
     int prev = -1;
-    typename W::Inputs in;
-    if (n > 0) w.load(in, order[0]);
-    for (int64_t t = 0; t < n; ++t) {
-        const int node = order[t], p = parent[node], d = depth[node];
-        typename W::Inputs next;
-        if (t + 1 < n) w.load(next, order[t + 1]);
-        if (p < 0) {
-            w.load_initial(st);
-        } else if (p != prev) {
+    if constexpr (!kDeltaRuleLoadAhead<W::rows>) {  // inputs loaded at the top of each step
+        for (int64_t t = 0; t < n; ++t) {
+            const int node = order[t], p = parent[node], d = depth[node];
+            if (p < 0) {
+                w.load_initial(st);
+            } else if (p != prev) {
 #pragma unroll
-            for (int c = 0; c < C; ++c) {
+                for (int c = 0; c < C; ++c) {
 #pragma unroll
-                for (int r = 0; r < W::rows; ++r) st[c][r] = stack[d - 1][c][r];
+                    for (int r = 0; r < W::rows; ++r) st[c][r] = stack[d - 1][c][r];
+                }
             }
+            float o[C];
+            w.step(st, node, o);
+            if (!counted || branch[node]) {
+#pragma unroll
+                for (int c = 0; c < C; ++c) {
+#pragma unroll
+                    for (int r = 0; r < W::rows; ++r) stack[d][c][r] = st[c][r];
+                }
+            }
+            w.store(node, o);
+            prev = node;
         }
+    } else {
+        // Loaded a step ahead, the tree index from shared memory where it fits (staged above):
+        // the next node's address then waits on no global load.
+        const int32_t * O = counted ? s_order : order;
+        const int32_t * P = counted ? s_parent : parent;
+        typename W::Inputs in;
+        if (n > 0) w.load(in, O[0]);
+        for (int64_t t = 0; t < n; ++t) {
+            const int node = O[t], p = P[node], d = counted ? s_depth[node] : depth[node];
+            typename W::Inputs next;
+            if (t + 1 < n) w.load(next, O[t + 1]);
+            if (p < 0) {
+                w.load_initial(st);
+            } else if (p != prev) {
+#pragma unroll
+                for (int c = 0; c < C; ++c) {
+#pragma unroll
+                    for (int r = 0; r < W::rows; ++r) st[c][r] = stack[d - 1][c][r];
+                }
+            }
+            float o[C];
+            delta_rule_apply(st, in, o);
+            in = next;
+            if (!counted || branch[node]) {
+#pragma unroll
+                for (int c = 0; c < C; ++c) {
+#pragma unroll
+                    for (int r = 0; r < W::rows; ++r) stack[d][c][r] = st[c][r];
+                }
+            }
+            w.store(node, o);
+            prev = node;
+        }
+    }
+}
+
+// The paths, inputs loaded a step ahead (S >= 64). The block stages the tree's parents and preorder
+// in shared memory (coalesced, once) and thread 0 lists the block's nodes from there: its segment's
+// ancestors, root first, then the segment. Chasing the parents through global memory instead costs
+// a round trip a level, microseconds for a deep segment, before the first update.
+template <int S, int C>
+__device__ __forceinline__ void tree_gdn_paths_ahead(const TreeGdnArgs & a) {
+    using W = TreeGdnWarp<S, C>;
+    const W w(a);
+    const int32_t * parent = a.tree;
+    const int32_t * order = a.tree + a.n;
+    const int64_t t0 = blockIdx.y;
+    const int first = order[t0];
+    if (t0 > 0 && parent[first] == order[t0 - 1]) return;  // the whole block: no barrier is reached
+
+    __shared__ int32_t s_parent[kCountedNodes], s_order[kCountedNodes];
+    __shared__ int32_t seq[ggml_ext::kTreeMaxDepth + 2];  // a root-to-leaf path: depth + 1 nodes at most
+    __shared__ int n_anc, n_seq;
+    const bool staged = a.n <= kCountedNodes;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
+    if (staged) {
+        for (int i = tid; i < a.n; i += nthreads) {
+            s_parent[i] = parent[i];
+            s_order[i] = order[i];
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        const int32_t * P = staged ? s_parent : parent;
+        const int32_t * O = staged ? s_order : order;
+        const int d0 = a.tree[2 * a.n + first];
+        for (int p = P[first], j = d0 - 1; p >= 0 && j >= 0; p = P[p], --j) seq[j] = p;
+        int m = d0;
+        seq[m++] = first;
+        for (int64_t t = t0 + 1; t < a.n && m < ggml_ext::kTreeMaxDepth + 2 && P[O[t]] == seq[m - 1]; ++t) {
+            seq[m++] = O[t];
+        }
+        n_anc = d0;
+        n_seq = m;
+    }
+    __syncthreads();
+    if (w.col0 >= S) return;
+
+    typename W::State st;
+    w.load_initial(st);
+    const int na = n_anc, ns = n_seq;
+    typename W::Inputs in;
+    w.load(in, seq[0]);
+    for (int j = 0; j < ns; ++j) {
+        typename W::Inputs next;
+        if (j + 1 < ns) w.load(next, seq[j + 1]);
         float o[C];
         delta_rule_apply(st, in, o);
+        if (j >= na) w.store(seq[j], o);  // ancestors' outputs are other blocks'
         in = next;
-        if (!counted || branch[node]) {
-#pragma unroll
-            for (int c = 0; c < C; ++c) {
-#pragma unroll
-                for (int r = 0; r < W::rows; ++r) stack[d][c][r] = st[c][r];
-            }
-        }
-        w.store(node, o);
-        prev = node;
     }
 }
 
@@ -166,43 +270,30 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_kernel(co
 // return at once (the whole block: no barrier follows).
 template <int S, int C>
 __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_paths_kernel(const TreeGdnArgs a) {
-    const TreeGdnWarp<S, C> w(a);
-    const int32_t * parent = a.tree;
-    const int32_t * order = a.tree + a.n;
-    int64_t t = blockIdx.y;
-    const int first = order[t];
-    if ((t > 0 && parent[first] == order[t - 1]) || w.col0 >= S) return;
+    if constexpr (kDeltaRuleLoadAhead<TreeGdnWarp<S, C>::rows>) {
+        tree_gdn_paths_ahead<S, C>(a);
+    } else {  // inputs loaded at the top of each step
+        const TreeGdnWarp<S, C> w(a);
+        const int32_t * parent = a.tree;
+        const int32_t * order = a.tree + a.n;
+        int64_t t = blockIdx.y;
+        const int first = order[t];
+        if ((t > 0 && parent[first] == order[t - 1]) || w.col0 >= S) return;
 
-    int path[ggml_ext::kTreeMaxDepth];  // the segment's ancestors, root first
-    const int d0 = a.tree[2 * a.n + first];
-    for (int p = parent[first], j = d0 - 1; p >= 0 && j >= 0; p = parent[p], --j) path[j] = p;
+        int path[ggml_ext::kTreeMaxDepth];  // the segment's ancestors, root first
+        const int d0 = a.tree[2 * a.n + first];
+        for (int p = parent[first], j = d0 - 1; p >= 0 && j >= 0; p = parent[p], --j) path[j] = p;
 
-    typename TreeGdnWarp<S, C>::State st;
-    w.load_initial(st);
-    // steps j < d0 replay the ancestors (their outputs are other blocks'), then the segment from
-    // `first` (preorder position t) while each node is the previous one's child
-    int node = d0 > 0 ? path[0] : first;
-    typename TreeGdnWarp<S, C>::Inputs in;
-    w.load(in, node);
-    for (int j = 0;; ++j) {
-        const bool own = j >= d0;
-        int next = -1;
-        if (j + 1 < d0) {
-            next = path[j + 1];
-        } else if (j + 1 == d0) {
-            next = first;
-        } else if (t + 1 < a.n && parent[order[t + 1]] == node) {
-            next = order[t + 1];
-        }
-        typename TreeGdnWarp<S, C>::Inputs in_next;
-        if (next >= 0) w.load(in_next, next);
+        typename TreeGdnWarp<S, C>::State st;
+        w.load_initial(st);
         float o[C];
-        delta_rule_apply(st, in, o);
-        if (own) w.store(node, o);
-        if (next < 0) break;
-        if (own) ++t;
-        node = next;
-        in = in_next;
+        for (int j = 0; j < d0; ++j) w.step(st, path[j], o);
+        for (int node = first;;) {
+            w.step(st, node, o);
+            w.store(node, o);
+            if (++t >= a.n || parent[order[t]] != node) break;
+            node = order[t];
+        }
     }
 }
 
@@ -229,9 +320,12 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
     const int64_t fs = sizeof(float);
     const float scale = 1.0f / sqrtf((float)S);
     const int warp = S < 32 ? (int)S : 32;
-    const int cols = gdn_columns_for(S, H);  // gdn_chain.cu
+    const int walk_cols = gdn_columns_for(S, H);  // gdn_chain.cu
+    const bool paths = tree_gdn_paths_for(H * ((S + kWarps * walk_cols - 1) / (kWarps * walk_cols)), n);
+    // The paths' warps: a segment a block row, about one for every four nodes (a guess: the tree
+    // is on the device); more columns a warp when that many blocks would queue in waves.
+    const int cols = paths ? gdn_columns_for(S, H * ((n + 3) / 4)) : walk_cols;
     const unsigned groups = (unsigned)((S + kWarps * cols - 1) / (kWarps * cols));
-    const bool paths = tree_gdn_paths_for(H * groups, n);
     const dim3 block(warp, kWarps, 1);
     const dim3 grid((unsigned)H, paths ? (unsigned)n : 1u, groups);
     auto f32 = [&](int i) { return (const float *)dst->src[i]->data; };

@@ -157,6 +157,24 @@ if [ "$stage" = n2 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh n3` (one call, after n1/n2): the delta rule and tree CUDA tests, the trained pair's
+# modes (DDTree at budgets 16..128, upstream beside them), the 27B's kernels per step (the chain
+# delta rule loading a token ahead), then the pair's kernels and step split as time allows.
+if [ "$stage" = n3 ]; then
+  start_27b_synth
+  run_cuda_suite 80 -k "gdn or tree_ops or batch_invariant"
+  timeout 150 python3 -m dflash.bench --pair dflash/data/pair --prompts bench/prompts/pair-heldout-code48.jsonl \
+    -ngl 99 -n 512 --budgets 16,32,64,128 -o "$OUT/h200-pair.json" > "$OUT/pair-bench.log" 2>&1
+  echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 12 "$OUT/pair-bench.log"
+  wait_27b 100
+  [ "$(left)" -ge 100 ] && kernel_profile 90
+  [ "$(left)" -ge 30 ] && timeout "$(($(left) - 5))" python3 -m dflash.bench --tree-steps -m $PAIR_T --draft $PAIR_D \
+    -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 6 --budgets 1,16,32,64,128 --no-upstream \
+    -o "$OUT/h200-pair-tree-steps.json" > "$OUT/pair-tree-steps.log" 2>&1
+  echo "[gpu] pair tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 8 "$OUT/pair-tree-steps.log"
+  exit 0
+fi
+
 # `gpu_bench.sh m1` (session 13's plan, one call): the build, the delta rule and tree CUDA tests
 # (the tree kernel's walk and paths forms bit-equal among them), then the trained pair's DDTree at
 # budgets 16, 32, 64 with the paths form (the default for its 8 heads of 64) and with the walk
