@@ -31,12 +31,15 @@ struct DeltaRuleInputs {
     }
 };
 
-// Whether a kernel loads a token's inputs a step ahead. With one row a lane (S < 64) loading
-// ahead changes how ptxas schedules the step, and with it which products it fuses into FMAs: the
-// bits then differ from ggml's kernel (tests/test_gdn_chain.py on the H200), so those states load
-// each token's inputs at the top of its step, as ggml does (delta_rule_step).
-template <int rows>
-constexpr bool kDeltaRuleLoadAhead = rows > 1;
+// Whether a kernel loads a token's inputs a step ahead (columns: the state columns a warp). It
+// pays where few warps wait on memory: one column a warp (the trained pair's 8 heads of 64) and
+// the tree's paths form (which passes columns 1). With several columns a warp (the 27B's 4) the
+// H200 measured no gain (chain delta rule 717 / 1317 / 2515 us for 16 / 32 / 64 tokens against
+// 685 / 1255 / 2385 without, tree walk 1869 against 1707 us; bench/results/README.md, session 14),
+// so those keep the plain order. With one row a lane (S < 64) loading ahead moved ptxas's fused
+// multiply-adds off ggml's bits (tests/test_gdn_chain.py), so never there.
+template <int rows, int columns>
+constexpr bool kDeltaRuleLoadAhead = rows > 1 && columns == 1;
 
 // The update itself. kr, qr: this lane's rows of k and q; v: the token's v at the warp's first
 // column (a pointer, read after the reduction as ggml does, or registers loaded ahead); g_val: the
@@ -60,7 +63,14 @@ __device__ __forceinline__ void delta_rule_core(float (&st)[C][rows], const floa
         o[c] = 0.0f;
 #pragma unroll
         for (int r = 0; r < rows; ++r) {
-            st[c][r] = g_val * st[c][r] + kr[r] * delta;
+            // g * s + k * delta with one product rounded first, spelled out: which one the
+            // compiler rounds depends on the code around it, and ggml's kernel rounds g * s with
+            // one row a lane, k * delta with more (its PTX for S = 32 and 64).
+            if constexpr (rows == 1) {
+                st[c][r] = __fmaf_rn(kr[r], delta, __fmul_rn(g_val, st[c][r]));
+            } else {
+                st[c][r] = __fmaf_rn(g_val, st[c][r], __fmul_rn(kr[r], delta));
+            }
             o[c] += st[c][r] * qr[r];
         }
     }

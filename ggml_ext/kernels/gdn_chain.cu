@@ -53,7 +53,7 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kChainWarps)
     float * out = dst + (seq * n_tokens * H + h) * S;
 
     using Inputs = DeltaRuleInputs<warp, rows, C>;
-    constexpr bool ahead = kDeltaRuleLoadAhead<rows>;
+    constexpr bool ahead = kDeltaRuleLoadAhead<rows, C>;
     auto load = [&](Inputs & in, int64_t t) {
         const int64_t qk = iq3 * sq3 + t * sq2 + iq1 * sq1, gb = seq * sb3 + t * sb2 + h * sb1;
         in.load(k + qk, q + qk, v + seq * sv3 + t * sv2 + h * sv1 + col0, g + gb, beta + gb, lane);

@@ -122,16 +122,16 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_kernel(co
     __shared__ int16_t pos[kCountedNodes];
     __shared__ uint8_t branch[kCountedNodes];
     // the tree index itself, for the form that loads a step ahead
-    __shared__ int32_t s_order[kDeltaRuleLoadAhead<W::rows> ? kCountedNodes : 1];
-    __shared__ int32_t s_parent[kDeltaRuleLoadAhead<W::rows> ? kCountedNodes : 1];
-    __shared__ uint8_t s_depth[kDeltaRuleLoadAhead<W::rows> ? kCountedNodes : 1];
+    __shared__ int32_t s_order[kDeltaRuleLoadAhead<W::rows, C> ? kCountedNodes : 1];
+    __shared__ int32_t s_parent[kDeltaRuleLoadAhead<W::rows, C> ? kCountedNodes : 1];
+    __shared__ uint8_t s_depth[kDeltaRuleLoadAhead<W::rows, C> ? kCountedNodes : 1];
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
     const bool counted = n <= kCountedNodes;
     if (counted) {
         for (int i = tid; i < n; i += nthreads) {
             pos[order[i]] = (int16_t)i;
             branch[i] = 0;
-            if constexpr (kDeltaRuleLoadAhead<W::rows>) {
+            if constexpr (kDeltaRuleLoadAhead<W::rows, C>) {
                 s_order[i] = order[i];
                 s_parent[i] = parent[i];
                 s_depth[i] = (uint8_t)depth[i];
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_kernel(co
     typename W::State st;
     float stack[ggml_ext::kTreeMaxDepth + 1][C][W::rows];
     int prev = -1;
-    if constexpr (!kDeltaRuleLoadAhead<W::rows>) {  // inputs loaded at the top of each step
+    if constexpr (!kDeltaRuleLoadAhead<W::rows, C>) {  // inputs loaded at the top of each step
         for (int64_t t = 0; t < n; ++t) {
             const int node = order[t], p = parent[node], d = depth[node];
             if (p < 0) {
@@ -270,7 +270,7 @@ __device__ __forceinline__ void tree_gdn_paths_ahead(const TreeGdnArgs & a) {
 // return at once (the whole block: no barrier follows).
 template <int S, int C>
 __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_paths_kernel(const TreeGdnArgs a) {
-    if constexpr (kDeltaRuleLoadAhead<TreeGdnWarp<S, C>::rows>) {
+    if constexpr (kDeltaRuleLoadAhead<TreeGdnWarp<S, C>::rows, 1>) {  // any columns: see the header
         tree_gdn_paths_ahead<S, C>(a);
     } else {  // inputs loaded at the top of each step
         const TreeGdnWarp<S, C> w(a);
