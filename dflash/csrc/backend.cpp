@@ -3,6 +3,7 @@
 #include "errors.h"
 #include "ggml-cpu.h"
 
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -58,8 +59,23 @@ ggml_backend_sched_t Backends::new_sched(size_t max_nodes) const {
     return s;
 }
 
+ComputeTiming & compute_timing() {
+    static thread_local ComputeTiming t;
+    return t;
+}
+
+namespace {
+double now_ms() {
+    using namespace std::chrono;
+    return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
 bool compute_and_read(ggml_backend_sched_t sched, ggml_cgraph * gf, const std::vector<Readback> & reads) {
+    ComputeTiming & timing = compute_timing();
+    const double t0 = now_ms();
     if (ggml_backend_sched_graph_compute_async(sched, gf) != GGML_STATUS_SUCCESS) return false;
+    const double t1 = now_ms();
     // The device (backend 0 of our schedulers) queues copies of tensors in its own buffers; the
     // rest (host buffers, or the CPU as the device) is read once everything has finished.
     ggml_backend_t dev = ggml_backend_sched_get_backend(sched, 0);
@@ -76,6 +92,9 @@ bool compute_and_read(ggml_backend_sched_t sched, ggml_cgraph * gf, const std::v
     }
     ggml_backend_sched_synchronize(sched);
     for (const Readback * r : later) ggml_backend_tensor_get(r->tensor, r->dst, 0, r->bytes);
+    timing.launch_ms += t1 - t0;
+    timing.wait_ms += now_ms() - t1;
+    timing.graphs++;
     return true;
 }
 

@@ -20,6 +20,17 @@ struct Readback {
 // model's millisecond step is a visible share). False when the backend failed.
 bool compute_and_read(ggml_backend_sched_t sched, ggml_cgraph * gf, const std::vector<Readback> & reads);
 
+// Where the engine's graph computes spend host time, summed since the last reset (diagnostics for
+// tools/device/kernel_profile.py: a step's wall time less these is graph preparation and the loop's
+// own work). launch: ggml_backend_sched_graph_compute_async (scheduling, input uploads, the CUDA
+// graph or kernel launches); wait: the synchronisation and the result copies behind it; sync: the
+// commit graphs, computed synchronously (launch and wait in one). One thread.
+struct ComputeTiming {
+    double launch_ms = 0, wait_ms = 0, sync_ms = 0;
+    int64_t graphs = 0;
+};
+ComputeTiming & compute_timing();
+
 struct Backends {
     // n_gpu_layers == 0 forces the CPU; otherwise the first GPU device when there is one.
     Backends(int n_gpu_layers, int n_threads);

@@ -376,6 +376,21 @@ PYBIND11_MODULE(_core, m) {
         py::arg("w_type"), py::arg("rows"), py::arg("k"), py::arg("ns"), py::arg("gpu") = false, py::arg("reps") = 20,
         py::arg("n_threads") = 2, "-> per n: [ggml ms samples, tagged ms samples]");
     m.def("gpu_backend_available", &gpu_backend_available);
+    m.def(
+        "compute_timing",
+        [] {
+            const ComputeTiming & t = compute_timing();
+            py::dict d;
+            d["launch_ms"] = t.launch_ms;
+            d["wait_ms"] = t.wait_ms;
+            d["sync_ms"] = t.sync_ms;
+            d["graphs"] = t.graphs;
+            return d;
+        },
+        "host time of this thread's engine graph computes since reset_compute_timing(): launch_ms (scheduling, "
+        "uploads, launches), wait_ms (the wait for the device and the result copies), sync_ms (commit graphs), "
+        "graphs");
+    m.def("reset_compute_timing", [] { compute_timing() = ComputeTiming{}; }, "zero compute_timing()");
     m.def("cpu_features", &cpu_features,
           "ggml's CPU backend build features as (name, value) pairs, e.g. ('AVX2', '1'); no AMX (CMakeLists.txt)");
     m.def("set_gemv_enabled", &ggml_ext::set_gemv_enabled, py::arg("on"),

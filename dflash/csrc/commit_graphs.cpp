@@ -1,8 +1,10 @@
 #include "commit_graphs.h"
 
+#include "backend.h"
 #include "errors.h"
 #include "qwen35_graph.h"
 
+#include <chrono>
 #include <string>
 
 namespace dflash {
@@ -110,9 +112,14 @@ CommitGraphs::Graph & CommitGraphs::get(Kind kind, int a) {
 }
 
 ggml_cgraph * CommitGraphs::compute(Graph & g) {
+    using namespace std::chrono;
+    const auto t0 = steady_clock::now();
     if (ggml_backend_graph_compute(backend_, g.c.gf) != GGML_STATUS_SUCCESS) {
         throw EngineError("the backend failed to compute the commit");
     }
+    ComputeTiming & timing = compute_timing();
+    timing.sync_ms += duration<double, std::milli>(steady_clock::now() - t0).count();
+    timing.graphs++;
     return g.c.gf;
 }
 

@@ -159,7 +159,8 @@ fi
 
 # `gpu_bench.sh n3` (one call, after n1/n2): the delta rule and tree CUDA tests, the trained pair's
 # modes (DDTree at budgets 16..128, upstream beside them), the 27B's kernels per step (the chain
-# delta rule loading a token ahead), then the pair's kernels and step split as time allows.
+# delta rule loading a token ahead), then the pair's step split and its kernels per step (with the
+# host time of each step's graph computes: _core.compute_timing) as time allows.
 if [ "$stage" = n3 ]; then
   start_27b_synth
   run_cuda_suite 80 -k "gdn or tree_ops or batch_invariant"
@@ -172,6 +173,10 @@ if [ "$stage" = n3 ]; then
     -ngl 99 -c 4096 --kv-type f16 --synthetic-accept 6 --budgets 1,16,32,64,128 --no-upstream \
     -o "$OUT/h200-pair-tree-steps.json" > "$OUT/pair-tree-steps.log" 2>&1
   echo "[gpu] pair tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 8 "$OUT/pair-tree-steps.log"
+  [ "$(left)" -ge 25 ] && timeout "$(($(left) - 5))" python3 tools/device/kernel_profile.py -m $PAIR_T --draft $PAIR_D \
+    --label pair --forwards 16,17,65 --budgets 16,64 --synthetic-accept 6 --steps 20 \
+    -o "$OUT/h200-pair-kernels.json" > "$OUT/pair-kernels.log" 2>&1
+  echo "[gpu] pair kernel profile rc=$? at $(($(date +%s) - t0)) s"; grep -E "^ +[a-z_0-9+]+: wall" "$OUT/pair-kernels.log"
   exit 0
 fi
 

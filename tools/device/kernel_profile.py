@@ -6,7 +6,8 @@ engine runs in the same process. For each scenario - an autoregressive step, a d
 (what a verify costs), a chain step and a DDTree step (draft + verify + commit) - it reports per
 step: kernels launched, the sum of their device times, memcpys, the wall time without the profiler,
 and the kernels that take the most time. Wall time well above the kernel sum means launch/host
-overhead; the top kernels say which kernels to write.
+overhead, split by _core.compute_timing() into launches, waits for the device, synchronous commits
+and the rest (graph preparation, the loop); the top kernels say which kernels to write.
 
 Runs on the GPU machine only (needs torch with CUDA):
     python3 tools/device/kernel_profile.py -m T.gguf --draft D.gguf -o $OUT/kernels.json
@@ -62,10 +63,15 @@ def _measure(name: str, setup: Callable[[], Callable[[], None]], steps: int) -> 
     step = setup()
     for _ in range(3):
         step()  # warm: graphs built, CUDA graphs captured
+    _core.reset_compute_timing()
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
     wall = (time.perf_counter() - t0) * 1000 / steps
+    # host time by kind (backend.h's ComputeTiming); the rest of the wall time is graph
+    # preparation (inputs, masks) and the loop's own work
+    host = {k: v / steps for k, v in _core.compute_timing().items()}
+    host["other_ms"] = wall - host["launch_ms"] - host["wait_ms"] - host["sync_ms"]
     step = setup()
     for _ in range(3):
         step()
@@ -73,10 +79,13 @@ def _measure(name: str, setup: Callable[[], Callable[[], None]], steps: int) -> 
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    row = {"scenario": name, "steps": steps, "wall_ms_per_step": wall, **_kernel_table(prof, steps)}
+    row = {"scenario": name, "steps": steps, "wall_ms_per_step": wall, "host_per_step": host}
+    row.update(_kernel_table(prof, steps))
     print(
         f"{name:>18}: wall {wall:7.3f} ms  kernels {row['kernels_per_step']:7.1f}  kernel time "
-        f"{row['kernel_ms_per_step']:7.3f} ms  copies {row['copies_per_step']:5.1f}",
+        f"{row['kernel_ms_per_step']:7.3f} ms  copies {row['copies_per_step']:5.1f}  host: launch "
+        f"{host['launch_ms']:.3f} wait {host['wait_ms']:.3f} sync {host['sync_ms']:.3f} "
+        f"other {host['other_ms']:.3f} ms ({host['graphs']:.1f} graphs)",
         flush=True,
     )
     for t in row["top"][:6]:
