@@ -149,63 +149,42 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_kernel(co
     typename W::State st;
     float stack[ggml_ext::kTreeMaxDepth + 1][C][W::rows];
     int prev = -1;
-    if constexpr (!kDeltaRuleLoadAhead<W::rows, C>) {  // inputs loaded at the top of each step
-        for (int64_t t = 0; t < n; ++t) {
-            const int node = order[t], p = parent[node], d = depth[node];
-            if (p < 0) {
-                w.load_initial(st);
-            } else if (p != prev) {
+    // Loading a step ahead, the tree index comes from shared memory where it fits (staged above):
+    // the next node's address then waits on no global load.
+    constexpr bool ahead = kDeltaRuleLoadAhead<W::rows, C>;
+    const int32_t * O = ahead && counted ? s_order : order;
+    const int32_t * P = ahead && counted ? s_parent : parent;
+    typename W::Inputs in;
+    if (ahead && n > 0) w.load(in, O[0]);
+    for (int64_t t = 0; t < n; ++t) {
+        const int node = O[t], p = P[node], d = ahead && counted ? s_depth[node] : depth[node];
+        typename W::Inputs next;
+        if (ahead && t + 1 < n) w.load(next, O[t + 1]);
+        if (p < 0) {
+            w.load_initial(st);
+        } else if (p != prev) {
 #pragma unroll
-                for (int c = 0; c < C; ++c) {
+            for (int c = 0; c < C; ++c) {
 #pragma unroll
-                    for (int r = 0; r < W::rows; ++r) st[c][r] = stack[d - 1][c][r];
-                }
+                for (int r = 0; r < W::rows; ++r) st[c][r] = stack[d - 1][c][r];
             }
-            float o[C];
-            w.step(st, node, o);
-            if (!counted || branch[node]) {
-#pragma unroll
-                for (int c = 0; c < C; ++c) {
-#pragma unroll
-                    for (int r = 0; r < W::rows; ++r) stack[d][c][r] = st[c][r];
-                }
-            }
-            w.store(node, o);
-            prev = node;
         }
-    } else {
-        // Loaded a step ahead, the tree index from shared memory where it fits (staged above):
-        // the next node's address then waits on no global load.
-        const int32_t * O = counted ? s_order : order;
-        const int32_t * P = counted ? s_parent : parent;
-        typename W::Inputs in;
-        if (n > 0) w.load(in, O[0]);
-        for (int64_t t = 0; t < n; ++t) {
-            const int node = O[t], p = P[node], d = counted ? s_depth[node] : depth[node];
-            typename W::Inputs next;
-            if (t + 1 < n) w.load(next, O[t + 1]);
-            if (p < 0) {
-                w.load_initial(st);
-            } else if (p != prev) {
-#pragma unroll
-                for (int c = 0; c < C; ++c) {
-#pragma unroll
-                    for (int r = 0; r < W::rows; ++r) st[c][r] = stack[d - 1][c][r];
-                }
-            }
-            float o[C];
+        float o[C];
+        if constexpr (ahead) {
             delta_rule_apply(st, in, o);
             in = next;
-            if (!counted || branch[node]) {
-#pragma unroll
-                for (int c = 0; c < C; ++c) {
-#pragma unroll
-                    for (int r = 0; r < W::rows; ++r) stack[d][c][r] = st[c][r];
-                }
-            }
-            w.store(node, o);
-            prev = node;
+        } else {
+            w.step(st, node, o);  // inputs loaded at the top of the step
         }
+        if (!counted || branch[node]) {
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+#pragma unroll
+                for (int r = 0; r < W::rows; ++r) stack[d][c][r] = st[c][r];
+            }
+        }
+        w.store(node, o);
+        prev = node;
     }
 }
 
