@@ -39,22 +39,32 @@ constexpr int kQk = 256;
 // Which of a 32-value sub-block's values lane (g, t) holds in its 8 bytes: 8t..8t+7 (kRun: Q4_K,
 // Q5_K, whose nibble bytes thread t reads as one run) or 4t..4t+3 and 16+4t..16+4t+3 (kHalves:
 // Q6_K's two 16-value groups, Q8_0's PTX k order).
-enum class ActLayout { kRun, kHalves };
+// kF16: Q4KF16's, the same int8 values stored as f16, 16 bytes a lane (see there).
+enum class ActLayout { kRun, kHalves, kF16 };
 
 // Byte of value v (0..31) of sub-block j of super-block kb, column 8 nt + g, in the tiled int8
 // activations of ncol_tiles column tiles.
+// kF16: element (half) v's index in the f16 activations; lane 4g + t holds values 8t..8t+7 in the
+// order 0, 2, 1, 3, 4, 6, 5, 7 (the m16n8k16 B registers of Q4KF16's two mmas).
 template <ActLayout L>
 __host__ __device__ __forceinline__ int64_t act_q_index(int kb, int j, int v, int col, int ncol_tiles) {
     const int nt = col >> 3, g = col & 7;
-    const int t = L == ActLayout::kRun ? v >> 3 : (v & 15) >> 2;
-    const int byte = L == ActLayout::kRun ? v & 7 : ((v >> 4) << 2) | (v & 3);
+    const int t = L == ActLayout::kHalves ? (v & 15) >> 2 : v >> 3;
+    const int w = v & 7;
+    const int byte = L == ActLayout::kRun      ? w
+                     : L == ActLayout::kHalves ? ((v >> 4) << 2) | (v & 3)
+                                               : (w & 4) | ((w & 1) << 1) | ((w >> 1) & 1);
     return ((((int64_t)kb * 8 + j) * ncol_tiles + nt) * WARP_SIZE + 4 * g + t) * 8 + byte;
 }
 
-// The 8 bytes of lane `lane` for sub-block j and column tile nt.
-__device__ __forceinline__ int2 act_q_lane(const int8_t * __restrict__ yq, int kb, int j, int nt, int lane,
-                                           int ncol_tiles) {
-    return *reinterpret_cast<const int2 *>(yq + ((((int64_t)kb * 8 + j) * ncol_tiles + nt) * WARP_SIZE + lane) * 8);
+// One super-block's tiled activations (all ncol_tiles column tiles): act_bytes(ncol_tiles)
+// contiguous bytes at yq + kb * act_bytes(ncol_tiles).
+__host__ __device__ constexpr int act_bytes(int ncol_tiles) { return 8 * ncol_tiles * WARP_SIZE * 8; }
+
+// The 8 bytes of lane `lane` for sub-block j and column tile nt of the super-block whose
+// activations start at ya (in global or shared memory).
+__device__ __forceinline__ int2 act_q_lane(const int8_t * __restrict__ ya, int j, int nt, int lane, int ncol_tiles) {
+    return *reinterpret_cast<const int2 *>(ya + ((j * ncol_tiles + nt) * WARP_SIZE + lane) * 8);
 }
 
 // Per-32 sums of the int8 activations: the 8 sub-blocks of super-block kb, column col, contiguous.
@@ -163,6 +173,7 @@ template <bool kMinsMma, bool kFifthBit = false>
 struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
     static constexpr bool kNeedsSums = true;
     static constexpr ActLayout kLayout = ActLayout::kRun;
+    static constexpr int kActValueBytes = 1;
     static constexpr int kMinBlocks16 = 6;
     static constexpr int kNibbles = kFifthBit ? 48 : 16;  // where the nibbles start
 
@@ -172,7 +183,7 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
     // tile r) share each activation load: a warp's B operand feeds R mmas.
     template <int ncol_tiles, bool smem, int R>
     static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
-                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
+                                                      const char * const (&b1)[R], const int8_t * __restrict__ ya,
                                                       const float * __restrict__ yd, const int * __restrict__ ysum,
                                                       int kb, int g, int t) {
         auto load16 = [](const char * p) { return smem ? *reinterpret_cast<const uint4 *>(p) : load_stream_16(p); };
@@ -220,7 +231,7 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                 }
 #pragma unroll
                 for (int nt = 0; nt < ncol_tiles; ++nt) {
-                    const int2 yv = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);  // B: column g of the tile
+                    const int2 yv = act_q_lane(ya, j, nt, lane, ncol_tiles);  // B: column g of the tile
                     const int b[2] = {yv.x, yv.y};
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
@@ -290,17 +301,132 @@ using Q4KMinsMma = Q4KT<true>;
 using Q5K = Q4KT<false, true>;
 using Q5KMinsMma = Q4KT<true, true>;
 
+// ---- Q4_K through f16 tensor cores ---------------------------------------------------------------
+// Q4KT's int8 mma leaves each sub-block's scale to 4 integer multiply-adds per mma (one per output
+// and 32 values); with the accumulators' zeroing and the operand load that is ~10 instructions an
+// mma, and at 32..64 columns the kernel is bound by instruction issue (about 9 cycles a mma per
+// multiprocessor at 64 columns, h200-s15-mma-standalone-*). Here the scale goes into the weights:
+// A = sc_j * q (<= 945: exact in f16) from the nibbles with one LOP3 and one HFMA2 per two values
+// ((1024 + q) * sc - 1024 * sc: one rounding of an exact result), the activations are the same
+// int8 values stored as f16 (ActLayout::kF16, exact), and two m16n8k16 f16 mmas per sub-block
+// and 8 columns accumulate the whole super-block in f32 (no per-sub-block step). The min term and
+// the per-super-block scales are Q4KT<true>'s. Thread t holds values 8t..8t+7 of a sub-block
+// (its 8 nibble bytes, as in Q4KT): A registers (row g) a0 = values 0, 2 of word x (bytes 0..3),
+// a2 = 1, 3; the second mma the same of word y; the activations in that order (act_q_index).
+struct Q4KF16 : AlignedBlocks<144> {
+    static constexpr bool kNeedsSums = true;
+    static constexpr ActLayout kLayout = ActLayout::kF16;
+    static constexpr int kActValueBytes = 2;
+    static constexpr int kMinBlocks16 = 6;
+
+    // The nibbles h (0: low, 1: high) of bytes 0 and 2 (sel 0) or 1 and 3 (sel 1) of w, times sc, as
+    // half2: 0x6400 | q is the half 1024 + q.
+    static __device__ __forceinline__ uint32_t weights2(uint32_t w, int h, int sel, half2 sc, half2 neg) {
+        const uint32_t q = ((w >> (4 * h + 8 * sel)) & 0x000F000Fu) | 0x64006400u;
+        const half2 r = __hfma2(*reinterpret_cast<const half2 *>(&q), sc, neg);
+        return *reinterpret_cast<const uint32_t *>(&r);
+    }
+
+    template <int ncol_tiles, bool smem, int R>
+    static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
+                                                      const char * const (&b1)[R], const int8_t * __restrict__ ya,
+                                                      const float * __restrict__ yd, const int * __restrict__ ysum,
+                                                      int kb, int g, int t) {
+        auto load16 = [](const char * p) { return smem ? *reinterpret_cast<const uint4 *>(p) : load_stream_16(p); };
+        auto load8 = [](const char * p) { return smem ? *reinterpret_cast<const uint2 *>(p) : load_stream_8(p); };
+        const int lane = 4 * g + t;
+        const uint4 * yv16 = reinterpret_cast<const uint4 *>(ya);  // 16 bytes a lane, sub-block and column tile
+        uint4 h0[R], h1[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            h0[r] = load16(b0[r]);
+            h1[r] = load16(b1[r]);
+        }
+        float cs[R][ncol_tiles][4] = {};  // the super-block's sums (integers up to ~3e7)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            uint2 q0[R], q1[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                q0[r] = load8(b0[r] + 16 + 32 * c + 8 * t);
+                q1[r] = load8(b1[r] + 16 + 32 * c + 8 * t);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * c + h;
+                uint32_t a[R][2][4];  // [r][mma][reg]
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    int sc0, sc1, m_;
+                    scale_min(h0[r].y, h0[r].z, h0[r].w, j, sc0, m_);
+                    scale_min(h1[r].y, h1[r].z, h1[r].w, j, sc1, m_);
+                    const half2 s0 = __floats2half2_rn((float)sc0, (float)sc0);
+                    const half2 s1 = __floats2half2_rn((float)sc1, (float)sc1);
+                    const half2 n0 = __floats2half2_rn(-1024.0f * sc0, -1024.0f * sc0);
+                    const half2 n1 = __floats2half2_rn(-1024.0f * sc1, -1024.0f * sc1);
+#pragma unroll
+                    for (int m = 0; m < 2; ++m) {
+                        const uint32_t w0 = m == 0 ? q0[r].x : q0[r].y, w1 = m == 0 ? q1[r].x : q1[r].y;
+                        a[r][m][0] = weights2(w0, h, 0, s0, n0);  // row g, values 0, 2 (4 m + ..)
+                        a[r][m][1] = weights2(w1, h, 0, s1, n1);  // row g + 8
+                        a[r][m][2] = weights2(w0, h, 1, s0, n0);  // row g, values 1, 3
+                        a[r][m][3] = weights2(w1, h, 1, s1, n1);
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < ncol_tiles; ++nt) {
+                    const uint4 yv = yv16[(j * ncol_tiles + nt) * WARP_SIZE + lane];  // column g of the tile
+                    const uint32_t bl[2] = {yv.x, yv.y}, bh[2] = {yv.z, yv.w};
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        mma_f16(cs[r][nt], a[r][0], bl);
+                        mma_f16(cs[r][nt], a[r][1], bh);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0[r].x));
+            const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1[r].x));
+            uint32_t a_min[4] = {0u, 0u, 0u, 0u};  // rows g and g + 8, sub-blocks 2t and 2t + 1
+            int s_, m_a, m_b;
+            scale_min(h0[r].y, h0[r].z, h0[r].w, 2 * t, s_, m_a);
+            scale_min(h0[r].y, h0[r].z, h0[r].w, 2 * t + 1, s_, m_b);
+            a_min[0] = half2_bits((float)m_a, (float)m_b);
+            scale_min(h1[r].y, h1[r].z, h1[r].w, 2 * t, s_, m_a);
+            scale_min(h1[r].y, h1[r].z, h1[r].w, 2 * t + 1, s_, m_b);
+            a_min[1] = half2_bits((float)m_a, (float)m_b);
+#pragma unroll
+            for (int nt = 0; nt < ncol_tiles; ++nt) {
+                const int col0 = nt * 8 + 2 * t;
+                const int * s_g = ysum + act_sum_index(kb, nt * 8 + g, ncol_tiles);  // column g's 8 sums
+                const int2 sv = *reinterpret_cast<const int2 *>(s_g + 2 * t);
+                const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
+                float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mma_f16(mc, a_min, b);
+                const float2 dy = *reinterpret_cast<const float2 *>(yd + act_d_index(kb, col0, ncol_tiles));
+                acc[r][nt][0] += dy.x * (dm0.x * cs[r][nt][0] - dm0.y * mc[0]);
+                acc[r][nt][1] += dy.y * (dm0.x * cs[r][nt][1] - dm0.y * mc[1]);
+                acc[r][nt][2] += dy.x * (dm1.x * cs[r][nt][2] - dm1.y * mc[2]);
+                acc[r][nt][3] += dy.y * (dm1.x * cs[r][nt][3] - dm1.y * mc[3]);
+            }
+        }
+    }
+};
+
 // ---- Q8_0: eight 34-byte blocks (half d, 32 int8) to a super-block, 272 bytes -------------------
 // One m16n8k32 mma per block and 8 columns, straight from the int8 quants (thread t: bytes 4t..4t+3
 // and 16+4t..16+4t+3 of each block, the PTX layout); each block's int32 sums scaled by its d.
 struct Q80 : AlignedBlocks<8 * 34> {
     static constexpr bool kNeedsSums = false;
     static constexpr ActLayout kLayout = ActLayout::kHalves;
+    static constexpr int kActValueBytes = 1;
     static constexpr int kMinBlocks16 = 6;
 
     template <int ncol_tiles, bool smem, int R>
     static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
-                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
+                                                      const char * const (&b1)[R], const int8_t * __restrict__ ya,
                                                       const float * __restrict__ yd, const int * __restrict__, int kb,
                                                       int g, int t) {
         const int lane = 4 * g + t;
@@ -328,7 +454,7 @@ struct Q80 : AlignedBlocks<8 * 34> {
             }
 #pragma unroll
             for (int nt = 0; nt < ncol_tiles; ++nt) {
-                const int2 yv = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);  // column g: 4t.., 16 + 4t..
+                const int2 yv = act_q_lane(ya, j, nt, lane, ncol_tiles);  // column g: 4t.., 16 + 4t..
                 const int b[2] = {yv.x, yv.y};
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
@@ -405,6 +531,7 @@ struct Q6K {
     static constexpr int kStageRow = 16 * kChunks;
     static constexpr bool kNeedsSums = false;
     static constexpr ActLayout kLayout = ActLayout::kHalves;
+    static constexpr int kActValueBytes = 1;
     static constexpr int kMinBlocks16 = 4;
 
     static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
@@ -415,7 +542,7 @@ struct Q6K {
 
     template <int ncol_tiles, bool smem, int R>
     static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
-                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
+                                                      const char * const (&b1)[R], const int8_t * __restrict__ ya,
                                                       const float * __restrict__ yd, const int * __restrict__, int kb,
                                                       int g, int t) {
         const int lane = 4 * g + t;
@@ -430,7 +557,7 @@ struct Q6K {
         for (int j = 0; j < 8; ++j) {  // sub-block j: the groups s = 2j (lane bytes 0..3), 2j + 1 (4..7)
             int2 yv[ncol_tiles];
 #pragma unroll
-            for (int nt = 0; nt < ncol_tiles; ++nt) yv[nt] = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);
+            for (int nt = 0; nt < ncol_tiles; ++nt) yv[nt] = act_q_lane(ya, j, nt, lane, ncol_tiles);
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
                 const int s = 2 * j + u, n = s >> 3, q = (s >> 1) & 3;
@@ -553,6 +680,7 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     }
     for (int it = 0; it < n_it; ++it) {
         const int kb = kb0 + it * kb_step;
+        const int8_t * ya = yq + (int64_t)kb * F::kActValueBytes * act_bytes(ncol_tiles);
         const char * blk0[R];
         const char * blk1[R];
 #pragma unroll
@@ -577,10 +705,10 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
                 s0[r] = buf + (16 * r + g) * F::kStageRow + F::stage_offset(blk0[r]);
                 s1[r] = buf + (16 * r + g + 8) * F::kStageRow + F::stage_offset(blk1[r]);
             }
-            F::template accumulate<ncol_tiles, true, R>(acc, s0, s1, yq, yd, ysum, kb, g, t);
+            F::template accumulate<ncol_tiles, true, R>(acc, s0, s1, ya, yd, ysum, kb, g, t);
             __syncwarp();  // every lane is done with this stage before it is refilled
         } else {
-            F::template accumulate<ncol_tiles, false, R>(acc, blk0, blk1, yq, yd, ysum, kb, g, t);
+            F::template accumulate<ncol_tiles, false, R>(acc, blk0, blk1, ya, yd, ysum, kb, g, t);
         }
     }
     if constexpr (kStages > 0) cp_async_wait<0>();
@@ -626,14 +754,92 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     }
 }
 
+// ---- Shared activations ----------------------------------------------------------------------
+// gemm_kquant_mma_kernel's 16-row blocks each read every super-block's activations from L2: at
+// 64 columns 7 times the bytes of the weights (ffn_up: 356 MB a product against 50 MB), each load
+// waited for by its mma. Here a block's W warps own W consecutive tiles of 16 R rows and walk the
+// super-blocks together: per super-block the block copies the activations of all its column tiles
+// (act_bytes, 2 KB a tile) into shared memory once, kStages - 1 super-blocks ahead with cp.async,
+// next to each warp's weight rows, and every warp takes its B operands from there. One barrier a
+// super-block. No split of K: W sets the rows a block shares its copies over.
+template <typename F, int ncol_tiles, int W, int R>
+struct SharedActStage {
+    static constexpr int kAct = act_bytes(ncol_tiles);
+    static constexpr int kWarpWeights = R * kRows * F::kStageRow;
+    static constexpr int kBytes = kAct + W * kWarpWeights;
+};
+
+template <typename F, int ncol_tiles, int kStages, int W, int R>
+__global__ void __launch_bounds__(W * WARP_SIZE)
+    gemm_kquant_shared_act_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq,
+                                  const float * __restrict__ yd, const int * __restrict__ ysum,
+                                  float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
+                                  const int ncols, const int stride_col_dst) {
+    using S = SharedActStage<F, ncol_tiles, W, R>;
+    static_assert(kStages >= 2, "a pipeline needs 2 stages");
+    constexpr int kTileRows = R * kRows;
+    DFLASH_DYNAMIC_SMEM(smem);
+    const int lane = threadIdx.x, warp = threadIdx.y;
+    const int g = lane >> 2, t = lane & 3, tid = warp * WARP_SIZE + lane;
+    const int row_base = (blockIdx.x * W + warp) * kTileRows;
+    const bool active = row_base < nrows;  // a warp past the last tile still copies and meets the barriers
+    auto fill = [&](int s, int kb) {       // super-block kb into stage s: the block's activations, each warp its rows
+        char * st = smem + s * S::kBytes;
+        const int8_t * src = yq + (int64_t)kb * S::kAct;
+        for (int c = tid; c < S::kAct / 16; c += W * WARP_SIZE) cp_async_16(st + 16 * c, src + 16 * c);
+        if (active)
+            stage_in<F>(st + S::kAct + warp * S::kWarpWeights, w, row_base, kTileRows, nrows, row_bytes, kb, lane);
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < nblocks) fill(s, s);
+        cp_async_commit();
+    }
+    float acc[R][ncol_tiles][4] = {};
+    for (int kb = 0; kb < nblocks; ++kb) {
+        cp_async_wait<kStages - 2>();     // this thread's copies of super-block kb have landed
+        __syncthreads();                  // ... every thread's; and all are done with super-block kb - 1
+        const int nx = kb + kStages - 1;  // into the stage super-block kb - 1 used
+        if (nx < nblocks) fill(nx % kStages, nx);
+        cp_async_commit();
+        if (active) {
+            const char * buf = smem + (kb % kStages) * S::kBytes;
+            const char * wbuf = buf + S::kAct + warp * S::kWarpWeights;
+            const char * s0[R];
+            const char * s1[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const int r0 = min(row_base + 16 * r + g, nrows - 1), r1 = min(row_base + 16 * r + g + 8, nrows - 1);
+                s0[r] = wbuf + (16 * r + g) * F::kStageRow + F::stage_offset(F::row_block(w, r0, row_bytes, kb));
+                s1[r] = wbuf + (16 * r + g + 8) * F::kStageRow + F::stage_offset(F::row_block(w, r1, row_bytes, kb));
+            }
+            F::template accumulate<ncol_tiles, true, R>(acc, s0, s1, reinterpret_cast<const int8_t *>(buf), yd, ysum,
+                                                        kb, g, t);
+        }
+    }
+    cp_async_wait<0>();
+    if (!active) return;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int nt = 0; nt < ncol_tiles; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
+                if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[r][nt][i];
+            }
+        }
+    }
+}
+
 // Activations for the kernels above: column j of x (stride_col_x floats apart) -> int8 qs in the
 // tiled layout L of ncol_tiles column tiles, d = max |x| / 127 per 256 values and column, and the
 // int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256, 8 ncol_tiles),
 // 256 threads: thread i quantizes value i of its super-block.
-template <ActLayout L>
-static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
-                                             float * __restrict__ d, int * __restrict__ sums, const int k,
-                                             const int ncols, const int ncol_tiles, const int64_t stride_col_x) {
+template <ActLayout L, typename T>
+static __global__ void quantize_act_k_kernel(const float * __restrict__ x, T * __restrict__ qs, float * __restrict__ d,
+                                             int * __restrict__ sums, const int k, const int ncols,
+                                             const int ncol_tiles, const int64_t stride_col_x) {
     const int col = blockIdx.y, kb = blockIdx.x;
     const int i = kb * kQk + threadIdx.x;
     const float v = (col < ncols && i < k) ? x[col * stride_col_x + i] : 0.0f;
@@ -649,7 +855,11 @@ static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_
     const float dd = amax / 127.0f;
     const int q = amax == 0.0f ? 0 : (int)roundf(v / dd);
     const int j = threadIdx.x / 32, val = threadIdx.x % 32;  // sub-block j, its value val
-    qs[act_q_index<L>(kb, j, val, col, ncol_tiles)] = (int8_t)q;
+    if constexpr (L == ActLayout::kF16) {
+        qs[act_q_index<L>(kb, j, val, col, ncol_tiles)] = __float2half_rn((float)q);  // exact
+    } else {
+        qs[act_q_index<L>(kb, j, val, col, ncol_tiles)] = (int8_t)q;
+    }
     int s = q;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
@@ -666,13 +876,15 @@ inline int padded_columns(int ncols) {
     return ncols <= 8 ? 8 : ncols <= 16 ? 16 : ncols <= 24 ? 24 : ncols <= 32 ? 32 : ncols <= 48 ? 48 : 64;
 }
 
-// Quantizes ncols columns of x for weight type F (its layout), padded_columns(ncols) of them.
+// Quantizes ncols columns of x for weight type F (its layout; F::kActValueBytes bytes a value in
+// qs), padded_columns(ncols) of them.
 template <typename F>
 void quantize_act(const float * x, int8_t * qs, float * d, int * sums, int k, int ncols, int64_t stride_col_x,
                   cudaStream_t stream) {
     const int np = padded_columns(ncols);
-    DFLASH_LAUNCH(dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream, quantize_act_k_kernel<F::kLayout>)(
-        x, qs, d, sums, k, ncols, np / 8, stride_col_x);
+    using T = std::conditional_t<F::kLayout == ActLayout::kF16, half, int8_t>;
+    DFLASH_LAUNCH(dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream, quantize_act_k_kernel<F::kLayout, T>)(
+        x, reinterpret_cast<T *>(qs), d, sums, k, ncols, np / 8, stride_col_x);
 }
 
 // kStages: super-blocks in flight per warp (0: direct loads). The engine uses kDefaultStages: 2
@@ -706,6 +918,38 @@ void launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
         GEMM_KQ_LAUNCH(8);
     }
 #undef GEMM_KQ_LAUNCH
+}
+
+// The shared-activation kernel for ncols columns (quantized by quantize_act<F> for them): W warps
+// of R row tiles a block, kStages super-blocks in flight; its shared memory is dynamic (up to
+// 3 stages x (16 KB of activations at 64 columns + the warps' weight rows)).
+template <typename F, int W, int R, int kStages = 2>
+void launch_shared_act(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows,
+                       int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream) {
+    const dim3 grid((nrows + W * R * kRows - 1) / (W * R * kRows), 1, 1), block(WARP_SIZE, W, 1);
+    const int nb = k / kQk;
+#define GEMM_KQ_SHARED(NT)                                                                                   \
+    do {                                                                                                     \
+        constexpr int kSmem = kStages * SharedActStage<F, NT, W, R>::kBytes;                                 \
+        auto kernel = gemm_kquant_shared_act_kernel<F, NT, kStages, W, R>;                                   \
+        dflash_allow_dynamic_smem(kernel, kSmem);                                                            \
+        DFLASH_LAUNCH(grid, block, kSmem, stream, kernel)(w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, \
+                                                          stride_col_dst);                                   \
+    } while (0)
+    if (ncols <= 8) {
+        GEMM_KQ_SHARED(1);
+    } else if (ncols <= 16) {
+        GEMM_KQ_SHARED(2);
+    } else if (ncols <= 24) {
+        GEMM_KQ_SHARED(3);
+    } else if (ncols <= 32) {
+        GEMM_KQ_SHARED(4);
+    } else if (ncols <= 48) {
+        GEMM_KQ_SHARED(6);
+    } else {
+        GEMM_KQ_SHARED(8);
+    }
+#undef GEMM_KQ_SHARED
 }
 
 // Warps a block of R row tiles runs with: W, or fewer until 2 stages fit the static shared memory
