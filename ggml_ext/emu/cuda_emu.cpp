@@ -240,12 +240,12 @@ void start_fiber(Fiber & f) {
     std::memset(sp, 0, 72);
     std::memcpy(reinterpret_cast<char *>(sp), &fpucw, 2);
     std::memcpy(reinterpret_cast<char *>(sp) + 8, &mxcsr, 4);
-    sp[2] = 0;                                                 // r15
-    sp[3] = 0;                                                 // r14
-    sp[4] = reinterpret_cast<uint64_t>(&fiber_main);           // r13: the function
-    sp[5] = reinterpret_cast<uint64_t>(&f);                    // r12: its argument
-    sp[6] = 0;                                                 // rbx
-    sp[7] = 0;                                                 // rbp
+    sp[2] = 0;                                             // r15
+    sp[3] = 0;                                             // r14
+    sp[4] = reinterpret_cast<uint64_t>(&fiber_main);       // r13: the function
+    sp[5] = reinterpret_cast<uint64_t>(&f);                // r12: its argument
+    sp[6] = 0;                                             // rbx
+    sp[7] = 0;                                             // rbp
     sp[8] = reinterpret_cast<uint64_t>(&cuda_emu_trampoline);  // return address
     f.sp = sp;
 #else
@@ -289,8 +289,7 @@ int lane() {
 
 void cp_async_16(void * dst, const void * src) {
     if (!g_current) fail("cp.async outside a kernel");
-    if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15)
-        fail("cp.async of 16 bytes, unaligned");
+    if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) fail("cp.async of 16 bytes, unaligned");
     g_current->cp_open.push_back({dst, src});
 }
 
@@ -361,17 +360,6 @@ void warp_all_gather(unsigned mask, const void * mine, void * all, size_t bytes)
         if ((mask >> s) & 1u) std::memcpy(static_cast<char *>(all) + s * bytes, wb.data[s], bytes);
     }
     warp_barrier(mask);  // nobody overwrites data[] before every lane has read it
-}
-
-namespace {
-std::vector<char> g_dynamic_smem;
-}  // namespace
-
-void set_dynamic_smem(size_t bytes) { g_dynamic_smem.assign(bytes, (char)0xA5); }
-
-char * dynamic_smem() {
-    if (g_dynamic_smem.empty()) fail("dynamic shared memory used by a kernel launched without any");
-    return g_dynamic_smem.data();
 }
 
 void run_grid(dim3 grid, dim3 block, const std::function<void()> & body) {

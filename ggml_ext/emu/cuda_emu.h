@@ -38,27 +38,13 @@
 #define __align__(n) __attribute__((aligned(n)))
 
 // ---- vector types --------------------------------------------------------------------------------
-struct alignas(8) int2 {
-    int x, y;
-};
-struct alignas(16) int4 {
-    int x, y, z, w;
-};
-struct alignas(8) uint2 {
-    unsigned x, y;
-};
-struct alignas(16) uint4 {
-    unsigned x, y, z, w;
-};
-struct alignas(8) float2 {
-    float x, y;
-};
-struct alignas(16) float4 {
-    float x, y, z, w;
-};
-struct uint3 {
-    unsigned x, y, z;
-};
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct uint3 { unsigned x, y, z; };
 struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
@@ -95,12 +81,12 @@ inline __half2 __floats2half2_rn(float lo, float hi) { return {__float2half_rn(l
 inline __half2 __float22half2_rn(float2 f) { return __floats2half2_rn(f.x, f.y); }
 inline float __low2float(__half2 h) { return __half2float(h.x); }
 inline float __high2float(__half2 h) { return __half2float(h.y); }
-// a * b + c per lane with one rounding (the product of two halves and a half are exact in double)
+// a * b + c per lane with one rounding (the product of two halves plus a half is exact in double)
 inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
     auto one = [](__half x, __half y, __half z) {
-        const double r = (double)__half2float(x) * (double)__half2float(y) + (double)__half2float(z);  // exact
-        // to float rounding to odd (of the two floats around r, the one with an odd last bit), so that
-        // the second rounding, to half, equals rounding r itself
+        const double r = (double)__half2float(x) * (double)__half2float(y) + (double)__half2float(z);
+        // to float rounding to odd (of the two floats around r, the one with an odd last bit), so
+        // that the second rounding, to half, equals rounding r itself
         float f = (float)r;
         uint32_t u;
         std::memcpy(&u, &f, sizeof(u));
@@ -221,23 +207,15 @@ void cp_async_wait(int n);
 // Runs kernel(args...) over grid x block threads, blocks one after another.
 void run_grid(dim3 grid, dim3 block, const std::function<void()> & body);
 
-// Dynamic shared memory (DFLASH_DYNAMIC_SMEM): one buffer of the launch's bytes, shared by the
-// block's threads (blocks run one after another), filled with 0xA5 before each launch so that a
-// read before any write shows.
-void set_dynamic_smem(size_t bytes);
-char * dynamic_smem();
-
 // DFLASH_LAUNCH(grid, block, smem, stream, kernel)(args...): arguments converted to the kernel's
 // parameter types and copied for every thread, as a CUDA launch does.
 template <typename... P>
 struct Launch {
     void (*fn)(P...);
     dim3 grid, block;
-    size_t smem;
     template <typename... A>
     void operator()(A &&... a) const {
         const std::tuple<std::decay_t<P>...> args(std::forward<A>(a)...);
-        set_dynamic_smem(smem);
         run_grid(grid, block, [&] {
             auto local = args;
             std::apply(fn, local);
@@ -247,8 +225,8 @@ struct Launch {
 template <typename... P>
 Launch<P...> launch(dim3 grid, dim3 block, size_t smem, void * stream, void (*fn)(P...)) {
     (void)stream;
-    if (smem > 227 * 1024) fail("more dynamic shared memory than a multiprocessor has");
-    return {fn, grid, block, smem};
+    if (smem != 0) fail("dynamic shared memory is not emulated");
+    return {fn, grid, block};
 }
 
 // The warp-wide tensor-core products ggml_ext uses (PTX mma.sync, row.col), with the PTX fragment

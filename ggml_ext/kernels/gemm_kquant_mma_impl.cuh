@@ -754,84 +754,6 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     }
 }
 
-// ---- Shared activations ----------------------------------------------------------------------
-// gemm_kquant_mma_kernel's 16-row blocks each read every super-block's activations from L2: at
-// 64 columns 7 times the bytes of the weights (ffn_up: 356 MB a product against 50 MB), each load
-// waited for by its mma. Here a block's W warps own W consecutive tiles of 16 R rows and walk the
-// super-blocks together: per super-block the block copies the activations of all its column tiles
-// (act_bytes, 2 KB a tile) into shared memory once, kStages - 1 super-blocks ahead with cp.async,
-// next to each warp's weight rows, and every warp takes its B operands from there. One barrier a
-// super-block. No split of K: W sets the rows a block shares its copies over.
-template <typename F, int ncol_tiles, int W, int R>
-struct SharedActStage {
-    static constexpr int kAct = act_bytes(ncol_tiles);
-    static constexpr int kWarpWeights = R * kRows * F::kStageRow;
-    static constexpr int kBytes = kAct + W * kWarpWeights;
-};
-
-template <typename F, int ncol_tiles, int kStages, int W, int R>
-__global__ void __launch_bounds__(W * WARP_SIZE)
-    gemm_kquant_shared_act_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq,
-                                  const float * __restrict__ yd, const int * __restrict__ ysum,
-                                  float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
-                                  const int ncols, const int stride_col_dst) {
-    using S = SharedActStage<F, ncol_tiles, W, R>;
-    static_assert(kStages >= 2, "a pipeline needs 2 stages");
-    constexpr int kTileRows = R * kRows;
-    DFLASH_DYNAMIC_SMEM(smem);
-    const int lane = threadIdx.x, warp = threadIdx.y;
-    const int g = lane >> 2, t = lane & 3, tid = warp * WARP_SIZE + lane;
-    const int row_base = (blockIdx.x * W + warp) * kTileRows;
-    const bool active = row_base < nrows;  // a warp past the last tile still copies and meets the barriers
-    auto fill = [&](int s, int kb) {       // super-block kb into stage s: the block's activations, each warp its rows
-        char * st = smem + s * S::kBytes;
-        const int8_t * src = yq + (int64_t)kb * S::kAct;
-        for (int c = tid; c < S::kAct / 16; c += W * WARP_SIZE) cp_async_16(st + 16 * c, src + 16 * c);
-        if (active)
-            stage_in<F>(st + S::kAct + warp * S::kWarpWeights, w, row_base, kTileRows, nrows, row_bytes, kb, lane);
-    };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < nblocks) fill(s, s);
-        cp_async_commit();
-    }
-    float acc[R][ncol_tiles][4] = {};
-    for (int kb = 0; kb < nblocks; ++kb) {
-        cp_async_wait<kStages - 2>();     // this thread's copies of super-block kb have landed
-        __syncthreads();                  // ... every thread's; and all are done with super-block kb - 1
-        const int nx = kb + kStages - 1;  // into the stage super-block kb - 1 used
-        if (nx < nblocks) fill(nx % kStages, nx);
-        cp_async_commit();
-        if (active) {
-            const char * buf = smem + (kb % kStages) * S::kBytes;
-            const char * wbuf = buf + S::kAct + warp * S::kWarpWeights;
-            const char * s0[R];
-            const char * s1[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                const int r0 = min(row_base + 16 * r + g, nrows - 1), r1 = min(row_base + 16 * r + g + 8, nrows - 1);
-                s0[r] = wbuf + (16 * r + g) * F::kStageRow + F::stage_offset(F::row_block(w, r0, row_bytes, kb));
-                s1[r] = wbuf + (16 * r + g + 8) * F::kStageRow + F::stage_offset(F::row_block(w, r1, row_bytes, kb));
-            }
-            F::template accumulate<ncol_tiles, true, R>(acc, s0, s1, reinterpret_cast<const int8_t *>(buf), yd, ysum,
-                                                        kb, g, t);
-        }
-    }
-    cp_async_wait<0>();
-    if (!active) return;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int nt = 0; nt < ncol_tiles; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-                if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[r][nt][i];
-            }
-        }
-    }
-}
-
 // Activations for the kernels above: column j of x (stride_col_x floats apart) -> int8 qs in the
 // tiled layout L of ncol_tiles column tiles, d = max |x| / 127 per 256 values and column, and the
 // int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256, 8 ncol_tiles),
@@ -918,38 +840,6 @@ void launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
         GEMM_KQ_LAUNCH(8);
     }
 #undef GEMM_KQ_LAUNCH
-}
-
-// The shared-activation kernel for ncols columns (quantized by quantize_act<F> for them): W warps
-// of R row tiles a block, kStages super-blocks in flight; its shared memory is dynamic (up to
-// 3 stages x (16 KB of activations at 64 columns + the warps' weight rows)).
-template <typename F, int W, int R, int kStages = 2>
-void launch_shared_act(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows,
-                       int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream) {
-    const dim3 grid((nrows + W * R * kRows - 1) / (W * R * kRows), 1, 1), block(WARP_SIZE, W, 1);
-    const int nb = k / kQk;
-#define GEMM_KQ_SHARED(NT)                                                                                   \
-    do {                                                                                                     \
-        constexpr int kSmem = kStages * SharedActStage<F, NT, W, R>::kBytes;                                 \
-        auto kernel = gemm_kquant_shared_act_kernel<F, NT, kStages, W, R>;                                   \
-        dflash_allow_dynamic_smem(kernel, kSmem);                                                            \
-        DFLASH_LAUNCH(grid, block, kSmem, stream, kernel)(w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, \
-                                                          stride_col_dst);                                   \
-    } while (0)
-    if (ncols <= 8) {
-        GEMM_KQ_SHARED(1);
-    } else if (ncols <= 16) {
-        GEMM_KQ_SHARED(2);
-    } else if (ncols <= 24) {
-        GEMM_KQ_SHARED(3);
-    } else if (ncols <= 32) {
-        GEMM_KQ_SHARED(4);
-    } else if (ncols <= 48) {
-        GEMM_KQ_SHARED(6);
-    } else {
-        GEMM_KQ_SHARED(8);
-    }
-#undef GEMM_KQ_SHARED
 }
 
 // Warps a block of R row tiles runs with: W, or fewer until 2 stages fit the static shared memory

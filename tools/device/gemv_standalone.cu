@@ -465,9 +465,6 @@ void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, bool two_ti
     CK(cudaGetLastError());
 }
 
-// + 30000000: the shared-activation kernel (gemm_kq::launch_shared_act), 30000000 + 100 W + 10
-// stages + R (W warps of R row tiles a block; Q4_K / Q5_K with the f16 min term): kSharedCodes.
-bool code_shared(int code) { return code >= 30000000 && code < 40000000; }
 // + 40000000: Q4_K through f16 tensor cores (gemm_kq::Q4KF16) in the variant of the rest
 // (102, 10102 or 1000102): kF16Codes.
 bool code_f16(int code) { return code >= 40000000; }
@@ -477,7 +474,6 @@ constexpr int kF16Codes[] = {40000102, 40010102, 41000102};
 // The stage count a request runs with (gemm_kq::launch fits the pipeline into shared memory).
 int stages_run(W t, int code) {
     code = base_code(code);
-    if (code >= 30000000) return (code / 10) % 10;  // the shared-activation kernel's (dynamic shared memory)
     const int s = code % 100;
     if (s == 0) return 0;
     switch (t) {
@@ -500,11 +496,10 @@ int stages_run(W t, int code) {
 // gemm_kq::kLongRowBlocks or more up to 16 columns: 10102 for Q4_K / Q5_K; tall matrices 1000102
 // for Q4_K / Q5_K, 1000002 for Q6_K / Q8_0.
 
-bool code_two_tiles(int code) { return code >= 1000000 && !code_shared(code); }
+bool code_two_tiles(int code) { return code >= 1000000; }
 
 int code_warps(W t, int code) {
     code = base_code(code);
-    if (code_shared(code)) return (code / 100) % 100;
     if (code_two_tiles(code)) {
         switch (t) {
             case W::q8_0:
@@ -523,30 +518,6 @@ int code_warps(W t, int code) {
 
 bool code_own_rows(int code) { return code >= 100000 && !code_two_tiles(code); }
 
-// The shared-activation variants timed and checked: (W, stages, R).
-constexpr int kSharedCodes[] = {30000221, 30000421, 30000821, 30000422, 30000431, 30000231};
-
-template <typename F>
-void run_shared(int code, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
-#define SHARED_CASE(C, W_, S_, R_)                                                                                   \
-    case C:                                                                                                          \
-        gemm_kq::launch_shared_act<F, W_, R_, S_>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0); \
-        break
-    switch (code) {
-        SHARED_CASE(30000221, 2, 2, 1);
-        SHARED_CASE(30000421, 4, 2, 1);
-        SHARED_CASE(30000821, 8, 2, 1);
-        SHARED_CASE(30000422, 4, 2, 2);
-        SHARED_CASE(30000431, 4, 3, 1);
-        SHARED_CASE(30000231, 2, 3, 1);
-        default:
-            std::fprintf(stderr, "unknown shared code %d\n", code);
-            std::exit(2);
-    }
-#undef SHARED_CASE
-    CK(cudaGetLastError());
-}
-
 void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
     if (code_f16(code)) {
         MmaBuffers b16 = b;
@@ -555,18 +526,6 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
         run_mma_t<gemm_kq::Q4KF16>(c % 100, true, code_warps(t, c), false, code_two_tiles(c), w, b16, rows, k,
                                    row_bytes, ncols);
         return;
-    }
-    if (code_shared(code)) {
-        switch (t) {
-            case W::q4_K:
-                return run_shared<gemm_kq::Q4KMinsMma>(code, w, b, rows, k, row_bytes, ncols);
-            case W::q5_K:
-                return run_shared<gemm_kq::Q5KMinsMma>(code, w, b, rows, k, row_bytes, ncols);
-            case W::q8_0:
-                return run_shared<gemm_kq::Q80>(code, w, b, rows, k, row_bytes, ncols);
-            default:
-                return run_shared<gemm_kq::Q6K>(code, w, b, rows, k, row_bytes, ncols);
-        }
     }
     const int stages = code % 100, warps = code_warps(t, code);
     const bool mins_mma = code % 1000 >= 100, occupancy = code % 10000 < 1000, own = code_own_rows(code);
@@ -586,25 +545,22 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
     }
 }
 
-constexpr int kMmaCodes[] = {0,        2,        3,        1002,     102,      103,      1102,    10102,    20102,
-                             20002,    100002,   100003,   100102,   100103,   1000002,  1000102, 30000221, 30000421,
-                             30000821, 30000422, 30000431, 30000231, 40000102, 40010102, 41000102};
+constexpr int kMmaCodes[] = {0,      2,      3,      1002,   102,     103,     1102,     10102,    20102,   20002,
+                             100002, 100003, 100102, 100103, 1000002, 1000102, 40000102, 40010102, 41000102};
 
 bool mins_mma_code(int code) {
     code = base_code(code);
-    return code_shared(code) ? false : code % 1000 >= 100;
+    return code % 1000 >= 100;
 }
 
 // Whether code runs type t's min term through an f16 mma (sums to within 1 in 4064).
-bool f16_min_term(W t, int code) {
-    return mins_mma_code(code) || (code_shared(code) && (t == W::q4_K || t == W::q5_K));
-}
+bool f16_min_term(W t, int code) { return mins_mma_code(code) || code_f16(code); }
 
 // Whether type t runs code: the f16 min term is Q4_K's and Q5_K's; 6 or 8 warps where 2 stages fit.
 bool code_runs(W t, int code) {
     if (code_f16(code)) return t == W::q4_K;
     if (t != W::q4_K && t != W::q5_K && mins_mma_code(code)) return false;
-    if (code_two_tiles(code) || code_shared(code)) return true;
+    if (code_two_tiles(code)) return true;
     const int warps = code_warps(t, code);
     if (warps == 4) return true;
     switch (t) {
@@ -816,19 +772,19 @@ int main(int argc, char ** argv) {
                                            {"output", W::q6_K, 248320, 5120},     {"ssm_out", W::q4_K, 5120, 6144}};
         for (const Shape & m : shapes) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
     }
-    // `shared`: the engine's codes against the shared-activation kernel (kSharedCodes) on the 27B's
+    // `f16`: the engine's codes against Q4_K through f16 tensor cores (kF16Codes) on the 27B's
     // matrices.
-    if (what == "shared") {
-        std::vector<int> codes = {102, 1000102, 10102, 2, 1000002};
-        codes.insert(codes.end(), std::begin(kSharedCodes), std::end(kSharedCodes));
+    if (what == "f16") {
+        std::vector<int> codes = {102, 1000102, 10102, 2};
         codes.insert(codes.end(), std::begin(kF16Codes), std::end(kF16Codes));
-        const std::vector<Shape> shapes = {{"ffn_gate_up", W::q4_K, 34816, 5120}, {"gdn_in", W::q4_K, 16480, 5120},
-                                           {"attn_q", W::q4_K, 12288, 5120},      {"ffn_down", W::q4_K, 5120, 17408},
-                                           {"ssm_out", W::q4_K, 5120, 6144},      {"ffn_down", W::q6_K, 5120, 17408},
-                                           {"attn_v", W::q6_K, 1024, 5120},       {"output", W::q6_K, 248320, 5120}};
+        const std::vector<Shape> shapes = {{"ffn_gate_up", W::q4_K, 34816, 5120},
+                                           {"gdn_in", W::q4_K, 16480, 5120},
+                                           {"attn_q", W::q4_K, 12288, 5120},
+                                           {"ffn_down", W::q4_K, 5120, 17408},
+                                           {"ssm_out", W::q4_K, 5120, 6144}};
         for (const Shape & m : shapes) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
     }
-    if (what == "profile_codes") {  // [gate; up] at 16 and 64 columns, the codes of argv[2] ("102,30000421")
+    if (what == "profile_codes") {  // [gate; up] at 16 and 64 columns, the codes of argv[2] ("102,40000102")
         std::vector<int> codes;
         for (const char * p = argc > 2 ? argv[2] : "102"; *p;) {
             codes.push_back(std::atoi(p));
