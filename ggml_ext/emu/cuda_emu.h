@@ -81,20 +81,6 @@ inline __half2 __floats2half2_rn(float lo, float hi) { return {__float2half_rn(l
 inline __half2 __float22half2_rn(float2 f) { return __floats2half2_rn(f.x, f.y); }
 inline float __low2float(__half2 h) { return __half2float(h.x); }
 inline float __high2float(__half2 h) { return __half2float(h.y); }
-// a * b + c per lane with one rounding (the product of two halves plus a half is exact in double)
-inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
-    auto one = [](__half x, __half y, __half z) {
-        const double r = (double)__half2float(x) * (double)__half2float(y) + (double)__half2float(z);
-        // to float rounding to odd (of the two floats around r, the one with an odd last bit), so
-        // that the second rounding, to half, equals rounding r itself
-        float f = (float)r;
-        uint32_t u;
-        std::memcpy(&u, &f, sizeof(u));
-        if ((double)f != r && (u & 1u) == 0) f = std::nextafter(f, r > (double)f ? INFINITY : -INFINITY);
-        return __float2half_rn(f);
-    };
-    return {one(a.x, b.x, c.x), one(a.y, b.y, c.y)};
-}
 
 // ---- bfloat16 (the top 16 bits of a float) --------------------------------------------------------
 struct __nv_bfloat16 {

@@ -23,8 +23,6 @@
 
 namespace {
 
-constexpr int kQ4KF16MinColumns = 17;  // placeholder until the H200 says
-
 bool mma_enabled_flag = [] {
     const char * e = std::getenv("DFLASH_MMA");
     return !(e && e[0] == '0');
@@ -44,16 +42,6 @@ int mma_row_tiles() {
     static const int v = [] {
         const char * e = std::getenv("DFLASH_MMA_ROW_TILES");
         return e && std::atoi(e) == 1 ? 1 : 2;
-    }();
-    return v;
-}
-
-// Q4_K through f16 tensor cores (gemm_kq::Q4KF16) from f16_min_columns() columns on: DFLASH_MMA_F16=0
-// turns it off, DFLASH_MMA_F16=1 takes it at every count (benches).
-int f16_min_columns() {
-    static const int v = [] {
-        const char * e = std::getenv("DFLASH_MMA_F16");
-        return e && e[0] == '0' ? 1 << 30 : e && e[0] == '1' ? 0 : kQ4KF16MinColumns;
     }();
     return v;
 }
@@ -92,8 +80,7 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     }
     cudaStream_t stream = ctx.stream();
     const int np = gemm_kq::padded_columns((int)n);
-    const bool q4k_f16 = t == GGML_TYPE_Q4_K && n >= f16_min_columns();
-    ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)np * k * (q4k_f16 ? 2 : 1));
+    ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)np * k);
     ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 256));
     ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
     constexpr int kS = gemm_kq::kDefaultStages;
@@ -143,8 +130,6 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
         mins_int ? run(gemm_kq::Q5K{}) : run(gemm_kq::Q5KMinsMma{});
     } else if (t == GGML_TYPE_Q8_0) {
         run(gemm_kq::Q80{});
-    } else if (q4k_f16) {
-        run(gemm_kq::Q4KF16{});
     } else {
         mins_int ? run(gemm_kq::Q4K{}) : run(gemm_kq::Q4KMinsMma{});
     }

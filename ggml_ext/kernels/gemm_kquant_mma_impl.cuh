@@ -39,21 +39,15 @@ constexpr int kQk = 256;
 // Which of a 32-value sub-block's values lane (g, t) holds in its 8 bytes: 8t..8t+7 (kRun: Q4_K,
 // Q5_K, whose nibble bytes thread t reads as one run) or 4t..4t+3 and 16+4t..16+4t+3 (kHalves:
 // Q6_K's two 16-value groups, Q8_0's PTX k order).
-// kF16: Q4KF16's, the same int8 values stored as f16, 16 bytes a lane (see there).
-enum class ActLayout { kRun, kHalves, kF16 };
+enum class ActLayout { kRun, kHalves };
 
 // Byte of value v (0..31) of sub-block j of super-block kb, column 8 nt + g, in the tiled int8
 // activations of ncol_tiles column tiles.
-// kF16: element (half) v's index in the f16 activations; lane 4g + t holds values 8t..8t+7 in the
-// order 0, 2, 1, 3, 4, 6, 5, 7 (the m16n8k16 B registers of Q4KF16's two mmas).
 template <ActLayout L>
 __host__ __device__ __forceinline__ int64_t act_q_index(int kb, int j, int v, int col, int ncol_tiles) {
     const int nt = col >> 3, g = col & 7;
-    const int t = L == ActLayout::kHalves ? (v & 15) >> 2 : v >> 3;
-    const int w = v & 7;
-    const int byte = L == ActLayout::kRun      ? w
-                     : L == ActLayout::kHalves ? ((v >> 4) << 2) | (v & 3)
-                                               : (w & 4) | ((w & 1) << 1) | ((w >> 1) & 1);
+    const int t = L == ActLayout::kRun ? v >> 3 : (v & 15) >> 2;
+    const int byte = L == ActLayout::kRun ? v & 7 : ((v >> 4) << 2) | (v & 3);
     return ((((int64_t)kb * 8 + j) * ncol_tiles + nt) * WARP_SIZE + 4 * g + t) * 8 + byte;
 }
 
@@ -173,7 +167,6 @@ template <bool kMinsMma, bool kFifthBit = false>
 struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
     static constexpr bool kNeedsSums = true;
     static constexpr ActLayout kLayout = ActLayout::kRun;
-    static constexpr int kActValueBytes = 1;
     static constexpr int kMinBlocks16 = 6;
     static constexpr int kNibbles = kFifthBit ? 48 : 16;  // where the nibbles start
 
@@ -301,127 +294,12 @@ using Q4KMinsMma = Q4KT<true>;
 using Q5K = Q4KT<false, true>;
 using Q5KMinsMma = Q4KT<true, true>;
 
-// ---- Q4_K through f16 tensor cores ---------------------------------------------------------------
-// Q4KT's int8 mma leaves each sub-block's scale to 4 integer multiply-adds per mma (one per output
-// and 32 values); with the accumulators' zeroing and the operand load that is ~10 instructions an
-// mma, and at 32..64 columns the kernel is bound by instruction issue (about 9 cycles a mma per
-// multiprocessor at 64 columns, h200-s15-mma-standalone-*). Here the scale goes into the weights:
-// A = sc_j * q (<= 945: exact in f16) from the nibbles with one LOP3 and one HFMA2 per two values
-// ((1024 + q) * sc - 1024 * sc: one rounding of an exact result), the activations are the same
-// int8 values stored as f16 (ActLayout::kF16, exact), and two m16n8k16 f16 mmas per sub-block
-// and 8 columns accumulate the whole super-block in f32 (no per-sub-block step). The min term and
-// the per-super-block scales are Q4KT<true>'s. Thread t holds values 8t..8t+7 of a sub-block
-// (its 8 nibble bytes, as in Q4KT): A registers (row g) a0 = values 0, 2 of word x (bytes 0..3),
-// a2 = 1, 3; the second mma the same of word y; the activations in that order (act_q_index).
-struct Q4KF16 : AlignedBlocks<144> {
-    static constexpr bool kNeedsSums = true;
-    static constexpr ActLayout kLayout = ActLayout::kF16;
-    static constexpr int kActValueBytes = 2;
-    static constexpr int kMinBlocks16 = 6;
-
-    // The nibbles h (0: low, 1: high) of bytes 0 and 2 (sel 0) or 1 and 3 (sel 1) of w, times sc, as
-    // half2: 0x6400 | q is the half 1024 + q.
-    static __device__ __forceinline__ uint32_t weights2(uint32_t w, int h, int sel, half2 sc, half2 neg) {
-        const uint32_t q = ((w >> (4 * h + 8 * sel)) & 0x000F000Fu) | 0x64006400u;
-        const half2 r = __hfma2(*reinterpret_cast<const half2 *>(&q), sc, neg);
-        return *reinterpret_cast<const uint32_t *>(&r);
-    }
-
-    template <int ncol_tiles, bool smem, int R>
-    static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
-                                                      const char * const (&b1)[R], const int8_t * __restrict__ ya,
-                                                      const float * __restrict__ yd, const int * __restrict__ ysum,
-                                                      int kb, int g, int t) {
-        auto load16 = [](const char * p) { return smem ? *reinterpret_cast<const uint4 *>(p) : load_stream_16(p); };
-        auto load8 = [](const char * p) { return smem ? *reinterpret_cast<const uint2 *>(p) : load_stream_8(p); };
-        const int lane = 4 * g + t;
-        const uint4 * yv16 = reinterpret_cast<const uint4 *>(ya);  // 16 bytes a lane, sub-block and column tile
-        uint4 h0[R], h1[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            h0[r] = load16(b0[r]);
-            h1[r] = load16(b1[r]);
-        }
-        float cs[R][ncol_tiles][4] = {};  // the super-block's sums (integers up to ~3e7)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            uint2 q0[R], q1[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                q0[r] = load8(b0[r] + 16 + 32 * c + 8 * t);
-                q1[r] = load8(b1[r] + 16 + 32 * c + 8 * t);
-            }
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int j = 2 * c + h;
-                uint32_t a[R][2][4];  // [r][mma][reg]
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    int sc0, sc1, m_;
-                    scale_min(h0[r].y, h0[r].z, h0[r].w, j, sc0, m_);
-                    scale_min(h1[r].y, h1[r].z, h1[r].w, j, sc1, m_);
-                    const half2 s0 = __floats2half2_rn((float)sc0, (float)sc0);
-                    const half2 s1 = __floats2half2_rn((float)sc1, (float)sc1);
-                    const half2 n0 = __floats2half2_rn(-1024.0f * sc0, -1024.0f * sc0);
-                    const half2 n1 = __floats2half2_rn(-1024.0f * sc1, -1024.0f * sc1);
-#pragma unroll
-                    for (int m = 0; m < 2; ++m) {
-                        const uint32_t w0 = m == 0 ? q0[r].x : q0[r].y, w1 = m == 0 ? q1[r].x : q1[r].y;
-                        a[r][m][0] = weights2(w0, h, 0, s0, n0);  // row g, values 0, 2 (4 m + ..)
-                        a[r][m][1] = weights2(w1, h, 0, s1, n1);  // row g + 8
-                        a[r][m][2] = weights2(w0, h, 1, s0, n0);  // row g, values 1, 3
-                        a[r][m][3] = weights2(w1, h, 1, s1, n1);
-                    }
-                }
-#pragma unroll
-                for (int nt = 0; nt < ncol_tiles; ++nt) {
-                    const uint4 yv = yv16[(j * ncol_tiles + nt) * WARP_SIZE + lane];  // column g of the tile
-                    const uint32_t bl[2] = {yv.x, yv.y}, bh[2] = {yv.z, yv.w};
-#pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        mma_f16(cs[r][nt], a[r][0], bl);
-                        mma_f16(cs[r][nt], a[r][1], bh);
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0[r].x));
-            const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1[r].x));
-            uint32_t a_min[4] = {0u, 0u, 0u, 0u};  // rows g and g + 8, sub-blocks 2t and 2t + 1
-            int s_, m_a, m_b;
-            scale_min(h0[r].y, h0[r].z, h0[r].w, 2 * t, s_, m_a);
-            scale_min(h0[r].y, h0[r].z, h0[r].w, 2 * t + 1, s_, m_b);
-            a_min[0] = half2_bits((float)m_a, (float)m_b);
-            scale_min(h1[r].y, h1[r].z, h1[r].w, 2 * t, s_, m_a);
-            scale_min(h1[r].y, h1[r].z, h1[r].w, 2 * t + 1, s_, m_b);
-            a_min[1] = half2_bits((float)m_a, (float)m_b);
-#pragma unroll
-            for (int nt = 0; nt < ncol_tiles; ++nt) {
-                const int col0 = nt * 8 + 2 * t;
-                const int * s_g = ysum + act_sum_index(kb, nt * 8 + g, ncol_tiles);  // column g's 8 sums
-                const int2 sv = *reinterpret_cast<const int2 *>(s_g + 2 * t);
-                const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
-                float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                mma_f16(mc, a_min, b);
-                const float2 dy = *reinterpret_cast<const float2 *>(yd + act_d_index(kb, col0, ncol_tiles));
-                acc[r][nt][0] += dy.x * (dm0.x * cs[r][nt][0] - dm0.y * mc[0]);
-                acc[r][nt][1] += dy.y * (dm0.x * cs[r][nt][1] - dm0.y * mc[1]);
-                acc[r][nt][2] += dy.x * (dm1.x * cs[r][nt][2] - dm1.y * mc[2]);
-                acc[r][nt][3] += dy.y * (dm1.x * cs[r][nt][3] - dm1.y * mc[3]);
-            }
-        }
-    }
-};
-
 // ---- Q8_0: eight 34-byte blocks (half d, 32 int8) to a super-block, 272 bytes -------------------
 // One m16n8k32 mma per block and 8 columns, straight from the int8 quants (thread t: bytes 4t..4t+3
 // and 16+4t..16+4t+3 of each block, the PTX layout); each block's int32 sums scaled by its d.
 struct Q80 : AlignedBlocks<8 * 34> {
     static constexpr bool kNeedsSums = false;
     static constexpr ActLayout kLayout = ActLayout::kHalves;
-    static constexpr int kActValueBytes = 1;
     static constexpr int kMinBlocks16 = 6;
 
     template <int ncol_tiles, bool smem, int R>
@@ -531,7 +409,6 @@ struct Q6K {
     static constexpr int kStageRow = 16 * kChunks;
     static constexpr bool kNeedsSums = false;
     static constexpr ActLayout kLayout = ActLayout::kHalves;
-    static constexpr int kActValueBytes = 1;
     static constexpr int kMinBlocks16 = 4;
 
     static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
@@ -649,9 +526,12 @@ constexpr int min_blocks(int ncol_tiles) {
 // compiler's register choice). kSplitK: the block's warps split the super-blocks of one row
 // tile group (the engine's); else each warp owns a row tile group of its own and all its
 // super-blocks (no shared-memory reduction; an experiment for short rows, timed by the
-// standalone). R: 16-row tiles per warp, rows row_base + 16 r + g and + 8.
-template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1>
-__global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R>(ncol_tiles) : 1)
+// standalone). R: 16-row tiles per warp, rows row_base + 16 r + g and + 8. kBlocks: blocks a
+// multiprocessor should hold in place of min_blocks' (0: min_blocks').
+template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1,
+          int kBlocks = 0>
+__global__ void __launch_bounds__(W * WARP_SIZE,
+                                  kOccupancy ? (kBlocks > 0 ? kBlocks : min_blocks<F, W, R>(ncol_tiles)) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
                            const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
                            const int64_t row_bytes, const int ncols, const int stride_col_dst) {
@@ -680,7 +560,7 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     }
     for (int it = 0; it < n_it; ++it) {
         const int kb = kb0 + it * kb_step;
-        const int8_t * ya = yq + (int64_t)kb * F::kActValueBytes * act_bytes(ncol_tiles);
+        const int8_t * ya = yq + (int64_t)kb * act_bytes(ncol_tiles);
         const char * blk0[R];
         const char * blk1[R];
 #pragma unroll
@@ -758,10 +638,10 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
 // tiled layout L of ncol_tiles column tiles, d = max |x| / 127 per 256 values and column, and the
 // int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256, 8 ncol_tiles),
 // 256 threads: thread i quantizes value i of its super-block.
-template <ActLayout L, typename T>
-static __global__ void quantize_act_k_kernel(const float * __restrict__ x, T * __restrict__ qs, float * __restrict__ d,
-                                             int * __restrict__ sums, const int k, const int ncols,
-                                             const int ncol_tiles, const int64_t stride_col_x) {
+template <ActLayout L>
+static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
+                                             float * __restrict__ d, int * __restrict__ sums, const int k,
+                                             const int ncols, const int ncol_tiles, const int64_t stride_col_x) {
     const int col = blockIdx.y, kb = blockIdx.x;
     const int i = kb * kQk + threadIdx.x;
     const float v = (col < ncols && i < k) ? x[col * stride_col_x + i] : 0.0f;
@@ -777,11 +657,7 @@ static __global__ void quantize_act_k_kernel(const float * __restrict__ x, T * _
     const float dd = amax / 127.0f;
     const int q = amax == 0.0f ? 0 : (int)roundf(v / dd);
     const int j = threadIdx.x / 32, val = threadIdx.x % 32;  // sub-block j, its value val
-    if constexpr (L == ActLayout::kF16) {
-        qs[act_q_index<L>(kb, j, val, col, ncol_tiles)] = __float2half_rn((float)q);  // exact
-    } else {
-        qs[act_q_index<L>(kb, j, val, col, ncol_tiles)] = (int8_t)q;
-    }
+    qs[act_q_index<L>(kb, j, val, col, ncol_tiles)] = (int8_t)q;
     int s = q;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
@@ -798,15 +674,13 @@ inline int padded_columns(int ncols) {
     return ncols <= 8 ? 8 : ncols <= 16 ? 16 : ncols <= 24 ? 24 : ncols <= 32 ? 32 : ncols <= 48 ? 48 : 64;
 }
 
-// Quantizes ncols columns of x for weight type F (its layout; F::kActValueBytes bytes a value in
-// qs), padded_columns(ncols) of them.
+// Quantizes ncols columns of x for weight type F (its layout), padded_columns(ncols) of them.
 template <typename F>
 void quantize_act(const float * x, int8_t * qs, float * d, int * sums, int k, int ncols, int64_t stride_col_x,
                   cudaStream_t stream) {
     const int np = padded_columns(ncols);
-    using T = std::conditional_t<F::kLayout == ActLayout::kF16, half, int8_t>;
-    DFLASH_LAUNCH(dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream, quantize_act_k_kernel<F::kLayout, T>)(
-        x, reinterpret_cast<T *>(qs), d, sums, k, ncols, np / 8, stride_col_x);
+    DFLASH_LAUNCH(dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream, quantize_act_k_kernel<F::kLayout>)(
+        x, qs, d, sums, k, ncols, np / 8, stride_col_x);
 }
 
 // kStages: super-blocks in flight per warp (0: direct loads). The engine uses kDefaultStages: 2
@@ -816,15 +690,16 @@ constexpr int kDefaultStages = 2;
 // kStages: asked for; what runs is fit_stages<F, W, R>(kStages) (0 stays 0: direct loads). W:
 // warps per block; kSplitK: see the kernel; R: 16-row tiles per warp. The activations were
 // quantized by quantize_act<F> for the same ncols.
-template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1>
+template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1,
+          int kBlocks = 0>
 void launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream) {
     const int tile_rows = (kSplitK ? kRows : kRows * W) * R;
     const dim3 grid((nrows + tile_rows - 1) / tile_rows, 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
     constexpr int kSt = kStages > 0 ? fit_stages<F, W, R>(kStages) : 0;
-#define GEMM_KQ_LAUNCH(NT)                                                                                \
-    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R>)( \
+#define GEMM_KQ_LAUNCH(NT)                                                                                         \
+    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kBlocks>)( \
         w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);

@@ -384,7 +384,6 @@ void bench(const char * name, W t, int rows, int k, std::mt19937 & gen) {
 
 struct MmaBuffers {
     int8_t * yq = nullptr;
-    int8_t * yq16 = nullptr;  // Q4_K's activations as f16 (gemm_kq::Q4KF16), quantized with yq
     float * yd = nullptr;
     int * ysum = nullptr;
     float * x = nullptr;
@@ -392,7 +391,6 @@ struct MmaBuffers {
     void alloc(int k, int ncols, int rows) {
         const int np = gemm_kq::padded_columns(ncols);
         CK(cudaMalloc(&yq, (size_t)np * k));
-        CK(cudaMalloc(&yq16, (size_t)np * k * 2));
         CK(cudaMalloc(&yd, (size_t)np * k / 256 * 4));
         CK(cudaMalloc(&ysum, (size_t)np * k / 32 * 4));
         CK(cudaMalloc(&x, (size_t)ncols * k * 4));
@@ -406,13 +404,11 @@ struct MmaBuffers {
             gemm_kq::quantize_act<gemm_kq::Q80>(x, yq, yd, ysum, k, ncols, k, nullptr);
         } else {
             gemm_kq::quantize_act<gemm_kq::Q4K>(x, yq, yd, ysum, k, ncols, k, nullptr);
-            if (t == W::q4_K) gemm_kq::quantize_act<gemm_kq::Q4KF16>(x, yq16, yd, ysum, k, ncols, k, nullptr);
         }
         CK(cudaGetLastError());
     }
     void free_all() {
         cudaFree(yq);
-        cudaFree(yq16);
         cudaFree(yd);
         cudaFree(ysum);
         cudaFree(x);
@@ -465,15 +461,9 @@ void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, bool two_ti
     CK(cudaGetLastError());
 }
 
-// + 40000000: Q4_K through f16 tensor cores (gemm_kq::Q4KF16) in the variant of the rest
-// (102, 10102 or 1000102): kF16Codes.
-bool code_f16(int code) { return code >= 40000000; }
-int base_code(int code) { return code_f16(code) ? code - 40000000 : code; }
-constexpr int kF16Codes[] = {40000102, 40010102, 41000102};
-
 // The stage count a request runs with (gemm_kq::launch fits the pipeline into shared memory).
 int stages_run(W t, int code) {
-    code = base_code(code);
+    if (code >= 50000000) code -= 50000000;
     const int s = code % 100;
     if (s == 0) return 0;
     switch (t) {
@@ -495,11 +485,9 @@ int stages_run(W t, int code) {
 // Q8_0: gemm_kq::fit_warps). The engine's: 102 for Q4_K / Q5_K, 2 for Q6_K / Q8_0; rows of
 // gemm_kq::kLongRowBlocks or more up to 16 columns: 10102 for Q4_K / Q5_K; tall matrices 1000102
 // for Q4_K / Q5_K, 1000002 for Q6_K / Q8_0.
-
-bool code_two_tiles(int code) { return code >= 1000000; }
+bool code_two_tiles(int code) { return code >= 1000000 && code < 50000000; }
 
 int code_warps(W t, int code) {
-    code = base_code(code);
     if (code_two_tiles(code)) {
         switch (t) {
             case W::q8_0:
@@ -512,20 +500,34 @@ int code_warps(W t, int code) {
                 return gemm_kq::fit_warps<gemm_kq::Q4K, 4, 2>();
         }
     }
+    if (code >= 50000000) return 4;
     const int c = code % 100000;
     return c >= 20000 ? 6 : c >= 10000 ? 8 : 4;
 }
 
-bool code_own_rows(int code) { return code >= 100000 && !code_two_tiles(code); }
+// + 50000000 on 102 (Q4_K / Q5_K) or 2 (Q6_K, Q8_0): 4 blocks a multiprocessor at every column
+// count (the hint's 3 from 40 columns on: 128 registers, not 168).
+bool code_blocks4(int code) { return code >= 50000000; }
+bool code_own_rows(int code) { return code >= 100000 && !code_two_tiles(code) && !code_blocks4(code); }
+
+template <typename F>
+void run_blocks4(const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
+    gemm_kq::launch<F, 2, true, 4, true, 1, 4>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+    CK(cudaGetLastError());
+}
 
 void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
-    if (code_f16(code)) {
-        MmaBuffers b16 = b;
-        b16.yq = b.yq16;
-        const int c = base_code(code);
-        run_mma_t<gemm_kq::Q4KF16>(c % 100, true, code_warps(t, c), false, code_two_tiles(c), w, b16, rows, k,
-                                   row_bytes, ncols);
-        return;
+    if (code_blocks4(code)) {
+        switch (t) {
+            case W::q4_K:
+                return run_blocks4<gemm_kq::Q4KMinsMma>(w, b, rows, k, row_bytes, ncols);
+            case W::q5_K:
+                return run_blocks4<gemm_kq::Q5KMinsMma>(w, b, rows, k, row_bytes, ncols);
+            case W::q8_0:
+                return run_blocks4<gemm_kq::Q80>(w, b, rows, k, row_bytes, ncols);
+            default:
+                return run_blocks4<gemm_kq::Q6K>(w, b, rows, k, row_bytes, ncols);
+        }
     }
     const int stages = code % 100, warps = code_warps(t, code);
     const bool mins_mma = code % 1000 >= 100, occupancy = code % 10000 < 1000, own = code_own_rows(code);
@@ -545,22 +547,15 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
     }
 }
 
-constexpr int kMmaCodes[] = {0,      2,      3,      1002,   102,     103,     1102,     10102,    20102,   20002,
-                             100002, 100003, 100102, 100103, 1000002, 1000102, 40000102, 40010102, 41000102};
+constexpr int kMmaCodes[] = {0,     2,      3,      1002,   102,    103,     1102,    10102,    20102,
+                             20002, 100002, 100003, 100102, 100103, 1000002, 1000102, 50000002, 50000102};
 
-bool mins_mma_code(int code) {
-    code = base_code(code);
-    return code % 1000 >= 100;
-}
-
-// Whether code runs type t's min term through an f16 mma (sums to within 1 in 4064).
-bool f16_min_term(W t, int code) { return mins_mma_code(code) || code_f16(code); }
+bool mins_mma_code(int code) { return (code >= 50000000 ? code - 50000000 : code) % 1000 >= 100; }
 
 // Whether type t runs code: the f16 min term is Q4_K's and Q5_K's; 6 or 8 warps where 2 stages fit.
 bool code_runs(W t, int code) {
-    if (code_f16(code)) return t == W::q4_K;
     if (t != W::q4_K && t != W::q5_K && mins_mma_code(code)) return false;
-    if (code_two_tiles(code)) return true;
+    if (code_two_tiles(code) || code_blocks4(code)) return true;
     const int warps = code_warps(t, code);
     if (warps == 4) return true;
     switch (t) {
@@ -616,7 +611,7 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
                 "{\"check_mma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"stages\": %d, "
                 "\"stages_run\": %d, \"warps\": %d, \"rel_err\": %.3g, \"ok\": %s}\n",
                 type_name(t), rows, k, ncols, stages, stages_run(t, stages), code_warps(t, stages), err / ref_max,
-                err / ref_max <= (f16_min_term(t, stages) ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
+                err / ref_max <= (mins_mma_code(stages) ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
         }
         b.free_all();
     }
@@ -772,19 +767,15 @@ int main(int argc, char ** argv) {
                                            {"output", W::q6_K, 248320, 5120},     {"ssm_out", W::q4_K, 5120, 6144}};
         for (const Shape & m : shapes) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
     }
-    // `f16`: the engine's codes against Q4_K through f16 tensor cores (kF16Codes) on the 27B's
-    // matrices.
-    if (what == "f16") {
-        std::vector<int> codes = {102, 1000102, 10102, 2};
-        codes.insert(codes.end(), std::begin(kF16Codes), std::end(kF16Codes));
-        const std::vector<Shape> shapes = {{"ffn_gate_up", W::q4_K, 34816, 5120},
-                                           {"gdn_in", W::q4_K, 16480, 5120},
-                                           {"attn_q", W::q4_K, 12288, 5120},
-                                           {"ffn_down", W::q4_K, 5120, 17408},
-                                           {"ssm_out", W::q4_K, 5120, 6144}};
-        for (const Shape & m : shapes) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
+    // `blocks4`: the engine's codes (102 / 2) against 4 blocks a multiprocessor at every count
+    // (50000102 / 50000002) on the 27B's matrices.
+    if (what == "blocks4") {
+        const std::vector<int> codes = {102, 50000102, 2, 50000002};
+        for (const Shape & m : mma_shapes) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
+        const Shape gu = {"ffn_gate_up", W::q4_K, 34816, 5120}, gi = {"gdn_in", W::q4_K, 16480, 5120};
+        for (const Shape & m : {gu, gi}) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
     }
-    if (what == "profile_codes") {  // [gate; up] at 16 and 64 columns, the codes of argv[2] ("102,40000102")
+    if (what == "profile_codes") {  // [gate; up] at 16 and 64 columns, the codes of argv[2] ("102,1000102")
         std::vector<int> codes;
         for (const char * p = argc > 2 ? argv[2] : "102"; *p;) {
             codes.push_back(std::atoi(p));

@@ -180,21 +180,6 @@ if [ "$stage" = n3 ]; then
   exit 0
 fi
 
-# `gpu_bench.sh p1` (session 15): the GEMM's CUDA tests, the 27B's kernels per step with Q4_K's
-# f16 tensor-core GEMM (gemm_kq::Q4KF16, the default from its first column count) and without
-# (DFLASH_MMA_F16=0), the 27B's DDTree step costs and its AR / chain next to upstream, as time allows.
-if [ "$stage" = p1 ]; then
-  start_27b_synth
-  run_cuda_suite 100 -k "mul_mat or stacked or oracle or verify or spec_chain"
-  wait_27b 150
-  kernel_profile 90 h200-27b-kernels.json
-  kernel_profile 90 h200-27b-kernels-f16-off.json DFLASH_MMA_F16=0
-  [ "$(left)" -ge 130 ] && tree_steps 120 h200-27b-tree-steps.json 1,2,4,8,16,32,64,128,256 -- --no-upstream
-  [ "$(left)" -ge 60 ] && ar_bench 50 /tmp/q27.gguf h200-27b-ar.json
-  [ "$(left)" -ge 90 ] && chain_bench "$(($(left) - 5))" h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
-  exit 0
-fi
-
 # `gpu_bench.sh m1` (session 13's plan, one call): the build, the delta rule and tree CUDA tests
 # (the tree kernel's walk and paths forms bit-equal among them), then the trained pair's DDTree at
 # budgets 16, 32, 64 with the paths form (the default for its 8 heads of 64) and with the walk
