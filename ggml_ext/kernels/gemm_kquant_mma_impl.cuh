@@ -51,14 +51,10 @@ __host__ __device__ __forceinline__ int64_t act_q_index(int kb, int j, int v, in
     return ((((int64_t)kb * 8 + j) * ncol_tiles + nt) * WARP_SIZE + 4 * g + t) * 8 + byte;
 }
 
-// One super-block's tiled activations (all ncol_tiles column tiles): act_bytes(ncol_tiles)
-// contiguous bytes at yq + kb * act_bytes(ncol_tiles).
-__host__ __device__ constexpr int act_bytes(int ncol_tiles) { return 8 * ncol_tiles * WARP_SIZE * 8; }
-
-// The 8 bytes of lane `lane` for sub-block j and column tile nt of the super-block whose
-// activations start at ya (in global or shared memory).
-__device__ __forceinline__ int2 act_q_lane(const int8_t * __restrict__ ya, int j, int nt, int lane, int ncol_tiles) {
-    return *reinterpret_cast<const int2 *>(ya + ((j * ncol_tiles + nt) * WARP_SIZE + lane) * 8);
+// The 8 bytes of lane `lane` for sub-block j and column tile nt.
+__device__ __forceinline__ int2 act_q_lane(const int8_t * __restrict__ yq, int kb, int j, int nt, int lane,
+                                           int ncol_tiles) {
+    return *reinterpret_cast<const int2 *>(yq + ((((int64_t)kb * 8 + j) * ncol_tiles + nt) * WARP_SIZE + lane) * 8);
 }
 
 // Per-32 sums of the int8 activations: the 8 sub-blocks of super-block kb, column col, contiguous.
@@ -176,7 +172,7 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
     // tile r) share each activation load: a warp's B operand feeds R mmas.
     template <int ncol_tiles, bool smem, int R>
     static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
-                                                      const char * const (&b1)[R], const int8_t * __restrict__ ya,
+                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
                                                       const float * __restrict__ yd, const int * __restrict__ ysum,
                                                       int kb, int g, int t) {
         auto load16 = [](const char * p) { return smem ? *reinterpret_cast<const uint4 *>(p) : load_stream_16(p); };
@@ -224,7 +220,7 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                 }
 #pragma unroll
                 for (int nt = 0; nt < ncol_tiles; ++nt) {
-                    const int2 yv = act_q_lane(ya, j, nt, lane, ncol_tiles);  // B: column g of the tile
+                    const int2 yv = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);  // B: column g of the tile
                     const int b[2] = {yv.x, yv.y};
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
@@ -304,7 +300,7 @@ struct Q80 : AlignedBlocks<8 * 34> {
 
     template <int ncol_tiles, bool smem, int R>
     static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
-                                                      const char * const (&b1)[R], const int8_t * __restrict__ ya,
+                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
                                                       const float * __restrict__ yd, const int * __restrict__, int kb,
                                                       int g, int t) {
         const int lane = 4 * g + t;
@@ -332,7 +328,7 @@ struct Q80 : AlignedBlocks<8 * 34> {
             }
 #pragma unroll
             for (int nt = 0; nt < ncol_tiles; ++nt) {
-                const int2 yv = act_q_lane(ya, j, nt, lane, ncol_tiles);  // column g: 4t.., 16 + 4t..
+                const int2 yv = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);  // column g: 4t.., 16 + 4t..
                 const int b[2] = {yv.x, yv.y};
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
@@ -419,7 +415,7 @@ struct Q6K {
 
     template <int ncol_tiles, bool smem, int R>
     static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
-                                                      const char * const (&b1)[R], const int8_t * __restrict__ ya,
+                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
                                                       const float * __restrict__ yd, const int * __restrict__, int kb,
                                                       int g, int t) {
         const int lane = 4 * g + t;
@@ -434,7 +430,7 @@ struct Q6K {
         for (int j = 0; j < 8; ++j) {  // sub-block j: the groups s = 2j (lane bytes 0..3), 2j + 1 (4..7)
             int2 yv[ncol_tiles];
 #pragma unroll
-            for (int nt = 0; nt < ncol_tiles; ++nt) yv[nt] = act_q_lane(ya, j, nt, lane, ncol_tiles);
+            for (int nt = 0; nt < ncol_tiles; ++nt) yv[nt] = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
                 const int s = 2 * j + u, n = s >> 3, q = (s >> 1) & 3;
@@ -526,12 +522,9 @@ constexpr int min_blocks(int ncol_tiles) {
 // compiler's register choice). kSplitK: the block's warps split the super-blocks of one row
 // tile group (the engine's); else each warp owns a row tile group of its own and all its
 // super-blocks (no shared-memory reduction; an experiment for short rows, timed by the
-// standalone). R: 16-row tiles per warp, rows row_base + 16 r + g and + 8. kBlocks: blocks a
-// multiprocessor should hold in place of min_blocks' (0: min_blocks').
-template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1,
-          int kBlocks = 0>
-__global__ void __launch_bounds__(W * WARP_SIZE,
-                                  kOccupancy ? (kBlocks > 0 ? kBlocks : min_blocks<F, W, R>(ncol_tiles)) : 1)
+// standalone). R: 16-row tiles per warp, rows row_base + 16 r + g and + 8.
+template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1>
+__global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R>(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
                            const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
                            const int64_t row_bytes, const int ncols, const int stride_col_dst) {
@@ -560,7 +553,6 @@ __global__ void __launch_bounds__(W * WARP_SIZE,
     }
     for (int it = 0; it < n_it; ++it) {
         const int kb = kb0 + it * kb_step;
-        const int8_t * ya = yq + (int64_t)kb * act_bytes(ncol_tiles);
         const char * blk0[R];
         const char * blk1[R];
 #pragma unroll
@@ -585,10 +577,10 @@ __global__ void __launch_bounds__(W * WARP_SIZE,
                 s0[r] = buf + (16 * r + g) * F::kStageRow + F::stage_offset(blk0[r]);
                 s1[r] = buf + (16 * r + g + 8) * F::kStageRow + F::stage_offset(blk1[r]);
             }
-            F::template accumulate<ncol_tiles, true, R>(acc, s0, s1, ya, yd, ysum, kb, g, t);
+            F::template accumulate<ncol_tiles, true, R>(acc, s0, s1, yq, yd, ysum, kb, g, t);
             __syncwarp();  // every lane is done with this stage before it is refilled
         } else {
-            F::template accumulate<ncol_tiles, false, R>(acc, blk0, blk1, ya, yd, ysum, kb, g, t);
+            F::template accumulate<ncol_tiles, false, R>(acc, blk0, blk1, yq, yd, ysum, kb, g, t);
         }
     }
     if constexpr (kStages > 0) cp_async_wait<0>();
@@ -690,16 +682,15 @@ constexpr int kDefaultStages = 2;
 // kStages: asked for; what runs is fit_stages<F, W, R>(kStages) (0 stays 0: direct loads). W:
 // warps per block; kSplitK: see the kernel; R: 16-row tiles per warp. The activations were
 // quantized by quantize_act<F> for the same ncols.
-template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1,
-          int kBlocks = 0>
+template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1>
 void launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream) {
     const int tile_rows = (kSplitK ? kRows : kRows * W) * R;
     const dim3 grid((nrows + tile_rows - 1) / tile_rows, 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
     constexpr int kSt = kStages > 0 ? fit_stages<F, W, R>(kStages) : 0;
-#define GEMM_KQ_LAUNCH(NT)                                                                                         \
-    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kBlocks>)( \
+#define GEMM_KQ_LAUNCH(NT)                                                                                \
+    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R>)( \
         w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);

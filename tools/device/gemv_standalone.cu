@@ -463,7 +463,6 @@ void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, bool two_ti
 
 // The stage count a request runs with (gemm_kq::launch fits the pipeline into shared memory).
 int stages_run(W t, int code) {
-    if (code >= 50000000) code -= 50000000;
     const int s = code % 100;
     if (s == 0) return 0;
     switch (t) {
@@ -485,7 +484,7 @@ int stages_run(W t, int code) {
 // Q8_0: gemm_kq::fit_warps). The engine's: 102 for Q4_K / Q5_K, 2 for Q6_K / Q8_0; rows of
 // gemm_kq::kLongRowBlocks or more up to 16 columns: 10102 for Q4_K / Q5_K; tall matrices 1000102
 // for Q4_K / Q5_K, 1000002 for Q6_K / Q8_0.
-bool code_two_tiles(int code) { return code >= 1000000 && code < 50000000; }
+bool code_two_tiles(int code) { return code >= 1000000; }
 
 int code_warps(W t, int code) {
     if (code_two_tiles(code)) {
@@ -500,35 +499,13 @@ int code_warps(W t, int code) {
                 return gemm_kq::fit_warps<gemm_kq::Q4K, 4, 2>();
         }
     }
-    if (code >= 50000000) return 4;
     const int c = code % 100000;
     return c >= 20000 ? 6 : c >= 10000 ? 8 : 4;
 }
 
-// + 50000000 on 102 (Q4_K / Q5_K) or 2 (Q6_K, Q8_0): 4 blocks a multiprocessor at every column
-// count (the hint's 3 from 40 columns on: 128 registers, not 168).
-bool code_blocks4(int code) { return code >= 50000000; }
-bool code_own_rows(int code) { return code >= 100000 && !code_two_tiles(code) && !code_blocks4(code); }
-
-template <typename F>
-void run_blocks4(const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
-    gemm_kq::launch<F, 2, true, 4, true, 1, 4>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
-    CK(cudaGetLastError());
-}
+bool code_own_rows(int code) { return code >= 100000 && !code_two_tiles(code); }
 
 void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols) {
-    if (code_blocks4(code)) {
-        switch (t) {
-            case W::q4_K:
-                return run_blocks4<gemm_kq::Q4KMinsMma>(w, b, rows, k, row_bytes, ncols);
-            case W::q5_K:
-                return run_blocks4<gemm_kq::Q5KMinsMma>(w, b, rows, k, row_bytes, ncols);
-            case W::q8_0:
-                return run_blocks4<gemm_kq::Q80>(w, b, rows, k, row_bytes, ncols);
-            default:
-                return run_blocks4<gemm_kq::Q6K>(w, b, rows, k, row_bytes, ncols);
-        }
-    }
     const int stages = code % 100, warps = code_warps(t, code);
     const bool mins_mma = code % 1000 >= 100, occupancy = code % 10000 < 1000, own = code_own_rows(code);
     const bool two = code_two_tiles(code);
@@ -547,15 +524,15 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
     }
 }
 
-constexpr int kMmaCodes[] = {0,     2,      3,      1002,   102,    103,     1102,    10102,    20102,
-                             20002, 100002, 100003, 100102, 100103, 1000002, 1000102, 50000002, 50000102};
+constexpr int kMmaCodes[] = {0,     2,     3,      1002,   102,    103,    1102,    10102,
+                             20102, 20002, 100002, 100003, 100102, 100103, 1000002, 1000102};
 
-bool mins_mma_code(int code) { return (code >= 50000000 ? code - 50000000 : code) % 1000 >= 100; }
+bool mins_mma_code(int code) { return code % 1000 >= 100; }
 
 // Whether type t runs code: the f16 min term is Q4_K's and Q5_K's; 6 or 8 warps where 2 stages fit.
 bool code_runs(W t, int code) {
     if (t != W::q4_K && t != W::q5_K && mins_mma_code(code)) return false;
-    if (code_two_tiles(code) || code_blocks4(code)) return true;
+    if (code_two_tiles(code)) return true;
     const int warps = code_warps(t, code);
     if (warps == 4) return true;
     switch (t) {
@@ -766,14 +743,6 @@ int main(int argc, char ** argv) {
                                            {"attn_q", W::q4_K, 12288, 5120},      {"gdn_qkv", W::q6_K, 10240, 5120},
                                            {"output", W::q6_K, 248320, 5120},     {"ssm_out", W::q4_K, 5120, 6144}};
         for (const Shape & m : shapes) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
-    }
-    // `blocks4`: the engine's codes (102 / 2) against 4 blocks a multiprocessor at every count
-    // (50000102 / 50000002) on the 27B's matrices.
-    if (what == "blocks4") {
-        const std::vector<int> codes = {102, 50000102, 2, 50000002};
-        for (const Shape & m : mma_shapes) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
-        const Shape gu = {"ffn_gate_up", W::q4_K, 34816, 5120}, gi = {"gdn_in", W::q4_K, 16480, 5120};
-        for (const Shape & m : {gu, gi}) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
     }
     if (what == "profile_codes") {  // [gate; up] at 16 and 64 columns, the codes of argv[2] ("102,1000102")
         std::vector<int> codes;

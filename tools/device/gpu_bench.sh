@@ -180,6 +180,23 @@ if [ "$stage" = n3 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh q1` (session 15's last call, a short budget: _core only): where the trained pair's
+# step time goes (kernels per step and the host's share through _core.compute_timing), its step
+# split per budget, then the 27B's kernels per step (issue 7's forwards of 16 / 32 / 64 tokens).
+if [ "$stage" = q1 ]; then
+  start_27b_synth
+  timeout 60 python3 tools/device/kernel_profile.py -m $PAIR_T --draft $PAIR_D --label pair --forwards 16,17,65 \
+    --budgets 16,64 --synthetic-accept 6 --steps 20 -o "$OUT/h200-pair-kernels.json" > "$OUT/pair-kernels.log" 2>&1
+  echo "[gpu] pair kernel profile rc=$? at $(($(date +%s) - t0)) s"; grep -E "^ +[a-z_0-9+]+: wall" "$OUT/pair-kernels.log"
+  timeout 50 python3 -m dflash.bench --tree-steps -m $PAIR_T --draft $PAIR_D -ngl 99 -c 4096 --kv-type f16 \
+    --synthetic-accept 6 --budgets 1,16,32,64,128 --no-upstream -o "$OUT/h200-pair-tree-steps.json" \
+    > "$OUT/pair-tree-steps.log" 2>&1
+  echo "[gpu] pair tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 8 "$OUT/pair-tree-steps.log"
+  wait_27b 70
+  [ "$(left)" -ge 50 ] && kernel_profile "$(($(left) - 5))"
+  exit 0
+fi
+
 # `gpu_bench.sh m1` (session 13's plan, one call): the build, the delta rule and tree CUDA tests
 # (the tree kernel's walk and paths forms bit-equal among them), then the trained pair's DDTree at
 # budgets 16, 32, 64 with the paths form (the default for its 8 heads of 64) and with the walk
