@@ -503,6 +503,7 @@ PYBIND11_MODULE(_core, m) {
                                                           py::arg("ops") = g.ops);
                                    }
                                    d["commit_graphs_cached"] = e.commit_graphs_cached();
+                                   d["forward_graphs_built"] = e.forward_graphs_built();
                                    d["stacked_projections"] = e.stacked_projections();
                                    d["fused_gdn_inputs"] = e.fused_gdn_inputs();
                                    return d;
@@ -635,7 +636,7 @@ PYBIND11_MODULE(_core, m) {
                                [](const DraftEngine & e) {
                                    auto g = e.graph_shape();
                                    return py::dict(py::arg("splits") = g.splits, py::arg("nodes") = g.nodes,
-                                                   py::arg("ops") = g.ops);
+                                                   py::arg("ops") = g.ops, py::arg("graphs_built") = e.graphs_built());
                                })
         .def("truncate", &DraftEngine::truncate, py::arg("n"))
         .def(

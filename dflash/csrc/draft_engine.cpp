@@ -238,6 +238,7 @@ void DraftEngine::prepare(const DraftSpec & spec, const DraftInputs & in) {
         cached_.ctx = ggml_init(p);
         cached_.g = build_dflash_draft(cached_.ctx, *model_, kv_, spec);
         cached_.spec = spec;
+        graphs_built_++;
         if (!ggml_backend_sched_alloc_graph(sched_.get(), cached_.g.gf)) {
             drop_cached_graph();
             throw EngineError("could not allocate the draft graph");

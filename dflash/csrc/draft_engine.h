@@ -49,6 +49,8 @@ class DraftEngine {
     void set_all_bidirectional(bool on) { cfg_.all_bidirectional = on; }
     // Diagnostics: scheduler splits and nodes of the last draft graph (see TargetEngine).
     TargetEngine::GraphShape graph_shape() const;
+    // Draft graphs built so far (see TargetEngine::forward_graphs_built).
+    int64_t graphs_built() const { return graphs_built_; }
 
     void reset();
     // Forget context rows at positions >= n.
@@ -97,6 +99,7 @@ class DraftEngine {
     DraftKv kv_;
     std::vector<uint8_t> graph_mem_;
     Cached cached_;  // the last graph; reused when the next run has the same spec
+    int64_t graphs_built_ = 0;
     MemoryPlan plan_;
 
     int n_committed_ = 0;  // rows already in the cache

@@ -376,6 +376,7 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
         ggml_init_params p = {graph_mem_.size(), graph_mem_.data(), true};
         cached_.ctx = ggml_init(p);
         cached_.g = build_qwen35_forward(cached_.ctx, *model_, *cache_, spec);
+        forward_graphs_built_++;
         if (!ggml_backend_sched_alloc_graph(sched_, cached_.g.gf)) {
             drop_cached_graph();
             throw EngineError("could not allocate the forward graph");

@@ -84,6 +84,9 @@ class TargetEngine {
     static GraphShape graph_shape(int n_splits, ggml_cgraph * gf);
     GraphShape forward_graph_shape() const;
     GraphShape commit_graph_shape() const { return last_commit_; }
+    // Forward graphs built so far: a decode loop of one shape builds one and replays it (on CUDA a
+    // rebuilt graph is a new CUDA graph to capture, not a replay).
+    int64_t forward_graphs_built() const { return forward_graphs_built_; }
     // Commit graphs built and kept so far (0 when commits are scheduled per step instead).
     int commit_graphs_cached() const { return commits_ ? (int)commits_->n_cached() : 0; }
     // Stacked input-projection weights in the model (used by one-token forwards when enabled).
@@ -157,6 +160,7 @@ class TargetEngine {
         bool tree = false;
         std::vector<int> captures;
     } cached_;
+    int64_t forward_graphs_built_ = 0;
     void drop_cached_graph();
     ForwardResult run_forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,
                               const std::vector<int> & capture_layers, bool read_captures, bool defer,

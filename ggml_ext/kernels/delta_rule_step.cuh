@@ -69,7 +69,7 @@ __device__ __forceinline__ void delta_rule_core(float (&st)[C][rows], const floa
             if constexpr (rows == 1) {
                 st[c][r] = __fmaf_rn(kr[r], delta, __fmul_rn(g_val, st[c][r]));
             } else {
-                st[c][r] = __fmaf_rn(g_val, st[c][r], __fmul_rn(kr[r], delta));
+                st[c][r] = __fmaf_rn(g_val, st[c][r], __fmul_rn(delta, kr[r]));
             }
             o[c] += st[c][r] * qr[r];
         }
@@ -78,20 +78,30 @@ __device__ __forceinline__ void delta_rule_core(float (&st)[C][rows], const floa
     for (int c = 0; c < C; ++c) o[c] = warp_reduce_sum<warp>(o[c]);
 }
 
-// A token loaded at the top of its step (ggml's order: k and q, then v after the reduction).
-// k_t, q_t: the token's k and q (S floats); v_cols: its v at this warp's first column.
-template <int warp, int rows, int C>
-__device__ __forceinline__ void delta_rule_step(float (&st)[C][rows], const float * __restrict__ k_t,
-                                                const float * __restrict__ q_t, const float * __restrict__ v_cols,
-                                                const float g_val, const float beta_val, const int lane,
-                                                float (&o)[C]) {
-    float kr[rows], qr[rows];
+// This lane's rows of a token's k and q.
+template <int warp, int rows>
+__device__ __forceinline__ void delta_rule_load_kq(const float * __restrict__ k_t, const float * __restrict__ q_t,
+                                                   const int lane, float (&kr)[rows], float (&qr)[rows]) {
 #pragma unroll
     for (int r = 0; r < rows; ++r) {
         kr[r] = k_t[r * warp + lane];
         qr[r] = q_t[r * warp + lane];
     }
-    delta_rule_core<warp, rows, C>(st, kr, qr, v_cols, g_val, beta_val, o);
+}
+
+// A token loaded at the top of its step (ggml's order: k and q, then v after the reduction).
+// k_t, q_t: the token's k and q (S floats); v_cols: its v at this warp's first column; g_raw: its
+// gate before expf, taken after the loads of k and q: session 12's chain kernel order, whose float
+// arithmetic for S = 64 / 128 this restores op for op (685 us for the 27B's 16-token forward on
+// the H200; with the gate first, since a17e6d8, 883 us in session 15; this order is not yet timed).
+template <int warp, int rows, int C>
+__device__ __forceinline__ void delta_rule_step(float (&st)[C][rows], const float * __restrict__ k_t,
+                                                const float * __restrict__ q_t, const float * __restrict__ v_cols,
+                                                const float * __restrict__ g_raw, const float beta_val, const int lane,
+                                                float (&o)[C]) {
+    float kr[rows], qr[rows];
+    delta_rule_load_kq<warp, rows>(k_t, q_t, lane, kr, qr);
+    delta_rule_core<warp, rows, C>(st, kr, qr, v_cols, expf(*g_raw), beta_val, o);
 }
 
 // A token whose inputs were loaded a step ahead.

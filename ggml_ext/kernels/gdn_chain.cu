@@ -73,7 +73,7 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kChainWarps)
             const float * v_t = v + seq * sv3 + t * sv2 + h * sv1;
             const int64_t gb = seq * sb3 + t * sb2 + h * sb1;
             const float beta_val = beta[gb];
-            delta_rule_step<warp, rows, C>(st, k_t, q_t, v_t + col0, expf(g[gb]), beta_val, lane, o);
+            delta_rule_step<warp, rows, C>(st, k_t, q_t, v_t + col0, g + gb, beta_val, lane, o);
         }
         if (lane == 0) {
 #pragma unroll

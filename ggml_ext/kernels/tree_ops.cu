@@ -87,8 +87,13 @@ struct TreeGdnWarp {
     __device__ void step(State & st, int node, float (&o)[C]) const {
         const float * qn = a.q + node * a.sq2 + hk * a.sq1;
         const float * kn = a.k + node * a.sk2 + hk * a.sk1;
-        delta_rule_step<warp, rows, C>(st, kn, qn, a.v + node * a.sv2 + h * a.sv1 + col0, expf(a.g[node * a.H + h]),
-                                       a.beta[node * a.H + h], lane, o);
+        // the gate first, then beta, k and q: the walk's order since session 12 (its arithmetic as
+        // before, op for op)
+        const float gv = expf(a.g[node * a.H + h]);
+        const float bv = a.beta[node * a.H + h];
+        float kr[rows], qr[rows];
+        delta_rule_load_kq<warp, rows>(kn, qn, lane, kr, qr);
+        delta_rule_core<warp, rows, C>(st, kr, qr, a.v + node * a.sv2 + h * a.sv1 + col0, gv, bv, o);
     }
 
     // a node's inputs, loaded a step ahead of their use
