@@ -183,8 +183,10 @@ fi
 # `gpu_bench.sh q1` (session 15's last call, a short budget: _core only): where the trained pair's
 # step time goes (kernels per step and the host's share through _core.compute_timing), its step
 # split per budget, then the 27B's kernels per step (issue 7's forwards of 16 / 32 / 64 tokens).
+# Q1_TESTS=1 runs the delta rule, tree and batch-invariant CUDA tests first (a kernel change).
 if [ "$stage" = q1 ]; then
   start_27b_synth
+  [ -n "${Q1_TESTS-}" ] && run_cuda_suite 80 -k "gdn or tree_ops or batch_invariant"
   timeout 60 python3 tools/device/kernel_profile.py -m $PAIR_T --draft $PAIR_D --label pair --forwards 16,17,65 \
     --budgets 16,64 --synthetic-accept 6 --steps 20 -o "$OUT/h200-pair-kernels.json" > "$OUT/pair-kernels.log" 2>&1
   echo "[gpu] pair kernel profile rc=$? at $(($(date +%s) - t0)) s"; grep -E "^ +[a-z_0-9+]+: wall" "$OUT/pair-kernels.log"
