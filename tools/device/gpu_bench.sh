@@ -187,6 +187,11 @@ fi
 if [ "$stage" = q1 ]; then
   start_27b_synth
   [ -n "${Q1_TESTS-}" ] && run_cuda_suite 80 -k "gdn or tree_ops or batch_invariant"
+  for b in 0 16; do  # ggml-cuda's CUDA-graph decisions in the pair's steps (chain, DDTree b16)
+    timeout 40 python3 tools/device/cuda_graph_log.py -m $PAIR_T --draft $PAIR_D --budget $b \
+      > "$OUT/cuda-graph-log-b$b.txt" 2>&1
+    echo "[gpu] CUDA-graph log (budget $b) rc=$?"; tail -n 8 "$OUT/cuda-graph-log-b$b.txt"
+  done
   timeout 60 python3 tools/device/kernel_profile.py -m $PAIR_T --draft $PAIR_D --label pair --forwards 16,17,65 \
     --budgets 16,64 --synthetic-accept 6 --steps 20 -o "$OUT/h200-pair-kernels.json" > "$OUT/pair-kernels.log" 2>&1
   echo "[gpu] pair kernel profile rc=$? at $(($(date +%s) - t0)) s"; grep -E "^ +[a-z_0-9+]+: wall" "$OUT/pair-kernels.log"
