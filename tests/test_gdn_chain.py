@@ -1,7 +1,8 @@
 """The delta rule over a chain of tokens (ggml_gated_delta_net with a scalar gate, one state out):
 the op against the numpy reference of the equations (REFERENCE.md section 4) on the CPU; on the
 GPU, ggml_ext's chain kernel (several state columns a warp, kernels/gdn_chain.cu) bit-equal to
-ggml's own kernel for 1, 2 and 4 columns a warp (outputs and final state), and the tree kernel's
+ggml's own kernel for 1, 2 and 4 columns a warp, inputs staged in shared memory or not (outputs
+and final state), and the tree kernel's
 columns and forms (walk, paths) bit-equal to each other. The emulator runs the same kernels in CI
 (test_cuda_emu.py).
 
@@ -52,21 +53,32 @@ def test_chain_op_matches_the_equations(s: int, n: int) -> None:
 
 @pytest.fixture
 def gdn_switches_restored():  # noqa: ANN201
-    cols, chain, tree = _core.gdn_columns(), _core.gdn_chain_enabled(), _core.tree_gdn_mode()
+    cols, chain, tree, staged = (
+        _core.gdn_columns(),
+        _core.gdn_chain_enabled(),
+        _core.tree_gdn_mode(),
+        _core.gdn_staged(),
+    )
     yield
     _core.set_gdn_columns(cols)
     _core.set_gdn_chain_enabled(chain)
     _core.set_tree_gdn_mode(tree)
+    _core.set_gdn_staged(staged)
 
 
 @needs_gpu
 @pytest.mark.parametrize("s", [16, 32, 64, 128])
 @pytest.mark.parametrize("n", [1, 7, 64])
-def test_cuda_chain_kernel_is_bit_equal_to_ggml(s: int, n: int, gdn_switches_restored: None) -> None:
+@pytest.mark.parametrize("staged", [False, True])
+def test_cuda_chain_kernel_is_bit_equal_to_ggml(
+    s: int, n: int, staged: bool, gdn_switches_restored: None
+) -> None:
+    """staged: inputs staged in shared memory a chunk of tokens at a time (S >= 64)."""
     args = gdn_inputs(np.random.default_rng(100 * s + n), n, s=s, hk=2, hv=6)
     _core.set_gdn_chain_enabled(False)
     ref_out, ref_state = _core.op_gated_delta_net(*args, gpu=True)
     _core.set_gdn_chain_enabled(True)
+    _core.set_gdn_staged(staged)
     for cols in (1, 2, 4):
         _core.set_gdn_columns(cols)
         out, state = _core.op_gated_delta_net(*args, gpu=True)

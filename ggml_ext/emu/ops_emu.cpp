@@ -98,9 +98,10 @@ int main(int argc, char ** argv) {
         dst.op = GGML_OP_TREE_SSM_CONV;
         dst.src[0] = &tx, dst.src[1] = &tc, dst.src[2] = &tw, dst.src[3] = &tt;
         ggml_ext_cuda_tree_ssm_conv(ctx, &dst);
-    } else if (op == "gated_delta_net") {  // meta: S Hk Hv n columns (a chain; outputs, then the final state)
+    } else if (op == "gated_delta_net") {  // meta: S Hk Hv n columns [staged] (a chain; outputs, then the final state)
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
         ggml_ext::set_gdn_columns((int)m[4]);
+        ggml_ext::set_gdn_staged(m.size() > 5 && m[5] != 0);
         auto q = in("q"), k = in("k"), v = in("v"), g = in("g"), b = in("beta"), st = in("state");
         out.assign((size_t)(S * Hv * n + S * S * Hv) * 4, 0);
         float * o = reinterpret_cast<float *>(out.data());

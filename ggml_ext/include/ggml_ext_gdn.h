@@ -49,6 +49,11 @@ void set_gdn_columns(int columns);
 int gdn_columns();
 void set_gdn_chain_enabled(bool on);
 bool gdn_chain_enabled();
+// Whether the chain kernel stages a chunk of tokens' inputs in shared memory (states of 64 rows or
+// more; DFLASH_GDN_STAGED=1 too): off by default until the H200 has timed it (session 16 wrote it
+// after its last GPU call; the emulator gives the same bits). No effect without CUDA.
+void set_gdn_staged(bool on);
+bool gdn_staged();
 // The CUDA tree delta rule's form (kernels/tree_ops.cu): 0 by the grid (the default: paths where
 // the walk would leave most multiprocessors idle), 1 the walk (a warp visits every node), 2 the
 // paths (a warp a preorder segment, ancestors replayed); DFLASH_TREE_GDN=walk|paths too. The same

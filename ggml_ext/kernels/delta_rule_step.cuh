@@ -31,13 +31,24 @@ struct DeltaRuleInputs {
     }
 };
 
+// Blocks a multiprocessor the delta rule kernels ask ptxas for (__launch_bounds__'s second
+// argument) with two rows a lane or more (S >= 64; 0: none asked, S < 64 keeps the code that gives
+// ggml's bits). Without it ptxas sank a token's q loads below the k . s reduction (48 registers
+// instead of 56), a second memory latency on every token's dependent path: the 27B's chain delta
+// rule took 967 us for 48 layers of 16 tokens on the H200 against 655 with it (session 12's kernel:
+// 724; tools/device/gdn_chain_standalone.cu, bench/results/h200-s16-gdn-chain-standalone.json), and
+// the SASS loads all of a token's inputs at the top of its step. ggml's own kernel asks for 2.
+template <int S>
+constexpr int kDeltaRuleMinBlocks = S >= 64 ? 2 : 0;
+
 // Whether a kernel loads a token's inputs a step ahead (columns: the state columns a warp). It
 // pays where few warps wait on memory: one column a warp (the trained pair's 8 heads of 64) and
 // the tree's paths form (which passes columns 1). With several columns a warp (the 27B's 4) the
 // H200 measured no gain (chain delta rule 717 / 1317 / 2515 us for 16 / 32 / 64 tokens against
-// 685 / 1255 / 2385 without, tree walk 1869 against 1707 us; bench/results/README.md, session 14),
-// so those keep the plain order. With one row a lane (S < 64) loading ahead moved ptxas's fused
-// multiply-adds off ggml's bits (tests/test_gdn_chain.py), so never there.
+// 685 / 1255 / 2385 without, tree walk 1869 against 1707 us; bench/results/README.md, session 14;
+// standalone 788 against 724 us for 16 tokens in session 16), so those keep the plain order.
+// With one row a lane (S < 64) loading ahead moved ptxas's fused multiply-adds off ggml's bits
+// (tests/test_gdn_chain.py), so never there.
 template <int rows, int columns>
 constexpr bool kDeltaRuleLoadAhead = rows > 1 && columns == 1;
 
@@ -91,9 +102,8 @@ __device__ __forceinline__ void delta_rule_load_kq(const float * __restrict__ k_
 
 // A token loaded at the top of its step (ggml's order: k and q, then v after the reduction).
 // k_t, q_t: the token's k and q (S floats); v_cols: its v at this warp's first column; g_raw: its
-// gate before expf, taken after the loads of k and q: session 12's chain kernel order, whose float
-// arithmetic for S = 64 / 128 this restores op for op (685 us for the 27B's 16-token forward on
-// the H200; with the gate first, since a17e6d8, 883 us in session 15; this order is not yet timed).
+// gate before expf, taken after the loads of k and q (session 12's order; the speed it lost since
+// came from where ptxas put the q loads, not from this order: see kDeltaRuleMinBlocks).
 template <int warp, int rows, int C>
 __device__ __forceinline__ void delta_rule_step(float (&st)[C][rows], const float * __restrict__ k_t,
                                                 const float * __restrict__ q_t, const float * __restrict__ v_cols,

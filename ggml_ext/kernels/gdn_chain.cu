@@ -24,10 +24,11 @@
 
 namespace {
 
-constexpr int kChainWarps = 4;  // warps per block
+constexpr int kChainWarps = 4;   // warps per block
+constexpr int kChainChunk = 16;  // tokens staged in shared memory at a time (S >= 64)
 
-template <int S, int C>
-__global__ void __launch_bounds__((S < 32 ? S : 32) * kChainWarps)
+template <int S, int C, bool kStaged>
+__global__ void __launch_bounds__((S < 32 ? S : 32) * kChainWarps, kDeltaRuleMinBlocks<S>)
     gdn_chain_kernel(const float * __restrict__ q, const float * __restrict__ k, const float * __restrict__ v,
                      const float * __restrict__ g, const float * __restrict__ beta, const float * __restrict__ s0,
                      float * __restrict__ dst, float * __restrict__ state, const int64_t H, const int64_t n_tokens,
@@ -52,34 +53,75 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kChainWarps)
     }
     float * out = dst + (seq * n_tokens * H + h) * S;
 
-    using Inputs = DeltaRuleInputs<warp, rows, C>;
-    constexpr bool ahead = kDeltaRuleLoadAhead<rows, C>;
-    auto load = [&](Inputs & in, int64_t t) {
-        const int64_t qk = iq3 * sq3 + t * sq2 + iq1 * sq1, gb = seq * sb3 + t * sb2 + h * sb1;
-        in.load(k + qk, q + qk, v + seq * sv3 + t * sv2 + h * sv1 + col0, g + gb, beta + gb, lane);
-    };
-    Inputs in;
-    if (ahead && n_tokens > 0) load(in, 0);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        float o[C];
-        if constexpr (ahead) {
-            Inputs next;  // the next token's loads in flight during this token's update
-            if (t + 1 < n_tokens) load(next, t + 1);
-            delta_rule_apply<warp, rows, C>(st, in, o);
-            in = next;
-        } else {
-            const float * q_t = q + iq3 * sq3 + t * sq2 + iq1 * sq1;
-            const float * k_t = k + iq3 * sq3 + t * sq2 + iq1 * sq1;
-            const float * v_t = v + seq * sv3 + t * sv2 + h * sv1;
-            const int64_t gb = seq * sb3 + t * sb2 + h * sb1;
-            const float beta_val = beta[gb];
-            delta_rule_step<warp, rows, C>(st, k_t, q_t, v_t + col0, g + gb, beta_val, lane, o);
-        }
-        if (lane == 0) {
+    if constexpr (kStaged) {
+        // Tokens staged in shared memory a chunk at a time: the block's warps share the head's k
+        // and q, and a token's update then waits on no global load (its loads used to sit on the
+        // dependent path between consecutive tokens' updates). The arithmetic is unchanged.
+        constexpr int cols = kChainWarps * C;  // the block's state columns
+        static_assert(S % cols == 0, "every warp has columns: the barriers below see all threads");
+        __shared__ float s_k[kChainChunk][S], s_q[kChainChunk][S], s_v[kChainChunk][cols];
+        __shared__ float s_g[kChainChunk], s_b[kChainChunk];
+        const int tid = threadIdx.y * warp + lane;
+        const int64_t col_block = (int64_t)blockIdx.z * cols;
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += kChainChunk) {
+            const int tn = (int)(n_tokens - t0 < kChainChunk ? n_tokens - t0 : kChainChunk);
+            __syncthreads();  // the previous chunk is read
+            for (int i = tid; i < tn * S; i += warp * kChainWarps) {
+                const int t = i / S, e = i % S;
+                const int64_t qk = iq3 * sq3 + (t0 + t) * sq2 + iq1 * sq1 + e;
+                s_k[t][e] = k[qk];
+                s_q[t][e] = q[qk];
+            }
+            for (int i = tid; i < tn * cols; i += warp * kChainWarps) {
+                const int t = i / cols, j = i % cols;
+                s_v[t][j] = v[seq * sv3 + (t0 + t) * sv2 + h * sv1 + col_block + j];
+            }
+            if (tid < tn) {
+                const int64_t gb = seq * sb3 + (t0 + tid) * sb2 + h * sb1;
+                s_g[tid] = g[gb];
+                s_b[tid] = beta[gb];
+            }
+            __syncthreads();
+            for (int t = 0; t < tn; ++t) {
+                float o[C];
+                delta_rule_step<warp, rows, C>(st, s_k[t], s_q[t], &s_v[t][threadIdx.y * C], &s_g[t], s_b[t], lane, o);
+                if (lane == 0) {
 #pragma unroll
-            for (int c = 0; c < C; ++c) out[col0 + c] = o[c] * scale;
+                    for (int c = 0; c < C; ++c) out[col0 + c] = o[c] * scale;
+                }
+                out += S * H;
+            }
         }
-        out += S * H;
+    } else {  // each token's inputs from global memory (one row a lane: ggml's order, its bits there)
+        using Inputs = DeltaRuleInputs<warp, rows, C>;
+        constexpr bool ahead = kDeltaRuleLoadAhead<rows, C>;
+        auto load = [&](Inputs & in, int64_t t) {
+            const int64_t qk = iq3 * sq3 + t * sq2 + iq1 * sq1, gb = seq * sb3 + t * sb2 + h * sb1;
+            in.load(k + qk, q + qk, v + seq * sv3 + t * sv2 + h * sv1 + col0, g + gb, beta + gb, lane);
+        };
+        Inputs in;
+        if (ahead && n_tokens > 0) load(in, 0);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            float o[C];
+            if constexpr (ahead) {
+                Inputs next;  // the next token's loads in flight during this token's update
+                if (t + 1 < n_tokens) load(next, t + 1);
+                delta_rule_apply<warp, rows, C>(st, in, o);
+                in = next;
+            } else {
+                const float * q_t = q + iq3 * sq3 + t * sq2 + iq1 * sq1;
+                const float * k_t = k + iq3 * sq3 + t * sq2 + iq1 * sq1;
+                const float * v_t = v + seq * sv3 + t * sv2 + h * sv1;
+                const int64_t gb = seq * sb3 + t * sb2 + h * sb1;
+                const float beta_val = beta[gb];
+                delta_rule_step<warp, rows, C>(st, k_t, q_t, v_t + col0, g + gb, beta_val, lane, o);
+            }
+            if (lane == 0) {
+#pragma unroll
+                for (int c = 0; c < C; ++c) out[col0 + c] = o[c] * scale;
+            }
+            out += S * H;
+        }
     }
     float * st_out = state + (seq * H + h) * S * S;
 #pragma unroll
@@ -100,6 +142,10 @@ bool chain_flag = [] {
     const char * e = std::getenv("DFLASH_GDN_CHAIN");
     return !(e && e[0] == '0');
 }();
+bool staged_flag = [] {
+    const char * e = std::getenv("DFLASH_GDN_STAGED");
+    return e && e[0] == '1';
+}();
 
 int tree_mode_flag = [] {  // 0 auto, 1 walk, 2 paths (tree_ops.cu)
     const char * e = std::getenv("DFLASH_TREE_GDN");
@@ -116,14 +162,22 @@ int multiprocessors() {
 #endif
 }
 
-template <int S, int C>
-void launch(const GdnChainArgs & a, cudaStream_t stream) {
+template <int S, int C, bool kStaged>
+void launch_kernel(const GdnChainArgs & a, cudaStream_t stream) {
     constexpr int warp = S < 32 ? S : 32;
     const dim3 block(warp, kChainWarps, 1);
     const dim3 grid((unsigned)a.H, (unsigned)a.n_seqs, (unsigned)((S + kChainWarps * C - 1) / (kChainWarps * C)));
-    DFLASH_LAUNCH(grid, block, 0, stream, gdn_chain_kernel<S, C>)(a.q, a.k, a.v, a.g, a.beta, a.s0, a.dst, a.state, a.H,
-                                                                  a.n_tokens, a.sq1, a.sq2, a.sq3, a.sv1, a.sv2, a.sv3,
-                                                                  a.sb1, a.sb2, a.sb3, a.neqk1, a.rq3, a.scale);
+    DFLASH_LAUNCH(grid, block, 0, stream, gdn_chain_kernel<S, C, kStaged>)(
+        a.q, a.k, a.v, a.g, a.beta, a.s0, a.dst, a.state, a.H, a.n_tokens, a.sq1, a.sq2, a.sq3, a.sv1, a.sv2, a.sv3,
+        a.sb1, a.sb2, a.sb3, a.neqk1, a.rq3, a.scale);
+}
+
+template <int S, int C>
+void launch(const GdnChainArgs & a, cudaStream_t stream) {
+    if constexpr (S >= 64) {  // staging needs every warp to hold columns (S a multiple of the block's)
+        if (staged_flag) return launch_kernel<S, C, true>(a, stream);
+    }
+    launch_kernel<S, C, false>(a, stream);
 }
 
 template <int S>
@@ -164,6 +218,8 @@ void set_gdn_columns(int columns) { columns_flag = columns == 1 || columns == 2 
 int gdn_columns() { return columns_flag; }
 void set_gdn_chain_enabled(bool on) { chain_flag = on; }
 bool gdn_chain_enabled() { return chain_flag; }
+void set_gdn_staged(bool on) { staged_flag = on; }
+bool gdn_staged() { return staged_flag; }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gated_delta_net(const GdnChainArgs & a, cudaStream_t stream) {

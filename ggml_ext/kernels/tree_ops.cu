@@ -114,7 +114,8 @@ struct TreeGdnWarp {
 // next one continues from it (two children or more: counted once per block in shared memory), so
 // chains write no stack.
 template <int S, int C>
-__global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_kernel(const TreeGdnArgs a) {
+__global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps, kDeltaRuleMinBlocks<S>)
+    tree_gdn_kernel(const TreeGdnArgs a) {
     using W = TreeGdnWarp<S, C>;
     const W w(a);
     const int64_t n = a.n;
@@ -253,7 +254,8 @@ __device__ __forceinline__ void tree_gdn_paths_ahead(const TreeGdnArgs & a) {
 // The paths. Block y: preorder position t. Blocks whose node continues the previous one's segment
 // return at once (the whole block: no barrier follows).
 template <int S, int C>
-__global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps) tree_gdn_paths_kernel(const TreeGdnArgs a) {
+__global__ void __launch_bounds__((S < 32 ? S : 32) * kWarps, kDeltaRuleMinBlocks<S>)
+    tree_gdn_paths_kernel(const TreeGdnArgs a) {
     if constexpr (kDeltaRuleLoadAhead<TreeGdnWarp<S, C>::rows, 1>) {  // any columns: see the header
         tree_gdn_paths_ahead<S, C>(a);
     } else {  // inputs loaded at the top of each step

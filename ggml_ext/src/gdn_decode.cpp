@@ -85,6 +85,8 @@ void set_gdn_columns(int) {}
 int gdn_columns() { return 1; }
 void set_gdn_chain_enabled(bool) {}
 bool gdn_chain_enabled() { return false; }
+void set_gdn_staged(bool) {}
+bool gdn_staged() { return false; }
 void set_tree_gdn_mode(int) {}
 int tree_gdn_mode() { return 0; }
 #endif

@@ -1,9 +1,11 @@
 """GPU diagnostic: what ggml-cuda decides about CUDA graphs during speculative steps. Runs a few
 chain (or DDTree) steps of a pair with ggml's debug log on and counts its CUDA-graph messages per
-step: a step whose graphs replay logs "reused" (or nothing), one that re-captures logs warmup or
-update lines. Session 15 measured ~0.45 ms of host launch time in the trained pair's chain step
-that a 16-token forward repeated at one position does not pay (bench/results/README.md); on the
-CPU no graph is rebuilt between steps (tests/test_graph_reuse.py).
+step: a step whose graphs replay logs "CUDA Graph id N reused" once a graph, one that re-captures
+logs warmup or update lines (session 15's run matched "graph" in lower case only and so printed
+nothing for replays; session 16's kernel_profile.py counts the CUDA runtime calls instead: the
+pair's three graphs a step are replayed, cudaGraphLaunch 2.9 a step, and the host's share is the
+scheduler's input uploads: 28 stream synchronisations and 15 copies a chain step). On the CPU no
+graph is rebuilt between steps (tests/test_graph_reuse.py).
 
     python3 tools/device/cuda_graph_log.py -m TARGET --draft DRAFTER [--budget 0] [--steps 6]
 """
@@ -52,7 +54,8 @@ def main() -> int:
                 os.close(saved)
             f.seek(0)
             text = f.read().decode(errors="replace")
-        lines = [re.sub(r"\d+", "N", line.strip()) for line in text.splitlines() if "graph" in line]
+        # ggml-cuda logs "CUDA Graph id N reused" on a replay: match "graph" in any case
+        lines = [re.sub(r"\d+", "N", line.strip()) for line in text.splitlines() if "graph" in line.lower()]
         kinds = collections.Counter(lines)
         per_step.append(kinds)
     _core.set_log_verbosity(False)

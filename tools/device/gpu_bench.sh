@@ -18,6 +18,20 @@ if { [ "$stage" = s ] || [ "$stage" = g1 ] || [ "$stage" = k1 ]; } && [ ! -x /tm
     mv /tmp/gemv_standalone.part /tmp/gemv_standalone) &
   SA_PID=$!
 fi
+# `gpu_bench.sh t1` (planned first call of session 17): the chain delta rule alone (.carry/gdn_sa/*:
+# tools/device/gdn_chain_standalone.cu built here), without and with its inputs staged in shared
+# memory (DFLASH_GDN_STAGED=1; same checksums expected); then the engine: the delta rule / tree /
+# batch-invariant CUDA tests (the staged kernel's bits against ggml's among them), the 27B's
+# kernels per step without and with staging, the trained pair's kernels per step.
+if [ "$stage" = t1 ]; then
+  mkdir -p "$OUT"
+  for b in .carry/gdn_sa/*; do
+    [ -x "$b" ] || continue
+    "$b" "$(basename "$b")" >> "$OUT/gdn-chain-standalone.jsonl" 2>&1
+    DFLASH_GDN_STAGED=1 "$b" "$(basename "$b")-staged" >> "$OUT/gdn-chain-standalone.jsonl" 2>&1
+  done
+  cut -c1-170 "$OUT/gdn-chain-standalone.jsonl"; grep -o '"checksum[^,}]*' "$OUT/gdn-chain-standalone.jsonl" | sort | uniq -c
+fi
 source "$(dirname "$0")/stage_common.sh"
 
 # `gpu_bench.sh v` (a short call: CALL_S=<its limit less 15 s>): build, the CUDA suite, then the
@@ -201,6 +215,20 @@ if [ "$stage" = q1 ]; then
   echo "[gpu] pair tree-steps rc=$? at $(($(date +%s) - t0)) s"; tail -n 8 "$OUT/pair-tree-steps.log"
   wait_27b 70
   [ "$(left)" -ge 50 ] && kernel_profile "$(($(left) - 5))"
+  exit 0
+fi
+
+if [ "$stage" = t1 ]; then
+  start_27b_synth
+  run_cuda_suite 90 -k "gdn or tree_ops or batch_invariant"
+  wait_27b 150
+  kernel_profile 60
+  [ "$(left)" -ge 70 ] && kernel_profile 60 h200-27b-kernels-staged.json DFLASH_GDN_STAGED=1
+  grep -E "wall|gdn_chain|tree_gdn" "$OUT/h200-27b-kernels.log" "$OUT/h200-27b-kernels-staged.log" | cut -c1-240
+  [ "$(left)" -ge 30 ] && timeout "$(($(left) - 5))" python3 tools/device/kernel_profile.py -m $PAIR_T --draft $PAIR_D \
+    --label pair --forwards 16,17,65 --budgets 16,64 --synthetic-accept 6 --steps 20 -o "$OUT/h200-pair-kernels.json" \
+    > "$OUT/pair-kernels.log" 2>&1
+  echo "[gpu] pair kernel profile rc=$? at $(($(date +%s) - t0)) s"; grep -E "wall|host calls" "$OUT/pair-kernels.log"
   exit 0
 fi
 

@@ -32,10 +32,14 @@ from dflash.bench import _git_commit, _machine
 
 def _kernel_table(prof: Any, steps: int) -> dict[str, Any]:
     per_name: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    runtime: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])  # CUDA runtime calls (host side)
     n_kernels = n_copies = 0
     kernel_us = copy_us = 0.0
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA:
+            if e.name.startswith("cuda"):
+                runtime[e.name][0] += 1
+                runtime[e.name][1] += e.time_range.elapsed_us()
             continue
         us = e.time_range.elapsed_us()
         if e.name.startswith(("Memcpy", "Memset")):
@@ -55,6 +59,12 @@ def _kernel_table(prof: Any, steps: int) -> dict[str, Any]:
         "top": [
             {"kernel": name[:160], "per_step": c / steps, "us_per_step": us / steps} for name, (c, us) in top
         ],
+        # which calls the host makes a step (a replayed CUDA graph is one cudaGraphLaunch; direct
+        # launches are cudaLaunchKernel each; input uploads cudaMemcpyAsync + a synchronisation)
+        "runtime_calls": {
+            name: {"per_step": c / steps, "us_per_step": us / steps}
+            for name, (c, us) in sorted(runtime.items(), key=lambda kv: -kv[1][1])
+        },
     }
 
 
@@ -75,7 +85,7 @@ def _measure(name: str, setup: Callable[[], Callable[[], None]], steps: int) -> 
     step = setup()
     for _ in range(3):
         step()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
@@ -88,6 +98,10 @@ def _measure(name: str, setup: Callable[[], Callable[[], None]], steps: int) -> 
         f"other {host['other_ms']:.3f} ms ({host['graphs']:.1f} graphs)",
         flush=True,
     )
+    calls = "  ".join(
+        f"{n} {c['per_step']:.1f}x {c['us_per_step']:.0f}us" for n, c in row["runtime_calls"].items()
+    )
+    print(f"{'':>20}host calls: {calls or '(none recorded)'}", flush=True)
     for t in row["top"][:6]:
         print(f"{'':>20}{t['us_per_step']:9.1f} us {t['per_step']:6.1f}x  {t['kernel'][:90]}", flush=True)
     return row
