@@ -4,8 +4,14 @@ commit."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
+import dflash
 from dflash import _core
 
 PAIR = Path(__file__).resolve().parents[1] / "dflash" / "data" / "pair"
@@ -26,3 +32,45 @@ def test_a_speculative_step_times_its_draft_verify_and_commit() -> None:
     t = _core.compute_timing()
     assert t["graphs"] == 3 * steps  # a draft, a verify and a commit each
     assert t["launch_ms"] > 0 and t["sync_ms"] > 0 and t["wait_ms"] >= 0
+
+
+@pytest.mark.parametrize("switch", ["DFLASH_SYNC_READS", "DFLASH_DEVICE_INPUTS"])
+def test_host_side_switches_change_no_token(switch: str, tmp_path: Path) -> None:
+    """The device profiler's host-side switches decode the same tokens, chain and DDTree, and time
+    every graph: DFLASH_SYNC_READS=1 (results read one by one after the graph, session 12's
+    order) and DFLASH_DEVICE_INPUTS=1 (graph inputs in the device's memory, written on its stream;
+    on the CPU the same allocation path in host memory)."""
+    script = (
+        "import sys; from pathlib import Path; from dflash import _core\n"
+        f"pair = Path({str(PAIR)!r})\n"
+        "cfg = _core.EngineConfig(); cfg.n_ctx = 512; cfg.n_verify_max = 17\n"
+        "t = _core.TargetEngine(str(pair / 'target-q8_0.gguf'), cfg)\n"
+        "d = _core.DraftEngine(str(pair / 'drafter-q8_0.gguf'), t, _core.DraftEngineConfig())\n"
+        "for budget in (0, 16):\n"
+        "    s = _core.DecodeSession(t, d, list(range(1, 300)), 40, 0.0, 0, 1.0, 0, [], budget=budget)\n"
+        "    out = []\n"
+        "    while not s.done:\n"
+        "        out += s.step()\n"
+        "    print(budget, out)\n"
+        "print(_core.compute_timing()['graphs'] > 0)\n"
+    )
+    # the same dflash as this process, whatever the working directory holds
+    path = os.pathsep.join(
+        [str(Path(dflash.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": path, switch: flag},
+        )
+        for flag in ("0", "1")
+    ]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    assert runs[0].stdout == runs[1].stdout
+    lines = runs[1].stdout.splitlines()
+    assert lines[-1] == "True" and len(lines) == 3 and all(len(x) > 40 for x in lines[:2])

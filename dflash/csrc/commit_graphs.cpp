@@ -1,6 +1,7 @@
 #include "commit_graphs.h"
 
 #include "backend.h"
+#include "device_inputs.h"
 #include "errors.h"
 #include "qwen35_graph.h"
 
@@ -45,11 +46,11 @@ CommitGraph build_commit_graph(ggml_context * ctx, const Qwen35Model & model, co
 void set_commit_inputs(const CommitGraph & c, const std::vector<int32_t> & path, const std::vector<int32_t> & src,
                        const std::vector<int64_t> & dst) {
     // each list once per layer slot (the tensor's columns)
-    auto set_repeated = [](ggml_tensor * t, const auto & v) {
+    auto set_repeated = [&c](ggml_tensor * t, const auto & v) {
         if (!t || !t->buffer) return;
         std::vector<typename std::decay_t<decltype(v)>::value_type> rows;
         for (int64_t s = 0; s < t->ne[1]; ++s) rows.insert(rows.end(), v.begin(), v.end());
-        ggml_backend_tensor_set(t, rows.data(), 0, ggml_nbytes(t));
+        set_input(c.upload, t, rows.data(), ggml_nbytes(t));
     };
     set_repeated(c.path, path);
     set_repeated(c.src, src);
@@ -102,6 +103,8 @@ CommitGraphs::Graph & CommitGraphs::get(Kind kind, int a) {
         ggml_free(g.ctx);
         throw EngineError("could not allocate a commit graph");
     }
+    // the inputs are in the device's memory already (the graph has no scheduler)
+    if (device_inputs_enabled()) g.c.upload = backend_;
     // The buffer was reserved for the longest commit; should it have grown anyway, the graphs
     // cached so far point into the old one.
     if (buffer_bytes() != before) {

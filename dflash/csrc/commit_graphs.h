@@ -32,6 +32,7 @@ struct CommitGraph {
     ggml_tensor * src = nullptr;
     ggml_tensor * dst = nullptr;
     ggml_tensor * path = nullptr;
+    ggml_backend_t upload = nullptr;  // queues the input writes (device_inputs.h), or null
 };
 CommitGraph build_commit_graph(ggml_context * ctx, const Qwen35Model & model, const TargetCache & cache, bool tree,
                                int a);

@@ -1,5 +1,6 @@
 #include "dflash_graph.h"
 
+#include "device_inputs.h"
 #include "ggml.h"
 #include "ggml_ext_top_k.h"
 #include "graph_common.h"
@@ -156,18 +157,18 @@ void set_dflash_inputs(const DraftGraph & g, const DflashModel & model, const Dr
         if (g.feat_rows) {
             std::vector<int32_t> rows(spec.n_inject, 0);  // padding reads row 0, lands in the trash row
             std::copy(in.feat_rows, in.feat_rows + in.n_real_inject, rows.begin());
-            ggml_backend_tensor_set(g.feat_rows, rows.data(), 0, sizeof(int32_t) * rows.size());
+            set_input(g.upload, g.feat_rows, rows.data(), sizeof(int32_t) * rows.size());
         } else {
             const int64_t nf = hp.n_feature();
             std::vector<float> feat((size_t)nf * spec.n_inject, 0.0f);
             std::copy(in.feat, in.feat + (size_t)nf * in.n_real_inject, feat.begin());
-            ggml_backend_tensor_set(g.feat, feat.data(), 0, sizeof(float) * feat.size());
+            set_input(g.upload, g.feat, feat.data(), sizeof(float) * feat.size());
         }
         std::vector<int32_t> pos(spec.n_inject, 0);
         std::vector<int64_t> idx(spec.n_inject, kv.trash_row());
         for (int i = 0; i < in.n_real_inject; ++i) pos[i] = (int32_t)(idx[i] = in.inject_pos0 + i);
-        ggml_backend_tensor_set(g.inj_pos, pos.data(), 0, sizeof(int32_t) * pos.size());
-        ggml_backend_tensor_set(g.inj_idx, idx.data(), 0, sizeof(int64_t) * idx.size());
+        set_input(g.upload, g.inj_pos, pos.data(), sizeof(int32_t) * pos.size());
+        set_input(g.upload, g.inj_idx, idx.data(), sizeof(int64_t) * idx.size());
     }
     if (spec.n_block == 0) return;
 
@@ -176,9 +177,9 @@ void set_dflash_inputs(const DraftGraph & g, const DflashModel & model, const Dr
     std::vector<int64_t> idx(n);
     tokens[0] = in.anchor;
     for (int i = 0; i < n; ++i) pos[i] = (int32_t)(idx[i] = in.start + i);
-    ggml_backend_tensor_set(g.tokens, tokens.data(), 0, sizeof(int32_t) * n);
-    ggml_backend_tensor_set(g.pos, pos.data(), 0, sizeof(int32_t) * n);
-    ggml_backend_tensor_set(g.blk_idx, idx.data(), 0, sizeof(int64_t) * n);
+    set_input(g.upload, g.tokens, tokens.data(), sizeof(int32_t) * n);
+    set_input(g.upload, g.pos, pos.data(), sizeof(int32_t) * n);
+    set_input(g.upload, g.blk_idx, idx.data(), sizeof(int64_t) * n);
 
     // Key row r holds position r: committed context below n_ctx, the block at start..start+n-1,
     // anything else (stale rows, padding, the trash row) is hidden.
@@ -202,7 +203,7 @@ void set_dflash_inputs(const DraftGraph & g, const DflashModel & model, const Dr
                 open(0, in.n_ctx);
                 open(in.start, causal ? q + 1 : in.start + n);
             }
-            ggml_backend_tensor_set(g.mask[s][c], m.data(), 0, sizeof(ggml_fp16_t) * m.size());
+            set_input(g.upload, g.mask[s][c], m.data(), sizeof(ggml_fp16_t) * m.size());
         }
     }
 }

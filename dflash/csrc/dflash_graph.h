@@ -56,6 +56,8 @@ struct DraftGraph {
     ggml_tensor * argmax = nullptr;    // i32 [n_block - 1]
     ggml_tensor * top_ids = nullptr;   // i32 [top_k, n_block - 1] (unordered)
     ggml_tensor * top_logp = nullptr;  // f32 [top_k, n_block - 1] log-probabilities of top_ids
+    // the backend whose stream queues the input writes (inputs in its memory: device_inputs.h), or null
+    ggml_backend_t upload = nullptr;
 };
 
 // Rows that must be attended for a block at `start` (padded to 256 for the CUDA FA kernels,

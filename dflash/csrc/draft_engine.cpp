@@ -94,10 +94,12 @@ DraftEngine::DraftEngine(const std::string & path, TargetEngine & target, const 
     std::vector<size_t> sizes(bks.size(), 0);
     ggml_backend_sched_reserve_size(sched_.get(), g.gf, sizes.data());
     plan_.add("draft compute", sizes[0]);
+    if (device_inputs_enabled()) plan_.add("draft graph inputs", kDeviceInputsMaxBytes);
     MemoryPlan rest;  // the weights and the cache are already allocated (and counted by the device)
     rest.device = plan_.device;
     backends_.memory(rest.free_bytes, rest.total_bytes);
     rest.add("draft compute", sizes[0]);
+    if (device_inputs_enabled()) rest.add("draft graph inputs", kDeviceInputsMaxBytes);
     rest.check();
     gctx.reset();  // a fresh build: the measured graph was already split
     gctx.reset(ggml_init(gp));
@@ -115,6 +117,7 @@ TargetEngine::GraphShape DraftEngine::graph_shape() const {
 void DraftEngine::drop_cached_graph() {
     if (cached_.ctx) ggml_free(cached_.ctx);
     cached_ = Cached{};
+    cached_inputs_.release();
 }
 
 void DraftEngine::reset() {
@@ -239,6 +242,10 @@ void DraftEngine::prepare(const DraftSpec & spec, const DraftInputs & in) {
         cached_.g = build_dflash_draft(cached_.ctx, *model_, kv_, spec);
         cached_.spec = spec;
         graphs_built_++;
+        if (device_inputs_enabled() &&
+            cached_inputs_.allocate(cached_.g.gf, backends_.main_buft, kDeviceInputsMaxBytes)) {
+            cached_.g.upload = backends_.main;
+        }
         if (!ggml_backend_sched_alloc_graph(sched_.get(), cached_.g.gf)) {
             drop_cached_graph();
             throw EngineError("could not allocate the draft graph");

@@ -6,6 +6,7 @@
 
 #include "dflash_graph.h"
 #include "dflash_model.h"
+#include "device_inputs.h"
 #include "ggml.h"
 #include "gguf_file.h"
 #include "memory_plan.h"
@@ -98,7 +99,8 @@ class DraftEngine {
     std::unique_ptr<ggml_backend_sched, void (*)(ggml_backend_sched_t)> sched_{nullptr, ggml_backend_sched_free};
     DraftKv kv_;
     std::vector<uint8_t> graph_mem_;
-    Cached cached_;  // the last graph; reused when the next run has the same spec
+    Cached cached_;               // the last graph; reused when the next run has the same spec
+    DeviceInputs cached_inputs_;  // its inputs in device memory (device_inputs.h)
     int64_t graphs_built_ = 0;
     MemoryPlan plan_;
 

@@ -1,5 +1,6 @@
 #include "qwen35_graph.h"
 
+#include "device_inputs.h"
 #include "errors.h"
 #include "ggml.h"
 #include "graph_common.h"
@@ -152,8 +153,8 @@ struct Builder {
         const bool tree = g.tree != nullptr, defer = tree || spec.defer_recurrent;
 
         const auto p = project(L, x);  // rows possibly apart (a stacked product's slices)
-        ggml_tensor * qkv = p[0];       // [C, n]
-        ggml_tensor * z = p[1];         // [S*Hv, n]
+        ggml_tensor * qkv = p[0];      // [C, n]
+        ggml_tensor * z = p[1];        // [S*Hv, n]
         if (n == 1 && !defer && spec.fused_gdn_inputs) return gated_deltanet_step(il, p);
         if ((n > 1 || tree) && spec.fused_gdn_inputs) return gated_deltanet_tokens(il, p, defer);
         // CUDA's sigmoid wants a contiguous input; the add below takes rows apart
@@ -172,8 +173,8 @@ struct Builder {
             // Causal depthwise conv over [cached K-1 inputs, new inputs]; keep the last K-1 as state.
             ggml_tensor * conv_state = ggml_reshape_3d(ctx, cache.conv[il], K - 1, C, 1);
             ggml_tensor * conv_in =
-                ggml_concat(ctx, conv_state, ggml_transpose(ctx, ggml_view_3d(ctx, qkv, C, n, 1, qkv->nb[1],
-                                                                              qkv->nb[1] * n, 0)), 0);
+                ggml_concat(ctx, conv_state,
+                            ggml_transpose(ctx, ggml_view_3d(ctx, qkv, C, n, 1, qkv->nb[1], qkv->nb[1] * n, 0)), 0);
             // The copy below pairs tensors of different shapes on purpose: ggml's CUDA copy turns
             // same-shape strided copies into cudaMemcpy2DAsync, which moves these 12..76-byte rows
             // one at a time (7 us per 27B layer, against 2 us for its element-wise copy kernel).
@@ -249,8 +250,8 @@ struct Builder {
         ggml_tensor * beta = ggml_view_4d(ctx, in, 1, Hv, n, 1, es, es * Hv, es * Hv * n, gates + es * Hv * n);
         ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
         if (g.tree) {
-            ggml_tensor * o = ggml_ext::tree_gated_delta_net(ctx, q, k, v, gate, beta, state, g.tree,
-                                                             ggml_ext::kTreeMaxDepth);
+            ggml_tensor * o =
+                ggml_ext::tree_gated_delta_net(ctx, q, k, v, gate, beta, state, g.tree, ggml_ext::kTreeMaxDepth);
             save_verify_inputs(il, in, p[0], gate, beta);
             return gated_output(il, ggml_reshape_4d(ctx, o, S, Hv, n, 1), p[1]);
         }
@@ -422,8 +423,7 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     } else {
         g.mask = input(ctx, GGML_TYPE_F16, g.n_kv, n);
     }
-    Builder b{ctx,  model, hp, cache,
-              spec, g,     n,  invariant ? ggml_ext::mul_mat_invariant : ggml_ext::mul_mat_tiles};
+    Builder b{ctx, model, hp, cache, spec, g, n, invariant ? ggml_ext::mul_mat_invariant : ggml_ext::mul_mat_tiles};
     ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.tokens);
     for (int il = 0; il < hp.n_layer; ++il) {
         ggml_tensor * h = b.norm(x, model.layers[il].attn_norm);
@@ -455,7 +455,7 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
 void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const ForwardSpec & spec,
                        const int32_t * tokens) {
     const int n = spec.n_tokens;
-    ggml_backend_tensor_set(g.tokens, tokens, 0, sizeof(int32_t) * n);
+    set_input(g.upload, g.tokens, tokens, sizeof(int32_t) * n);
     std::vector<int32_t> pos(4 * (size_t)n, 0);
     std::vector<int64_t> idx(n);
     const bool tree = !spec.tree_parents.empty();
@@ -466,8 +466,8 @@ void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const 
         pos[i] = pos[n + i] = pos[2 * n + i] = p;
         idx[i] = spec.n_past + i;  // cache rows: one per token, in forward order
     }
-    ggml_backend_tensor_set(g.pos, pos.data(), 0, sizeof(int32_t) * pos.size());
-    ggml_backend_tensor_set(g.kv_idx, idx.data(), 0, sizeof(int64_t) * idx.size());
+    set_input(g.upload, g.pos, pos.data(), sizeof(int32_t) * pos.size());
+    set_input(g.upload, g.kv_idx, idx.data(), sizeof(int64_t) * idx.size());
     if (g.mask) {
         std::vector<ggml_fp16_t> mask((size_t)g.n_kv * n);
         const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
@@ -479,26 +479,26 @@ void set_qwen35_inputs(const ForwardGraph & g, const Qwen35Model & model, const 
             if (!tree) continue;
             for (int a = i; a >= 0; a = spec.tree_parents[a]) row[spec.n_past + a] = zero;  // ancestors-or-self
         }
-        ggml_backend_tensor_set(g.mask, mask.data(), 0, sizeof(ggml_fp16_t) * mask.size());
+        set_input(g.upload, g.mask, mask.data(), sizeof(ggml_fp16_t) * mask.size());
     }
     if (g.paths) {
         const auto rows = ggml_ext::attn_paths_rows(spec.n_past, n, spec.tree_parents);
-        ggml_backend_tensor_set(g.paths, rows.data(), 0, sizeof(int32_t) * rows.size());
+        set_input(g.upload, g.paths, rows.data(), sizeof(int32_t) * rows.size());
     }
     if (g.tree) {
         ggml_ext::TreeIndex ti;
         std::string err;
         if (!ggml_ext::make_tree_index(spec.tree_parents, ti, &err))
             throw EngineError("tree verify: " + err);  // checked in verify_tree
-        ggml_backend_tensor_set(g.tree, ti.data.data(), 0, sizeof(int32_t) * ti.data.size());
+        set_input(g.upload, g.tree, ti.data.data(), sizeof(int32_t) * ti.data.size());
     }
     if (g.k_rot) {
         auto h = ggml_ext::hadamard((int)g.k_rot->ne[0]);
-        ggml_backend_tensor_set(g.k_rot, h.data(), 0, sizeof(float) * h.size());
+        set_input(g.upload, g.k_rot, h.data(), sizeof(float) * h.size());
     }
     if (g.v_rot) {
         auto h = ggml_ext::hadamard((int)g.v_rot->ne[0]);
-        ggml_backend_tensor_set(g.v_rot, h.data(), 0, sizeof(float) * h.size());
+        set_input(g.upload, g.v_rot, h.data(), sizeof(float) * h.size());
     }
     (void)model;
 }

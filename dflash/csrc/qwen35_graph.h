@@ -58,6 +58,8 @@ struct ForwardGraph {
     // outputs
     ggml_tensor * logits = nullptr;  // f32 [n_vocab, n_out]
     ggml_tensor * argmax = nullptr;  // i32 [n_out]
+    // the backend whose stream queues the input writes (inputs in its memory: device_inputs.h), or null
+    ggml_backend_t upload = nullptr;
 };
 
 // Node capacity of the commit graphs (recurrent replay + K/V compaction).

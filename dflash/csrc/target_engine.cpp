@@ -114,9 +114,11 @@ TargetEngine::TargetEngine(const std::string & path, const EngineConfig & cfg, c
     rest.total_bytes = total_b;
     rest.add("compute", worst);
     if (commits_) rest.add("commit compute", commits_->buffer_bytes());
+    if (device_inputs_enabled()) rest.add("graph inputs", kDeviceInputsMaxBytes);
     rest.check();
     plan_.add("compute", worst);
     if (commits_) plan_.add("commit compute", commits_->buffer_bytes());
+    if (device_inputs_enabled()) plan_.add("graph inputs", kDeviceInputsMaxBytes);
     for (int pass = 0; pass < 2; ++pass) {
         GraphCtx gc(graph_mem_);
         ForwardGraph g = build_qwen35_forward(gc.ctx, *model_, *cache_, worst_case(pass));
@@ -180,6 +182,7 @@ void TargetEngine::run_commit(ggml_cgraph * gf, const std::function<void()> & se
 void TargetEngine::drop_cached_graph() {
     if (cached_.ctx) ggml_free(cached_.ctx);
     cached_ = Cached{};
+    cached_inputs_.release();
 }
 
 void TargetEngine::reset() {
@@ -377,6 +380,10 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
         cached_.ctx = ggml_init(p);
         cached_.g = build_qwen35_forward(cached_.ctx, *model_, *cache_, spec);
         forward_graphs_built_++;
+        if (device_inputs_enabled() &&
+            cached_inputs_.allocate(cached_.g.gf, backends_->main_buft, kDeviceInputsMaxBytes)) {
+            cached_.g.upload = backends_->main;
+        }
         if (!ggml_backend_sched_alloc_graph(sched_, cached_.g.gf)) {
             drop_cached_graph();
             throw EngineError("could not allocate the forward graph");

@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "commit_graphs.h"
+#include "device_inputs.h"
 #include "gguf_file.h"
 #include "memory_plan.h"
 #include "qwen35_graph.h"
@@ -160,6 +161,7 @@ class TargetEngine {
         bool tree = false;
         std::vector<int> captures;
     } cached_;
+    DeviceInputs cached_inputs_;  // the cached graph's inputs in device memory (device_inputs.h)
     int64_t forward_graphs_built_ = 0;
     void drop_cached_graph();
     ForwardResult run_forward(const int32_t * tokens, int n, bool all_logits, bool want_logits,

@@ -21,8 +21,11 @@ fi
 # `gpu_bench.sh t1` (planned first call of session 17): the chain delta rule alone (.carry/gdn_sa/*:
 # tools/device/gdn_chain_standalone.cu built here), without and with its inputs staged in shared
 # memory (DFLASH_GDN_STAGED=1; same checksums expected); then the engine: the delta rule / tree /
-# batch-invariant CUDA tests (the staged kernel's bits against ggml's among them), the 27B's
-# kernels per step without and with staging, the trained pair's kernels per step.
+# batch-invariant CUDA tests (the staged kernel's bits against ggml's among them), the trained
+# pair's kernels and host calls a step with graph inputs in device memory (DFLASH_DEVICE_INPUTS=1)
+# and without, then the 27B's: the defaults, results read after a full wait (DFLASH_SYNC_READS=1,
+# session 12's order: the forwards' host gap grew from 0.24 to ~1 ms since), the staged chain
+# kernel, device inputs.
 if [ "$stage" = t1 ]; then
   mkdir -p "$OUT"
   for b in .carry/gdn_sa/*; do
@@ -220,15 +223,22 @@ fi
 
 if [ "$stage" = t1 ]; then
   start_27b_synth
-  run_cuda_suite 90 -k "gdn or tree_ops or batch_invariant"
+  run_cuda_suite 80 -k "gdn or tree_ops or batch_invariant"
+  pair_profile() {  # pair_profile JSON [VAR=VALUE...]: the trained pair's kernels and host calls a step
+    local json=$1; shift
+    env "$@" timeout 40 python3 tools/device/kernel_profile.py -m $PAIR_T --draft $PAIR_D --label pair \
+      --forwards 16,17,65 --budgets 16,64 --synthetic-accept 6 --steps 20 -o "$OUT/$json" > "$OUT/${json%.json}.log" 2>&1
+    echo "[gpu] pair kernel profile $json $* rc=$? at $(($(date +%s) - t0)) s"; grep -E "wall|host calls" "$OUT/${json%.json}.log"
+  }
+  pair_profile h200-pair-kernels.json
+  pair_profile h200-pair-kernels-device-inputs.json DFLASH_DEVICE_INPUTS=1
   wait_27b 150
-  kernel_profile 60
-  [ "$(left)" -ge 70 ] && kernel_profile 60 h200-27b-kernels-staged.json DFLASH_GDN_STAGED=1
-  grep -E "wall|gdn_chain|tree_gdn" "$OUT/h200-27b-kernels.log" "$OUT/h200-27b-kernels-staged.log" | cut -c1-240
-  [ "$(left)" -ge 30 ] && timeout "$(($(left) - 5))" python3 tools/device/kernel_profile.py -m $PAIR_T --draft $PAIR_D \
-    --label pair --forwards 16,17,65 --budgets 16,64 --synthetic-accept 6 --steps 20 -o "$OUT/h200-pair-kernels.json" \
-    > "$OUT/pair-kernels.log" 2>&1
-  echo "[gpu] pair kernel profile rc=$? at $(($(date +%s) - t0)) s"; grep -E "wall|host calls" "$OUT/pair-kernels.log"
+  kernel_profile 45
+  for v in DFLASH_SYNC_READS DFLASH_GDN_STAGED DFLASH_DEVICE_INPUTS; do
+    [ "$(left)" -ge 45 ] || break
+    kernel_profile 40 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_' 'a-z-').json" "$v=1"
+  done
+  grep -E "wall|gdn_chain|tree_gdn" "$OUT"/h200-27b-kernels*.log | cut -c1-240
   exit 0
 fi
 
