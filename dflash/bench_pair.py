@@ -46,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--kv-type", default="f16")
     ap.add_argument("--max-draft", type=int, default=15, help="chain DFlash (ours and upstream's)")
     ap.add_argument("--budgets", default="4,8,16,32,64", help="DDTree budgets to sweep ('' for none)")
+    ap.add_argument(
+        "--chain-seed",
+        choices=["on", "off", "both"],
+        default="on",
+        help="DDTree trees seeded with the drafter's top-1 chain (the engine's default), not (modes "
+        "ours-ddtree-bN-unseeded: the best-first tree alone), or both",
+    )
     ap.add_argument("--no-upstream", action="store_true", help="skip upstream autoregressive (libllama)")
     ap.add_argument("--no-upstream-spec", action="store_true", help="skip upstream llama-speculative-simple")
     ap.add_argument("--spec-binary", default=None, help="llama-speculative-simple (default: upstream_tools')")
@@ -116,7 +123,15 @@ def run(a: argparse.Namespace, argv: list[str], out: Path | None = None) -> dict
         plan.append(
             ("upstream-spec", lambda: run_upstream_spec(t, d, prompts, cfg, a.max_draft, a.spec_binary))
         )
-    plan += [(f"ours-ddtree-b{b}", lambda b=b: run_ours(t, d, prompts, cfg, a.max_draft, b)) for b in budgets]
+    seeds = {"on": [True], "off": [False], "both": [True, False]}[a.chain_seed]
+    plan += [
+        (
+            f"ours-ddtree-b{b}" + ("" if seed else "-unseeded"),
+            lambda b=b, s=seed: run_ours(t, d, prompts, cfg, a.max_draft, b, s),
+        )
+        for b in budgets
+        for seed in seeds
+    ]
 
     summary_path = pair / "summary.json"
     trained = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}

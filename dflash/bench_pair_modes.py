@@ -75,16 +75,25 @@ def _engine_config(cfg: RunConfig, n_verify_max: int) -> Any:
 
 
 def run_ours(
-    target: str, draft: str | None, prompts: Sequence[Prompt], cfg: RunConfig, max_draft: int, budget: int
+    target: str,
+    draft: str | None,
+    prompts: Sequence[Prompt],
+    cfg: RunConfig,
+    max_draft: int,
+    budget: int,
+    chain_seed: bool = True,
 ) -> dict[str, Any]:
-    """Our engine; `draft` None = autoregressive, else chain DFlash (budget 0) or DDTree."""
+    """Our engine; `draft` None = autoregressive, else chain DFlash (budget 0) or DDTree (its tree
+    seeded with the drafter's top-1 chain or not)."""
     from dflash import _core
 
     eng = _core.TargetEngine(target, _engine_config(cfg, max(max_draft, budget) + 1))
     dr = _core.DraftEngine(draft, eng, _core.DraftEngineConfig()) if draft else None
 
     def once(p: Prompt) -> dict[str, Any]:
-        s = _core.DecodeSession(eng, dr, p.tokens, cfg.n_predict, 0.0, 0, 1.0, 0, [], max_draft, budget, True)
+        s = _core.DecodeSession(
+            eng, dr, p.tokens, cfg.n_predict, 0.0, 0, 1.0, 0, [], max_draft, budget, chain_seed
+        )
         out: list[int] = []
         while not s.done:
             out.extend(s.step())

@@ -90,3 +90,23 @@ def test_bench_pair_records_a_failing_upstream_spec(
     assert "exited with 1" in spec["error"] and spec["samples"] == []
     doc = _bench(packaged_pair, tmp_path / "b.json", "--no-upstream-spec", "--no-upstream")
     assert [m["mode"] for m in doc["modes"]] == OURS
+
+
+def test_bench_pair_unseeded_trees_decode_the_same_tokens(
+    packaged_pair: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--chain-seed both: each budget with the top-1 chain seeded and without (the best-first tree
+    alone), both lossless."""
+    _stub_upstream_tools(monkeypatch, fail=False)
+    doc = _bench(
+        packaged_pair, tmp_path / "pair.json", "--chain-seed", "both", "--no-upstream", "--no-upstream-spec"
+    )
+    names = [m["mode"] for m in doc["modes"]]
+    assert names == [
+        *OURS[:2],
+        "ours-ddtree-b4",
+        "ours-ddtree-b4-unseeded",
+        "ours-ddtree-b8",
+        "ours-ddtree-b8-unseeded",
+    ]
+    assert all(m["identical_to_ours_ar"] is True for m in doc["modes"])

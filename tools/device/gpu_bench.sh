@@ -242,6 +242,17 @@ if [ "$stage" = t1 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh t2` (after t1, within 30 s, or alone): the trained pair's modes on its 48 held-out
+# prompts with DDTree trees seeded with the top-1 chain and not (on the CPU the unseeded tree
+# accepted 1.24x the chain at budget 16 against 1.06x seeded: bench/results/README.md, session 16),
+# upstream's AR and draft-dflash beside them: issue 4's t/s criterion at the best budget.
+if [ "$stage" = t2 ]; then
+  timeout "$(($(left) - 5))" python3 -m dflash.bench --pair dflash/data/pair --prompts bench/prompts/pair-heldout-code48.jsonl \
+    -ngl 99 -n 512 --budgets 8,16,32,64 --chain-seed both -o "$OUT/h200-pair-seeds.json" > "$OUT/pair-bench.log" 2>&1
+  echo "[gpu] pair bench rc=$? at $(($(date +%s) - t0)) s"; tail -n 16 "$OUT/pair-bench.log"
+  exit 0
+fi
+
 # `gpu_bench.sh m1` (session 13's plan, one call): the build, the delta rule and tree CUDA tests
 # (the tree kernel's walk and paths forms bit-equal among them), then the trained pair's DDTree at
 # budgets 16, 32, 64 with the paths form (the default for its 8 heads of 64) and with the walk
