@@ -134,11 +134,19 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
 
 def test_tensor_core_gemm_on_the_emulator(standalone: Path) -> None:
     rows = _checks(standalone, "check_mma", '"check_mma"')
-    # Q4_K: 2 shapes x 8 column counts x 16 variants; Q5_K 2 x 8 x 16; Q6_K 3 x 8 x 8; Q8_0 2 x 8 x 7
-    assert len(rows) == 816
+    # Q4_K: 2 shapes x 8 column counts x 19 variants (3 with the scales in the A operand); Q5_K
+    # 2 x 8 x 16; Q6_K 3 x 8 x 8; Q8_0 2 x 8 x 7
+    assert len(rows) == 864
     assert {r["warps"] for r in rows if r["stages"] >= 1000000} == {2, 4}  # two row tiles: Q6_K, Q8_0 2 warps
     bad = [r for r in rows if not r["ok"]]
     assert not bad, bad[:5]
+    # Q4_K's scales in the A operand (codes x2xx) sum the same integers: the same bits as x1xx
+    q4 = {
+        (r["rows"], r["k"], r["ncols"], r["stages"]): r["out_hash"] for r in rows if r["check_mma"] == "q4_K"
+    }
+    pairs = [(key, (*key[:3], key[3] - 100)) for key in q4 if key[3] % 1000 >= 200]
+    assert len(pairs) == 2 * 8 * 3
+    assert all(q4[a] == q4[b] for a, b in pairs), [a for a, b in pairs if q4[a] != q4[b]][:5]
 
 
 # ---- ggml_ext's CUDA ops through their ggml entry points (emu/ops_emu.cpp) vs the CPU ops ----------

@@ -84,6 +84,12 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 256));
     ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
     constexpr int kS = gemm_kq::kDefaultStages;
+    // DFLASH_MMA_SPLIT_SCALE=1: Q4_K's sub-block scales in the A operand, two mmas a sub-block
+    // (gemm_kquant_mma_impl.cuh, Q4KT's kSplitScale; the same bits; off until timed on a GPU)
+    static const bool split_scale = [] {
+        const char * e = std::getenv("DFLASH_MMA_SPLIT_SCALE");
+        return e && e[0] == '1';
+    }();
     static const bool mins_int = [] {
         const char * e = std::getenv("DFLASH_MMA_MINS_INT");
         return e && e[0] == '1';
@@ -131,7 +137,13 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     } else if (t == GGML_TYPE_Q8_0) {
         run(gemm_kq::Q80{});
     } else {
-        mins_int ? run(gemm_kq::Q4K{}) : run(gemm_kq::Q4KMinsMma{});
+        if (mins_int) {
+            run(gemm_kq::Q4K{});
+        } else if (split_scale) {
+            run(gemm_kq::Q4KSplitScale{});
+        } else {
+            run(gemm_kq::Q4KMinsMma{});
+        }
     }
     CUDA_CHECK(cudaGetLastError());
     return true;

@@ -159,8 +159,16 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
 // columns on the H200, session 8); its sums may differ from the integer form by 1 in 4064.
 // kFifthBit: Q5_K, Q4_K's layout with qh[32] (the fifth bit of value l of sub-block j is bit j of
 // qh[l]) between the head and the nibbles (176 bytes).
-template <bool kMinsMma, bool kFifthBit = false>
+// kSplitScale (Q4_K only): the 6-bit sub-block scale split in two 3-bit halves, sc = 8 hi + lo,
+// each multiplied into the nibbles (q <= 15 times <= 7 stays a byte: one integer multiply a
+// register, no carries between bytes) so that two int8 mmas a sub-block accumulate
+// sum_j hi_j dot_j and sum_j lo_j dot_j in the tensor cores, instead of one mma and 4 integer
+// multiply-adds (cs += sc * dot) a sub-block and column tile: the integer step that is ~256 of the
+// ~1300 instructions a super-block at 64 columns (SASS, session 16). The same integers, hence the
+// same bits.
+template <bool kMinsMma, bool kFifthBit = false, bool kSplitScale = false>
 struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
+    static_assert(!(kSplitScale && kFifthBit), "5-bit values times 7 overflow a byte");
     static constexpr bool kNeedsSums = true;
     static constexpr ActLayout kLayout = ActLayout::kRun;
     static constexpr int kMinBlocks16 = 6;
@@ -191,6 +199,7 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
             }
         }
         int cs[R][ncol_tiles][4] = {};
+        int cs_lo[R][kSplitScale ? ncol_tiles : 1][4] = {};  // kSplitScale: the low halves' sums
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
             uint2 q0[R], q1[R];
@@ -218,21 +227,45 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                     }
                     a[r][0] = lo0, a[r][1] = lo1, a[r][2] = hi0, a[r][3] = hi1;
                 }
+                int a_hi[R][4], a_lo[R][4];  // kSplitScale: rows g (a[0], a[2]) by sc0, rows g + 8 by sc1
+                if constexpr (kSplitScale) {
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const int h0s = sc0[r] >> 3, l0s = sc0[r] & 7, h1s = sc1[r] >> 3, l1s = sc1[r] & 7;
+                        a_hi[r][0] = a[r][0] * h0s, a_hi[r][2] = a[r][2] * h0s;
+                        a_hi[r][1] = a[r][1] * h1s, a_hi[r][3] = a[r][3] * h1s;
+                        a_lo[r][0] = a[r][0] * l0s, a_lo[r][2] = a[r][2] * l0s;
+                        a_lo[r][1] = a[r][1] * l1s, a_lo[r][3] = a[r][3] * l1s;
+                    }
+                }
 #pragma unroll
                 for (int nt = 0; nt < ncol_tiles; ++nt) {
                     const int2 yv = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);  // B: column g of the tile
                     const int b[2] = {yv.x, yv.y};
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
-                        int cj[4] = {0, 0, 0, 0};
-                        mma_s8(cj, a[r], b);
-                        cs[r][nt][0] += sc0[r] * cj[0];
-                        cs[r][nt][1] += sc0[r] * cj[1];
-                        cs[r][nt][2] += sc1[r] * cj[2];
-                        cs[r][nt][3] += sc1[r] * cj[3];
+                        if constexpr (kSplitScale) {
+                            mma_s8(cs[r][nt], a_hi[r], b);
+                            mma_s8(cs_lo[r][nt], a_lo[r], b);
+                        } else {
+                            int cj[4] = {0, 0, 0, 0};
+                            mma_s8(cj, a[r], b);
+                            cs[r][nt][0] += sc0[r] * cj[0];
+                            cs[r][nt][1] += sc0[r] * cj[1];
+                            cs[r][nt][2] += sc1[r] * cj[2];
+                            cs[r][nt][3] += sc1[r] * cj[3];
+                        }
                     }
                 }
             }
+        }
+        if constexpr (kSplitScale) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int nt = 0; nt < ncol_tiles; ++nt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) cs[r][nt][i] = 8 * cs[r][nt][i] + cs_lo[r][nt][i];
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -287,6 +320,7 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
 };
 using Q4K = Q4KT<false>;
 using Q4KMinsMma = Q4KT<true>;
+using Q4KSplitScale = Q4KT<true, false, true>;  // the mins through an mma, the scales in the A operand
 using Q5K = Q4KT<false, true>;
 using Q5KMinsMma = Q4KT<true, true>;
 

@@ -478,7 +478,8 @@ int stages_run(W t, int code) {
 }
 
 // A variant's code: stages (0, 2 or 3) + 100 for Q4_K / Q5_K's min term through an f16 mma
-// (gemm_kq::Q4KMinsMma, Q5KMinsMma) + 1000 without the occupancy hint + 10000 for 8 warps a
+// (gemm_kq::Q4KMinsMma, Q5KMinsMma), + 200 for Q4_K's also with its scales in the A operand
+// (gemm_kq::Q4KSplitScale) + 1000 without the occupancy hint + 10000 for 8 warps a
 // block, 20000 for 6 (2 stages, the hint) + 100000 for each warp its own rows (4 warps, 2 or 3
 // stages, the hint) + 1000000 for 2 row tiles a warp (2 stages, the hint; 4 warps, 2 for Q6_K and
 // Q8_0: gemm_kq::fit_warps). The engine's: 102 for Q4_K / Q5_K, 2 for Q6_K / Q8_0; rows of
@@ -509,7 +510,9 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
     const int stages = code % 100, warps = code_warps(t, code);
     const bool mins_mma = code % 1000 >= 100, occupancy = code % 10000 < 1000, own = code_own_rows(code);
     const bool two = code_two_tiles(code);
-    if (t == W::q4_K && mins_mma) {
+    if (t == W::q4_K && code % 1000 >= 200) {
+        run_mma_t<gemm_kq::Q4KSplitScale>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
+    } else if (t == W::q4_K && mins_mma) {
         run_mma_t<gemm_kq::Q4KMinsMma>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q4_K) {
         run_mma_t<gemm_kq::Q4K>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
@@ -524,14 +527,16 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
     }
 }
 
-constexpr int kMmaCodes[] = {0,     2,     3,      1002,   102,    103,    1102,    10102,
-                             20102, 20002, 100002, 100003, 100102, 100103, 1000002, 1000102};
+constexpr int kMmaCodes[] = {0,      2,      3,      1002,   102,     103,     1102, 10102, 20102,  20002,
+                             100002, 100003, 100102, 100103, 1000002, 1000102, 202,  10202, 1000202};
 
 bool mins_mma_code(int code) { return code % 1000 >= 100; }
+bool split_scale_code(int code) { return code % 1000 >= 200; }  // Q4_K only
 
 // Whether type t runs code: the f16 min term is Q4_K's and Q5_K's; 6 or 8 warps where 2 stages fit.
 bool code_runs(W t, int code) {
     if (t != W::q4_K && t != W::q5_K && mins_mma_code(code)) return false;
+    if (t != W::q4_K && split_scale_code(code)) return false;
     if (code_two_tiles(code)) return true;
     const int warps = code_warps(t, code);
     if (warps == 4) return true;
@@ -583,11 +588,18 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
             run_mma(t, stages, dw, b, rows, k, row_bytes, ncols);
             CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
             double err = 0;
-            for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
+            uint64_t hash = 1469598103934665603ull;  // FNV-1a of the output bits: equal bits across codes
+            for (size_t i = 0; i < got.size(); ++i) {
+                err = std::fmax(err, std::fabs(got[i] - ref[i]));
+                uint32_t u;
+                std::memcpy(&u, &got[i], 4);
+                hash = (hash ^ u) * 1099511628211ull;
+            }
             std::printf(
                 "{\"check_mma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"stages\": %d, "
-                "\"stages_run\": %d, \"warps\": %d, \"rel_err\": %.3g, \"ok\": %s}\n",
+                "\"stages_run\": %d, \"warps\": %d, \"rel_err\": %.3g, \"out_hash\": \"%016llx\", \"ok\": %s}\n",
                 type_name(t), rows, k, ncols, stages, stages_run(t, stages), code_warps(t, stages), err / ref_max,
+                (unsigned long long)hash,
                 err / ref_max <= (mins_mma_code(stages) ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
         }
         b.free_all();

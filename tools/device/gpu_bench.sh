@@ -24,8 +24,8 @@ fi
 # batch-invariant CUDA tests (the staged kernel's bits against ggml's among them), the trained
 # pair's kernels and host calls a step with graph inputs in device memory (DFLASH_DEVICE_INPUTS=1)
 # and without, then the 27B's: the defaults, results read after a full wait (DFLASH_SYNC_READS=1,
-# session 12's order: the forwards' host gap grew from 0.24 to ~1 ms since), the staged chain
-# kernel, device inputs.
+# session 12's order: the forwards' host gap grew from 0.24 to ~1 ms since), Q4_K's scales in the
+# GEMM's A operand (DFLASH_MMA_SPLIT_SCALE=1), the staged chain kernel, device inputs.
 if [ "$stage" = t1 ]; then
   mkdir -p "$OUT"
   for b in .carry/gdn_sa/*; do
@@ -234,7 +234,7 @@ if [ "$stage" = t1 ]; then
   pair_profile h200-pair-kernels-device-inputs.json DFLASH_DEVICE_INPUTS=1
   wait_27b 150
   kernel_profile 45
-  for v in DFLASH_SYNC_READS DFLASH_GDN_STAGED DFLASH_DEVICE_INPUTS; do
+  for v in DFLASH_SYNC_READS DFLASH_MMA_SPLIT_SCALE DFLASH_GDN_STAGED DFLASH_DEVICE_INPUTS; do
     [ "$(left)" -ge 45 ] || break
     kernel_profile 40 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_' 'a-z-').json" "$v=1"
   done
