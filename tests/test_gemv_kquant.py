@@ -157,3 +157,38 @@ def test_cuda_mma_gemm_equals_ggml_and_numpy(
     scale = float(np.abs(want).max())
     assert np.abs(got - want).max() <= 3e-2 * scale
     assert np.abs(got - ref).max() <= 3e-2 * scale
+
+
+@pytest.fixture
+def fuse_add_restored() -> Iterator[None]:
+    was = _core.fuse_add_enabled()
+    yield
+    _core.set_fuse_add_enabled(was)
+
+
+def test_fuse_add_switch_is_on_with_cuda_by_default() -> None:
+    assert _core.fuse_add_enabled() == (GPU and os.environ.get("DFLASH_FUSE_ADD") != "0")
+
+
+@needs_gpu
+@pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
+@pytest.mark.parametrize("n", [2, 9, 16, 33, 64])
+def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
+    wtype: str, n: int, mma_restored: None, fuse_add_restored: None
+) -> None:
+    """w x + residual, the engine's residual shape (patches/0008): the GEMM adds the residual as it
+    writes (the fusion counter moves), bit for bit what the add node gives its output (one float
+    addition: the product plus the residual in numpy's float32); off, ggml's add node gives the same."""
+    rows, k = 1000, 1024
+    w, _ = _weights(wtype, rows, k, seed=16)
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+    _core.set_mma_enabled(True)
+    want = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True) + res
+    for fused in (True, False):
+        _core.set_fuse_add_enabled(fused)
+        before = _core.mul_mat_add_fusions()
+        got = _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
+        assert _core.mul_mat_add_fusions() - before == (1 if fused else 0)
+        np.testing.assert_array_equal(got, want, err_msg=f"{wtype}, {n} columns, fused={fused}")

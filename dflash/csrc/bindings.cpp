@@ -424,6 +424,12 @@ PYBIND11_MODULE(_core, m) {
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);
+    m.def("set_fuse_add_enabled", &ggml_ext::set_fuse_add_enabled, py::arg("on"),
+          "ggml-cuda's mul_mat + add fusion for the tensor-core GEMM's products (the residual added as it writes; "
+          "on by default; DFLASH_FUSE_ADD=0 starts it off); no effect without CUDA");
+    m.def("fuse_add_enabled", &ggml_ext::fuse_add_enabled);
+    m.def("mul_mat_add_fusions", &ggml_ext::mul_mat_add_fusions,
+          "how many mul_mat + add pairs the GEMM took fused in this process (0 without CUDA)");
 
     m.def(
         "build_tree",

@@ -63,6 +63,14 @@ bool q80_enabled();
 void set_mma_enabled(bool on);
 bool mma_enabled();
 
+// ggml-cuda's mul_mat + add fusion for the GEMM's products (patches/0008): the residual added as the
+// GEMM writes its outputs, the same float addition as the add node's. On by default
+// (DFLASH_FUSE_ADD=0 starts it off); mul_mat_add_fusions counts the adds it took (tests). No
+// effect without CUDA.
+void set_fuse_add_enabled(bool on);
+bool fuse_add_enabled();
+int64_t mul_mat_add_fusions();
+
 // ggml_ext's mmq launch policy for tagged products (kernels/mmq_tiles.cu: one block per output
 // tile where the stream-k fixup would cost more). Off: ggml's own launch for every product (the
 // GPU oracle test compares graphs on ggml's kernels). On by default. No effect without CUDA.

@@ -63,7 +63,7 @@ bool mma_enabled() { return mma_enabled_flag; }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
-                            ggml_tensor * dst) {
+                            ggml_tensor * dst, const ggml_tensor * res) {
     const int64_t n = src1->ne[1], k = src0->ne[0];
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
     const ggml_type t = src0->type;
@@ -76,6 +76,12 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
         ggml_backend_buffer_get_usage(src0->buffer) == GGML_BACKEND_BUFFER_USAGE_COMPUTE ||
         src1->type != GGML_TYPE_F32 || src1->nb[0] != sizeof(float) || src1->ne[2] != 1 || src1->ne[3] != 1 ||
         dst->type != GGML_TYPE_F32 || dst->nb[0] != sizeof(float)) {
+        return false;
+    }
+    // the residual of a fused add: the output's shape, f32 rows
+    if (res && (res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) || res->ne[0] != dst->ne[0] ||
+                res->ne[1] != dst->ne[1] || res->ne[2] != 1 || res->ne[3] != 1 || dst->ne[0] != src0->ne[1] ||
+                dst->ne[1] != n)) {
         return false;
     }
     cudaStream_t stream = ctx.stream();
@@ -99,6 +105,8 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     const int rows = (int)src0->ne[1], sd = (int)(dst->nb[1] / sizeof(float));
     const char * w = (const char *)src0->data;
     float * out = (float *)dst->data;
+    const float * r_ptr = res ? (const float *)res->data : nullptr;
+    const int sr = res ? (int)(res->nb[1] / sizeof(float)) : 0;
     // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
     // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
     // shared memory); two row tiles a warp (each activation load feeds two mmas) for Q4_K / Q5_K
@@ -117,18 +125,18 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
         if constexpr (gemm_kq::fit_stages<F, 8>(kS) == kS) {
             if (long_rows) {
                 gemm_kq::launch<F, kS, true, 8>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
-                                                (int64_t)src0->nb[1], (int)n, sd, stream);
+                                                (int64_t)src0->nb[1], (int)n, sd, stream, r_ptr, sr);
                 return;
             }
         }
         if (two_tiles) {
             constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
             gemm_kq::launch<F, kS, true, kW, true, 2>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
-                                                      (int64_t)src0->nb[1], (int)n, sd, stream);
+                                                      (int64_t)src0->nb[1], (int)n, sd, stream, r_ptr, sr);
             return;
         }
         gemm_kq::launch<F, kS>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k, (int64_t)src0->nb[1], (int)n, sd,
-                               stream);
+                               stream, r_ptr, sr);
     };
     if (t == GGML_TYPE_Q6_K) {
         run(gemm_kq::Q6K{});

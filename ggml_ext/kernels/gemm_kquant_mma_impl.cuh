@@ -560,8 +560,9 @@ constexpr int min_blocks(int ncol_tiles) {
 template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1>
 __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R>(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
-                           const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
-                           const int64_t row_bytes, const int ncols, const int stride_col_dst) {
+                           const int * __restrict__ ysum, float * dst, const int nrows, const int nblocks,
+                           const int64_t row_bytes, const int ncols, const int stride_col_dst, const float * res,
+                           const int stride_col_res) {
     using S = Smem<F, ncol_tiles, kStages, W, R>;
     static_assert(S::kBytes <= kMaxStaticSmem, "static shared memory over 48 KB: see fit_stages");
     static_assert(kStages != 1, "a pipeline needs 2 stages (0: direct loads)");
@@ -628,7 +629,11 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-                    if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[r][nt][i];
+                    if (row < nrows && col < ncols) {
+                        float v = acc[r][nt][i];
+                        if (res) v += res[(int64_t)col * stride_col_res + row];
+                        dst[(int64_t)col * stride_col_dst + row] = v;
+                    }
                 }
             }
         }
@@ -656,7 +661,10 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
 #pragma unroll
         for (int p = 1; p < W; ++p) sum += part[(p * kValues + v) * WARP_SIZE + lane];
         const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-        if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = sum;
+        if (row < nrows && col < ncols) {
+            if (res) sum += res[(int64_t)col * stride_col_res + row];
+            dst[(int64_t)col * stride_col_dst + row] = sum;
+        }
     }
 }
 
@@ -715,17 +723,19 @@ constexpr int kDefaultStages = 2;
 
 // kStages: asked for; what runs is fit_stages<F, W, R>(kStages) (0 stays 0: direct loads). W:
 // warps per block; kSplitK: see the kernel; R: 16-row tiles per warp. The activations were
-// quantized by quantize_act<F> for the same ncols.
+// quantized by quantize_act<F> for the same ncols. res (optional, may be dst itself): a residual
+// added to each output as it is written (ggml's mul_mat + add fused: the same float addition).
 template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1>
 void launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
-            int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream) {
+            int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, const float * res = nullptr,
+            int stride_col_res = 0) {
     const int tile_rows = (kSplitK ? kRows : kRows * W) * R;
     const dim3 grid((nrows + tile_rows - 1) / tile_rows, 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
     constexpr int kSt = kStages > 0 ? fit_stages<F, W, R>(kStages) : 0;
 #define GEMM_KQ_LAUNCH(NT)                                                                                \
     DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R>)( \
-        w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst)
+        w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);
     } else if (ncols <= 16) {

@@ -58,6 +58,7 @@ constexpr int kMmaMinColumns = 2;
 
 // ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K (Q8_0 when asked) x 2..64 columns (16 or 32 with
 // DFLASH_MMA_MAX_COLUMNS; gemm_kquant_mma.cu; on unless DFLASH_MMA=0 or ggml_ext::set_mma_enabled).
-// False when it does not take the product.
+// res: a residual of dst's shape added as the outputs are written (a fused add; may be dst's own
+// data). False when it does not take the product.
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
-                            ggml_tensor * dst);
+                            ggml_tensor * dst, const ggml_tensor * res = nullptr);

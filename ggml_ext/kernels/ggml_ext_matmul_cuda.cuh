@@ -9,6 +9,12 @@
 
 bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 
+// ggml-cuda's mul_mat + add fusion for tagged MUL_MAT nodes (patches/0008): mm's product through the
+// tensor-core GEMM with res (the add's other operand) added as add's outputs are written, the
+// same float addition as the add node's. False when it does not take them (ggml runs both nodes).
+bool ggml_ext_cuda_mul_mat_add(ggml_backend_cuda_context & ctx, const ggml_tensor * mm, ggml_tensor * add,
+                               const ggml_tensor * res);
+
 // mmq launch policy for MUL_MAT nodes tagged ggml_ext::kMulMatTilesTag (patches/0003). While
 // ggml's mmq computes such a node (the scope, opened in ggml_cuda_mul_mat_q), launch_mul_mat_q
 // asks ggml_ext_mmq_prefer_tiles whether to run one block per output tile instead of stream-k.

@@ -12,6 +12,9 @@
 #include "ggml_ext_matmul.h"
 #include "ggml_ext_matmul_cuda.cuh"
 
+#include <atomic>
+#include <cstdlib>
+
 #include "ggml-cuda/quantize.cuh"
 #include "ggml-cuda/vecdotq.cuh"
 
@@ -111,6 +114,31 @@ void launch(const ggml_tensor * src0, const block_q8_1 * y, float * dst, int nco
 }
 
 }  // namespace
+
+namespace {
+bool fuse_add_flag = [] {
+    const char * e = std::getenv("DFLASH_FUSE_ADD");
+    return !(e && e[0] == '0');
+}();
+std::atomic<int64_t> add_fusions{0};
+}  // namespace
+
+namespace ggml_ext {
+void set_fuse_add_enabled(bool on) { fuse_add_flag = on; }
+bool fuse_add_enabled() { return fuse_add_flag; }
+int64_t mul_mat_add_fusions() { return add_fusions.load(); }
+}  // namespace ggml_ext
+
+bool ggml_ext_cuda_mul_mat_add(ggml_backend_cuda_context & ctx, const ggml_tensor * mm, ggml_tensor * add,
+                               const ggml_tensor * res) {
+    // the GEMM's products only (the GEMV's columns and the invariant matmul keep the add node)
+    if (!fuse_add_flag || !ggml_ext::is_mul_mat_tiles(mm) || !ggml_are_same_shape(mm, add) ||
+        add->type != GGML_TYPE_F32 || !ggml_ext_cuda_gemm_mma(ctx, mm->src[0], mm->src[1], add, res)) {
+        return false;
+    }
+    add_fusions++;
+    return true;
+}
 
 bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     const ggml_tensor * src0 = dst->src[0];

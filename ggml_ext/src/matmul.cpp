@@ -41,6 +41,9 @@ void set_mma_enabled(bool) {}
 bool mma_enabled() { return false; }
 void set_mmq_tiles_enabled(bool) {}
 bool mmq_tiles_enabled() { return false; }
+void set_fuse_add_enabled(bool) {}
+bool fuse_add_enabled() { return false; }
+int64_t mul_mat_add_fusions() { return 0; }
 #endif
 
 }  // namespace ggml_ext

@@ -221,9 +221,20 @@ if [ "$stage" = q1 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh t3` (warm, after t1): the 27B variants t1 had no time for (T1_VARS="VAR ...").
+if [ "$stage" = t3 ]; then
+  wait_27b 60
+  for v in ${T1_VARS-}; do
+    [ "$(left)" -ge 45 ] || break
+    case $v in *=*) ;; *) v=$v=1 ;; esac  # VAR means VAR=1
+    kernel_profile 40 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
+  done
+  grep -E "wall|gdn_chain|tree_gdn" "$OUT"/h200-27b-kernels*.log | cut -c1-240
+  exit 0
+fi
 if [ "$stage" = t1 ]; then
   start_27b_synth
-  run_cuda_suite 80 -k "gdn or tree_ops or batch_invariant"
+  run_cuda_suite 110 -k "gdn or tree_ops or batch_invariant or residual or oracle"
   pair_profile() {  # pair_profile JSON [VAR=VALUE...]: the trained pair's kernels and host calls a step
     local json=$1; shift
     env "$@" timeout 40 python3 tools/device/kernel_profile.py -m $PAIR_T --draft $PAIR_D --label pair \
@@ -233,10 +244,13 @@ if [ "$stage" = t1 ]; then
   pair_profile h200-pair-kernels.json
   pair_profile h200-pair-kernels-device-inputs.json DFLASH_DEVICE_INPUTS=1
   wait_27b 150
-  kernel_profile 45
-  for v in DFLASH_SYNC_READS DFLASH_MMA_SPLIT_SCALE DFLASH_GDN_STAGED DFLASH_DEVICE_INPUTS; do
+  # a 1-token forward through the same path (reset, all logits, captures) next to the AR step:
+  # is the forwards' ~1 ms of launch tied to that path or to the token count?
+  KP_ARGS="--forwards 1,16,32,64" kernel_profile 50
+  for v in ${T1_VARS-DFLASH_FUSE_ADD=0 DFLASH_DEVICE_INPUTS DFLASH_SYNC_READS DFLASH_MMA=0 DFLASH_MMA_SPLIT_SCALE DFLASH_GDN_STAGED}; do
     [ "$(left)" -ge 45 ] || break
-    kernel_profile 40 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_' 'a-z-').json" "$v=1"
+    case $v in *=*) ;; *) v=$v=1 ;; esac  # VAR means VAR=1
+    kernel_profile 40 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
   done
   grep -E "wall|gdn_chain|tree_gdn" "$OUT"/h200-27b-kernels*.log | cut -c1-240
   exit 0

@@ -75,10 +75,10 @@ wait_27b() {
 }
 
 # The 27B's kernels per step (tools/device/kernel_profile.py) into $OUT/JSON (h200-27b-kernels.json):
-# kernel_profile SECONDS [JSON [VAR=VALUE...]]
+# kernel_profile SECONDS [JSON [VAR=VALUE...]] (KP_ARGS: more kernel_profile.py arguments)
 kernel_profile() {
   local secs=$1 json=${2:-h200-27b-kernels.json}; shift; [ $# -gt 0 ] && shift
   env "$@" timeout "$secs" python3 tools/device/kernel_profile.py -m /tmp/q27.gguf --draft /tmp/d27.gguf \
-    --label 27b-q4km --steps 10 -o "$OUT/$json" > "$OUT/${json%.json}.log" 2>&1
+    --label 27b-q4km --steps 10 ${KP_ARGS-} -o "$OUT/$json" > "$OUT/${json%.json}.log" 2>&1
   echo "[gpu] 27B kernel profile $json $* rc=$? at $(($(date +%s) - t0)) s"
 }
