@@ -222,14 +222,17 @@ if [ "$stage" = q1 ]; then
 fi
 
 # `gpu_bench.sh t3` (warm, after t1): the 27B variants t1 had no time for (T1_VARS="VAR ...").
-if [ "$stage" = t3 ]; then
-  wait_27b 60
-  for v in ${T1_VARS-}; do
+profile_variants() {  # profile_variants VAR[=VALUE]...: the 27B's kernels per step with each (VAR: VAR=1)
+  for v in "$@"; do
     [ "$(left)" -ge 45 ] || break
-    case $v in *=*) ;; *) v=$v=1 ;; esac  # VAR means VAR=1
+    case $v in *=*) ;; *) v=$v=1 ;; esac
     kernel_profile 40 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
   done
   grep -E "wall|gdn_chain|tree_gdn" "$OUT"/h200-27b-kernels*.log | cut -c1-240
+}
+if [ "$stage" = t3 ]; then
+  wait_27b 60
+  profile_variants ${T1_VARS-}
   exit 0
 fi
 if [ "$stage" = t1 ]; then
@@ -247,12 +250,7 @@ if [ "$stage" = t1 ]; then
   # a 1-token forward through the same path (reset, all logits, captures) next to the AR step:
   # is the forwards' ~1 ms of launch tied to that path or to the token count?
   KP_ARGS="--forwards 1,16,32,64" kernel_profile 50
-  for v in ${T1_VARS-DFLASH_FUSE_ADD=0 DFLASH_DEVICE_INPUTS DFLASH_SYNC_READS DFLASH_MMA=0 DFLASH_MMA_SPLIT_SCALE DFLASH_GDN_STAGED}; do
-    [ "$(left)" -ge 45 ] || break
-    case $v in *=*) ;; *) v=$v=1 ;; esac  # VAR means VAR=1
-    kernel_profile 40 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
-  done
-  grep -E "wall|gdn_chain|tree_gdn" "$OUT"/h200-27b-kernels*.log | cut -c1-240
+  profile_variants ${T1_VARS-DFLASH_FUSE_ADD=0 DFLASH_DEVICE_INPUTS DFLASH_SYNC_READS DFLASH_MMA=0 DFLASH_MMA_SPLIT_SCALE DFLASH_GDN_STAGED}
   exit 0
 fi
 
