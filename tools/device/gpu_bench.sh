@@ -230,7 +230,10 @@ profile_variants() {  # profile_variants VAR[=VALUE]...: the 27B's kernels per s
   done
   grep -E "wall|gdn_chain|tree_gdn" "$OUT"/h200-27b-kernels*.log | cut -c1-240
 }
+# T3_TEST_ENV="VAR=VALUE ...": first the speculative-decoding CUDA tests with those set (a switch to
+# make the default).
 if [ "$stage" = t3 ]; then
+  [ -n "${T3_TEST_ENV-}" ] && (export $T3_TEST_ENV; run_cuda_suite "${T3_TEST_S:-100}" -k "spec_chain or ddtree or batch_invariant or verify_commit")
   wait_27b 60
   profile_variants ${T1_VARS-}
   exit 0
