@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import dflash
 from dflash import _core
 
@@ -34,12 +32,11 @@ def test_a_speculative_step_times_its_draft_verify_and_commit() -> None:
     assert t["launch_ms"] > 0 and t["sync_ms"] > 0 and t["wait_ms"] >= 0
 
 
-@pytest.mark.parametrize("switch", ["DFLASH_SYNC_READS", "DFLASH_DEVICE_INPUTS"])
-def test_host_side_switches_change_no_token(switch: str, tmp_path: Path) -> None:
-    """The device profiler's host-side switches decode the same tokens, chain and DDTree, and time
-    every graph: DFLASH_SYNC_READS=1 (results read one by one after the graph, session 12's
-    order) and DFLASH_DEVICE_INPUTS=1 (graph inputs in the device's memory, written on its stream;
-    on the CPU the same allocation path in host memory)."""
+def test_device_inputs_change_no_token(tmp_path: Path) -> None:
+    """Graph inputs in the device's memory, written on its stream (the default; on the CPU the same
+    allocation path in host memory), and left to the scheduler (DFLASH_DEVICE_INPUTS=0) decode the
+    same tokens, chain and DDTree, and time every graph."""
+    switch = "DFLASH_DEVICE_INPUTS"
     script = (
         "import sys; from pathlib import Path; from dflash import _core\n"
         f"pair = Path({str(PAIR)!r})\n"

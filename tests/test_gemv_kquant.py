@@ -172,13 +172,14 @@ def test_fuse_add_switch_is_on_with_cuda_by_default() -> None:
 
 @needs_gpu
 @pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
-@pytest.mark.parametrize("n", [2, 9, 16, 33, 64])
+@pytest.mark.parametrize("n", [2, 9, 16, 33, 48, 64])
 def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
     wtype: str, n: int, mma_restored: None, fuse_add_restored: None
 ) -> None:
-    """w x + residual, the engine's residual shape (patches/0008): the GEMM adds the residual as it
-    writes (the fusion counter moves), bit for bit what the add node gives its output (one float
-    addition: the product plus the residual in numpy's float32); off, ggml's add node gives the same."""
+    """w x + residual, the engine's residual shape (patches/0008): up to 48 columns the GEMM adds
+    the residual as it writes (the fusion counter moves), bit for bit what the add node gives its
+    output (one float addition: the product plus the residual in numpy's float32); at 64 columns,
+    or switched off, ggml's add node gives the same."""
     rows, k = 1000, 1024
     w, _ = _weights(wtype, rows, k, seed=16)
     rng = np.random.default_rng(17)
@@ -190,5 +191,5 @@ def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
         _core.set_fuse_add_enabled(fused)
         before = _core.mul_mat_add_fusions()
         got = _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
-        assert _core.mul_mat_add_fusions() - before == (1 if fused else 0)
+        assert _core.mul_mat_add_fusions() - before == (1 if fused and n <= 48 else 0)
         np.testing.assert_array_equal(got, want, err_msg=f"{wtype}, {n} columns, fused={fused}")

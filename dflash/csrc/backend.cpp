@@ -4,7 +4,6 @@
 #include "ggml-cpu.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -77,21 +76,6 @@ bool compute_and_read(ggml_backend_sched_t sched, ggml_cgraph * gf, const std::v
     const double t0 = now_ms();
     if (ggml_backend_sched_graph_compute_async(sched, gf) != GGML_STATUS_SUCCESS) return false;
     const double t1 = now_ms();
-    // DFLASH_SYNC_READS=1: wait for the graph, then read each result on its own (session 12's
-    // order, before compute_and_read): a diagnostic for the 27B forwards' host gap, 0.24 ms in
-    // session 12 and ~1 ms since (bench/results/README.md, session 16).
-    static const bool sync_reads = [] {
-        const char * e = std::getenv("DFLASH_SYNC_READS");
-        return e && e[0] == '1';
-    }();
-    if (sync_reads) {
-        ggml_backend_sched_synchronize(sched);
-        for (const Readback & r : reads) ggml_backend_tensor_get(r.tensor, r.dst, 0, r.bytes);
-        timing.launch_ms += t1 - t0;
-        timing.wait_ms += now_ms() - t1;
-        timing.graphs++;
-        return true;
-    }
     // The device (backend 0 of our schedulers) queues copies of tensors in its own buffers; the
     // rest (host buffers, or the CPU as the device) is read once everything has finished.
     ggml_backend_t dev = ggml_backend_sched_get_backend(sched, 0);

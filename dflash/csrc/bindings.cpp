@@ -410,8 +410,8 @@ PYBIND11_MODULE(_core, m) {
           "ggml's; no effect without CUDA");
     m.def("gdn_chain_enabled", &ggml_ext::gdn_chain_enabled);
     m.def("set_gdn_staged", &ggml_ext::set_gdn_staged, py::arg("on"),
-          "CUDA chain delta rule: stage a chunk of tokens' inputs in shared memory (S >= 64; off by default "
-          "until timed on a GPU; no effect without CUDA)");
+          "CUDA chain delta rule: stage a chunk of tokens' inputs in shared memory (S >= 64; on by default, "
+          "DFLASH_GDN_STAGED=0 starts it off; the same bits; no effect without CUDA)");
     m.def("gdn_staged", &ggml_ext::gdn_staged);
     m.def("set_tree_gdn_mode", &ggml_ext::set_tree_gdn_mode, py::arg("mode"),
           "CUDA tree delta rule: 0 by the grid (default), 1 the walk (a warp every node), 2 the paths (a warp a "

@@ -12,7 +12,7 @@ namespace dflash {
 bool device_inputs_enabled() {
     static const bool on = [] {
         const char * e = std::getenv("DFLASH_DEVICE_INPUTS");
-        return e && e[0] == '1';
+        return !(e && e[0] == '0');
     }();
     return on;
 }

@@ -7,9 +7,11 @@
 // and set_input() queues the copy on the stream the graph runs on (no wait; the copy is ordered
 // before the graph and after the previous one).
 //
-// Opt-in (DFLASH_DEVICE_INPUTS=1) until an H200 call has timed it. Graphs whose inputs need more
-// than kDeviceInputsMaxBytes (a long context's prefill mask) keep the scheduler's path; the
-// memory plan counts that much device memory per engine when it is on.
+// On by default (DFLASH_DEVICE_INPUTS=0 starts it off): on the H200 the trained pair's chain step
+// went from 28 synchronisations to 3 and 1.27 to 1.16 ms, its decoding 8-20% faster in every mode
+// (session 17). Graphs whose inputs need more than kDeviceInputsMaxBytes (a long context's
+// prefill mask) keep the scheduler's path; the memory plan counts that much device memory per
+// engine when it is on.
 #pragma once
 
 #include "ggml-backend.h"

@@ -63,8 +63,8 @@ bool q80_enabled();
 void set_mma_enabled(bool on);
 bool mma_enabled();
 
-// ggml-cuda's mul_mat + add fusion for the GEMM's products (patches/0008): the residual added as the
-// GEMM writes its outputs, the same float addition as the add node's. On by default
+// ggml-cuda's mul_mat + add fusion for the GEMM's products of up to 48 columns (patches/0008): the
+// residual added as the GEMM writes its outputs, the same float addition as the add node's. On by default
 // (DFLASH_FUSE_ADD=0 starts it off); mul_mat_add_fusions counts the adds it took (tests). No
 // effect without CUDA.
 void set_fuse_add_enabled(bool on);

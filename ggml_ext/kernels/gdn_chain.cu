@@ -144,7 +144,7 @@ bool chain_flag = [] {
 }();
 bool staged_flag = [] {
     const char * e = std::getenv("DFLASH_GDN_STAGED");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
 }();
 
 int tree_mode_flag = [] {  // 0 auto, 1 walk, 2 paths (tree_ops.cu)

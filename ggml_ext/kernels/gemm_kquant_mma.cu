@@ -78,8 +78,10 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
         dst->type != GGML_TYPE_F32 || dst->nb[0] != sizeof(float)) {
         return false;
     }
-    // the residual of a fused add: the output's shape, f32 rows
-    if (res && (res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) || res->ne[0] != dst->ne[0] ||
+    // the residual of a fused add: the output's shape, f32 rows; up to 48 columns (at 64 the Q6_K
+    // kernel with the residual spills 48 bytes; on the H200 the fused forward of 64 tokens was no
+    // faster than the add node: 22.94 against 22.94 ms of kernels, session 17)
+    if (res && (n > 48 || res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) || res->ne[0] != dst->ne[0] ||
                 res->ne[1] != dst->ne[1] || res->ne[2] != 1 || res->ne[3] != 1 || dst->ne[0] != src0->ne[1] ||
                 dst->ne[1] != n)) {
         return false;
@@ -90,12 +92,6 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 256));
     ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
     constexpr int kS = gemm_kq::kDefaultStages;
-    // DFLASH_MMA_SPLIT_SCALE=1: Q4_K's sub-block scales in the A operand, two mmas a sub-block
-    // (gemm_kquant_mma_impl.cuh, Q4KT's kSplitScale; the same bits; off until timed on a GPU)
-    static const bool split_scale = [] {
-        const char * e = std::getenv("DFLASH_MMA_SPLIT_SCALE");
-        return e && e[0] == '1';
-    }();
     static const bool mins_int = [] {
         const char * e = std::getenv("DFLASH_MMA_MINS_INT");
         return e && e[0] == '1';
@@ -124,19 +120,35 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
         gemm_kq::quantize_act<F>(x, qs.get(), d.get(), sums.get(), (int)k, (int)n, sx, stream);
         if constexpr (gemm_kq::fit_stages<F, 8>(kS) == kS) {
             if (long_rows) {
-                gemm_kq::launch<F, kS, true, 8>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
-                                                (int64_t)src0->nb[1], (int)n, sd, stream, r_ptr, sr);
+                if (r_ptr) {
+                    gemm_kq::launch<F, kS, true, 8, true, 1, true>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
+                                                                   (int64_t)src0->nb[1], (int)n, sd, stream, r_ptr, sr);
+                } else {
+                    gemm_kq::launch<F, kS, true, 8>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
+                                                    (int64_t)src0->nb[1], (int)n, sd, stream);
+                }
                 return;
             }
         }
         if (two_tiles) {
             constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
-            gemm_kq::launch<F, kS, true, kW, true, 2>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
-                                                      (int64_t)src0->nb[1], (int)n, sd, stream, r_ptr, sr);
+            if (r_ptr) {
+                gemm_kq::launch<F, kS, true, kW, true, 2, true>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
+                                                                (int64_t)src0->nb[1], (int)n, sd, stream, r_ptr, sr);
+            } else {
+                gemm_kq::launch<F, kS, true, kW, true, 2>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
+                                                          (int64_t)src0->nb[1], (int)n, sd, stream);
+            }
             return;
         }
-        gemm_kq::launch<F, kS>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k, (int64_t)src0->nb[1], (int)n, sd,
-                               stream, r_ptr, sr);
+        if (r_ptr) {
+            gemm_kq::launch<F, kS, true, gemm_kq::kWarps, true, 1, true>(w, qs.get(), d.get(), sums.get(), out, rows,
+                                                                         (int)k, (int64_t)src0->nb[1], (int)n, sd,
+                                                                         stream, r_ptr, sr);
+        } else {
+            gemm_kq::launch<F, kS>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k, (int64_t)src0->nb[1], (int)n,
+                                   sd, stream);
+        }
     };
     if (t == GGML_TYPE_Q6_K) {
         run(gemm_kq::Q6K{});
@@ -145,13 +157,7 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     } else if (t == GGML_TYPE_Q8_0) {
         run(gemm_kq::Q80{});
     } else {
-        if (mins_int) {
-            run(gemm_kq::Q4K{});
-        } else if (split_scale) {
-            run(gemm_kq::Q4KSplitScale{});
-        } else {
-            run(gemm_kq::Q4KMinsMma{});
-        }
+        mins_int ? run(gemm_kq::Q4K{}) : run(gemm_kq::Q4KMinsMma{});
     }
     CUDA_CHECK(cudaGetLastError());
     return true;

@@ -159,16 +159,8 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
 // columns on the H200, session 8); its sums may differ from the integer form by 1 in 4064.
 // kFifthBit: Q5_K, Q4_K's layout with qh[32] (the fifth bit of value l of sub-block j is bit j of
 // qh[l]) between the head and the nibbles (176 bytes).
-// kSplitScale (Q4_K only): the 6-bit sub-block scale split in two 3-bit halves, sc = 8 hi + lo,
-// each multiplied into the nibbles (q <= 15 times <= 7 stays a byte: one integer multiply a
-// register, no carries between bytes) so that two int8 mmas a sub-block accumulate
-// sum_j hi_j dot_j and sum_j lo_j dot_j in the tensor cores, instead of one mma and 4 integer
-// multiply-adds (cs += sc * dot) a sub-block and column tile: the integer step that is ~256 of the
-// ~1300 instructions a super-block at 64 columns (SASS, session 16). The same integers, hence the
-// same bits.
-template <bool kMinsMma, bool kFifthBit = false, bool kSplitScale = false>
+template <bool kMinsMma, bool kFifthBit = false>
 struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
-    static_assert(!(kSplitScale && kFifthBit), "5-bit values times 7 overflow a byte");
     static constexpr bool kNeedsSums = true;
     static constexpr ActLayout kLayout = ActLayout::kRun;
     static constexpr int kMinBlocks16 = 6;
@@ -199,7 +191,6 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
             }
         }
         int cs[R][ncol_tiles][4] = {};
-        int cs_lo[R][kSplitScale ? ncol_tiles : 1][4] = {};  // kSplitScale: the low halves' sums
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
             uint2 q0[R], q1[R];
@@ -227,45 +218,21 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                     }
                     a[r][0] = lo0, a[r][1] = lo1, a[r][2] = hi0, a[r][3] = hi1;
                 }
-                int a_hi[R][4], a_lo[R][4];  // kSplitScale: rows g (a[0], a[2]) by sc0, rows g + 8 by sc1
-                if constexpr (kSplitScale) {
-#pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        const int h0s = sc0[r] >> 3, l0s = sc0[r] & 7, h1s = sc1[r] >> 3, l1s = sc1[r] & 7;
-                        a_hi[r][0] = a[r][0] * h0s, a_hi[r][2] = a[r][2] * h0s;
-                        a_hi[r][1] = a[r][1] * h1s, a_hi[r][3] = a[r][3] * h1s;
-                        a_lo[r][0] = a[r][0] * l0s, a_lo[r][2] = a[r][2] * l0s;
-                        a_lo[r][1] = a[r][1] * l1s, a_lo[r][3] = a[r][3] * l1s;
-                    }
-                }
 #pragma unroll
                 for (int nt = 0; nt < ncol_tiles; ++nt) {
                     const int2 yv = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);  // B: column g of the tile
                     const int b[2] = {yv.x, yv.y};
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
-                        if constexpr (kSplitScale) {
-                            mma_s8(cs[r][nt], a_hi[r], b);
-                            mma_s8(cs_lo[r][nt], a_lo[r], b);
-                        } else {
-                            int cj[4] = {0, 0, 0, 0};
-                            mma_s8(cj, a[r], b);
-                            cs[r][nt][0] += sc0[r] * cj[0];
-                            cs[r][nt][1] += sc0[r] * cj[1];
-                            cs[r][nt][2] += sc1[r] * cj[2];
-                            cs[r][nt][3] += sc1[r] * cj[3];
-                        }
+                        int cj[4] = {0, 0, 0, 0};
+                        mma_s8(cj, a[r], b);
+                        cs[r][nt][0] += sc0[r] * cj[0];
+                        cs[r][nt][1] += sc0[r] * cj[1];
+                        cs[r][nt][2] += sc1[r] * cj[2];
+                        cs[r][nt][3] += sc1[r] * cj[3];
                     }
                 }
             }
-        }
-        if constexpr (kSplitScale) {
-#pragma unroll
-            for (int r = 0; r < R; ++r)
-#pragma unroll
-                for (int nt = 0; nt < ncol_tiles; ++nt)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) cs[r][nt][i] = 8 * cs[r][nt][i] + cs_lo[r][nt][i];
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -320,7 +287,6 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
 };
 using Q4K = Q4KT<false>;
 using Q4KMinsMma = Q4KT<true>;
-using Q4KSplitScale = Q4KT<true, false, true>;  // the mins through an mma, the scales in the A operand
 using Q5K = Q4KT<false, true>;
 using Q5KMinsMma = Q4KT<true, true>;
 
@@ -557,7 +523,11 @@ constexpr int min_blocks(int ncol_tiles) {
 // tile group (the engine's); else each warp owns a row tile group of its own and all its
 // super-blocks (no shared-memory reduction; an experiment for short rows, timed by the
 // standalone). R: 16-row tiles per warp, rows row_base + 16 r + g and + 8.
-template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1>
+// kRes: res (stride_col_res floats a column) is added to each output as it is written (a fused
+// residual add); a template parameter so that the kernels without it keep their code (a run-time
+// branch made the 64-column Q6_K kernel spill 48 bytes, 22% slower on the H200, session 17).
+template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1,
+          bool kRes = false>
 __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R>(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
                            const int * __restrict__ ysum, float * dst, const int nrows, const int nblocks,
@@ -631,7 +601,7 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
                     const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
                     if (row < nrows && col < ncols) {
                         float v = acc[r][nt][i];
-                        if (res) v += res[(int64_t)col * stride_col_res + row];
+                        if constexpr (kRes) v += res[(int64_t)col * stride_col_res + row];
                         dst[(int64_t)col * stride_col_dst + row] = v;
                     }
                 }
@@ -662,7 +632,7 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
         for (int p = 1; p < W; ++p) sum += part[(p * kValues + v) * WARP_SIZE + lane];
         const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
         if (row < nrows && col < ncols) {
-            if (res) sum += res[(int64_t)col * stride_col_res + row];
+            if constexpr (kRes) sum += res[(int64_t)col * stride_col_res + row];
             dst[(int64_t)col * stride_col_dst + row] = sum;
         }
     }
@@ -723,9 +693,10 @@ constexpr int kDefaultStages = 2;
 
 // kStages: asked for; what runs is fit_stages<F, W, R>(kStages) (0 stays 0: direct loads). W:
 // warps per block; kSplitK: see the kernel; R: 16-row tiles per warp. The activations were
-// quantized by quantize_act<F> for the same ncols. res (optional, may be dst itself): a residual
+// quantized by quantize_act<F> for the same ncols. kRes: res (may be dst itself) is a residual
 // added to each output as it is written (ggml's mul_mat + add fused: the same float addition).
-template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1>
+template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1,
+          bool kRes = false>
 void launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, const float * res = nullptr,
             int stride_col_res = 0) {
@@ -733,8 +704,8 @@ void launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
     const dim3 grid((nrows + tile_rows - 1) / tile_rows, 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
     constexpr int kSt = kStages > 0 ? fit_stages<F, W, R>(kStages) : 0;
-#define GEMM_KQ_LAUNCH(NT)                                                                                \
-    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R>)( \
+#define GEMM_KQ_LAUNCH(NT)                                                                                      \
+    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes>)( \
         w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);

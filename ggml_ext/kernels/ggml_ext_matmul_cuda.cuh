@@ -9,8 +9,8 @@
 
 bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 
-// ggml-cuda's mul_mat + add fusion for tagged MUL_MAT nodes (patches/0008): mm's product through the
-// tensor-core GEMM with res (the add's other operand) added as add's outputs are written, the
+// ggml-cuda's mul_mat + add fusion for tagged MUL_MAT nodes (patches/0008): mm's product of 2..48
+// columns through the tensor-core GEMM with res (the add's other operand) added as add's outputs are written, the
 // same float addition as the add node's. False when it does not take them (ggml runs both nodes).
 bool ggml_ext_cuda_mul_mat_add(ggml_backend_cuda_context & ctx, const ggml_tensor * mm, ggml_tensor * add,
                                const ggml_tensor * res);

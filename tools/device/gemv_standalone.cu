@@ -478,8 +478,7 @@ int stages_run(W t, int code) {
 }
 
 // A variant's code: stages (0, 2 or 3) + 100 for Q4_K / Q5_K's min term through an f16 mma
-// (gemm_kq::Q4KMinsMma, Q5KMinsMma), + 200 for Q4_K's also with its scales in the A operand
-// (gemm_kq::Q4KSplitScale) + 1000 without the occupancy hint + 10000 for 8 warps a
+// (gemm_kq::Q4KMinsMma, Q5KMinsMma) + 1000 without the occupancy hint + 10000 for 8 warps a
 // block, 20000 for 6 (2 stages, the hint) + 100000 for each warp its own rows (4 warps, 2 or 3
 // stages, the hint) + 1000000 for 2 row tiles a warp (2 stages, the hint; 4 warps, 2 for Q6_K and
 // Q8_0: gemm_kq::fit_warps). The engine's: 102 for Q4_K / Q5_K, 2 for Q6_K / Q8_0; rows of
@@ -510,9 +509,7 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
     const int stages = code % 100, warps = code_warps(t, code);
     const bool mins_mma = code % 1000 >= 100, occupancy = code % 10000 < 1000, own = code_own_rows(code);
     const bool two = code_two_tiles(code);
-    if (t == W::q4_K && code % 1000 >= 200) {
-        run_mma_t<gemm_kq::Q4KSplitScale>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
-    } else if (t == W::q4_K && mins_mma) {
+    if (t == W::q4_K && mins_mma) {
         run_mma_t<gemm_kq::Q4KMinsMma>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q4_K) {
         run_mma_t<gemm_kq::Q4K>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
@@ -527,16 +524,14 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
     }
 }
 
-constexpr int kMmaCodes[] = {0,      2,      3,      1002,   102,     103,     1102, 10102, 20102,  20002,
-                             100002, 100003, 100102, 100103, 1000002, 1000102, 202,  10202, 1000202};
+constexpr int kMmaCodes[] = {0,     2,     3,      1002,   102,    103,    1102,    10102,
+                             20102, 20002, 100002, 100003, 100102, 100103, 1000002, 1000102};
 
 bool mins_mma_code(int code) { return code % 1000 >= 100; }
-bool split_scale_code(int code) { return code % 1000 >= 200; }  // Q4_K only
 
 // Whether type t runs code: the f16 min term is Q4_K's and Q5_K's; 6 or 8 warps where 2 stages fit.
 bool code_runs(W t, int code) {
     if (t != W::q4_K && t != W::q5_K && mins_mma_code(code)) return false;
-    if (t != W::q4_K && split_scale_code(code)) return false;
     if (code_two_tiles(code)) return true;
     const int warps = code_warps(t, code);
     if (warps == 4) return true;
@@ -552,7 +547,36 @@ bool code_runs(W t, int code) {
     }
 }
 
-// The tensor-core GEMM against the host reference (activations per 256), every stage count.
+// The engine's default launch with a residual (kRes, ggml's mul_mat + add fused, patches/0008):
+// its outputs must be the plain launch's plus the residual, bit for bit (one float addition).
+template <typename F>
+bool residual_is_added(const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes, int ncols,
+                       std::mt19937 & gen) {
+    const size_t n = (size_t)ncols * rows;
+    std::vector<float> res(n), plain(n), fused(n);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto & v : res) v = normal(gen);
+    float *dres = nullptr, *dout = nullptr;
+    CK(cudaMalloc(&dres, n * 4));
+    CK(cudaMalloc(&dout, n * 4));
+    CK(cudaMemcpy(dres, res.data(), n * 4, cudaMemcpyHostToDevice));
+    gemm_kq::launch<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+    gemm_kq::launch<F, 2, true, gemm_kq::kWarps, true, 1, true>(w, b.yq, b.yd, b.ysum, dout, rows, k, row_bytes, ncols,
+                                                                rows, 0, dres, rows);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(plain.data(), b.dst, n * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(fused.data(), dout, n * 4, cudaMemcpyDeviceToHost));
+    cudaFree(dres);
+    cudaFree(dout);
+    for (size_t i = 0; i < n; ++i) {
+        const float want = plain[i] + res[i];
+        if (std::memcmp(&want, &fused[i], 4) != 0) return false;
+    }
+    return true;
+}
+
+// The tensor-core GEMM against the host reference (activations per 256), every stage count; for
+// Q4_K and Q6_K (the 27B's) also with a residual.
 void check_mma(W t, int rows, int k, std::mt19937 & gen) {
     const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
     const auto w = random_rows(t, rows, k, gen);
@@ -601,6 +625,12 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
                 type_name(t), rows, k, ncols, stages, stages_run(t, stages), code_warps(t, stages), err / ref_max,
                 (unsigned long long)hash,
                 err / ref_max <= (mins_mma_code(stages) ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
+        }
+        if (t == W::q4_K || t == W::q6_K) {
+            const bool ok = t == W::q4_K ? residual_is_added<gemm_kq::Q4KMinsMma>(dw, b, rows, k, row_bytes, ncols, gen)
+                                         : residual_is_added<gemm_kq::Q6K>(dw, b, rows, k, row_bytes, ncols, gen);
+            std::printf("{\"check_mma_residual\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"ok\": %s}\n",
+                        type_name(t), rows, k, ncols, ok ? "true" : "false");
         }
         b.free_all();
     }

@@ -18,20 +18,19 @@ if { [ "$stage" = s ] || [ "$stage" = g1 ] || [ "$stage" = k1 ]; } && [ ! -x /tm
     mv /tmp/gemv_standalone.part /tmp/gemv_standalone) &
   SA_PID=$!
 fi
-# `gpu_bench.sh t1` (planned first call of session 17): the chain delta rule alone (.carry/gdn_sa/*:
-# tools/device/gdn_chain_standalone.cu built here), without and with its inputs staged in shared
-# memory (DFLASH_GDN_STAGED=1; same checksums expected); then the engine: the delta rule / tree /
-# batch-invariant CUDA tests (the staged kernel's bits against ggml's among them), the trained
-# pair's kernels and host calls a step with graph inputs in device memory (DFLASH_DEVICE_INPUTS=1)
-# and without, then the 27B's: the defaults, results read after a full wait (DFLASH_SYNC_READS=1,
-# session 12's order: the forwards' host gap grew from 0.24 to ~1 ms since), Q4_K's scales in the
-# GEMM's A operand (DFLASH_MMA_SPLIT_SCALE=1), the staged chain kernel, device inputs.
+# `gpu_bench.sh t1` (session 17; session 18's first call): the chain delta rule alone
+# (.carry/gdn_sa/*: tools/device/gdn_chain_standalone.cu built here, default and staged; same
+# checksums expected), then the engine: the delta rule / tree / batch-invariant / fused residual /
+# oracle CUDA tests, the trained pair's kernels and host calls a step (defaults; graph inputs left
+# to the scheduler), then the 27B's kernels a step with the defaults (a 1-token forward beside the
+# AR step) and with each of T1_VARS (default: the fused residual off, the scheduler's inputs, the
+# unstaged chain kernel, ggml's mmq). Every file lands in $OUT/all-t1.tgz (a call returns 8 files).
 if [ "$stage" = t1 ]; then
   mkdir -p "$OUT"
   for b in .carry/gdn_sa/*; do
     [ -x "$b" ] || continue
     "$b" "$(basename "$b")" >> "$OUT/gdn-chain-standalone.jsonl" 2>&1
-    DFLASH_GDN_STAGED=1 "$b" "$(basename "$b")-staged" >> "$OUT/gdn-chain-standalone.jsonl" 2>&1
+    DFLASH_GDN_STAGED=0 "$b" "$(basename "$b")-unstaged" >> "$OUT/gdn-chain-standalone.jsonl" 2>&1
   done
   cut -c1-170 "$OUT/gdn-chain-standalone.jsonl"; grep -o '"checksum[^,}]*' "$OUT/gdn-chain-standalone.jsonl" | sort | uniq -c
 fi
@@ -233,6 +232,7 @@ profile_variants() {  # profile_variants VAR[=VALUE]...: the 27B's kernels per s
 # T3_TEST_ENV="VAR=VALUE ...": first the speculative-decoding CUDA tests with those set (a switch to
 # make the default).
 if [ "$stage" = t3 ]; then
+  trap 'pack_out t3' EXIT
   [ -n "${T3_TEST_ENV-}" ] && (export $T3_TEST_ENV; run_cuda_suite "${T3_TEST_S:-100}" -k "spec_chain or ddtree or batch_invariant or verify_commit")
   wait_27b 60
   profile_variants ${T1_VARS-}
@@ -248,12 +248,13 @@ if [ "$stage" = t1 ]; then
     echo "[gpu] pair kernel profile $json $* rc=$? at $(($(date +%s) - t0)) s"; grep -E "wall|host calls" "$OUT/${json%.json}.log"
   }
   pair_profile h200-pair-kernels.json
-  pair_profile h200-pair-kernels-device-inputs.json DFLASH_DEVICE_INPUTS=1
+  pair_profile h200-pair-kernels-device-inputs-0.json DFLASH_DEVICE_INPUTS=0
   wait_27b 150
   # a 1-token forward through the same path (reset, all logits, captures) next to the AR step:
   # is the forwards' ~1 ms of launch tied to that path or to the token count?
   KP_ARGS="--forwards 1,16,32,64" kernel_profile 50
-  profile_variants ${T1_VARS-DFLASH_FUSE_ADD=0 DFLASH_DEVICE_INPUTS DFLASH_SYNC_READS DFLASH_MMA=0 DFLASH_MMA_SPLIT_SCALE DFLASH_GDN_STAGED}
+  profile_variants ${T1_VARS-DFLASH_FUSE_ADD=0 DFLASH_DEVICE_INPUTS=0 DFLASH_GDN_STAGED=0 DFLASH_MMA=0}
+  pack_out t1
   exit 0
 fi
 

@@ -82,3 +82,10 @@ kernel_profile() {
     --label 27b-q4km --steps 10 ${KP_ARGS-} -o "$OUT/$json" > "$OUT/${json%.json}.log" 2>&1
   echo "[gpu] 27B kernel profile $json $* rc=$? at $(($(date +%s) - t0)) s"
 }
+
+# A call returns at most 8 files: pack_out NAME moves everything in $OUT into $OUT/all-NAME.tgz.
+pack_out() {
+  (cd "$OUT" && ls | grep -v '^all-.*\.tgz$' > /tmp/pack.list && tar czf "all-$1.tgz" -T /tmp/pack.list &&
+    xargs rm -f < /tmp/pack.list)
+  echo "[gpu] packed $OUT/all-$1.tgz"
+}
