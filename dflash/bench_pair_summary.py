@@ -66,6 +66,42 @@ def mark_identity(samples: list[dict[str, Any]], ref: Sequence[dict[str, Any]]) 
     return all(verdicts) if verdicts else None
 
 
+def _all(doc: dict[str, Any], mode: str) -> dict[str, Any] | None:
+    m = next((m for m in doc["modes"] if m["mode"] == mode and m.get("summary")), None)
+    return m["summary"]["all"] if m else None
+
+
+def best_ddtree(doc: dict[str, Any]) -> str | None:
+    """Issue 4's comparison in one line: the fastest DDTree mode against our chain and upstream's
+    draft-dflash (decode t/s medians, as the table), its acceptance length against the chain's, and
+    the highest acceptance length of any budget. None without a DDTree mode or our chain."""
+    trees = [
+        (m["mode"], m["summary"]["all"])
+        for m in doc["modes"]
+        if m["mode"].startswith("ours-ddtree")
+        and m.get("summary")
+        and m["summary"]["all"].get("decode_tps_median")
+    ]
+    chain = _all(doc, "ours-chain")
+    if not trees or not chain or not chain.get("decode_tps_median"):
+        return None
+    name, best = max(trees, key=lambda t: t[1]["decode_tps_median"])
+    tps = best["decode_tps_median"]
+    out = f"Best DDTree: {name} {tps:.1f} t/s = {tps / chain['decode_tps_median']:.2f}x ours-chain"
+    spec = _all(doc, "upstream-spec")
+    if spec and spec.get("decode_tps_median"):
+        out += f", {tps / spec['decode_tps_median']:.2f}x upstream-spec"
+    al_chain = chain.get("acceptance_length_median")
+    if al_chain and best.get("acceptance_length_median"):
+        top_name, top = max(trees, key=lambda t: t[1].get("acceptance_length_median") or 0.0)
+        out += (
+            f"; acceptance length {best['acceptance_length_median']:.2f} = "
+            f"{best['acceptance_length_median'] / al_chain:.2f}x the chain's (highest: {top_name} "
+            f"{top['acceptance_length_median']:.2f} = {top['acceptance_length_median'] / al_chain:.2f}x)"
+        )
+    return out + "."
+
+
 def _fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -98,6 +134,9 @@ def markdown(doc: dict[str, Any]) -> str:
         row += [_fmt(a["acceptance_length_median"], ".2f"), _fmt(a["tokens_per_forward_median"], ".2f")]
         row += ["-" if same is None else ("yes" if same else "no")]
         lines.append("| " + " | ".join(row) + " |")
+    verdict = best_ddtree(doc)
+    if verdict:
+        lines += ["", verdict]
     chain = next((m for m in doc["modes"] if m["mode"] == "ours-chain"), None)
     depth = chain["summary"]["all"].get("per_depth_acceptance") if chain else None
     if depth:

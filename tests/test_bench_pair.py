@@ -15,7 +15,7 @@ import pytest
 
 import dflash
 from dflash import bench_pair
-from dflash.bench_pair_summary import markdown
+from dflash.bench_pair_summary import best_ddtree, markdown
 
 TEST_NGL = int(os.environ.get("DFLASH_TEST_NGL", "0"))  # as conftest: 99 on the GPU machine
 N = 12
@@ -110,3 +110,28 @@ def test_bench_pair_unseeded_trees_decode_the_same_tokens(
         "ours-ddtree-b8-unseeded",
     ]
     assert all(m["identical_to_ours_ar"] is True for m in doc["modes"])
+
+
+def _mode(name: str, tps: float, al: float | None) -> dict[str, Any]:
+    return {"mode": name, "summary": {"all": {"decode_tps_median": tps, "acceptance_length_median": al}}}
+
+
+def test_best_ddtree_line_compares_the_fastest_tree_with_the_chain_and_upstream() -> None:
+    """Issue 4's criteria in one line of the table's output: session 17's H200 numbers."""
+    doc = {
+        "modes": [
+            _mode("ours-ar", 4743.5, None),
+            _mode("ours-chain", 4466.7, 5.08),
+            _mode("upstream-spec", 1062.8, 3.99),
+            _mode("ours-ddtree-b16", 4646.5, 5.40),
+            _mode("ours-ddtree-b16-unseeded", 4959.4, 5.94),
+            _mode("ours-ddtree-b64-unseeded", 4439.1, 6.47),
+        ]
+    }
+    assert best_ddtree(doc) == (
+        "Best DDTree: ours-ddtree-b16-unseeded 4959.4 t/s = 1.11x ours-chain, 4.67x upstream-spec; "
+        "acceptance length 5.94 = 1.17x the chain's (highest: ours-ddtree-b64-unseeded 6.47 = 1.27x)."
+    )
+    doc["modes"] = [m for m in doc["modes"] if m["mode"] != "upstream-spec"]
+    assert "upstream" not in (best_ddtree(doc) or "")
+    assert best_ddtree({"modes": [_mode("ours-chain", 1.0, 2.0)]}) is None
