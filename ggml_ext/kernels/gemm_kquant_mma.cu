@@ -55,6 +55,20 @@ int mma_max_columns() {
     return v;
 }
 
+// gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
+template <typename F, int kStages, bool kOccupancy = true, int W = gemm_kq::kWarps, bool kSplitK = true, int R = 1>
+void launch_with(const float * res, int stride_col_res, const char * w, const int8_t * yq, const float * yd,
+                 const int * ysum, float * dst, int nrows, int k, int64_t row_bytes, int ncols, int stride_col_dst,
+                 cudaStream_t stream) {
+    if (res) {
+        gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true>(w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols,
+                                                                     stride_col_dst, stream, res, stride_col_res);
+    } else {
+        gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R>(w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols,
+                                                               stride_col_dst, stream);
+    }
+}
+
 }  // namespace
 
 namespace ggml_ext {
@@ -120,35 +134,19 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
         gemm_kq::quantize_act<F>(x, qs.get(), d.get(), sums.get(), (int)k, (int)n, sx, stream);
         if constexpr (gemm_kq::fit_stages<F, 8>(kS) == kS) {
             if (long_rows) {
-                if (r_ptr) {
-                    gemm_kq::launch<F, kS, true, 8, true, 1, true>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
-                                                                   (int64_t)src0->nb[1], (int)n, sd, stream, r_ptr, sr);
-                } else {
-                    gemm_kq::launch<F, kS, true, 8>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
-                                                    (int64_t)src0->nb[1], (int)n, sd, stream);
-                }
+                launch_with<F, kS, true, 8>(r_ptr, sr, w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
+                                            (int64_t)src0->nb[1], (int)n, sd, stream);
                 return;
             }
         }
         if (two_tiles) {
             constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
-            if (r_ptr) {
-                gemm_kq::launch<F, kS, true, kW, true, 2, true>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
-                                                                (int64_t)src0->nb[1], (int)n, sd, stream, r_ptr, sr);
-            } else {
-                gemm_kq::launch<F, kS, true, kW, true, 2>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
-                                                          (int64_t)src0->nb[1], (int)n, sd, stream);
-            }
+            launch_with<F, kS, true, kW, true, 2>(r_ptr, sr, w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
+                                                  (int64_t)src0->nb[1], (int)n, sd, stream);
             return;
         }
-        if (r_ptr) {
-            gemm_kq::launch<F, kS, true, gemm_kq::kWarps, true, 1, true>(w, qs.get(), d.get(), sums.get(), out, rows,
-                                                                         (int)k, (int64_t)src0->nb[1], (int)n, sd,
-                                                                         stream, r_ptr, sr);
-        } else {
-            gemm_kq::launch<F, kS>(w, qs.get(), d.get(), sums.get(), out, rows, (int)k, (int64_t)src0->nb[1], (int)n,
-                                   sd, stream);
-        }
+        launch_with<F, kS>(r_ptr, sr, w, qs.get(), d.get(), sums.get(), out, rows, (int)k, (int64_t)src0->nb[1], (int)n,
+                           sd, stream);
     };
     if (t == GGML_TYPE_Q6_K) {
         run(gemm_kq::Q6K{});
