@@ -122,15 +122,21 @@ def test_cuda_gemv_fused_forms(name: str, n: int, gemv_restored: None) -> None:
 
 @pytest.fixture
 def mma_restored() -> Iterator[None]:
-    was = _core.mma_enabled()
+    """The tensor-core GEMM's switches as they were: the GEMM itself and its fused residual add."""
+    was, was_fuse = _core.mma_enabled(), _core.fuse_add_enabled()
     yield
     _core.set_mma_enabled(was)
+    _core.set_fuse_add_enabled(was_fuse)
 
 
-def test_mma_switch_is_on_with_cuda_by_default() -> None:
+@pytest.mark.parametrize(
+    ("enabled", "env"), [("mma_enabled", "DFLASH_MMA"), ("fuse_add_enabled", "DFLASH_FUSE_ADD")]
+)
+def test_gemm_switches_are_on_with_cuda_by_default(enabled: str, env: str) -> None:
     """ggml_ext's tensor-core GEMM takes the engine's 2..64-column products on CUDA unless
-    DFLASH_MMA=0; there is nothing to switch on the CPU."""
-    assert _core.mma_enabled() == (GPU and os.environ.get("DFLASH_MMA") != "0")
+    DFLASH_MMA=0, and adds a following residual as it writes unless DFLASH_FUSE_ADD=0; there is
+    nothing to switch on the CPU."""
+    assert getattr(_core, enabled)() == (GPU and os.environ.get(env) != "0")
 
 
 @needs_gpu
@@ -159,22 +165,11 @@ def test_cuda_mma_gemm_equals_ggml_and_numpy(
     assert np.abs(got - ref).max() <= 3e-2 * scale
 
 
-@pytest.fixture
-def fuse_add_restored() -> Iterator[None]:
-    was = _core.fuse_add_enabled()
-    yield
-    _core.set_fuse_add_enabled(was)
-
-
-def test_fuse_add_switch_is_on_with_cuda_by_default() -> None:
-    assert _core.fuse_add_enabled() == (GPU and os.environ.get("DFLASH_FUSE_ADD") != "0")
-
-
 @needs_gpu
 @pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
 @pytest.mark.parametrize("n", [2, 9, 16, 33, 48, 64])
 def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
-    wtype: str, n: int, mma_restored: None, fuse_add_restored: None
+    wtype: str, n: int, mma_restored: None
 ) -> None:
     """w x + residual, the engine's residual shape (patches/0008): up to 48 columns the GEMM adds
     the residual as it writes (the fusion counter moves), bit for bit what the add node gives its
