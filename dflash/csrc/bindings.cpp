@@ -418,9 +418,17 @@ PYBIND11_MODULE(_core, m) {
           "preorder segment; DFLASH_TREE_GDN=walk|paths); the same bits; no effect without CUDA");
     m.def("tree_gdn_mode", &ggml_ext::tree_gdn_mode);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
-          "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K x 2..64 columns on CUDA instead of ggml's mmq "
+          "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K / Q8_0 x 2..mma_max_columns() columns on CUDA instead of "
+          "ggml's mmq "
           "(on by default; DFLASH_MMA=0 starts it off)");
     m.def("mma_enabled", &ggml_ext::mma_enabled);
+    m.def("set_mma_q80_enabled", &ggml_ext::set_mma_q80_enabled, py::arg("on"),
+          "Q8_0 weights through ggml_ext's tensor-core GEMM too (on by default; DFLASH_MMA_Q80=0 starts it off)");
+    m.def("mma_q80_enabled", &ggml_ext::mma_q80_enabled);
+    m.def("set_mma_max_columns", &ggml_ext::set_mma_max_columns, py::arg("n"),
+          "the most columns ggml_ext's GEMM takes: 16, 32, 64, 128 or 256 (the default; DFLASH_MMA_MAX_COLUMNS); "
+          "above 64 it runs launches of 64; 0 without CUDA");
+    m.def("mma_max_columns", &ggml_ext::mma_max_columns);
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);
@@ -617,6 +625,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("n_ctx", &DraftEngineConfig::n_ctx)
         .def_readwrite("kv_type", &DraftEngineConfig::kv_type)
         .def_readwrite("top_k", &DraftEngineConfig::top_k)
+        .def_readwrite("tree_temperature", &DraftEngineConfig::tree_temperature)
         .def_readwrite("n_batch", &DraftEngineConfig::n_batch)
         .def_readwrite("all_bidirectional", &DraftEngineConfig::all_bidirectional);
 

@@ -140,7 +140,7 @@ DraftGraph build_dflash_draft(ggml_context * ctx, const DflashModel & model, con
     }
     if (spec.top_k == 0) return g;  // chain decoding needs only the argmax
     g.top_ids = ggml_ext::top_k_rows(ctx, g.logits, spec.top_k);
-    ggml_tensor * probs = ggml_soft_max(ctx, g.logits);
+    ggml_tensor * probs = ggml_soft_max_ext(ctx, g.logits, nullptr, 1.0f / spec.top_temperature, 0.0f);
     probs = ggml_reshape_3d(ctx, probs, 1, probs->ne[0], probs->ne[1]);
     g.top_logp = ggml_log(ctx, ggml_reshape_2d(ctx, ggml_get_rows(ctx, probs, g.top_ids), spec.top_k, n - 1));
     for (ggml_tensor * t : {g.top_ids, g.top_logp}) {

@@ -28,9 +28,10 @@ struct DraftKv {
 };
 
 struct DraftSpec {
-    int n_inject = 0;  // feature rows (padded); padding rows are written to the trash row
-    int n_block = 0;   // 0 (inject only) or block_size
-    int top_k = 1;     // candidates per slot (top_ids / top_logp); 0: argmax only
+    int n_inject = 0;              // feature rows (padded); padding rows are written to the trash row
+    int n_block = 0;               // 0 (inject only) or block_size
+    int top_k = 1;                 // candidates per slot (top_ids / top_logp); 0: argmax only
+    float top_temperature = 1.0f;  // softmax temperature of top_logp
     // Attended rows: [0, kv_hi) for full layers, [kv_lo_sliding, kv_hi) for sliding ones.
     int kv_hi = 0;
     int kv_lo_sliding = 0;

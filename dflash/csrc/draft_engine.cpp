@@ -18,8 +18,9 @@ constexpr int GRAPH_NODES = 4096;
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 bool same_spec(const DraftSpec & a, const DraftSpec & b) {
-    return a.n_inject == b.n_inject && a.n_block == b.n_block && a.top_k == b.top_k && a.kv_hi == b.kv_hi &&
-           a.kv_lo_sliding == b.kv_lo_sliding && a.feat_src == b.feat_src && a.feat_version == b.feat_version;
+    return a.n_inject == b.n_inject && a.n_block == b.n_block && a.top_k == b.top_k &&
+           a.top_temperature == b.top_temperature && a.kv_hi == b.kv_hi && a.kv_lo_sliding == b.kv_lo_sliding &&
+           a.feat_src == b.feat_src && a.feat_version == b.feat_version;
 }
 
 }  // namespace
@@ -44,6 +45,10 @@ DraftEngine::DraftEngine(const std::string & path, TargetEngine & target, const 
     n_vocab_ = target.hparams().n_vocab;
     if (cfg_.top_k < 1 || cfg_.top_k > n_vocab_) {
         throw InvalidParameter("draft top_k must be in [1, n_vocab], got " + std::to_string(cfg_.top_k));
+    }
+    if (!(cfg_.tree_temperature >= 0.05f && cfg_.tree_temperature <= 20.0f)) {
+        throw InvalidParameter("draft tree_temperature must be in [0.05, 20], got " +
+                               std::to_string(cfg_.tree_temperature));
     }
     cfg_.n_batch = std::min(cfg_.n_batch, cfg_.n_ctx);
     // The target keeps this drafter's layers on the device (planned and checked there).
@@ -86,6 +91,7 @@ DraftEngine::DraftEngine(const std::string & path, TargetEngine & target, const 
     worst.n_inject = round_up(cfg_.n_batch, hp.block_size);
     worst.n_block = hp.block_size;
     worst.top_k = cfg_.top_k;
+    worst.top_temperature = cfg_.tree_temperature;
     worst.kv_hi = (int)kv_.n_rows;
     worst.kv_lo_sliding = 0;
     ggml_init_params gp = {graph_mem_.size(), graph_mem_.data(), true};
@@ -208,6 +214,7 @@ DraftSpec DraftEngine::spec_for(int n_inject, bool block, int start, bool top_k)
     // Padded to whole blocks so that the chain loop (1..B accepted rows per step) reuses one graph.
     s.n_inject = n_inject == 0 ? 0 : std::min(round_up(n_inject, hp.block_size), round_up(cfg_.n_batch, hp.block_size));
     s.top_k = block && top_k ? cfg_.top_k : 0;
+    s.top_temperature = cfg_.tree_temperature;
     if (n_inject > 0 && pending_on_target_) {
         s.feat_src = target_.features();
         s.feat_version = target_.features_version();

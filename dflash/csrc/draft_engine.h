@@ -19,9 +19,12 @@
 namespace dflash {
 
 struct DraftEngineConfig {
-    int n_ctx = 0;                   // highest context position + 1; 0 = the target's n_ctx
-    std::string kv_type = "f16";     // draft KV cache: f16, bf16 or f32
-    int top_k = 8;                   // candidates per slot returned by draft() (for DDTree)
+    int n_ctx = 0;                // highest context position + 1; 0 = the target's n_ctx
+    std::string kv_type = "f16";  // draft KV cache: f16, bf16 or f32
+    int top_k = 8;                // candidates per slot returned by draft() (for DDTree)
+    // DDTree: the softmax temperature of the top-K log-probabilities the tree builder ranks by
+    // (a calibration of the drafter's marginals; the drafted tokens and the output do not change).
+    float tree_temperature = 1.0f;
     int n_batch = 512;               // injection chunk
     bool all_bidirectional = false;  // every layer bidirectional inside the block (upstream's behaviour)
 };

@@ -49,7 +49,7 @@ void mark_batch_invariant_on_cpu(ggml_cgraph * gf);
 // kernel in one process. No effect without CUDA.
 void set_gemv_enabled(bool on);
 bool gemv_enabled();
-// ggml_ext's GEMV and tensor-core GEMM for Q8_0 weights too (Q8_0 files and drafters). Off by
+// ggml_ext's GEMV for Q8_0 weights too (Q8_0 files and drafters; the GEMM: mma_q80_enabled). Off by
 // default: on the H200 its GEMV read at ~0.8 TB/s, below ggml's mul_mat_vec_q (session 8,
 // bench/results/h200-s8-gemv-standalone-all-a092eca.json); DFLASH_Q80=1 starts it on. Q5_K (Q5_K_M files)
 // is always on with the GEMV: 2.5-2.7 TB/s, AR 114 t/s against 92 with mmvq on the 27B. No effect
@@ -57,11 +57,19 @@ bool gemv_enabled();
 void set_q80_enabled(bool on);
 bool q80_enabled();
 
-// ggml_ext's tensor-core GEMM for Q4_K / Q6_K weights (kernels/gemm_kquant_mma.cu): tagged
-// mul_mat_tiles products of 2..64 columns go to it instead of ggml's mmq or its GEMV when on (the default;
-// DFLASH_MMA=0 starts it off). No effect without CUDA.
+// ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K / Q8_0 weights (kernels/gemm_kquant_mma.cu):
+// tagged mul_mat_tiles products of 2..mma_max_columns() columns go to it instead of ggml's mmq or
+// its GEMV when on (the default; DFLASH_MMA=0 starts it off). No effect without CUDA.
 void set_mma_enabled(bool on);
 bool mma_enabled();
+// Q8_0 weights through that GEMM (activations quantized per 32 values, as ggml's q8_1): on by
+// default, DFLASH_MMA_Q80=0 starts it off (q80_enabled turns it on too).
+void set_mma_q80_enabled(bool on);
+bool mma_q80_enabled();
+// The most columns the GEMM takes: 16, 32, 64, 128 or 256 (the default; DFLASH_MMA_MAX_COLUMNS);
+// above 64 it runs launches of 64 columns. Other values round up to the next of those.
+void set_mma_max_columns(int n);
+int mma_max_columns();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to 48 columns (patches/0008): the
 // residual added as the GEMM writes its outputs, the same float addition as the add node's. On by default

@@ -46,14 +46,18 @@ int mma_row_tiles() {
     return v;
 }
 
-int mma_max_columns() {
-    static const int v = [] {
-        const char * e = std::getenv("DFLASH_MMA_MAX_COLUMNS");
-        const int n = e ? std::atoi(e) : 64;
-        return n == 16 || n == 32 ? n : 64;
-    }();
-    return v;
-}
+// Columns the GEMM takes (DFLASH_MMA_MAX_COLUMNS 16, 32, 64, 128 or 256; 256 by default): above 64
+// they run in launches of 64 (the weights are read once a launch).
+int mma_max_columns_flag = [] {
+    const char * e = std::getenv("DFLASH_MMA_MAX_COLUMNS");
+    const int n = e ? std::atoi(e) : 256;
+    return n == 16 || n == 32 || n == 64 || n == 128 ? n : 256;
+}();
+
+bool mma_q80_flag = [] {
+    const char * e = std::getenv("DFLASH_MMA_Q80");
+    return !(e && e[0] == '0');
+}();
 
 // gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
 template <typename F, int kStages, bool kOccupancy = true, int W = gemm_kq::kWarps, bool kSplitK = true, int R = 1>
@@ -69,11 +73,60 @@ void launch_with(const float * res, int stride_col_res, const char * w, const in
     }
 }
 
+// One launch of the GEMM for nc <= 64 columns: quantize x, then the kernel for type t.
+void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const float * x, int64_t sx, const char * w,
+                int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
+                int nsm, cudaStream_t stream) {
+    constexpr int kS = gemm_kq::kDefaultStages;
+    // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
+    // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
+    // shared memory); two row tiles a warp (each activation load feeds two mmas) for Q4_K / Q5_K
+    // at 17..32 columns where the matrix has rows for 2 blocks of them per multiprocessor: on the
+    // H200 the 27B's [gate; up] 52.1 / 57.8 us at 24 / 32 columns against 58.1 / 63.5, attn_q
+    // 20.3 / 22.5 against 25.1 / 26.6, but slower at 8, 16, 48 and 64 columns (registers) and for
+    // Q6_K (2 warps a block to fit the shared memory) at every count
+    // (bench/results/h200-s12-mma-standalone-tiles-8222f0f.json).
+    const bool long_rows = k / 256 >= gemm_kq::kLongRowBlocks && n <= 16 && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
+    const bool two_tiles = !long_rows && mma_row_tiles() == 2 && n > 16 && n <= 32 &&
+                           (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) && rows >= 2 * 32 * nsm;
+    auto run = [&](auto f) {
+        using F = decltype(f);
+        gemm_kq::quantize_act<F>(x, qs, d, sums, k, n, sx, stream);
+        if constexpr (gemm_kq::fit_stages<F, 8>(kS) == kS) {
+            if (long_rows) {
+                launch_with<F, kS, true, 8>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
+                return;
+            }
+        }
+        if (two_tiles) {
+            constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
+            launch_with<F, kS, true, kW, true, 2>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
+            return;
+        }
+        launch_with<F, kS>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
+    };
+    if (t == GGML_TYPE_Q6_K) {
+        run(gemm_kq::Q6K{});
+    } else if (t == GGML_TYPE_Q5_K) {
+        mins_int ? run(gemm_kq::Q5K{}) : run(gemm_kq::Q5KMinsMma{});
+    } else if (t == GGML_TYPE_Q8_0) {
+        run(gemm_kq::Q80{});
+    } else {
+        mins_int ? run(gemm_kq::Q4K{}) : run(gemm_kq::Q4KMinsMma{});
+    }
+}
+
 }  // namespace
 
 namespace ggml_ext {
 void set_mma_enabled(bool on) { mma_enabled_flag = on; }
 bool mma_enabled() { return mma_enabled_flag; }
+void set_mma_q80_enabled(bool on) { mma_q80_flag = on; }
+bool mma_q80_enabled() { return mma_q80_flag; }
+void set_mma_max_columns(int n) {
+    mma_max_columns_flag = n <= 16 ? 16 : n <= 32 ? 32 : n <= 64 ? 64 : n <= 128 ? 128 : 256;
+}
+int mma_max_columns() { return mma_max_columns_flag; }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
@@ -82,8 +135,8 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
     const ggml_type t = src0->type;
     const bool type_ok = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K ||
-                         (ggml_ext::q80_enabled() && t == GGML_TYPE_Q8_0);
-    if (!mma_enabled_flag || !type_ok || n < kMmaMinColumns || n > mma_max_columns() || k % 256 != 0 ||
+                         ((mma_q80_flag || ggml_ext::q80_enabled()) && t == GGML_TYPE_Q8_0);
+    if (!mma_enabled_flag || !type_ok || n < kMmaMinColumns || n > mma_max_columns_flag || k % 256 != 0 ||
         !GGML_CUDA_CC_IS_NVIDIA(cc) || ggml_cuda_highest_compiled_arch(cc) < GGML_CUDA_CC_AMPERE || src0->ne[2] != 1 ||
         src0->ne[3] != 1 || src0->nb[1] % (t == GGML_TYPE_Q6_K ? 2 : 16) != 0 ||
         reinterpret_cast<uintptr_t>(src0->data) % 16 != 0 ||
@@ -101,61 +154,28 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
         return false;
     }
     cudaStream_t stream = ctx.stream();
-    const int np = gemm_kq::padded_columns((int)n);
+    // More than 64 columns: launches of 64 (the last one the rest), one after another on the stream,
+    // sharing the activation buffers.
+    constexpr int kChunk = 64;
+    const int np = gemm_kq::padded_columns((int)std::min<int64_t>(n, kChunk));
     ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)np * k);
-    ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 256));
+    ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 32));  // per 256 values, or per 32 (Q8_0)
     ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
-    constexpr int kS = gemm_kq::kDefaultStages;
     static const bool mins_int = [] {
         const char * e = std::getenv("DFLASH_MMA_MINS_INT");
         return e && e[0] == '1';
     }();
-    const float * x = (const float *)src1->data;
     const int64_t sx = src1->nb[1] / sizeof(float);
     const int rows = (int)src0->ne[1], sd = (int)(dst->nb[1] / sizeof(float));
     const char * w = (const char *)src0->data;
-    float * out = (float *)dst->data;
-    const float * r_ptr = res ? (const float *)res->data : nullptr;
     const int sr = res ? (int)(res->nb[1] / sizeof(float)) : 0;
-    // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
-    // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
-    // shared memory); two row tiles a warp (each activation load feeds two mmas) for Q4_K / Q5_K
-    // at 17..32 columns where the matrix has rows for 2 blocks of them per multiprocessor: on the
-    // H200 the 27B's [gate; up] 52.1 / 57.8 us at 24 / 32 columns against 58.1 / 63.5, attn_q
-    // 20.3 / 22.5 against 25.1 / 26.6, but slower at 8, 16, 48 and 64 columns (registers) and for
-    // Q6_K (2 warps a block to fit the shared memory) at every count
-    // (bench/results/h200-s12-mma-standalone-tiles-8222f0f.json).
-    const bool long_rows = k / 256 >= gemm_kq::kLongRowBlocks && n <= 16 && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
-    const bool two_tiles = !long_rows && mma_row_tiles() == 2 && n > 16 && n <= 32 &&
-                           (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) &&
-                           rows >= 2 * 32 * ggml_cuda_info().devices[ctx.device].nsm;
-    auto run = [&](auto f) {
-        using F = decltype(f);
-        gemm_kq::quantize_act<F>(x, qs.get(), d.get(), sums.get(), (int)k, (int)n, sx, stream);
-        if constexpr (gemm_kq::fit_stages<F, 8>(kS) == kS) {
-            if (long_rows) {
-                launch_with<F, kS, true, 8>(r_ptr, sr, w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
-                                            (int64_t)src0->nb[1], (int)n, sd, stream);
-                return;
-            }
-        }
-        if (two_tiles) {
-            constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
-            launch_with<F, kS, true, kW, true, 2>(r_ptr, sr, w, qs.get(), d.get(), sums.get(), out, rows, (int)k,
-                                                  (int64_t)src0->nb[1], (int)n, sd, stream);
-            return;
-        }
-        launch_with<F, kS>(r_ptr, sr, w, qs.get(), d.get(), sums.get(), out, rows, (int)k, (int64_t)src0->nb[1], (int)n,
-                           sd, stream);
-    };
-    if (t == GGML_TYPE_Q6_K) {
-        run(gemm_kq::Q6K{});
-    } else if (t == GGML_TYPE_Q5_K) {
-        mins_int ? run(gemm_kq::Q5K{}) : run(gemm_kq::Q5KMinsMma{});
-    } else if (t == GGML_TYPE_Q8_0) {
-        run(gemm_kq::Q80{});
-    } else {
-        mins_int ? run(gemm_kq::Q4K{}) : run(gemm_kq::Q4KMinsMma{});
+    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+        const int nc = (int)std::min<int64_t>(kChunk, n - c0);
+        const float * x = (const float *)src1->data + c0 * sx;
+        float * out = (float *)dst->data + c0 * sd;
+        const float * r_ptr = res ? (const float *)res->data + c0 * sr : nullptr;
+        gemm_chunk(t, mins_int, nc, rows, (int)k, x, sx, w, (int64_t)src0->nb[1], out, sd, r_ptr, sr, qs.get(), d.get(),
+                   sums.get(), ggml_cuda_info().devices[ctx.device].nsm, stream);
     }
     CUDA_CHECK(cudaGetLastError());
     return true;

@@ -130,7 +130,8 @@ void dequant_row(W t, const uint8_t * row, int k, float * y) {
 }
 
 // The activations as the kernels see them: int8 per value, d = max|x| / 127 per `group` values
-// (32 for the GEMV, 256 for the tensor-core GEMM); the GEMV keeps d rounded to half (q8_1).
+// (32 for the GEMV and the Q8_0 tensor-core GEMM, 256 for the K-quant GEMM); per 32, d is kept
+// rounded to half (q8_1).
 std::vector<double> quantized(const std::vector<float> & x, int group = 32) {
     std::vector<double> q(x.size());
     for (size_t g = 0; g < x.size(); g += group) {
@@ -391,7 +392,7 @@ struct MmaBuffers {
     void alloc(int k, int ncols, int rows) {
         const int np = gemm_kq::padded_columns(ncols);
         CK(cudaMalloc(&yq, (size_t)np * k));
-        CK(cudaMalloc(&yd, (size_t)np * k / 256 * 4));
+        CK(cudaMalloc(&yd, (size_t)np * k / 32 * 4));  // per 256 values (per 32: Q8_0)
         CK(cudaMalloc(&ysum, (size_t)np * k / 32 * 4));
         CK(cudaMalloc(&x, (size_t)ncols * k * 4));
         CK(cudaMalloc(&dst, (size_t)ncols * rows * 4));
@@ -575,7 +576,7 @@ bool residual_is_added(const char * w, const MmaBuffers & b, int rows, int k, in
     return true;
 }
 
-// The tensor-core GEMM against the host reference (activations per 256), every stage count; for
+// The tensor-core GEMM against the host reference (activations per 256; per 32 for Q8_0), every stage count; for
 // Q4_K and Q6_K (the 27B's) also with a residual.
 void check_mma(W t, int rows, int k, std::mt19937 & gen) {
     const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
@@ -592,8 +593,8 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
         std::vector<double> ref((size_t)ncols * rows);
         double ref_max = 0;
         for (int j = 0; j < ncols; ++j) {
-            const auto q =
-                quantized(std::vector<float>(x.begin() + (size_t)j * k, x.begin() + (size_t)(j + 1) * k), 256);
+            const auto q = quantized(std::vector<float>(x.begin() + (size_t)j * k, x.begin() + (size_t)(j + 1) * k),
+                                     t == W::q8_0 ? 32 : 256);
             for (int r = 0; r < rows; ++r) {
                 double s = 0;
                 for (int i = 0; i < k; ++i) s += (double)wf[(size_t)r * k + i] * q[i];

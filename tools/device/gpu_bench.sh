@@ -36,6 +36,51 @@ if [ "$stage" = t1 ]; then
 fi
 source "$(dirname "$0")/stage_common.sh"
 
+PAIR_T=dflash/data/pair/target-q8_0.gguf PAIR_D=dflash/data/pair/drafter-q8_0.gguf
+# The trained pair's kernels and host calls a step: pair_profile JSON [VAR=VALUE...] (PP_ARGS:
+# kernel_profile.py's sizes)
+pair_profile() {
+  local json=$1; shift
+  # shellcheck disable=SC2086  # PP_ARGS splits on purpose
+  env "$@" timeout 45 python3 tools/device/kernel_profile.py -m $PAIR_T --draft $PAIR_D --label pair \
+    ${PP_ARGS:---forwards 16,17,65 --budgets 16,64} --synthetic-accept 6 --steps 20 -o "$OUT/$json" \
+    > "$OUT/${json%.json}.log" 2>&1
+  echo "[gpu] pair kernel profile $json $* rc=$? at $(($(date +%s) - t0)) s"; grep -E "wall|host calls" "$OUT/${json%.json}.log"
+}
+
+# `gpu_bench.sh u1` (session 18's first call), then `u2` within 30 s. u1: the build, the GEMM /
+# GEMV / speculative CUDA tests (Q8_0 through the tensor-core GEMM with activations per 32, more
+# than 64 columns in launches of 64), the trained pair's kernels a step with that GEMM for its Q8_0
+# weights (the default now) and without (DFLASH_MMA_Q80=0), then the 27B's forwards of 1..128
+# tokens with the defaults (128: two launches) and with ggml's mmq above 64 columns
+# (DFLASH_MMA_MAX_COLUMNS=64). u2: the pair's modes on its 48 held-out prompts (upstream beside),
+# then again with DFLASH_MMA_Q80=0.
+if [ "$stage" = u1 ]; then
+  trap 'pack_out u1' EXIT
+  start_27b_synth
+  run_cuda_suite 170 -k "gemm or gemv or residual or spec_chain or ddtree or batch_invariant or oracle"
+  export PP_ARGS="--forwards 16,17,65,129 --budgets 16,32,64,128"
+  pair_profile h200-pair-kernels.json
+  pair_profile h200-pair-kernels-mma-q80-0.json DFLASH_MMA_Q80=0
+  wait_27b 120
+  KP_ARGS="--forwards 1,16,32,64,128" kernel_profile 60
+  KP_ARGS="--forwards 64,128" profile_variants DFLASH_MMA_MAX_COLUMNS=64
+  exit 0
+fi
+if [ "$stage" = u2 ]; then
+  trap 'pack_out u2' EXIT
+  pair_bench() {  # pair_bench SECONDS JSON [VAR=VALUE...] [-- bench args]
+    local secs=$1 json=$2; shift 2; split_env_args "$@"
+    env "${ENVS[@]}" timeout "$secs" python3 -m dflash.bench --pair dflash/data/pair \
+      --prompts bench/prompts/pair-heldout-code48.jsonl -ngl 99 -n 512 --budgets 16,32,64,128 --chain-seed both \
+      "${XARGS[@]}" -o "$OUT/$json" > "$OUT/${json%.json}.log" 2>&1
+    echo "[gpu] pair bench $json ${ENVS[*]} rc=$? at $(($(date +%s) - t0)) s"; tail -n 20 "$OUT/${json%.json}.log"
+  }
+  pair_bench "$(( $(left) * 6 / 10 ))" h200-pair-upstream.json ${U2_ENV-}
+  pair_bench "$(($(left) - 5))" h200-pair-mma-q80-0.json DFLASH_MMA_Q80=0 -- --no-upstream --no-upstream-spec
+  exit 0
+fi
+
 # `gpu_bench.sh v` (a short call: CALL_S=<its limit less 15 s>): build, the CUDA suite, then the
 # 27B's AR and chain with the defaults (no upstream), as time allows.
 if [ "$stage" = v ]; then
@@ -145,7 +190,6 @@ fi
 # walk and paths forms bit-equal among them), the trained pair's modes with the paths form (upstream
 # AR and speculative beside them) and its DDTree with the walk; n2 the pair's kernels per step and
 # its step split (draft / tree / verify / commit) per budget, with each form.
-PAIR_T=dflash/data/pair/target-q8_0.gguf PAIR_D=dflash/data/pair/drafter-q8_0.gguf
 if [ "$stage" = n1 ]; then
   run_cuda_suite 80 -k "gdn or tree_ops or batch_invariant"
   for form in paths walk; do
@@ -241,12 +285,6 @@ fi
 if [ "$stage" = t1 ]; then
   start_27b_synth
   run_cuda_suite 110 -k "gdn or tree_ops or batch_invariant or residual or oracle"
-  pair_profile() {  # pair_profile JSON [VAR=VALUE...]: the trained pair's kernels and host calls a step
-    local json=$1; shift
-    env "$@" timeout 40 python3 tools/device/kernel_profile.py -m $PAIR_T --draft $PAIR_D --label pair \
-      --forwards 16,17,65 --budgets 16,64 --synthetic-accept 6 --steps 20 -o "$OUT/$json" > "$OUT/${json%.json}.log" 2>&1
-    echo "[gpu] pair kernel profile $json $* rc=$? at $(($(date +%s) - t0)) s"; grep -E "wall|host calls" "$OUT/${json%.json}.log"
-  }
   pair_profile h200-pair-kernels.json
   pair_profile h200-pair-kernels-device-inputs-0.json DFLASH_DEVICE_INPUTS=0
   wait_27b 150
