@@ -73,6 +73,7 @@ class Engine:
             "budget",
             "chain_seed",
             "draft_top_k",
+            "tree_temperature",
         }
         if unknown:
             raise InvalidParameterError(f"unknown speculative option(s): {', '.join(sorted(unknown))}")
@@ -118,6 +119,7 @@ class Engine:
             dcfg.kv_type = str(spec_options.get("draft_kv_type", "f16"))
             dcfg.all_bidirectional = bool(spec_options.get("all_bidirectional", False))
             dcfg.top_k = int(spec_options.get("draft_top_k", 8))
+            dcfg.tree_temperature = float(spec_options.get("tree_temperature", 1.0))
             gguf_path = resolve_drafter(str(draft_path), self.model_path)
             self._draft = _core.DraftEngine(str(gguf_path), self._target, dcfg)
 

@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
         help="DDTree trees seeded with the drafter's top-1 chain (the engine's default), not (modes "
         "ours-ddtree-bN-unseeded: the best-first tree alone), or both",
     )
+    ap.add_argument(
+        "--tree-temperature",
+        type=float,
+        default=1.0,
+        help="softmax temperature of the drafter's log-probabilities the DDTree builder ranks by",
+    )
     ap.add_argument("--no-upstream", action="store_true", help="skip upstream autoregressive (libllama)")
     ap.add_argument("--no-upstream-spec", action="store_true", help="skip upstream llama-speculative-simple")
     ap.add_argument("--spec-binary", default=None, help="llama-speculative-simple (default: upstream_tools')")
@@ -127,7 +133,7 @@ def run(a: argparse.Namespace, argv: list[str], out: Path | None = None) -> dict
     plan += [
         (
             f"ours-ddtree-b{b}" + ("" if seed else "-unseeded"),
-            lambda b=b, s=seed: run_ours(t, d, prompts, cfg, a.max_draft, b, s),
+            lambda b=b, s=seed: run_ours(t, d, prompts, cfg, a.max_draft, b, s, a.tree_temperature),
         )
         for b in budgets
         for seed in seeds

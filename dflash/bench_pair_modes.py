@@ -82,13 +82,16 @@ def run_ours(
     max_draft: int,
     budget: int,
     chain_seed: bool = True,
+    tree_temperature: float = 1.0,
 ) -> dict[str, Any]:
     """Our engine; `draft` None = autoregressive, else chain DFlash (budget 0) or DDTree (its tree
     seeded with the drafter's top-1 chain or not)."""
     from dflash import _core
 
     eng = _core.TargetEngine(target, _engine_config(cfg, max(max_draft, budget) + 1))
-    dr = _core.DraftEngine(draft, eng, _core.DraftEngineConfig()) if draft else None
+    dcfg = _core.DraftEngineConfig()
+    dcfg.tree_temperature = tree_temperature
+    dr = _core.DraftEngine(draft, eng, dcfg) if draft else None
 
     def once(p: Prompt) -> dict[str, Any]:
         s = _core.DecodeSession(

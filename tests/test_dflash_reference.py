@@ -331,16 +331,22 @@ def test_incremental_inject_truncate_and_graph_reuse(synth_model: Any, make_draf
     check(20, 11)
 
 
-def test_top_k_is_sorted_log_softmax(synth_model: Any, make_drafter: MakeDrafter) -> None:
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 1.3])
+def test_top_k_is_sorted_log_softmax(
+    synth_model: Any, make_drafter: MakeDrafter, temperature: float
+) -> None:
+    """The DDTree candidates: the top-K of each slot, best first, with the log-softmax of the
+    logits at the tree temperature (the argmax and the candidates do not depend on it)."""
     tpath = synth_model("tiny-a", "f32")
     dpath = make_drafter(tpath, 4, hidden=64, target_layer_ids=(1, 2), **SWA_DRAFTER)
     target = target_engine(tpath)
-    draft = draft_engine(dpath, target, top_k=5)
+    draft = draft_engine(dpath, target, top_k=5, tree_temperature=temperature)
     draft.inject(features(target, list(range(30)), [1, 2]), 0)
     out = draft.draft(42, 30, True)
     logits = out["logits"].astype(F64)
-    top = logits.max(1, keepdims=True)
-    logp = logits - top - np.log(np.exp(logits - top).sum(1, keepdims=True))
+    scaled = logits / temperature
+    top = scaled.max(1, keepdims=True)
+    logp = scaled - top - np.log(np.exp(scaled - top).sum(1, keepdims=True))
     ids, lp = out["top_ids"], out["top_logp"]
     assert ids.shape == lp.shape == (15, 5)
     assert (np.diff(lp, axis=1) <= 0).all()
@@ -363,6 +369,9 @@ def test_bad_calls_raise(synth_model: Any, make_drafter: MakeDrafter) -> None:
     tpath = synth_model("tiny-a", "f32")
     dpath = make_drafter(tpath, 4, hidden=64, target_layer_ids=(0, 2), **SWA_DRAFTER)
     target = target_engine(tpath, n_ctx=64)
+    for bad in (0.0, -1.0, float("nan"), 50.0):
+        with pytest.raises(_core.InvalidParameterError, match="tree_temperature"):
+            draft_engine(dpath, target, tree_temperature=bad)
     draft = draft_engine(dpath, target)
     feats = np.zeros((10, 128), np.float32)
     with pytest.raises(_core.InvalidParameterError):

@@ -37,6 +37,14 @@ fi
 source "$(dirname "$0")/stage_common.sh"
 
 PAIR_T=dflash/data/pair/target-q8_0.gguf PAIR_D=dflash/data/pair/drafter-q8_0.gguf
+profile_variants() {  # profile_variants VAR[=VALUE]...: the 27B's kernels per step with each (VAR: VAR=1)
+  for v in "$@"; do
+    [ "$(left)" -ge 45 ] || break
+    case $v in *=*) ;; *) v=$v=1 ;; esac
+    kernel_profile 40 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
+  done
+  grep -E "wall|gdn_chain|tree_gdn" "$OUT"/h200-27b-kernels*.log | cut -c1-240
+}
 # The trained pair's kernels and host calls a step: pair_profile JSON [VAR=VALUE...] (PP_ARGS:
 # kernel_profile.py's sizes)
 pair_profile() {
@@ -67,17 +75,36 @@ if [ "$stage" = u1 ]; then
   KP_ARGS="--forwards 64,128" profile_variants DFLASH_MMA_MAX_COLUMNS=64
   exit 0
 fi
+# The trained pair's modes on its 48 held-out prompts into $OUT/JSON (upstream beside unless told):
+# pair_bench SECONDS JSON [VAR=VALUE...] [-- bench args] (PAIR_BUDGETS: the DDTree budgets)
+pair_bench() {
+  local secs=$1 json=$2; shift 2; split_env_args "$@"
+  env "${ENVS[@]}" timeout "$secs" python3 -m dflash.bench --pair dflash/data/pair \
+    --prompts bench/prompts/pair-heldout-code48.jsonl -ngl 99 -n 512 --budgets "${PAIR_BUDGETS:-16,32,64,128}" \
+    --chain-seed both "${XARGS[@]}" -o "$OUT/$json" > "$OUT/${json%.json}.log" 2>&1
+  echo "[gpu] pair bench $json ${ENVS[*]} rc=$? at $(($(date +%s) - t0)) s"; tail -n 20 "$OUT/${json%.json}.log"
+}
 if [ "$stage" = u2 ]; then
   trap 'pack_out u2' EXIT
-  pair_bench() {  # pair_bench SECONDS JSON [VAR=VALUE...] [-- bench args]
-    local secs=$1 json=$2; shift 2; split_env_args "$@"
-    env "${ENVS[@]}" timeout "$secs" python3 -m dflash.bench --pair dflash/data/pair \
-      --prompts bench/prompts/pair-heldout-code48.jsonl -ngl 99 -n 512 --budgets 16,32,64,128 --chain-seed both \
-      "${XARGS[@]}" -o "$OUT/$json" > "$OUT/${json%.json}.log" 2>&1
-    echo "[gpu] pair bench $json ${ENVS[*]} rc=$? at $(($(date +%s) - t0)) s"; tail -n 20 "$OUT/${json%.json}.log"
-  }
   pair_bench "$(( $(left) * 6 / 10 ))" h200-pair-upstream.json ${U2_ENV-}
   pair_bench "$(($(left) - 5))" h200-pair-mma-q80-0.json DFLASH_MMA_Q80=0 -- --no-upstream --no-upstream-spec
+  exit 0
+fi
+# `gpu_bench.sh u3` (session 18, a fresh machine): the trained pair at budgets on the GEMM's column
+# tiles (b31 / b47 / b63 verify 32 / 48 / 64 tokens; b32 / b64 verify 33 / 65: a 48-column tile,
+# a second launch), upstream beside; then the same with the tree built at temperature 1.2 (on the
+# CPU +0.5-0.8% acceptance at b16 / b32); then the 27B's forwards of 64 / 128 tokens with and
+# without the GEMM above 64 columns, as time allows.
+if [ "$stage" = u3 ]; then
+  trap 'pack_out u3' EXIT
+  start_27b_synth
+  export PAIR_BUDGETS=${PAIR_BUDGETS:-16,24,31,32,47,63}
+  pair_bench 150 h200-pair-tiles-upstream.json
+  pair_bench 110 h200-pair-tiles-t12.json -- --tree-temperature 1.2 --no-upstream --no-upstream-spec
+  wait_27b 100
+  [ -f /tmp/d27.gguf ] && KP_ARGS="--forwards 64,128" kernel_profile 45 h200-27b-kernels-128.json
+  [ -f /tmp/d27.gguf ] && KP_ARGS="--forwards 64,128" kernel_profile 45 h200-27b-kernels-128-max64.json DFLASH_MMA_MAX_COLUMNS=64
+  grep -E "wall" "$OUT"/h200-27b-kernels*.log | cut -c1-200
   exit 0
 fi
 
@@ -265,14 +292,6 @@ if [ "$stage" = q1 ]; then
 fi
 
 # `gpu_bench.sh t3` (warm, after t1): the 27B variants t1 had no time for (T1_VARS="VAR ...").
-profile_variants() {  # profile_variants VAR[=VALUE]...: the 27B's kernels per step with each (VAR: VAR=1)
-  for v in "$@"; do
-    [ "$(left)" -ge 45 ] || break
-    case $v in *=*) ;; *) v=$v=1 ;; esac
-    kernel_profile 40 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
-  done
-  grep -E "wall|gdn_chain|tree_gdn" "$OUT"/h200-27b-kernels*.log | cut -c1-240
-}
 # T3_TEST_ENV="VAR=VALUE ...": first the speculative-decoding CUDA tests with those set (a switch to
 # make the default).
 if [ "$stage" = t3 ]; then
