@@ -332,9 +332,7 @@ def test_incremental_inject_truncate_and_graph_reuse(synth_model: Any, make_draf
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5, 1.3])
-def test_top_k_is_sorted_log_softmax(
-    synth_model: Any, make_drafter: MakeDrafter, temperature: float
-) -> None:
+def test_top_k_is_sorted_log_softmax(synth_model: Any, make_drafter: MakeDrafter, temperature: float) -> None:
     """The DDTree candidates: the top-K of each slot, best first, with the log-softmax of the
     logits at the tree temperature (the argmax and the candidates do not depend on it)."""
     tpath = synth_model("tiny-a", "f32")
