@@ -1,4 +1,4 @@
-// ggml_ext's small-batch tensor-core GEMM for Q4_K and Q6_K (and Q5_K, Q8_0) weights, 3..64 activation columns
+// ggml_ext's small-batch tensor-core GEMM for Q4_K and Q6_K (and Q5_K, Q8_0) weights, 2..64 activation columns
 // (a verify of a chain or a tree): each weight byte is read once for all columns, into int8 mma
 // operands; no stream-k fixup pass.
 //
