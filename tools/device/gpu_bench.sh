@@ -108,6 +108,20 @@ if [ "$stage" = u3 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh w1` (session 19's plan, a fresh machine, SETUP_TARGETS="_core llama-server"): the
+# 27B with session 18's GEMM (65..256 columns through it): issue 4's step cost for budgets 1..256
+# next to upstream's forward of the same tokens, then issue 7's AR next to libllama and the chain
+# next to upstream llama-server draft-dflash at synthetic acceptance 10, as time allows.
+if [ "$stage" = w1 ]; then
+  trap 'pack_out w1' EXIT
+  start_27b_synth
+  wait_27b 300
+  tree_steps 170 h200-27b-tree-steps.json 1,2,4,8,16,31,32,63,64,128,256
+  [ "$(left)" -ge 60 ] && ar_bench 50 /tmp/q27.gguf h200-27b-ar.json
+  [ "$(left)" -ge 60 ] && chain_bench "$(($(left) - 5))" h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+  exit 0
+fi
+
 # `gpu_bench.sh v` (a short call: CALL_S=<its limit less 15 s>): build, the CUDA suite, then the
 # 27B's AR and chain with the defaults (no upstream), as time allows.
 if [ "$stage" = v ]; then
