@@ -398,8 +398,9 @@ PYBIND11_MODULE(_core, m) {
           "off: ggml's mul_mat_vec_q");
     m.def("gemv_enabled", &ggml_ext::gemv_enabled);
     m.def("set_q80_enabled", &ggml_ext::set_q80_enabled, py::arg("on"),
-          "ggml_ext's GEMV and tensor-core GEMM for Q8_0 weights too (off by default: slower than ggml's "
-          "mul_mat_vec_q on the H200; DFLASH_Q80=1 starts it on); no effect without CUDA");
+          "ggml_ext's GEMV for Q8_0 weights too (off by default: slower than ggml's mul_mat_vec_q on the H200; "
+          "DFLASH_Q80=1 starts it on; on, it also sends Q8_0 to the tensor-core GEMM, see set_mma_q80_enabled); "
+          "no effect without CUDA");
     m.def("q80_enabled", &ggml_ext::q80_enabled);
     m.def("set_gdn_columns", &ggml_ext::set_gdn_columns, py::arg("columns"),
           "CUDA delta rule kernels (chain and tree): state columns a warp, 0 (by the grid, the default) or 1, 2, 4 "
@@ -419,8 +420,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("tree_gdn_mode", &ggml_ext::tree_gdn_mode);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
           "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K / Q8_0 x 2..mma_max_columns() columns on CUDA instead of "
-          "ggml's mmq "
-          "(on by default; DFLASH_MMA=0 starts it off)");
+          "ggml's mmq (on by default; DFLASH_MMA=0 starts it off)");
     m.def("mma_enabled", &ggml_ext::mma_enabled);
     m.def("set_mma_q80_enabled", &ggml_ext::set_mma_q80_enabled, py::arg("on"),
           "Q8_0 weights through ggml_ext's tensor-core GEMM too (on by default; DFLASH_MMA_Q80=0 starts it off)");
