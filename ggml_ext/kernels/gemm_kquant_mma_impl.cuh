@@ -639,14 +639,10 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
 // tiled layout L of ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and
 // column, and the int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256,
 // 8 ncol_tiles), 256 threads: thread i quantizes value i of its super-block.
-template <ActLayout L, int kBlock>
-static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
-                                             float * __restrict__ d, int * __restrict__ sums, const int k,
-                                             const int ncols, const int ncol_tiles, const int64_t stride_col_x) {
+// max |v| over the kBlock (256: the block's 8 warps; 32: the warp) values of the calling threads.
+template <int kBlock>
+__device__ __forceinline__ float act_block_amax(float v) {
     static_assert(kBlock == kQk || kBlock == WARP_SIZE, "a scale per super-block or per warp's 32 values");
-    const int col = blockIdx.y, kb = blockIdx.x;
-    const int i = kb * kQk + threadIdx.x;
-    const float v = (col < ncols && i < k) ? x[col * stride_col_x + i] : 0.0f;
     float amax = fabsf(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
@@ -658,13 +654,28 @@ static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_
 #pragma unroll
         for (int w = 1; w < kQk / WARP_SIZE; ++w) amax = fmaxf(amax, wmax[w]);
     }
+    return amax;
+}
+
+__device__ __forceinline__ int warp_sum_int(int s) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+    return s;
+}
+
+template <ActLayout L, int kBlock>
+static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
+                                             float * __restrict__ d, int * __restrict__ sums, const int k,
+                                             const int ncols, const int ncol_tiles, const int64_t stride_col_x) {
+    const int col = blockIdx.y, kb = blockIdx.x;
+    const int i = kb * kQk + threadIdx.x;
+    const float v = (col < ncols && i < k) ? x[col * stride_col_x + i] : 0.0f;
+    const float amax = act_block_amax<kBlock>(v);
     const float dd = amax / 127.0f;
     const int q = amax == 0.0f ? 0 : (int)roundf(v / dd);
     const int j = threadIdx.x / 32, val = threadIdx.x % 32;  // sub-block j, its value val
     qs[act_q_index<L>(kb, j, val, col, ncol_tiles)] = (int8_t)q;
-    int s = q;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+    const int s = warp_sum_int(q);
     if (val == 0) sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
     if constexpr (kBlock == kQk) {
         if (threadIdx.x == 0) d[act_d_index(kb, col, ncol_tiles)] = dd;

@@ -7,6 +7,9 @@
 // emulator (ggml_ext/emu, -DDFLASH_CUDA_EMU), where tests/test_cuda_emu.py runs its checks.
 #include "gemm_kquant_mma_impl.cuh"
 #include "gemv_kquant_impl.cuh"
+#if !defined(DFLASH_CUDA_EMU)
+#include "gemm_q4k_wgmma.cuh"
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -390,7 +393,7 @@ struct MmaBuffers {
     float * x = nullptr;
     float * dst = nullptr;
     void alloc(int k, int ncols, int rows) {
-        const int np = gemm_kq::padded_columns(ncols);
+        const int np = std::max(16, gemm_kq::padded_columns(ncols));  // 16: the wgmma form's least
         CK(cudaMalloc(&yq, (size_t)np * k));
         CK(cudaMalloc(&yd, (size_t)np * k / 32 * 4));  // per 256 values (per 32: Q8_0)
         CK(cudaMalloc(&ysum, (size_t)np * k / 32 * 4));
@@ -433,6 +436,16 @@ void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, bool two_ti
     if (two_tiles) {  // the engine's for tall matrices: 2 row tiles a warp, 2 stages
         constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
         gemm_kq::launch<F, 2, true, kW, true, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+#if defined(GEMV_STANDALONE_SLIM)  // a binary small enough to carry: the engine's forms (2 stages; 8 warps)
+    } else if (warps == 8) {
+        if constexpr (warps_fit<F, 8>()) {
+            gemm_kq::launch<F, 2, true, 8>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+        }
+    } else {
+        gemm_kq::launch<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+    }
+    GGML_UNUSED(stages), GGML_UNUSED(occupancy), GGML_UNUSED(own_rows);
+#else
     } else if (own_rows) {
         if (stages == 3) {
             gemm_kq::launch<F, 3, true, 4, false>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
@@ -459,6 +472,7 @@ void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, bool two_ti
     } else {
         gemm_kq::launch<F, 2, false>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
     }
+#endif
     CK(cudaGetLastError());
 }
 
@@ -512,12 +526,14 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
     const bool two = code_two_tiles(code);
     if (t == W::q4_K && mins_mma) {
         run_mma_t<gemm_kq::Q4KMinsMma>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
+#if !defined(GEMV_STANDALONE_SLIM)
     } else if (t == W::q4_K) {
         run_mma_t<gemm_kq::Q4K>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q5_K && mins_mma) {
         run_mma_t<gemm_kq::Q5KMinsMma>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
     } else if (t == W::q5_K) {
         run_mma_t<gemm_kq::Q5K>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
+#endif
     } else if (t == W::q8_0) {
         run_mma_t<gemm_kq::Q80>(stages, occupancy, warps, own, two, w, b, rows, k, row_bytes, ncols);
     } else {
@@ -532,6 +548,9 @@ bool mins_mma_code(int code) { return code % 1000 >= 100; }
 
 // Whether type t runs code: the f16 min term is Q4_K's and Q5_K's; 6 or 8 warps where 2 stages fit.
 bool code_runs(W t, int code) {
+#if defined(GEMV_STANDALONE_SLIM)
+    if (t == W::q5_K || (t == W::q4_K && !mins_mma_code(code))) return false;
+#endif
     if (t != W::q4_K && t != W::q5_K && mins_mma_code(code)) return false;
     if (code_two_tiles(code)) return true;
     const int warps = code_warps(t, code);
@@ -576,6 +595,24 @@ bool residual_is_added(const char * w, const MmaBuffers & b, int rows, int k, in
     return true;
 }
 
+// ref (ncols x rows, column-major like dst) = the columns of x (ncols x k) quantized per `group`
+// values (quantized()) times the dequantized rows wf (rows x k), in double; returns max |ref|.
+double reference_products(const std::vector<float> & wf, const std::vector<float> & x, int rows, int k, int ncols,
+                          int group, std::vector<double> & ref) {
+    ref.assign((size_t)ncols * rows, 0.0);
+    double ref_max = 0;
+    for (int j = 0; j < ncols; ++j) {
+        const auto q = quantized(std::vector<float>(x.begin() + (size_t)j * k, x.begin() + (size_t)(j + 1) * k), group);
+        for (int r = 0; r < rows; ++r) {
+            double s = 0;
+            for (int i = 0; i < k; ++i) s += (double)wf[(size_t)r * k + i] * q[i];
+            ref[(size_t)j * rows + r] = s;
+            ref_max = std::fmax(ref_max, std::fabs(s));
+        }
+    }
+    return ref_max;
+}
+
 // The tensor-core GEMM against the host reference (activations per 256; per 32 for Q8_0), every stage count; for
 // Q4_K and Q6_K (the 27B's) also with a residual.
 void check_mma(W t, int rows, int k, std::mt19937 & gen) {
@@ -590,18 +627,8 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
     for (int ncols : {2, 8, 9, 16, 23, 32, 40, 64}) {
         std::vector<float> x((size_t)ncols * k);
         for (auto & v : x) v = normal(gen);
-        std::vector<double> ref((size_t)ncols * rows);
-        double ref_max = 0;
-        for (int j = 0; j < ncols; ++j) {
-            const auto q = quantized(std::vector<float>(x.begin() + (size_t)j * k, x.begin() + (size_t)(j + 1) * k),
-                                     t == W::q8_0 ? 32 : 256);
-            for (int r = 0; r < rows; ++r) {
-                double s = 0;
-                for (int i = 0; i < k; ++i) s += (double)wf[(size_t)r * k + i] * q[i];
-                ref[(size_t)j * rows + r] = s;
-                ref_max = std::fmax(ref_max, std::fabs(s));
-            }
-        }
+        std::vector<double> ref;
+        const double ref_max = reference_products(wf, x, rows, k, ncols, t == W::q8_0 ? 32 : 256, ref);
         MmaBuffers b;
         b.alloc(k, ncols, rows);
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
@@ -696,6 +723,123 @@ void profile_mma(W t, int rows, int k, std::mt19937 & gen, const std::vector<int
     cudaFree(dw);
 }
 
+#if !defined(DFLASH_CUDA_EMU)
+// The Q4_K wgmma GEMM (gemm_q4k_wgmma.cuh, sm_90a) against the host reference ("swap": the
+// variant of 3 blocks a multiprocessor, 2 stages), then timed
+// against the engine's mma.sync forms (102; 1000102) on the 27B's Q4_K matrices.
+void check_wgmma(int rows, int k, std::mt19937 & gen) {
+    const W t = W::q4_K;
+    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
+    const auto w = random_rows(t, rows, k, gen);
+    std::vector<float> wf((size_t)rows * k);
+    for (int r = 0; r < rows; ++r) dequant_row(t, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    char * dw = nullptr;
+    CK(cudaMalloc(&dw, w.size()));
+    CK(cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice));
+    for (int ncols : {2, 9, 16, 23, 32, 40, 64}) {
+        std::vector<float> x((size_t)ncols * k);
+        for (auto & v : x) v = normal(gen);
+        std::vector<double> ref;
+        const double ref_max = reference_products(wf, x, rows, k, ncols, 256, ref);
+        MmaBuffers b;
+        b.alloc(k, ncols, rows);
+        CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        gemm_kq::quantize_act_wgmma(b.x, b.yq, b.yd, b.ysum, k, ncols, k, nullptr);
+        for (int swap = 0; swap < 2; ++swap) {
+            std::vector<float> got((size_t)ncols * rows);
+            CK(cudaMemset(b.dst, 0, got.size() * 4));
+            // swap 0: the default form (4 stages, 1 warpgroup); 1: 3 blocks a multiprocessor, 2 stages
+            const bool ran = swap ? gemm_kq::launch_q4k_wgmma<2, 1, 3>(dw, b.yq, b.yd, b.ysum, b.dst, rows, k,
+                                                                       row_bytes, ncols, rows, nullptr)
+                                  : gemm_kq::launch_q4k_wgmma(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                              rows, nullptr);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
+            double err = 0;
+            for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
+            std::printf(
+                "{\"check_wgmma\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"swap\": %d, "
+                "\"ran\": %s, \"rel_err\": %.3g, \"ok\": %s}\n",
+                rows, k, ncols, swap, ran ? "true" : "false", err / ref_max,
+                ran && err / ref_max <= 5e-4 ? "true" : "false");
+        }
+        b.free_all();
+    }
+    cudaFree(dw);
+}
+
+void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
+    const W t = W::q4_K;
+    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
+    const size_t bytes = (size_t)rows * row_bytes;
+    const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
+    char * dw = weight_copies(t, rows, k, bytes, copies, gen);
+    for (int ncols : {16, 24, 32, 48, 64}) {
+        MmaBuffers b;
+        b.alloc(k, ncols, rows);
+        CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
+        for (int code : {102, 1000102, 90000014, 90000024, 90000312, 90000313, 90000412}) {
+            const bool wg = code >= 90000000;
+            if (wg) {
+                gemm_kq::quantize_act_wgmma(b.x, b.yq, b.yd, b.ysum, k, ncols, k, nullptr);
+            } else {
+                b.quantize(t, k, ncols);
+            }
+            auto once = [&](int c) {
+                if (wg) {  // 90000000 + 10 warpgroups + stages
+                    const char * wc = dw + bytes * c;
+                    switch (code % 1000) {
+                        case 312:  // 3 blocks a multiprocessor (170 registers), 2 stages
+                            gemm_kq::launch_q4k_wgmma<2, 1, 3>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                               rows, nullptr);
+                            break;
+                        case 313:
+                            gemm_kq::launch_q4k_wgmma<3, 1, 3>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                               rows, nullptr);
+                            break;
+                        case 412:  // 4 (128 registers)
+                            gemm_kq::launch_q4k_wgmma<2, 1, 4>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                               rows, nullptr);
+                            break;
+                        case 12:
+                            gemm_kq::launch_q4k_wgmma<2, 1>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                            rows, nullptr);
+                            break;
+                        case 14:
+                            gemm_kq::launch_q4k_wgmma<4, 1>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                            rows, nullptr);
+                            break;
+                        case 22:
+                            gemm_kq::launch_q4k_wgmma<2, 2>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                            rows, nullptr);
+                            break;
+                        default:
+                            gemm_kq::launch_q4k_wgmma<4, 2>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                            rows, nullptr);
+                    }
+                } else {
+                    run_mma(t, code, dw + bytes * c, b, rows, k, row_bytes, ncols);
+                }
+            };
+            const int reps = 5;
+            for (int c = 0; c < copies; ++c) once(c);
+            const double us = time_us(reps * copies, [&] {
+                for (int i = 0; i < reps; ++i) {
+                    for (int c = 0; c < copies; ++c) once(c);
+                }
+            });
+            std::printf(
+                "{\"bench_mma\": \"%s\", \"type\": \"q4_K\", \"rows\": %d, \"k\": %d, \"n\": %d, "
+                "\"stages\": %d, \"stages_run\": 2, \"warps\": 4, \"us\": %.2f, \"GBps\": %.0f}\n",
+                name, rows, k, ncols, code, us, bytes / us / 1e3);
+        }
+        b.free_all();
+    }
+    cudaFree(dw);
+}
+#endif
+
 }  // namespace
 
 struct Shape {
@@ -787,6 +931,34 @@ int main(int argc, char ** argv) {
                                            {"output", W::q6_K, 248320, 5120},     {"ssm_out", W::q4_K, 5120, 6144}};
         for (const Shape & m : shapes) bench_mma(m.name, m.t, m.rows, m.k, gen, &codes);
     }
+#if !defined(DFLASH_CUDA_EMU)
+    if (what == "wgmma") {  // code 90000000: the wgmma form
+        check_wgmma(130, 1024, gen);
+        check_wgmma(64, 5120, gen);
+        const std::vector<Shape> shapes = {{"ffn_gate_up", W::q4_K, 34816, 5120},
+                                           {"gdn_in", W::q4_K, 16480, 5120},
+                                           {"attn_q", W::q4_K, 12288, 5120},
+                                           {"ffn_down", W::q4_K, 5120, 17408},
+                                           {"ssm_out", W::q4_K, 5120, 6144}};
+        for (const Shape & m : shapes) bench_wgmma(m.name, m.rows, m.k, gen);
+    }
+    if (what == "profile_wgmma") {  // one launch of 102 and of the wgmma form, [gate; up] at 16 and 64 columns
+        const int rows = 34816, k = 5120;
+        const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(W::q4_K);
+        char * dw = weight_copies(W::q4_K, rows, k, (size_t)rows * row_bytes, 1, gen);
+        for (int ncols : {16, 64}) {
+            MmaBuffers b;
+            b.alloc(k, ncols, rows);
+            CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
+            b.quantize(W::q4_K, k, ncols);
+            run_mma(W::q4_K, 102, dw, b, rows, k, row_bytes, ncols);
+            gemm_kq::quantize_act_wgmma(b.x, b.yq, b.yd, b.ysum, k, ncols, k, nullptr);
+            gemm_kq::launch_q4k_wgmma(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
+            CK(cudaDeviceSynchronize());
+            b.free_all();
+        }
+    }
+#endif
     if (what == "profile_codes") {  // [gate; up] at 16 and 64 columns, the codes of argv[2] ("102,1000102")
         std::vector<int> codes;
         for (const char * p = argc > 2 ? argv[2] : "102"; *p;) {

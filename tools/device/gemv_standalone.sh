@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # GPU: ggml_ext's k-quant GEMV and its tensor-core GEMM on their own (tools/device/gemv_standalone.cu;
-# argument: all, check, bench, q6, q5q8, mma, long, rows, tiles or check_mma): the binary carried
-# gzipped as .carry/gemv_standalone.gz (built here with nvcc -O3 -arch=sm_90; gzip keeps the
-# carry under 64 MiB), or built there from the carried upstream headers when it does not start. CALL_LEFT: seconds the caller has left. JSON lines in $OUT/gemv-standalone.jsonl.
+# argument: all, check, bench, q6, q5q8, mma, long, rows, tiles, check_mma or wgmma): the binary carried
+# gzipped as .carry/gemv_standalone.gz (built here with nvcc -O3 for sm_90a; gzip keeps the
+# carry under 64 MiB; -DGEMV_STANDALONE_SLIM keeps the engine's forms only and, stripped, makes it
+# ~3 MB gzipped: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM,
+# sm_90a for the wgmma form), or built there from the carried upstream headers when it does not start. CALL_LEFT: seconds the caller has left. JSON lines in $OUT/gemv-standalone.jsonl.
 cd "$(dirname "$0")/../.." || exit 1
 mkdir -p "$OUT"
 BIN=/tmp/gemv_standalone_carried
@@ -11,7 +13,7 @@ BIN=/tmp/gemv_standalone_carried
 if ! "$BIN" none > /dev/null 2>&1; then
   mkdir -p /tmp/up && tar xzf .carry/upstream.tar.gz -C /tmp/up
   T=/tmp/up/ggml
-  nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/gemv_standalone tools/device/gemv_standalone.cu -I$T/src -I$T/include \
+  nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/gemv_standalone tools/device/gemv_standalone.cu -I$T/src -I$T/include \
     -I$T/src/ggml-cuda -Iggml_ext/include -Iggml_ext/kernels -DGGML_USE_CUDA 2>&1 | grep -E "error" | head
   BIN=/tmp/gemv_standalone
 fi

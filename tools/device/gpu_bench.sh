@@ -13,7 +13,7 @@
 stage=${1:-a}
 if { [ "$stage" = s ] || [ "$stage" = g1 ] || [ "$stage" = k1 ]; } && [ ! -x /tmp/gemv_standalone ]; then  # the standalone binary, built beside setup.sh's build
   mkdir -p /tmp/up && { [ -d /tmp/up/ggml ] || tar xzf .carry/upstream.tar.gz -C /tmp/up; }
-  (T=/tmp/up/ggml; nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/gemv_standalone.part tools/device/gemv_standalone.cu \
+  (T=/tmp/up/ggml; nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/gemv_standalone.part tools/device/gemv_standalone.cu \
     -I$T/src -I$T/include -I$T/src/ggml-cuda -Iggml_ext/include -Iggml_ext/kernels -DGGML_USE_CUDA > /tmp/nvcc-sa.log 2>&1 &&
     mv /tmp/gemv_standalone.part /tmp/gemv_standalone) &
   SA_PID=$!
@@ -108,14 +108,16 @@ if [ "$stage" = u3 ]; then
   exit 0
 fi
 
-# `gpu_bench.sh w1` (session 19's plan, a fresh machine, SETUP_TARGETS="_core llama-server"): the
-# 27B with session 18's GEMM (65..256 columns through it): issue 4's step cost for budgets 1..256
-# next to upstream's forward of the same tokens, then issue 7's AR next to libllama and the chain
-# next to upstream llama-server draft-dflash at synthetic acceptance 10, as time allows.
+# `gpu_bench.sh w1` (a fresh machine, SETUP_TARGETS="_core llama-server"): the 27B with session
+# 18's GEMM (65..256 columns through it): issue 4's step cost for budgets 1..256 next to upstream's
+# forward of the same tokens, then issue 7's AR next to libllama and the chain next to upstream
+# llama-server draft-dflash at synthetic acceptance 10, as time allows. The 27B files take ~40 s
+# after the build (~285 s in session 19, whose run waited only until 300 s were left and found no
+# file): wait until 180 s are left.
 if [ "$stage" = w1 ]; then
   trap 'pack_out w1' EXIT
   start_27b_synth
-  wait_27b 300
+  wait_27b 180
   tree_steps 170 h200-27b-tree-steps.json 1,2,4,8,16,31,32,63,64,128,256
   [ "$(left)" -ge 60 ] && ar_bench 50 /tmp/q27.gguf h200-27b-ar.json
   [ "$(left)" -ge 60 ] && chain_bench "$(($(left) - 5))" h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10

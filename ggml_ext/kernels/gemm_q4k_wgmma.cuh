@@ -1,0 +1,346 @@
+// ggml_ext's Q4_K GEMM through Hopper's warpgroup tensor-core products (wgmma, sm_90a), for 16..64
+// activation columns: a block is one warpgroup (4 warps) and owns 64 rows; per super-block it
+// stages the rows' weights and every column's int8 activations with cp.async, each warp unpacks
+// its 16 rows into two u8 operands per sub-block (the split scale of Q4KT: q * lo, q * hi, from
+// registers), and two wgmma m64nNk32 per sub-block read the activations from shared memory and
+// accumulate the super-block in int32 (C_lo + 8 C_hi). One instruction does 64 rows x N columns x
+// 32 values, where gemm_kquant_mma_kernel needs N / 8 mma.sync, their activation loads and 4
+// integer multiply-adds each (session 15's SASS: ~20 instructions an mma at 64 columns).
+// The min term and the float step per super-block are Q4KT's.
+//
+// Not engaged by the engine: a measured experiment (session 19, tools/device/gemv_standalone.cu
+// `wgmma`, bench/results/h200-s19-wgmma-*). Exact on the H200 (the integer sums are Q4KT's), but
+// faster than the engine's mma.sync GEMM only on [gdn q; k; v; z] (16480 rows) at 48-64 columns
+// (37-38 against 38.5-48 us) and slower elsewhere ([gate; up] at 64 columns 110 against 96 us; at
+// 16 columns 65 against 42). ncu: 2 warps a scheduler, issue slots 33% busy, ~840 instructions a
+// warp per super-block against the mma.sync kernel's ~1030: the per-super-block work (staging,
+// operand unpacking, the float step) bounds it, not the tensor cores. Next: TMA (bulk) staging, the
+// min term through a wgmma, and split-K for matrices of few 64-row tiles.
+#pragma once
+
+#include "gemm_kquant_mma_impl.cuh"
+
+namespace gemm_kq {
+
+constexpr int kWgRows = 64;  // rows per warpgroup: its m64
+
+// The int8 activations in the layout the wgmma B descriptor reads (K-major, no swizzle): per
+// super-block kb and sub-block j a tile of np columns x 32 bytes, in core matrices of 8 columns x
+// 16 bytes; core matrix (kk, nn) (bytes 16 kk.. of columns 8 nn..) at nn * 256 + kk * 128. The bytes
+// of a column are in the hardware k order of Q4KT's weight operands (k 4t + i: value 8t + i;
+// k 16 + 4t + i: value 8t + 4 + i).
+__host__ __device__ __forceinline__ int64_t wg_act_index(int kb, int j, int v, int col, int np) {
+    const int t = v >> 3, i = v & 7;
+    const int p = i < 4 ? 4 * t + i : 16 + 4 * t + (i - 4);
+    return (int64_t)kb * np * 256 + (int64_t)j * np * 32 + (col >> 3) * 256 + (p >> 4) * 128 + (col & 7) * 16 +
+           (p & 15);
+}
+
+// As quantize_act_k_kernel<kRun, 256> (the same quants, scales and sums per 32), quants in the
+// wgmma layout of np = 8 ncol_tiles columns.
+static __global__ void quantize_act_wgmma_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
+                                                 float * __restrict__ d, int * __restrict__ sums, const int k,
+                                                 const int ncols, const int ncol_tiles, const int64_t stride_col_x) {
+    const int col = blockIdx.y, kb = blockIdx.x;
+    const int i = kb * kQk + threadIdx.x;
+    const float v = (col < ncols && i < k) ? x[col * stride_col_x + i] : 0.0f;
+    const float amax = act_block_amax<kQk>(v);
+    const float dd = amax / 127.0f;
+    const int q = amax == 0.0f ? 0 : (int)roundf(v / dd);
+    const int j = threadIdx.x / 32, val = threadIdx.x % 32;
+    qs[wg_act_index(kb, j, val, col, 8 * ncol_tiles)] = (int8_t)q;
+    const int s = warp_sum_int(q);
+    if (val == 0) sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
+    if (threadIdx.x == 0) d[act_d_index(kb, col, ncol_tiles)] = dd;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DFLASH_WGMMA 1
+#endif
+
+// Shared-memory matrix descriptor (no swizzle): address, leading (K) and stride (M/N) byte offsets.
+__device__ __forceinline__ uint64_t wg_desc(const void * smem, int lbo, int sbo) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
+}
+
+// d (+)= a (64 x 32 u8, registers: mma_s8's A layout, warp w rows 16w..) * B (32 x N s8, shared
+// memory at desc_b); accumulate = 0 overwrites d. d: mma's C layout per 8-column tile i, d[4i..].
+template <int N>
+__device__ __forceinline__ void wgmma_u8s8(int (&d)[N / 2], const int (&a)[4], uint64_t desc_b, int accumulate);
+
+#if defined(DFLASH_WGMMA)
+template <>
+__device__ __forceinline__ void wgmma_u8s8<16>(int (&d)[8], const int (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %12, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %13, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_u8s8<24>(int (&d)[12], const int (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %16, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n24k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, "
+        "%17, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]),
+          "+r"(d[9]), "+r"(d[10]), "+r"(d[11])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_u8s8<32>(int (&d)[16], const int (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %20, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.s32.u8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+        "{%16,%17,%18,%19}, %21, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]),
+          "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_u8s8<48>(int (&d)[24], const int (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %28, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n48k32.s32.u8.s8 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, {%24,%25,%26,%27}, "
+        "%29, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]),
+          "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]),
+          "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_u8s8<64>(int (&d)[32], const int (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%"
+        "29,%30,%31}, {%32,%33,%34,%35}, %37, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]),
+          "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]),
+          "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]),
+          "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));
+}
+
+#endif
+
+__device__ __forceinline__ void wg_fence() {
+#if defined(DFLASH_WGMMA)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit() {
+#if defined(DFLASH_WGMMA)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_wait0() {
+#if defined(DFLASH_WGMMA)
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// The registers stay where the asm left them (no reads of d moved above the wait).
+template <int n>
+__device__ __forceinline__ void wg_pin(int (&d)[n]) {
+#pragma unroll
+    for (int i = 0; i < n; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(DFLASH_WGMMA)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// A stage: one super-block's weights of the block's rows, then its activations: quants, per-32
+// sums (N x 8 ints), scales (N floats), each as contiguous in global memory as in the stage.
+template <int N, int WG>
+struct WgPlan {
+    static constexpr int kWBytes = WG * kWgRows * 144;  // Q4_K rows of one super-block
+    static constexpr int kBBytes = N * kQk;             // the columns' int8 quants
+    static constexpr int kSumBytes = N * 8 * (int)sizeof(int);
+    static constexpr int kDBytes = N * (int)sizeof(float);
+    static constexpr int kStageBytes = kWBytes + kBBytes + kSumBytes + kDBytes;
+};
+
+// N: padded columns (16, 24, 32, 48, 64); S: stages; WG: warpgroups a block (each its 64 rows; one
+// copy of the activations for all); MB: blocks a multiprocessor should hold (registers). Block (32, 4 WG).
+template <int N, int S, int WG, int MB>
+__global__ void __launch_bounds__(128 * WG, MB)
+    gemm_q4k_wgmma_kernel(const char * __restrict__ w, const int8_t * __restrict__ qs, const float * __restrict__ yd,
+                          const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
+                          const int64_t row_bytes, const int ncols, const int stride_col_dst, const int lbo,
+                          const int sbo) {
+#if defined(DFLASH_WGMMA)
+    using P = WgPlan<N, WG>;
+    constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows;
+    constexpr int NT = N / 8;
+    extern __shared__ __align__(128) char wg_smem[];
+    const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
+    const int g = lane >> 2, t = lane & 3;
+    const int row_base = blockIdx.x * kBlockRows;
+    const int wq = warp & 3, wrow = 64 * (warp >> 2) + 16 * wq;  // the warp's rank in its warpgroup, first row
+    auto stage_in = [&](int s, int kb) {
+        char * st = wg_smem + s * P::kStageBytes;
+        for (int c = tid; c < kBlockRows * 9; c += kThreads) {  // 144-byte rows: 9 chunks
+            const int r = c / 9, ch = c - r * 9;
+            const char * src = w + (int64_t)min(row_base + r, nrows - 1) * row_bytes + (int64_t)kb * 144 + 16 * ch;
+            cp_async_16(st + r * 144 + 16 * ch, src);
+        }
+        const char * b = reinterpret_cast<const char *>(qs) + (int64_t)kb * P::kBBytes;
+        for (int c = tid; c < P::kBBytes / 16; c += kThreads) cp_async_16(st + P::kWBytes + 16 * c, b + 16 * c);
+        const char * sm = reinterpret_cast<const char *>(ysum) + (int64_t)kb * P::kSumBytes;
+        for (int c = tid; c < P::kSumBytes / 16; c += kThreads)
+            cp_async_16(st + P::kWBytes + P::kBBytes + 16 * c, sm + 16 * c);
+        const char * dd = reinterpret_cast<const char *>(yd) + (int64_t)kb * P::kDBytes;
+        for (int c = tid; c < P::kDBytes / 16; c += kThreads)
+            cp_async_16(st + P::kWBytes + P::kBBytes + P::kSumBytes + 16 * c, dd + 16 * c);
+    };
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+        if (s < nblocks) stage_in(s, s);
+        cp_async_commit();
+    }
+    float acc[NT][4] = {};
+    for (int kb = 0; kb < nblocks; ++kb) {
+        cp_async_wait<S - 2>();
+        fence_proxy_async();  // this thread's cp.async bytes, visible to the wgmma's async reads
+        __syncthreads();      // every thread's; the stage of kb - 1 is free (its wgmmas waited)
+        if (kb + S - 1 < nblocks) stage_in((kb + S - 1) % S, kb + S - 1);
+        cp_async_commit();
+        const char * st = wg_smem + (kb % S) * P::kStageBytes;
+        const char * s0 = st + (wrow + g) * 144;
+        const char * s1 = s0 + 8 * 144;
+        const uint4 h0 = *reinterpret_cast<const uint4 *>(s0);
+        const uint4 h1 = *reinterpret_cast<const uint4 *>(s1);
+        int al[8][4], ah[8][4];
+        int clo[N / 2], chi[N / 2];
+        // two sub-blocks' operands, then their 4 wgmmas (the tensor cores start while the next two
+        // are unpacked; the fence orders this warp's operand writes before the wgmmas read them)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const uint2 q0 = *reinterpret_cast<const uint2 *>(s0 + 16 + 32 * c + 8 * t);
+            const uint2 q1 = *reinterpret_cast<const uint2 *>(s1 + 16 + 32 * c + 8 * t);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * c + h, sh = 4 * h;
+                int sc0, sc1, m_;
+                scale_min(h0.y, h0.z, h0.w, j, sc0, m_);
+                scale_min(h1.y, h1.z, h1.w, j, sc1, m_);
+                const uint32_t lo0 = (q0.x >> sh) & 0x0F0F0F0F, hi0 = (q0.y >> sh) & 0x0F0F0F0F;
+                const uint32_t lo1 = (q1.x >> sh) & 0x0F0F0F0F, hi1 = (q1.y >> sh) & 0x0F0F0F0F;
+                const uint32_t l0 = sc0 & 7, u0 = sc0 >> 3, l1 = sc1 & 7, u1 = sc1 >> 3;
+                al[j][0] = (int)(lo0 * l0), al[j][1] = (int)(lo1 * l1), al[j][2] = (int)(hi0 * l0);
+                al[j][3] = (int)(hi1 * l1);
+                ah[j][0] = (int)(lo0 * u0), ah[j][1] = (int)(lo1 * u1), ah[j][2] = (int)(hi0 * u0);
+                ah[j][3] = (int)(hi1 * u1);
+            }
+            wg_fence();
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * c + h;
+                const uint64_t desc = wg_desc(st + P::kWBytes + j * N * 32, lbo, sbo);
+                wgmma_u8s8<N>(clo, al[j], desc, j);
+                wgmma_u8s8<N>(chi, ah[j], desc, j);
+            }
+        }
+        wg_commit();
+        // the super-block's float step (Q4KT's, min term through an f16 mma)
+        const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
+        const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
+        uint32_t a_min[4] = {0u, 0u, 0u, 0u};
+        {
+            int s_, m_a, m_b;
+            scale_min(h0.y, h0.z, h0.w, 2 * t, s_, m_a);
+            scale_min(h0.y, h0.z, h0.w, 2 * t + 1, s_, m_b);
+            a_min[0] = half2_bits((float)m_a, (float)m_b);
+            scale_min(h1.y, h1.z, h1.w, 2 * t, s_, m_a);
+            scale_min(h1.y, h1.z, h1.w, 2 * t + 1, s_, m_b);
+            a_min[1] = half2_bits((float)m_a, (float)m_b);
+        }
+        const int * s_sums = reinterpret_cast<const int *>(st + P::kWBytes + P::kBBytes);
+        const float * s_d = reinterpret_cast<const float *>(st + P::kWBytes + P::kBBytes + P::kSumBytes);
+        wg_wait0();
+        wg_pin(clo);
+        wg_pin(chi);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int col0 = nt * 8 + 2 * t;
+            const int2 sv = *reinterpret_cast<const int2 *>(s_sums + (nt * 8 + g) * 8 + 2 * t);
+            const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
+            float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_f16(mc, a_min, b);
+            const float2 dy = *reinterpret_cast<const float2 *>(s_d + col0);
+            const int c0 = clo[4 * nt + 0] + 8 * chi[4 * nt + 0], c1 = clo[4 * nt + 1] + 8 * chi[4 * nt + 1];
+            const int c2 = clo[4 * nt + 2] + 8 * chi[4 * nt + 2], c3 = clo[4 * nt + 3] + 8 * chi[4 * nt + 3];
+            acc[nt][0] += dy.x * (dm0.x * (float)c0 - dm0.y * mc[0]);
+            acc[nt][1] += dy.y * (dm0.x * (float)c1 - dm0.y * mc[1]);
+            acc[nt][2] += dy.x * (dm1.x * (float)c2 - dm1.y * mc[2]);
+            acc[nt][3] += dy.y * (dm1.x * (float)c3 - dm1.y * mc[3]);
+        }
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = row_base + wrow + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
+            if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[nt][i];
+        }
+    }
+#else
+    NO_DEVICE_CODE;
+#endif
+}
+
+// Padded columns of the wgmma form: 16, 24, 32, 48 or 64.
+inline int wg_padded_columns(int ncols) { return ncols <= 16 ? 16 : padded_columns(ncols); }
+
+inline void quantize_act_wgmma(const float * x, int8_t * qs, float * d, int * sums, int k, int ncols,
+                               int64_t stride_col_x, cudaStream_t stream) {
+    const int np = wg_padded_columns(ncols);
+    quantize_act_wgmma_kernel<<<dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream>>>(x, qs, d, sums, k, ncols,
+                                                                                              np / 8, stride_col_x);
+}
+
+// Returns false when the kernel cannot run here (the smem opt-in failed).
+template <int S = 4, int WG = 1, int MB = 1>
+bool launch_q4k_wgmma(const char * w, const int8_t * qs, const float * yd, const int * ysum, float * dst, int nrows,
+                      int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, int lbo = 128,
+                      int sbo = 256) {
+    const int np = wg_padded_columns(ncols);
+    const dim3 grid((nrows + WG * kWgRows - 1) / (WG * kWgRows), 1, 1), block(WARP_SIZE, 4 * WG, 1);
+    auto go = [&](auto n_tag) {
+        constexpr int N = decltype(n_tag)::value;
+        constexpr int kBytes = S * WgPlan<N, WG>::kStageBytes;
+        auto kernel = gemm_q4k_wgmma_kernel<N, S, WG, MB>;
+        static bool attr = false;
+        if (!attr) {
+            if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) != cudaSuccess)
+                return false;
+            attr = true;
+        }
+        kernel<<<grid, block, kBytes, stream>>>(w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst,
+                                                lbo, sbo);
+        return true;
+    };
+    switch (np) {
+        case 16:
+            return go(std::integral_constant<int, 16>{});
+        case 24:
+            return go(std::integral_constant<int, 24>{});
+        case 32:
+            return go(std::integral_constant<int, 32>{});
+        case 48:
+            return go(std::integral_constant<int, 48>{});
+        default:
+            return go(std::integral_constant<int, 64>{});
+    }
+}
+
+}  // namespace gemm_kq
