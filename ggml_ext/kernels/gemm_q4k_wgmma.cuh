@@ -8,14 +8,15 @@
 // integer multiply-adds each (session 15's SASS: ~20 instructions an mma at 64 columns).
 // The min term and the float step per super-block are Q4KT's.
 //
-// Not engaged by the engine: a measured experiment (session 19, tools/device/gemv_standalone.cu
-// `wgmma`, bench/results/h200-s19-wgmma-*). Exact on the H200 (the integer sums are Q4KT's), but
-// faster than the engine's mma.sync GEMM only on [gdn q; k; v; z] (16480 rows) at 48-64 columns
-// (37-38 against 38.5-48 us) and slower elsewhere ([gate; up] at 64 columns 110 against 96 us; at
-// 16 columns 65 against 42). ncu: 2 warps a scheduler, issue slots 33% busy, ~840 instructions a
-// warp per super-block against the mma.sync kernel's ~1030: the per-super-block work (staging,
-// operand unpacking, the float step) bounds it, not the tensor cores. Next: TMA (bulk) staging, the
-// min term through a wgmma, and split-K for matrices of few 64-row tiles.
+// Not engaged by the engine yet: measured in tools/device/gemv_standalone.cu `wgmma` (session 19,
+// bench/results/h200-s19-wgmma-*). Exact on the H200 (the integer sums are Q4KT's). With the
+// staging addressed once (h200-s19-wgmma-staging.json) it beats the engine's mma.sync forms on the
+// tall matrices: [gate; up] (34816 rows) 74.4 / 88.4 us at 48 / 64 columns against 83.5 / 96.4,
+// [gdn q; k; v; z] (16480) 28.2 / 32.8 / 35.5 at 32 / 48 / 64 against 31.1 / 38.5 / 48.0; it is
+// slower at 16..24 columns and on matrices of few 64-row blocks (ffn_down, ssm_out: 5120 rows walk
+// all of K in 80 blocks). ncu before that change: 2 warps a scheduler, issue slots 33% busy: the
+// per-super-block work (staging, operand unpacking, the float step) bounds it, not the tensor
+// cores. Next: engage it for those shapes (an sm_90a build), TMA bulk staging, split-K.
 #pragma once
 
 #include "gemm_kquant_mma_impl.cuh"
@@ -185,21 +186,39 @@ __global__ void __launch_bounds__(128 * WG, MB)
     const int g = lane >> 2, t = lane & 3;
     const int row_base = blockIdx.x * kBlockRows;
     const int wq = warp & 3, wrow = 64 * (warp >> 2) + 16 * wq;  // the warp's rank in its warpgroup, first row
+    // This thread's 16-byte chunks of the block's 144-byte weight rows, addressed once (super-block
+    // 0; a super-block adds 144): the staging is a few adds and cp.asyncs a super-block.
+    constexpr int kWTotal = kBlockRows * 9, kWChunks = (kWTotal + kThreads - 1) / kThreads;
+    const char * wsrc[kWChunks];
+    int wdst[kWChunks];
+#pragma unroll
+    for (int i = 0; i < kWChunks; ++i) {
+        const int c = min(tid + i * kThreads, kWTotal - 1), r = c / 9, ch = c - 9 * r;
+        wsrc[i] = w + (int64_t)min(row_base + r, nrows - 1) * row_bytes + 16 * ch;
+        wdst[i] = r * 144 + 16 * ch;
+    }
+    // n 16-byte chunks from src to dst, spread over the block's threads (trip counts known here)
+    auto copy_chunks = [&](char * dst, const char * src, auto n_tag) {
+        constexpr int n = decltype(n_tag)::value;
+#pragma unroll
+        for (int i = 0; i < (n + kThreads - 1) / kThreads; ++i) {
+            const int c = tid + i * kThreads;
+            if (n % kThreads == 0 || c < n) cp_async_16(dst + 16 * c, src + 16 * c);
+        }
+    };
     auto stage_in = [&](int s, int kb) {
         char * st = wg_smem + s * P::kStageBytes;
-        for (int c = tid; c < kBlockRows * 9; c += kThreads) {  // 144-byte rows: 9 chunks
-            const int r = c / 9, ch = c - r * 9;
-            const char * src = w + (int64_t)min(row_base + r, nrows - 1) * row_bytes + (int64_t)kb * 144 + 16 * ch;
-            cp_async_16(st + r * 144 + 16 * ch, src);
+#pragma unroll
+        for (int i = 0; i < kWChunks; ++i) {
+            if (kWTotal % kThreads == 0 || tid + i * kThreads < kWTotal) cp_async_16(st + wdst[i], wsrc[i] + kb * 144);
         }
-        const char * b = reinterpret_cast<const char *>(qs) + (int64_t)kb * P::kBBytes;
-        for (int c = tid; c < P::kBBytes / 16; c += kThreads) cp_async_16(st + P::kWBytes + 16 * c, b + 16 * c);
-        const char * sm = reinterpret_cast<const char *>(ysum) + (int64_t)kb * P::kSumBytes;
-        for (int c = tid; c < P::kSumBytes / 16; c += kThreads)
-            cp_async_16(st + P::kWBytes + P::kBBytes + 16 * c, sm + 16 * c);
-        const char * dd = reinterpret_cast<const char *>(yd) + (int64_t)kb * P::kDBytes;
-        for (int c = tid; c < P::kDBytes / 16; c += kThreads)
-            cp_async_16(st + P::kWBytes + P::kBBytes + P::kSumBytes + 16 * c, dd + 16 * c);
+        copy_chunks(st + P::kWBytes, reinterpret_cast<const char *>(qs) + (int64_t)kb * P::kBBytes,
+                    std::integral_constant<int, P::kBBytes / 16>{});
+        copy_chunks(st + P::kWBytes + P::kBBytes, reinterpret_cast<const char *>(ysum) + (int64_t)kb * P::kSumBytes,
+                    std::integral_constant<int, P::kSumBytes / 16>{});
+        copy_chunks(st + P::kWBytes + P::kBBytes + P::kSumBytes,
+                    reinterpret_cast<const char *>(yd) + (int64_t)kb * P::kDBytes,
+                    std::integral_constant<int, P::kDBytes / 16>{});
     };
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
