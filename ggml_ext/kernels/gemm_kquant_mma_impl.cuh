@@ -635,10 +635,6 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     }
 }
 
-// Activations for the kernels above: column j of x (stride_col_x floats apart) -> int8 qs in the
-// tiled layout L of ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and
-// column, and the int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256,
-// 8 ncol_tiles), 256 threads: thread i quantizes value i of its super-block.
 // max |v| over the kBlock (256: the block's 8 warps; 32: the warp) values of the calling threads.
 template <int kBlock>
 __device__ __forceinline__ float act_block_amax(float v) {
@@ -663,6 +659,10 @@ __device__ __forceinline__ int warp_sum_int(int s) {
     return s;
 }
 
+// Activations for the kernels above: column j of x (stride_col_x floats apart) -> int8 qs in the
+// tiled layout L of ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and
+// column, and the int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256,
+// 8 ncol_tiles), 256 threads: thread i quantizes value i of its super-block.
 template <ActLayout L, int kBlock>
 static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
                                              float * __restrict__ d, int * __restrict__ sums, const int k,

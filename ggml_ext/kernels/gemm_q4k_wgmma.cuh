@@ -1,12 +1,13 @@
 // ggml_ext's Q4_K GEMM through Hopper's warpgroup tensor-core products (wgmma, sm_90a), for 16..64
 // activation columns: a block is one warpgroup (4 warps) and owns 64 rows; per super-block it
 // stages the rows' weights and every column's int8 activations with cp.async, each warp unpacks
-// its 16 rows into two u8 operands per sub-block (the split scale of Q4KT: q * lo, q * hi, from
-// registers), and two wgmma m64nNk32 per sub-block read the activations from shared memory and
-// accumulate the super-block in int32 (C_lo + 8 C_hi). One instruction does 64 rows x N columns x
-// 32 values, where gemm_kquant_mma_kernel needs N / 8 mma.sync, their activation loads and 4
-// integer multiply-adds each (session 15's SASS: ~20 instructions an mma at 64 columns).
-// The min term and the float step per super-block are Q4KT's.
+// its 16 rows into two u8 operands per sub-block (the 6-bit scale split as sc = 8 hi + lo: q * lo and
+// q * hi, bytes <= 105, one 32-bit multiply for four), and two wgmma m64nNk32 per sub-block take
+// those from registers and the activations from shared memory, accumulating the super-block in
+// int32 (C_lo + 8 C_hi = the sum of sc * q * y that Q4KT's integer multiply-adds form). One instruction does 64 rows x
+// N columns x 32 values, where gemm_kquant_mma_kernel needs N / 8 mma.sync, their activation loads and 4 integer
+// multiply-adds each (session 15's SASS: ~20 instructions an mma at 64 columns). The min term and the float step per
+// super-block are Q4KT's.
 //
 // Not engaged by the engine yet: measured in tools/device/gemv_standalone.cu `wgmma` (session 19,
 // bench/results/h200-s19-wgmma-*). Exact on the H200 (the integer sums are Q4KT's). With the
@@ -14,9 +15,10 @@
 // tall matrices: [gate; up] (34816 rows) 74.4 / 88.4 us at 48 / 64 columns against 83.5 / 96.4,
 // [gdn q; k; v; z] (16480) 28.2 / 32.8 / 35.5 at 32 / 48 / 64 against 31.1 / 38.5 / 48.0; it is
 // slower at 16..24 columns and on matrices of few 64-row blocks (ffn_down, ssm_out: 5120 rows walk
-// all of K in 80 blocks). ncu before that change: 2 warps a scheduler, issue slots 33% busy: the
-// per-super-block work (staging, operand unpacking, the float step) bounds it, not the tensor
-// cores. Next: engage it for those shapes (an sm_90a build), TMA bulk staging, split-K.
+// all of K in 80 blocks). ncu at 64 columns: 29.1 M instructions against 44.8 M, the tensor pipe
+// the busiest (26%), issue slots 31% busy with 2 warps a scheduler (214 registers): latency with
+// too few warps. Next: engage it for those shapes (an sm_90a build), fewer registers, TMA bulk
+// staging, the min term as a wgmma, split-K for the short matrices.
 #pragma once
 
 #include "gemm_kquant_mma_impl.cuh"
