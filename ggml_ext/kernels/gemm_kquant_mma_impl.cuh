@@ -38,13 +38,26 @@ constexpr int kQk = 256;
 
 // Which of a 32-value sub-block's values lane (g, t) holds in its 8 bytes: 8t..8t+7 (kRun: Q4_K,
 // Q5_K, whose nibble bytes thread t reads as one run) or 4t..4t+3 and 16+4t..16+4t+3 (kHalves:
-// Q6_K's two 16-value groups, Q8_0's PTX k order).
-enum class ActLayout { kRun, kHalves };
+// Q6_K's two 16-value groups, Q8_0's PTX k order). kWgmma: kRun's order in the K-major core
+// matrices a wgmma B descriptor reads (gemm_q4k_wgmma.cuh).
+enum class ActLayout { kRun, kHalves, kWgmma };
+
+// kWgmma: per super-block kb and sub-block j a tile of np = 8 ncol_tiles columns x 32 bytes, in
+// core matrices of 8 columns x 16 bytes; core matrix (kk, nn) (bytes 16 kk.. of columns 8 nn..) at
+// nn * 256 + kk * 128. A column's bytes are in the hardware k order of Q4_K's weight operands
+// (k 4t + i: value 8t + i; k 16 + 4t + i: value 8t + 4 + i).
+__host__ __device__ __forceinline__ int64_t wg_act_index(int kb, int j, int v, int col, int np) {
+    const int t = v >> 3, i = v & 7;
+    const int p = i < 4 ? 4 * t + i : 16 + 4 * t + (i - 4);
+    return (int64_t)kb * np * 256 + (int64_t)j * np * 32 + (col >> 3) * 256 + (p >> 4) * 128 + (col & 7) * 16 +
+           (p & 15);
+}
 
 // Byte of value v (0..31) of sub-block j of super-block kb, column 8 nt + g, in the tiled int8
 // activations of ncol_tiles column tiles.
 template <ActLayout L>
 __host__ __device__ __forceinline__ int64_t act_q_index(int kb, int j, int v, int col, int ncol_tiles) {
+    if constexpr (L == ActLayout::kWgmma) return wg_act_index(kb, j, v, col, 8 * ncol_tiles);
     const int nt = col >> 3, g = col & 7;
     const int t = L == ActLayout::kRun ? v >> 3 : (v & 15) >> 2;
     const int byte = L == ActLayout::kRun ? v & 7 : ((v >> 4) << 2) | (v & 3);

@@ -27,36 +27,6 @@ namespace gemm_kq {
 
 constexpr int kWgRows = 64;  // rows per warpgroup: its m64
 
-// The int8 activations in the layout the wgmma B descriptor reads (K-major, no swizzle): per
-// super-block kb and sub-block j a tile of np columns x 32 bytes, in core matrices of 8 columns x
-// 16 bytes; core matrix (kk, nn) (bytes 16 kk.. of columns 8 nn..) at nn * 256 + kk * 128. The bytes
-// of a column are in the hardware k order of Q4KT's weight operands (k 4t + i: value 8t + i;
-// k 16 + 4t + i: value 8t + 4 + i).
-__host__ __device__ __forceinline__ int64_t wg_act_index(int kb, int j, int v, int col, int np) {
-    const int t = v >> 3, i = v & 7;
-    const int p = i < 4 ? 4 * t + i : 16 + 4 * t + (i - 4);
-    return (int64_t)kb * np * 256 + (int64_t)j * np * 32 + (col >> 3) * 256 + (p >> 4) * 128 + (col & 7) * 16 +
-           (p & 15);
-}
-
-// As quantize_act_k_kernel<kRun, 256> (the same quants, scales and sums per 32), quants in the
-// wgmma layout of np = 8 ncol_tiles columns.
-static __global__ void quantize_act_wgmma_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
-                                                 float * __restrict__ d, int * __restrict__ sums, const int k,
-                                                 const int ncols, const int ncol_tiles, const int64_t stride_col_x) {
-    const int col = blockIdx.y, kb = blockIdx.x;
-    const int i = kb * kQk + threadIdx.x;
-    const float v = (col < ncols && i < k) ? x[col * stride_col_x + i] : 0.0f;
-    const float amax = act_block_amax<kQk>(v);
-    const float dd = amax / 127.0f;
-    const int q = amax == 0.0f ? 0 : (int)roundf(v / dd);
-    const int j = threadIdx.x / 32, val = threadIdx.x % 32;
-    qs[wg_act_index(kb, j, val, col, 8 * ncol_tiles)] = (int8_t)q;
-    const int s = warp_sum_int(q);
-    if (val == 0) sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
-    if (threadIdx.x == 0) d[act_d_index(kb, col, ncol_tiles)] = dd;
-}
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DFLASH_WGMMA 1
 #endif
@@ -322,11 +292,13 @@ __global__ void __launch_bounds__(128 * WG, MB)
 // Padded columns of the wgmma form: 16, 24, 32, 48 or 64.
 inline int wg_padded_columns(int ncols) { return ncols <= 16 ? 16 : padded_columns(ncols); }
 
+// quantize_act_k_kernel's quants, scales and sums per 32 (Q4_K's), the quants in the wgmma layout
+// (ActLayout::kWgmma) of wg_padded_columns(ncols) columns.
 inline void quantize_act_wgmma(const float * x, int8_t * qs, float * d, int * sums, int k, int ncols,
                                int64_t stride_col_x, cudaStream_t stream) {
     const int np = wg_padded_columns(ncols);
-    quantize_act_wgmma_kernel<<<dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream>>>(x, qs, d, sums, k, ncols,
-                                                                                              np / 8, stride_col_x);
+    quantize_act_k_kernel<ActLayout::kWgmma, kQk><<<dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream>>>(
+        x, qs, d, sums, k, ncols, np / 8, stride_col_x);
 }
 
 // Returns false when the kernel cannot run here (the smem opt-in failed).

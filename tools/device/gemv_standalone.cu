@@ -613,17 +613,79 @@ double reference_products(const std::vector<float> & wf, const std::vector<float
     return ref_max;
 }
 
+// The wgmma form's activations (ActLayout::kWgmma) hold the same quants, per-32 sums and scales as
+// Q4_K's tiled ones (kRun), at the places wg_act_index names: 2, 9, 23 and 64 columns, 3 super-blocks.
+void check_wgmma_layout(std::mt19937 & gen) {
+    const int k = 768;
+    bool ok = true;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int ncols : {2, 9, 23, 64}) {
+        const int np = std::max(16, gemm_kq::padded_columns(ncols)), nt = np / 8;
+        std::vector<float> x((size_t)ncols * k);
+        for (auto & v : x) v = normal(gen);
+        MmaBuffers run, wg;
+        run.alloc(k, ncols, 1);
+        wg.alloc(k, ncols, 1);
+        for (MmaBuffers * b : {&run, &wg}) CK(cudaMemcpy(b->x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        // both with np columns (the wgmma form's least is 16)
+        DFLASH_LAUNCH(dim3(k / 256, np, 1), 256, 0, nullptr,
+                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kRun, 256>)(run.x, run.yq, run.yd, run.ysum, k,
+                                                                                     ncols, nt, k);
+        DFLASH_LAUNCH(dim3(k / 256, np, 1), 256, 0, nullptr,
+                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kWgmma, 256>)(wg.x, wg.yq, wg.yd, wg.ysum, k,
+                                                                                       ncols, nt, k);
+        CK(cudaDeviceSynchronize());
+        std::vector<int8_t> q_run((size_t)np * k), q_wg((size_t)np * k);
+        std::vector<float> d_run((size_t)np * k / 256), d_wg(d_run.size());
+        std::vector<int> s_run((size_t)np * k / 32), s_wg(s_run.size());
+        CK(cudaMemcpy(q_run.data(), run.yq, q_run.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(q_wg.data(), wg.yq, q_wg.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(d_run.data(), run.yd, d_run.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(d_wg.data(), wg.yd, d_wg.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(s_run.data(), run.ysum, s_run.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(s_wg.data(), wg.ysum, s_wg.size() * 4, cudaMemcpyDeviceToHost));
+        for (int kb = 0; kb < k / 256; ++kb) {
+            for (int col = 0; col < np; ++col) {
+                for (int j = 0; j < 8; ++j) {
+                    for (int v = 0; v < 32; ++v) {
+                        ok &= q_run[gemm_kq::act_q_index<gemm_kq::ActLayout::kRun>(kb, j, v, col, nt)] ==
+                              q_wg[gemm_kq::wg_act_index(kb, j, v, col, np)];
+                    }
+                }
+            }
+        }
+        ok &= d_run == d_wg && s_run == s_wg;
+        run.free_all();
+        wg.free_all();
+    }
+    std::printf("{\"check_wgmma_layout\": \"q4_K\", \"ok\": %s}\n", ok ? "true" : "false");
+}
+
+// Random rows of type t for a check: their bytes on the device, dequantized on the host (wf).
+struct CheckWeights {
+    int64_t row_bytes;
+    std::vector<float> wf;
+    char * dev = nullptr;
+    CheckWeights(W t, int rows, int k, std::mt19937 & gen) : row_bytes((int64_t)(k / 256) * superblock_bytes(t)) {
+        const auto w = random_rows(t, rows, k, gen);
+        wf.resize((size_t)rows * k);
+        for (int r = 0; r < rows; ++r) dequant_row(t, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
+        CK(cudaMalloc(&dev, w.size()));
+        CK(cudaMemcpy(dev, w.data(), w.size(), cudaMemcpyHostToDevice));
+    }
+    ~CheckWeights() { cudaFree(dev); }
+    CheckWeights(const CheckWeights &) = delete;
+    CheckWeights & operator=(const CheckWeights &) = delete;
+};
+
 // The tensor-core GEMM against the host reference (activations per 256; per 32 for Q8_0), every stage count; for
 // Q4_K and Q6_K (the 27B's) also with a residual.
 void check_mma(W t, int rows, int k, std::mt19937 & gen) {
-    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
-    const auto w = random_rows(t, rows, k, gen);
-    std::vector<float> wf((size_t)rows * k);
-    for (int r = 0; r < rows; ++r) dequant_row(t, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
+    const CheckWeights cw(t, rows, k, gen);
+    const int64_t row_bytes = cw.row_bytes;
+    const std::vector<float> & wf = cw.wf;
+    const char * dw = cw.dev;
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    char * dw = nullptr;
-    CK(cudaMalloc(&dw, w.size()));
-    CK(cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice));
     for (int ncols : {2, 8, 9, 16, 23, 32, 40, 64}) {
         std::vector<float> x((size_t)ncols * k);
         for (auto & v : x) v = normal(gen);
@@ -662,7 +724,6 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
         }
         b.free_all();
     }
-    cudaFree(dw);
 }
 
 // codes_only: the codes to time (all of kMmaCodes when null; those a type runs, code_runs).
@@ -729,14 +790,11 @@ void profile_mma(W t, int rows, int k, std::mt19937 & gen, const std::vector<int
 // against the engine's mma.sync forms (102; 1000102) on the 27B's Q4_K matrices.
 void check_wgmma(int rows, int k, std::mt19937 & gen) {
     const W t = W::q4_K;
-    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
-    const auto w = random_rows(t, rows, k, gen);
-    std::vector<float> wf((size_t)rows * k);
-    for (int r = 0; r < rows; ++r) dequant_row(t, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
+    const CheckWeights cw(t, rows, k, gen);
+    const int64_t row_bytes = cw.row_bytes;
+    const std::vector<float> & wf = cw.wf;
+    const char * dw = cw.dev;
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    char * dw = nullptr;
-    CK(cudaMalloc(&dw, w.size()));
-    CK(cudaMemcpy(dw, w.data(), w.size(), cudaMemcpyHostToDevice));
     for (int ncols : {2, 9, 16, 23, 32, 40, 64}) {
         std::vector<float> x((size_t)ncols * k);
         for (auto & v : x) v = normal(gen);
@@ -766,7 +824,6 @@ void check_wgmma(int rows, int k, std::mt19937 & gen) {
         }
         b.free_all();
     }
-    cudaFree(dw);
 }
 
 void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
@@ -869,6 +926,7 @@ int main(int argc, char ** argv) {
         check_mma(W::q6_K, 37, 768, gen);
         check_mma(W::q5_K, 37, 768, gen);
         check_mma(W::q8_0, 37, 768, gen);
+        check_wgmma_layout(gen);
     }
     if (what == "mma" || what == "check_mma" ||
         what == "q5q8") {  // the tensor-core GEMMs, every stage count: checked, then timed
