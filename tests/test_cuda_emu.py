@@ -302,6 +302,47 @@ def test_emulated_chain_delta_rule_columns_and_tree_kernel_agree(ops: Path, buil
     _close(runs[0][n * hv * s :].reshape(hv, s, s), want_state, 2e-5, f"chain delta rule's state, S {s}")
 
 
+@pytest.mark.parametrize(("s", "n"), [(64, 1), (64, 23), (128, 64), (128, 100)])
+def test_emulated_chunked_delta_rule_equals_the_chain_kernel(
+    ops: Path, build_dir: Path, s: int, n: int
+) -> None:
+    """The chunked delta rule (gdn_chunked.cu: 64 tokens at a time as matrix products; 100 tokens:
+    a full chunk and a partial one, the state carried between them) against the chain kernel on
+    the same inputs: outputs and final state within 1e-5 of their scale (float32 sums in another
+    order; the chain kernel is the CPU op's values within 2e-5, the test above)."""
+    hk, hv = 2, 6
+    arrays = _gdn_arrays(np.random.default_rng(s + n), n, s, hk, hv)
+    unit = arrays["k"] / np.linalg.norm(arrays["k"], axis=-1, keepdims=True)  # the graph L2-normalises k
+    arrays["k"] = unit.astype(np.float32)
+    chain = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, 0, 1, 0], arrays)
+    chunked = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, 0, 1, 1], arrays)
+    out, state = n * hv * s, hv * s * s
+    assert chunked.shape == (out + state,)
+    _close(chunked[:out], chain[:out], 1e-5, f"chunked outputs, S {s}, {n} tokens")
+    _close(chunked[out:], chain[out:], 1e-5, f"chunked state, S {s}, {n} tokens")
+
+
+@pytest.mark.parametrize(("s", "n", "chain", "seed"), [(64, 5, 0.5, 0), (128, 33, 0.6, 1), (128, 64, 0.3, 2)])
+def test_emulated_chunked_tree_delta_rule_equals_the_walk(
+    ops: Path, build_dir: Path, s: int, n: int, chain: float, seed: int
+) -> None:
+    """The chunked form over a tree's ancestors (a second root included) against the tree
+    kernel's walk on the same inputs: within 1e-5 of the outputs' scale."""
+    rng = np.random.default_rng(seed + 200)
+    hk, hv = 2, 4
+    parents = _random_parents(rng, n, chain)
+    if n > 2:
+        parents[int(rng.integers(1, n))] = -1
+    tree = _tree_index(parents)
+    arrays = {**_gdn_arrays(rng, n, s, hk, hv), "tree": tree}
+    arrays["k"] = (arrays["k"] / np.linalg.norm(arrays["k"], axis=-1, keepdims=True)).astype(np.float32)
+    base = [s, hk, hv, n, int(tree[2].max())]
+    walk = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, 0, 1, 0], arrays)
+    chunked = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, 0, 1, 1], arrays)
+    assert not np.array_equal(walk, chunked), "the marked node took the walk"
+    _close(chunked, walk, 1e-5, f"chunked tree, S {s}, {n} nodes")
+
+
 @pytest.mark.parametrize("s", [32, 128])
 def test_emulated_tree_delta_rule_columns_agree(ops: Path, build_dir: Path, s: int) -> None:
     """1, 2 and 4 state columns a warp: the same bits on a branchy tree (states saved only at

@@ -25,19 +25,21 @@ needs_gpu = pytest.mark.skipif(
 )
 
 
-def ref_state(k, v, g, beta, state):  # noqa: ANN001, ANN201
-    """The final state [Hv, S, S] (row j = column j of S) after the whole chain."""
+def ref_chain(q, k, v, g, beta, state):  # noqa: ANN001, ANN201
+    """A chain token by token in float64: the outputs [n, Hv, S] (ref_gdn's per-node paths, linear
+    in the tokens) and the final state [Hv, S, S] (row j = column j of S)."""
     n, hv, s = v.shape
     hk = k.shape[1]
-    out = np.zeros((hv, s, s))
+    out, final = np.zeros((n, hv, s)), np.zeros((hv, s, s))
     for h in range(hv):
         m = state[h].T.astype(np.float64)
         for t in range(n):
-            kk = k[t, h % hk].astype(np.float64)
+            kk, qq = k[t, h % hk].astype(np.float64), q[t, h % hk].astype(np.float64)
             m = m * np.exp(g[t, h, 0])
             m = m + np.outer(kk, (v[t, h] - m.T @ kk) * beta[t, h, 0])
-        out[h] = m.T
-    return out
+            out[t, h] = m.T @ qq / np.sqrt(s)
+        final[h] = m.T
+    return out, final
 
 
 @pytest.mark.parametrize(("s", "n"), [(16, 1), (32, 9), (64, 24), (128, 5)])
@@ -47,8 +49,18 @@ def test_chain_op_matches_the_equations(s: int, n: int) -> None:
     want = ref_gdn(*args, [-1, *range(n - 1)])
     scale = max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(out, want, rtol=0, atol=2e-5 * scale)
-    q, k, v, g, beta, s0 = args
-    np.testing.assert_allclose(state, ref_state(k, v, g, beta, s0), rtol=0, atol=2e-5 * scale)
+    chain_out, chain_state = ref_chain(*args)
+    np.testing.assert_allclose(out, chain_out, rtol=0, atol=2e-5 * scale)
+    marked, marked_state = _core.op_gated_delta_net(*args, chunked=True)  # the CPU ignores the mark
+    assert np.array_equal(marked, out) and np.array_equal(marked_state, state)
+    np.testing.assert_allclose(state, chain_state, rtol=0, atol=2e-5 * scale)
+
+
+def test_chunked_delta_rule_is_off_by_default() -> None:
+    """Slower than the chain kernel on the H200 so far (kernels/gdn_chunked.cu): marked nodes take
+    it only when DFLASH_GDN_CHUNKED=1 (CUDA builds); 8 tokens or more by default."""
+    assert _core.gdn_chunked() == (GPU and os.environ.get("DFLASH_GDN_CHUNKED") == "1")
+    assert _core.gdn_chunked_min_tokens() == 8 or "DFLASH_GDN_CHUNKED_MIN" in os.environ
 
 
 @pytest.fixture
@@ -59,7 +71,10 @@ def gdn_switches_restored():  # noqa: ANN201
         _core.tree_gdn_mode(),
         _core.gdn_staged(),
     )
+    chunked, chunked_min = _core.gdn_chunked(), _core.gdn_chunked_min_tokens()
     yield
+    _core.set_gdn_chunked(chunked)
+    _core.set_gdn_chunked_min_tokens(chunked_min)
     _core.set_gdn_columns(cols)
     _core.set_gdn_chain_enabled(chain)
     _core.set_tree_gdn_mode(tree)
@@ -84,6 +99,53 @@ def test_cuda_chain_kernel_is_bit_equal_to_ggml(
         out, state = _core.op_gated_delta_net(*args, gpu=True)
         assert np.array_equal(out, ref_out), f"outputs, {cols} columns a warp"
         assert np.array_equal(state, ref_state), f"state, {cols} columns a warp"
+
+
+@needs_gpu
+@pytest.mark.parametrize("s", [64, 128])
+@pytest.mark.parametrize("n", [8, 16, 64, 65, 200])
+def test_cuda_chunked_delta_rule_matches_the_equations(s: int, n: int, gdn_switches_restored: None) -> None:
+    """The chunked form (kernels/gdn_chunked.cu; 65 and 200 tokens: chunks after a full one, the
+    state carried) on a node marked for it: the numpy reference's outputs and final state within
+    2e-5 of their scale, as the chain kernel; a node not marked, or the form switched off, gives
+    the chain kernel's bits."""
+    args = gdn_inputs(np.random.default_rng(7 * s + n), n, s=s, hk=2, hv=6)
+    _core.set_gdn_chunked(True)
+    _core.set_gdn_chunked_min_tokens(0)
+    out, state = _core.op_gated_delta_net(*args, gpu=True, chunked=True)
+    want, want_state = ref_chain(*args)
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(out, want, rtol=0, atol=2e-5 * scale)
+    np.testing.assert_allclose(state, want_state, rtol=0, atol=2e-5 * scale)
+    chain_out, chain_state = _core.op_gated_delta_net(*args, gpu=True)
+    assert not np.array_equal(out, chain_out), "the marked node took the chain kernel"
+    _core.set_gdn_chunked(False)
+    off_out, off_state = _core.op_gated_delta_net(*args, gpu=True, chunked=True)
+    assert np.array_equal(off_out, chain_out) and np.array_equal(off_state, chain_state)
+
+
+@needs_gpu
+@pytest.mark.parametrize("s", [64, 128])
+@pytest.mark.parametrize("n", [21, 64, 65])
+def test_cuda_chunked_tree_delta_rule_matches_the_cpu_op(s: int, n: int, gdn_switches_restored: None) -> None:
+    """The chunked form over a tree's ancestors (two roots; 65 nodes: past its one chunk, so the
+    tree kernel's bits) on a marked node: the CPU op's values within 2e-5 of their scale."""
+    rng = np.random.default_rng(s + n)
+    parents, depth = [-1], [0]
+    for i in range(1, n):
+        p = i - 1 if rng.random() < 0.5 else int(rng.integers(0, i))
+        p = p if depth[p] < 24 else 0  # within the tree kernel's depth
+        parents.append(p)
+        depth.append(depth[p] + 1)
+    parents[n // 2] = -1  # its subtree keeps its depths: it only gets shallower
+    args = gdn_inputs(rng, n, s=s, hk=2, hv=6)
+    _core.set_gdn_chunked(True)
+    _core.set_gdn_chunked_min_tokens(0)
+    got = _core.op_tree_gated_delta_net(*args, parents, gpu=True, chunked=True)
+    want = _core.op_tree_gated_delta_net(*args, parents)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, float(np.abs(want).max())))
+    walk = _core.op_tree_gated_delta_net(*args, parents, gpu=True)
+    assert np.array_equal(got, walk) == (n > 64), "a tree of at most 64 nodes takes the chunked form"
 
 
 @needs_gpu

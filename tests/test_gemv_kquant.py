@@ -8,6 +8,7 @@ per-column arithmetic must not depend on the column count (bit-equal columns).""
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 
 import numpy as np
@@ -176,6 +177,52 @@ def test_cuda_mma_gemm_equals_ggml_and_numpy(
     bound = 2e-3 if wtype == "q8_0" else 3e-2
     assert np.abs(got - want).max() <= 3e-2 * scale
     assert np.abs(got - ref).max() <= bound * scale
+
+
+def test_wgmma_gemm_is_on_where_it_is_built() -> None:
+    """The wgmma GEMM is on by default in an sm_90a CUDA build (DFLASH_WGMMA=0 starts it off) and
+    absent elsewhere (no CUDA, or an sm_90 build): then switching it on changes nothing."""
+    assert _core.wgmma_enabled() == (_core.wgmma_built() and os.environ.get("DFLASH_WGMMA") != "0")
+    if not _core.wgmma_built():
+        _core.set_wgmma_enabled(True)
+        assert not _core.wgmma_enabled()
+
+
+def _gpu_is_sm90() -> bool:
+    """Whether the first GPU is compute capability 9.0 (nvidia-smi's word)."""
+    r = subprocess.run(
+        ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True
+    )
+    return r.returncode == 0 and r.stdout.split()[:1] == ["9.0"]
+
+
+@needs_gpu
+@pytest.mark.parametrize("n", [24, 25, 32, 33, 48, 64, 100])
+@pytest.mark.parametrize("rows", [16500, 34816])
+def test_cuda_wgmma_gemm_matches_the_mma_gemm(n: int, rows: int, mma_restored: None) -> None:
+    """Q4_K on the tall matrices through Hopper's wgmma form (an sm_90a build on an sm_90 GPU;
+    16500 rows: a last 64-row block 52 rows short) where its shapes take it (25+ columns below
+    32768 rows, 33+ above; 100: a launch of 64 and one of 36), against the mma.sync GEMM: the same
+    integer sums, so within float rounding (1e-5 of the scale), and numpy within 3e-2. Elsewhere
+    (another GPU, an sm_90 build) the switch is off and nothing launches."""
+    k = 2304
+    w, dense = _weights("q4_K", rows, k, seed=18)
+    x = np.random.default_rng(19).standard_normal((n, k)).astype(np.float32)
+    was = _core.wgmma_enabled()
+    try:
+        _core.set_wgmma_enabled(False)
+        ref = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
+        _core.set_wgmma_enabled(True)
+        before = _core.wgmma_launches()
+        got = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
+        launches = _core.wgmma_launches() - before
+    finally:
+        _core.set_wgmma_enabled(was)
+    takes = [c for c in (min(n, 64), n - 64) if c > (32 if rows >= 32768 else 24)]
+    assert launches == (len(takes) if _core.wgmma_built() and _gpu_is_sm90() else 0)
+    scale = float(np.abs(x.astype(np.float64) @ dense.T.astype(np.float64)).max())
+    assert np.abs(got - ref).max() <= 1e-5 * scale
+    assert np.abs(got - x.astype(np.float64) @ dense.T.astype(np.float64)).max() <= 3e-2 * scale
 
 
 @needs_gpu

@@ -273,29 +273,31 @@ PYBIND11_MODULE(_core, m) {
     m.def(
         "op_gated_delta_net",
         [=](const F32Array & q, const F32Array & k, const F32Array & v, const F32Array & g, const F32Array & beta,
-            const F32Array & state, bool gpu, int n_threads) {
+            const F32Array & state, bool gpu, int n_threads, bool chunked) {
             auto r = run_gated_delta_net(op_input(q), op_input(k), op_input(v), op_input(g), op_input(beta),
-                                         op_input(state), gpu, n_threads);
+                                         op_input(state), gpu, n_threads, chunked);
             const py::ssize_t n = v.shape(0), Hv = v.shape(1), S = v.shape(2);
             const auto mid = r.begin() + n * Hv * S;
             return py::make_tuple(shaped(std::vector<float>(r.begin(), mid), {n, Hv, S}),
                                   shaped(std::vector<float>(mid, r.end()), {Hv, S, S}));
         },
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("state"),
-        py::arg("gpu") = false, py::arg("n_threads") = 2,
+        py::arg("gpu") = false, py::arg("n_threads") = 2, py::arg("chunked") = false,
         "ggml_gated_delta_net over a chain: q, k [n, Hk, S], v [n, Hv, S], g, beta [n, Hv, 1], state [Hv, S, S] "
-        "(row j = column j of S) -> (outputs [n, Hv, S], the final state [Hv, S, S])");
+        "(row j = column j of S) -> (outputs [n, Hv, S], the final state [Hv, S, S]); chunked: the node marked "
+        "for CUDA's chunked form (ggml_ext::allow_chunked_delta_rule; the chain kernel otherwise)");
     m.def(
         "op_tree_gated_delta_net",
         [=](const F32Array & q, const F32Array & k, const F32Array & v, const F32Array & g, const F32Array & beta,
-            const F32Array & state, std::vector<int32_t> parents, bool gpu, int n_threads) {
+            const F32Array & state, std::vector<int32_t> parents, bool gpu, int n_threads, bool chunked) {
             auto r = run_tree_gated_delta_net(op_input(q), op_input(k), op_input(v), op_input(g), op_input(beta),
-                                              op_input(state), parents, gpu, n_threads);
+                                              op_input(state), parents, gpu, n_threads, chunked);
             return shaped(std::move(r), {v.shape(0), v.shape(1), v.shape(2)});
         },
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("state"), py::arg("parents"),
-        py::arg("gpu") = false, py::arg("n_threads") = 2,
-        "q, k [n, Hk, S], v [n, Hv, S], g, beta [n, Hv, 1], state [Hv, S, S] (row j = column j of S) -> [n, Hv, S]");
+        py::arg("gpu") = false, py::arg("n_threads") = 2, py::arg("chunked") = false,
+        "q, k [n, Hk, S], v [n, Hv, S], g, beta [n, Hv, 1], state [Hv, S, S] (row j = column j of S) -> [n, Hv, S]; "
+        "chunked: the node marked for CUDA's chunked form (ggml_ext::allow_chunked_delta_rule; up to 64 nodes)");
     m.def(
         "op_attn_paths",
         [=](const F32Array & q, const F32Array & k, const F32Array & v,
@@ -418,6 +420,14 @@ PYBIND11_MODULE(_core, m) {
           "CUDA tree delta rule: 0 by the grid (default), 1 the walk (a warp every node), 2 the paths (a warp a "
           "preorder segment; DFLASH_TREE_GDN=walk|paths); the same bits; no effect without CUDA");
     m.def("tree_gdn_mode", &ggml_ext::tree_gdn_mode);
+    m.def("set_gdn_chunked", &ggml_ext::set_gdn_chunked, py::arg("on"),
+          "CUDA: marked ggml_gated_delta_net nodes (a verify's or a prefill's chain outside the batch-invariant "
+          "mode) take the chunked delta rule, 64 tokens at a time as matrix products (off by default: slower than "
+          "the chain kernel on the H200 so far; DFLASH_GDN_CHUNKED=1 starts it on); no effect without CUDA");
+    m.def("gdn_chunked", &ggml_ext::gdn_chunked);
+    m.def("set_gdn_chunked_min_tokens", &ggml_ext::set_gdn_chunked_min_tokens, py::arg("n"),
+          "the fewest tokens that take the chunked delta rule (<= 0: the default, 8; DFLASH_GDN_CHUNKED_MIN)");
+    m.def("gdn_chunked_min_tokens", &ggml_ext::gdn_chunked_min_tokens);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
           "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K / Q8_0 x 2..mma_max_columns() columns on CUDA instead of "
           "ggml's mmq (on by default; DFLASH_MMA=0 starts it off)");
@@ -429,6 +439,12 @@ PYBIND11_MODULE(_core, m) {
           "the most columns ggml_ext's GEMM takes: 16, 32, 64, 128 or 256 (the default; DFLASH_MMA_MAX_COLUMNS); "
           "above 64 it runs launches of 64; 0 without CUDA");
     m.def("mma_max_columns", &ggml_ext::mma_max_columns);
+    m.def("set_wgmma_enabled", &ggml_ext::set_wgmma_enabled, py::arg("on"),
+          "within the tensor-core GEMM, Q4_K x 25..64 columns of matrices of 16384 rows or more through Hopper's "
+          "wgmma (an sm_90a build on an sm_90 GPU; on by default there, DFLASH_WGMMA=0 starts it off)");
+    m.def("wgmma_enabled", &ggml_ext::wgmma_enabled);
+    m.def("wgmma_built", &ggml_ext::wgmma_built, "whether this build has the wgmma GEMM (CUDA for sm_90a)");
+    m.def("wgmma_launches", &ggml_ext::wgmma_launches, "launches of the wgmma GEMM so far (tests)");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

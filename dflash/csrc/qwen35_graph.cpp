@@ -25,8 +25,26 @@ struct Builder {
     const TargetCache & cache;
     const ForwardSpec & spec;
     ForwardGraph & g;
-    int n;        // tokens in this forward
-    MatMulFn mm;  // weight matmuls (ForwardSpec::batch_invariant)
+    int n;           // tokens in this forward
+    MatMulFn mm;     // weight matmuls (ForwardSpec::batch_invariant)
+    bool invariant;  // a decode's or a verify's in the batch-invariant mode: every op as a decode does it
+
+    // ggml_gated_delta_net over a chain of tokens; outside the batch-invariant mode CUDA may take
+    // it in chunks of 64 tokens as matrix products (ggml_ext::allow_chunked_delta_rule: other sums
+    // than a decode step's; the chain kernel's bits otherwise).
+    ggml_tensor * delta_rule(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * gate, ggml_tensor * beta,
+                             ggml_tensor * state) {
+        ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
+        return invariant ? out : ggml_ext::allow_chunked_delta_rule(out);
+    }
+
+    // ggml_ext::tree_gated_delta_net over a DDTree verify's nodes, chunked likewise.
+    ggml_tensor * tree_delta_rule(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * gate,
+                                  ggml_tensor * beta, ggml_tensor * state) {
+        ggml_tensor * o =
+            ggml_ext::tree_gated_delta_net(ctx, q, k, v, gate, beta, state, g.tree, ggml_ext::kTreeMaxDepth);
+        return invariant ? o : ggml_ext::allow_chunked_delta_rule(o);
+    }
 
     ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) { return rms_norm_mul(ctx, x, w, hp.rms_eps); }
 
@@ -199,10 +217,9 @@ struct Builder {
         ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
         ggml_tensor * o = nullptr;  // [S, Hv, n, 1]
         if (tree) {
-            o = ggml_ext::tree_gated_delta_net(ctx, q, k, v, gate, beta, state, g.tree, ggml_ext::kTreeMaxDepth);
-            o = ggml_reshape_4d(ctx, o, S, Hv, n, 1);
+            o = ggml_reshape_4d(ctx, tree_delta_rule(q, k, v, gate, beta, state), S, Hv, n, 1);
         } else {
-            ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
+            ggml_tensor * out = delta_rule(q, k, v, gate, beta, state);
             o = ggml_view_4d(ctx, out, S, Hv, n, 1, ggml_row_size(out->type, S), ggml_row_size(out->type, S * Hv),
                              ggml_row_size(out->type, S * Hv * n), 0);
             if (!defer) {
@@ -250,12 +267,11 @@ struct Builder {
         ggml_tensor * beta = ggml_view_4d(ctx, in, 1, Hv, n, 1, es, es * Hv, es * Hv * n, gates + es * Hv * n);
         ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
         if (g.tree) {
-            ggml_tensor * o =
-                ggml_ext::tree_gated_delta_net(ctx, q, k, v, gate, beta, state, g.tree, ggml_ext::kTreeMaxDepth);
+            ggml_tensor * o = tree_delta_rule(q, k, v, gate, beta, state);
             save_verify_inputs(il, in, p[0], gate, beta);
             return gated_output(il, ggml_reshape_4d(ctx, o, S, Hv, n, 1), p[1]);
         }
-        ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
+        ggml_tensor * out = delta_rule(q, k, v, gate, beta, state);
         ggml_tensor * o = ggml_view_4d(ctx, out, S, Hv, n, 1, ggml_row_size(out->type, S),
                                        ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv * n), 0);
         if (!defer) {
@@ -423,7 +439,8 @@ ForwardGraph build_qwen35_forward(ggml_context * ctx, const Qwen35Model & model,
     } else {
         g.mask = input(ctx, GGML_TYPE_F16, g.n_kv, n);
     }
-    Builder b{ctx, model, hp, cache, spec, g, n, invariant ? ggml_ext::mul_mat_invariant : ggml_ext::mul_mat_tiles};
+    Builder b{ctx,      model, hp, cache, spec, g, n, invariant ? ggml_ext::mul_mat_invariant : ggml_ext::mul_mat_tiles,
+              invariant};
     ggml_tensor * x = ggml_get_rows(ctx, model.tok_embd, g.tokens);
     for (int il = 0; il < hp.n_layer; ++il) {
         ggml_tensor * h = b.norm(x, model.layers[il].attn_norm);

@@ -112,6 +112,7 @@ size_t g_sched_stack_size = 0;
 ucontext_t g_sched_ctx;
 #endif
 uint3 g_block_idx{};
+std::vector<unsigned char> g_dynamic_smem;
 dim3 g_block_dim, g_grid_dim;
 const std::function<void()> * g_body = nullptr;
 
@@ -280,6 +281,8 @@ uint3 & thread_idx() {
     return g_current->tid;
 }
 uint3 & block_idx() { return g_block_idx; }
+void set_dynamic_smem(size_t bytes) { g_dynamic_smem.assign(bytes, (unsigned char)0xFF); }
+void * dynamic_smem() { return g_dynamic_smem.empty() ? nullptr : g_dynamic_smem.data(); }
 dim3 & block_dim() { return g_block_dim; }
 dim3 & grid_dim() { return g_grid_dim; }
 int lane() {
@@ -378,6 +381,7 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()> & body) {
         for (unsigned by = 0; by < grid.y; ++by) {
             for (unsigned bx = 0; bx < grid.x; ++bx) {
                 g_block_idx = {bx, by, bz};
+                std::fill(g_dynamic_smem.begin(), g_dynamic_smem.end(), (unsigned char)0xFF);
                 b.live = nthreads;
                 b.arrived = 0;
                 for (int i = 0; i < nthreads; ++i) {

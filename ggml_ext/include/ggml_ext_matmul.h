@@ -70,6 +70,15 @@ bool mma_q80_enabled();
 // above 64 it runs launches of 64 columns. Other values round up to the next of those.
 void set_mma_max_columns(int n);
 int mma_max_columns();
+// Within that GEMM, Q4_K x 25..64 columns of the tall matrices (16384 rows or more: [gate; up],
+// the stacked GDN projections; 33+ columns from 32768 rows) through Hopper's wgmma
+// (kernels/gemm_q4k_wgmma.cuh) on an sm_90a build on an sm_90 GPU: on by default there
+// (DFLASH_WGMMA=0 starts it off); wgmma_built says whether this build has it, wgmma_launches
+// counts its launches (tests). No effect elsewhere.
+void set_wgmma_enabled(bool on);
+bool wgmma_enabled();
+bool wgmma_built();
+int64_t wgmma_launches();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to 48 columns (patches/0008): the
 // residual added as the GEMM writes its outputs, the same float addition as the add node's. On by default

@@ -17,10 +17,14 @@
 // DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS (16, 32,
 // 64) sets the range and DFLASH_MMA_MINS_INT=1 keeps the integer min sums (exact), for benches.
 // tools/device/gemv_standalone.sh mma checks and times it.
+// - On an sm_90a build on an sm_90 GPU, Q4_K on the tall matrices at 25..64 columns takes the
+//   wgmma form (gemm_q4k_wgmma.cuh; wgmma_shape below; DFLASH_WGMMA=0 keeps the mma.sync forms).
 #include "gemm_kquant_mma_impl.cuh"
+#include "gemm_q4k_wgmma.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
 
+#include <atomic>
 #include <cstdlib>
 
 namespace {
@@ -61,6 +65,23 @@ bool mma_q80_flag = [] {
     return !(e && e[0] == '0');
 }();
 
+#ifdef DFLASH_HAVE_WGMMA  // ggml_ext/CMakeLists.txt: CMAKE_CUDA_ARCHITECTURES has 90a
+constexpr bool kWgmmaBuilt = true;
+#else
+constexpr bool kWgmmaBuilt = false;
+#endif
+bool wgmma_flag = [] {
+    const char * e = std::getenv("DFLASH_WGMMA");
+    return kWgmmaBuilt && !(e && e[0] == '0');
+}();
+std::atomic<int64_t> wgmma_count{0};
+
+// The shapes where the wgmma form beat the mma.sync forms on the H200 (session 19, standalone,
+// bench/results/h200-s19-wgmma-staging.json): [gdn q; k; v; z] (16480 rows) from 32 columns
+// (28.2 / 32.8 / 35.5 us at 32 / 48 / 64 against 31.1 / 38.5 / 48.0), [gate; up] (34816) from
+// 48 (74.4 / 88.4 against 83.5 / 96.4; even at 32). Slower on fewer rows and fewer columns.
+bool wgmma_shape(int rows, int ncols) { return rows >= 16384 && (ncols > 32 || (ncols > 24 && rows < 32768)); }
+
 // gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
 template <typename F, int kStages, bool kOccupancy = true, int W = gemm_kq::kWarps, bool kSplitK = true, int R = 1>
 void launch_with(const float * res, int stride_col_res, const char * w, const int8_t * yq, const float * yd,
@@ -78,8 +99,16 @@ void launch_with(const float * res, int stride_col_res, const char * w, const in
 // One launch of the GEMM for nc <= 64 columns: quantize x, then the kernel for type t.
 void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const float * x, int64_t sx, const char * w,
                 int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
-                int nsm, cudaStream_t stream) {
+                int nsm, bool hopper, cudaStream_t stream) {
     constexpr int kS = gemm_kq::kDefaultStages;
+    if (kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && r_ptr == nullptr &&
+        wgmma_shape(rows, n)) {
+        gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, sx, stream);
+        if (gemm_kq::launch_q4k_wgmma(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream)) {
+            ++wgmma_count;
+            return;
+        }
+    }
     // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
     // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
     // shared memory); two row tiles a warp (each activation load feeds two mmas) for Q4_K / Q5_K
@@ -129,6 +158,10 @@ void set_mma_max_columns(int n) {
     mma_max_columns_flag = n <= 16 ? 16 : n <= 32 ? 32 : n <= 64 ? 64 : n <= 128 ? 128 : 256;
 }
 int mma_max_columns() { return mma_max_columns_flag; }
+void set_wgmma_enabled(bool on) { wgmma_flag = kWgmmaBuilt && on; }
+bool wgmma_enabled() { return wgmma_flag; }
+bool wgmma_built() { return kWgmmaBuilt; }
+int64_t wgmma_launches() { return wgmma_count.load(); }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
@@ -177,7 +210,7 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
         float * out = (float *)dst->data + c0 * sd;
         const float * r_ptr = res ? (const float *)res->data + c0 * sr : nullptr;
         gemm_chunk(t, mins_int, nc, rows, (int)k, x, sx, w, (int64_t)src0->nb[1], out, sd, r_ptr, sr, qs.get(), d.get(),
-                   sums.get(), ggml_cuda_info().devices[ctx.device].nsm, stream);
+                   sums.get(), ggml_cuda_info().devices[ctx.device].nsm, cc == GGML_CUDA_CC_HOPPER, stream);
     }
     CUDA_CHECK(cudaGetLastError());
     return true;

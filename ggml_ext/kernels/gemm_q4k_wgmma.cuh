@@ -9,16 +9,17 @@
 // multiply-adds each (session 15's SASS: ~20 instructions an mma at 64 columns). The min term and the float step per
 // super-block are Q4KT's.
 //
-// Not engaged by the engine yet: measured in tools/device/gemv_standalone.cu `wgmma` (session 19,
-// bench/results/h200-s19-wgmma-*). Exact on the H200 (the integer sums are Q4KT's). With the
-// staging addressed once (h200-s19-wgmma-staging.json) it beats the engine's mma.sync forms on the
-// tall matrices: [gate; up] (34816 rows) 74.4 / 88.4 us at 48 / 64 columns against 83.5 / 96.4,
-// [gdn q; k; v; z] (16480) 28.2 / 32.8 / 35.5 at 32 / 48 / 64 against 31.1 / 38.5 / 48.0; it is
-// slower at 16..24 columns and on matrices of few 64-row blocks (ffn_down, ssm_out: 5120 rows walk
-// all of K in 80 blocks). ncu at 64 columns: 29.1 M instructions against 44.8 M, the tensor pipe
-// the busiest (26%), issue slots 31% busy with 2 warps a scheduler (214 registers): latency with
-// too few warps. Next: engage it for those shapes (an sm_90a build), fewer registers, TMA bulk
-// staging, the min term as a wgmma, split-K for the short matrices.
+// Engaged since session 20 for the shapes where it wins (gemm_kquant_mma.cu's wgmma_shape, on an
+// sm_90a build on an sm_90 GPU): the 27B's 64-token forward 10.56 ms of Q4_K GEMM against 11.52
+// (bench/results/h200-s20-27b-kernels-chunked-v2-wgmma.json). Measured alone in
+// tools/device/gemv_standalone.cu `wgmma` (session 19, bench/results/h200-s19-wgmma-*). Exact on the H200 (the integer
+// sums are Q4KT's). With the staging addressed once (h200-s19-wgmma-staging.json) it beats the engine's mma.sync forms
+// on the tall matrices: [gate; up] (34816 rows) 74.4 / 88.4 us at 48 / 64 columns against 83.5 / 96.4, [gdn q; k; v; z]
+// (16480) 28.2 / 32.8 / 35.5 at 32 / 48 / 64 against 31.1 / 38.5 / 48.0; it is slower at 16..24 columns and on matrices
+// of few 64-row blocks (ffn_down, ssm_out: 5120 rows walk all of K in 80 blocks). ncu at 64 columns: 29.1 M
+// instructions against 44.8 M, the tensor pipe the busiest (26%), issue slots 31% busy with 2 warps a scheduler (214
+// registers): latency with too few warps. Next: fewer registers, TMA bulk staging, the min term as a wgmma, split-K for
+// the short matrices.
 #pragma once
 
 #include "gemm_kquant_mma_impl.cuh"

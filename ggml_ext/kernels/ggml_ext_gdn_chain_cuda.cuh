@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ggml-cuda/common.cuh"
+#include "ggml_ext_gdn.h"
 
 #include <cstdint>
 
@@ -14,6 +15,11 @@ struct GdnChainArgs {
     int64_t sq1, sq2, sq3, sv1, sv2, sv3, sb1, sb2, sb3;  // strides in floats
     int64_t neqk1, rq3;  // q/k heads (v head h reads q/k head h % neqk1); v seqs per q/k seq
     float scale;
+    // the chunked form only (gdn_chunked.cu): a tree's parents (parents[i] < i; -1: from the
+    // state s0; one sequence, at most one chunk) instead of a chain, and whether the final state
+    // is written
+    const int32_t * parents = nullptr;
+    bool write_state = true;
 };
 
 // State columns a warp for `units` (head, sequence) pairs of S x S states, the tree kernel's too:
@@ -27,3 +33,8 @@ bool tree_gdn_paths_for(int64_t walk_blocks, int64_t n);
 
 // True when ggml_ext ran the op (S of 16, 32, 64 or 128); false leaves it to ggml's kernel.
 bool ggml_ext_cuda_gated_delta_net(const GdnChainArgs & args, cudaStream_t stream);
+
+// The chunked form (gdn_chunked.cu) for a node the graph marked (ggml_ext::allow_chunked_delta_rule):
+// true when it ran (S of 64 or 128, within its token range, switched on); false leaves the node to
+// the chain kernel. Its scratch comes from ctx's pool.
+bool ggml_ext_cuda_gated_delta_net_chunked(const GdnChainArgs & args, ggml_backend_cuda_context & ctx);

@@ -8,3 +8,11 @@
 #else
 #define DFLASH_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
 #endif
+
+// DFLASH_DYNAMIC_SMEM(name): `float * name` over the block's dynamic shared memory (the launch's
+// smem bytes; 16-byte aligned).
+#ifdef DFLASH_CUDA_EMU
+#define DFLASH_DYNAMIC_SMEM(name) float * name = static_cast<float *>(::cuda_emu::dynamic_smem())
+#else
+#define DFLASH_DYNAMIC_SMEM(name) extern __shared__ __align__(16) float name[]
+#endif

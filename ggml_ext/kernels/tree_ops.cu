@@ -305,6 +305,36 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
     const int64_t S = v->ne[0], H = v->ne[1], n = v->ne[2], Hk = q->ne[1];
     const int64_t fs = sizeof(float);
     const float scale = 1.0f / sqrtf((float)S);
+    if (ggml_ext::chunked_delta_rule_allowed(dst)) {  // the chunked form, where the graph allows it
+        auto f32 = [&](int i) { return (const float *)dst->src[i]->data; };
+        GdnChainArgs a{f32(0),
+                       f32(1),
+                       f32(2),
+                       f32(3),
+                       f32(4),
+                       f32(5),
+                       (float *)dst->data,
+                       nullptr,
+                       S,
+                       H,
+                       n,
+                       1,
+                       q->nb[1] / fs,
+                       q->nb[2] / fs,
+                       0,
+                       v->nb[1] / fs,
+                       v->nb[2] / fs,
+                       0,
+                       1,
+                       H,
+                       0,
+                       Hk,
+                       1,
+                       scale};
+        a.parents = (const int32_t *)dst->src[6]->data;
+        a.write_state = false;
+        if (q->nb[1] == k->nb[1] && q->nb[2] == k->nb[2] && ggml_ext_cuda_gated_delta_net_chunked(a, ctx)) return;
+    }
     const int warp = S < 32 ? (int)S : 32;
     const int walk_cols = gdn_columns_for(S, H);  // gdn_chain.cu
     const bool paths = tree_gdn_paths_for(H * ((S + kWarps * walk_cols - 1) / (kWarps * walk_cols)), n);

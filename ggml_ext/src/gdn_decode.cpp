@@ -89,6 +89,10 @@ void set_gdn_staged(bool) {}
 bool gdn_staged() { return false; }
 void set_tree_gdn_mode(int) {}
 int tree_gdn_mode() { return 0; }
+void set_gdn_chunked(bool) {}
+bool gdn_chunked() { return false; }
+void set_gdn_chunked_min_tokens(int) {}
+int gdn_chunked_min_tokens() { return kChunkedDeltaRuleMinTokens; }
 #endif
 
 }  // namespace ggml_ext

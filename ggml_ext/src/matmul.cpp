@@ -43,6 +43,10 @@ void set_mma_q80_enabled(bool) {}
 bool mma_q80_enabled() { return false; }
 void set_mma_max_columns(int) {}
 int mma_max_columns() { return 0; }
+void set_wgmma_enabled(bool) {}
+bool wgmma_enabled() { return false; }
+bool wgmma_built() { return false; }
+int64_t wgmma_launches() { return 0; }
 void set_mmq_tiles_enabled(bool) {}
 bool mmq_tiles_enabled() { return false; }
 void set_fuse_add_enabled(bool) {}

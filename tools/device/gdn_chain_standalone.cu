@@ -16,21 +16,7 @@
 #include <cstring>
 #include <vector>
 
-// ggml-cuda's device query, which the kernel's grid choice reads (the engine links ggml-cuda).
-int ggml_cuda_get_device() { return 0; }
-
-const ggml_cuda_device_info & ggml_cuda_info() {
-    static ggml_cuda_device_info info = [] {
-        ggml_cuda_device_info i = {};
-        cudaDeviceProp p;
-        cudaGetDeviceProperties(&p, 0);
-        i.device_count = 1;
-        i.devices[0].nsm = p.multiProcessorCount;
-        i.devices[0].cc = 100 * p.major + 10 * p.minor;
-        return i;
-    }();
-    return info;
-}
+#include "ggml_cuda_device_query.h"
 
 namespace {
 

@@ -124,6 +124,30 @@ if [ "$stage" = w1 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh x1` (session 20), then `x2` within 30 s: the chunked delta rule
+# (kernels/gdn_chunked.cu) and the wgmma GEMM engaged (sm_90a build). x1: the build
+# (SETUP_TARGETS="_core" saves upstream's tools), the delta rule / tree / speculative /
+# batch-invariant / GEMM CUDA tests, then the 27B's kernels a step (forwards of 1..128 tokens, a
+# chain step, a DDTree step) with the defaults as time allows. x2: the same with each of X2_VARS
+# (default: the chunked form off, the wgmma GEMM off).
+if [ "$stage" = x1 ] || [ "$stage" = x2 ]; then
+  trap "pack_out $stage" EXIT
+  start_27b_synth
+  export KP_ARGS="--forwards 1,8,16,32,64,128"
+  if [ "$stage" = x1 ]; then
+    run_cuda_suite 170 -k "gdn or delta or tree or spec or ddtree or invariant or commit or wgmma or mma_gemm_equals"
+    wait_27b 70
+    [ "$(left)" -ge 65 ] && kernel_profile 60
+  else
+    wait_27b 140
+    for v in ${X2_VARS:-DFLASH_GDN_CHUNKED=0 DFLASH_WGMMA=0}; do
+      [ "$(left)" -ge 65 ] && kernel_profile 60 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
+    done
+    grep -E "wall|gdn_chunk|gdn_chain|tree_gdn|wgmma" "$OUT"/h200-27b-kernels*.log | cut -c1-200
+  fi
+  exit 0
+fi
+
 # `gpu_bench.sh v` (a short call: CALL_S=<its limit less 15 s>): build, the CUDA suite, then the
 # 27B's AR and chain with the defaults (no upstream), as time allows.
 if [ "$stage" = v ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: unpack the carried upstream tree and wheels, build dflash's _core and
-# upstream's llama-bench, llama-server and llama-speculative-simple with CUDA for sm_90 (one
-# build, the same ggml). Source it: it exports PYTHONPATH, LLAMA_BENCH, LLAMA_SERVER,
+# upstream's llama-bench, llama-server and llama-speculative-simple with CUDA for sm_90a (one
+# build, the same ggml; sm_90a: the wgmma GEMM; DFLASH_CUDA_ARCH=90 builds without it). Source it: it exports PYTHONPATH, LLAMA_BENCH, LLAMA_SERVER,
 # LLAMA_SPEC_SIMPLE and DFLASH_UPSTREAM_BIN (their folder, for dflash.upstream_tools).
 # Carry: .carry (upstream.tar.gz = a trimmed vendor/llama.cpp of the pinned sdist, whl/).
 set -euo pipefail
@@ -13,7 +13,7 @@ if [ ! -d /tmp/up/ggml ]; then mkdir -p /tmp/up && tar xzf .carry/upstream.tar.g
 export DFLASH_VENDOR_SRC=/tmp/up
 if [ ! -f build/cuda/build.ninja ]; then
   cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDFLASH_CUDA=ON -DDFLASH_UPSTREAM_TOOLS=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" > /tmp/cmake.log 2>&1 \
+    -DCMAKE_CUDA_ARCHITECTURES=${DFLASH_CUDA_ARCH:-90a} -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" > /tmp/cmake.log 2>&1 \
     || { tail -40 /tmp/cmake.log; exit 1; }
 fi
 # SETUP_TARGETS: a shorter list when a call needs fewer of upstream's tools (each saves build time)

@@ -20,9 +20,36 @@ struct ggml_tensor;
 
 struct ggml_cuda_mm_fusion_args_host;
 
+// ggml's memory pool, as plain allocations (each filled with NaN bytes by cudaMalloc)
+struct ggml_cuda_pool {
+    void * alloc(size_t size, size_t * actual) {
+        void * p = nullptr;
+        cudaMalloc(&p, size);
+        *actual = size;
+        return p;
+    }
+    void free(void * p, size_t) { cudaFree(p); }
+};
+
+template <typename T>
+struct ggml_cuda_pool_alloc {
+    ggml_cuda_pool * pool = nullptr;
+    T * ptr = nullptr;
+    size_t actual_size = 0;
+    ggml_cuda_pool_alloc(ggml_cuda_pool & p, size_t size) : pool(&p) {
+        ptr = static_cast<T *>(pool->alloc(size * sizeof(T), &actual_size));
+    }
+    ~ggml_cuda_pool_alloc() { pool->free(ptr, actual_size); }
+    ggml_cuda_pool_alloc(const ggml_cuda_pool_alloc &) = delete;
+    ggml_cuda_pool_alloc & operator=(const ggml_cuda_pool_alloc &) = delete;
+    T * get() { return ptr; }
+};
+
 struct ggml_backend_cuda_context {
     int device = 0;
+    ggml_cuda_pool pool_;
     cudaStream_t stream() { return nullptr; }
+    ggml_cuda_pool & pool() { return pool_; }
 };
 
 // ggml's butterfly over `width` lanes
