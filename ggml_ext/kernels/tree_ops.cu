@@ -305,35 +305,21 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
     const int64_t S = v->ne[0], H = v->ne[1], n = v->ne[2], Hk = q->ne[1];
     const int64_t fs = sizeof(float);
     const float scale = 1.0f / sqrtf((float)S);
-    if (ggml_ext::chunked_delta_rule_allowed(dst)) {  // the chunked form, where the graph allows it
-        auto f32 = [&](int i) { return (const float *)dst->src[i]->data; };
-        GdnChainArgs a{f32(0),
-                       f32(1),
-                       f32(2),
-                       f32(3),
-                       f32(4),
-                       f32(5),
-                       (float *)dst->data,
-                       nullptr,
-                       S,
-                       H,
-                       n,
-                       1,
-                       q->nb[1] / fs,
-                       q->nb[2] / fs,
-                       0,
-                       v->nb[1] / fs,
-                       v->nb[2] / fs,
-                       0,
-                       1,
-                       H,
-                       0,
-                       Hk,
-                       1,
-                       scale};
+    auto f32 = [&](int i) { return (const float *)dst->src[i]->data; };
+    if (ggml_ext::chunked_delta_rule_allowed(dst) && q->nb[1] == k->nb[1] && q->nb[2] == k->nb[2]) {
+        // the chunked form, where the graph allows it: the tree as one sequence of n tokens whose
+        // parents say what precedes each, outputs only
+        GdnChainArgs a{};
+        a.q = f32(0), a.k = f32(1), a.v = f32(2), a.g = f32(3), a.beta = f32(4), a.s0 = f32(5);
+        a.dst = (float *)dst->data;
+        a.S = S, a.H = H, a.n_tokens = n, a.n_seqs = 1;
+        a.sq1 = q->nb[1] / fs, a.sq2 = q->nb[2] / fs;  // q and k: head, node
+        a.sv1 = v->nb[1] / fs, a.sv2 = v->nb[2] / fs;
+        a.sb1 = 1, a.sb2 = H;  // gate and beta [1, H, n], contiguous
+        a.neqk1 = Hk, a.rq3 = 1, a.scale = scale;
         a.parents = (const int32_t *)dst->src[6]->data;
         a.write_state = false;
-        if (q->nb[1] == k->nb[1] && q->nb[2] == k->nb[2] && ggml_ext_cuda_gated_delta_net_chunked(a, ctx)) return;
+        if (ggml_ext_cuda_gated_delta_net_chunked(a, ctx)) return;
     }
     const int warp = S < 32 ? (int)S : 32;
     const int walk_cols = gdn_columns_for(S, H);  // gdn_chain.cu
@@ -344,7 +330,6 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
     const unsigned groups = (unsigned)((S + kWarps * cols - 1) / (kWarps * cols));
     const dim3 block(warp, kWarps, 1);
     const dim3 grid((unsigned)H, paths ? (unsigned)n : 1u, groups);
-    auto f32 = [&](int i) { return (const float *)dst->src[i]->data; };
     const TreeGdnArgs args{f32(0),
                            f32(1),
                            f32(2),
