@@ -51,7 +51,7 @@ def test_chain_op_matches_the_equations(s: int, n: int) -> None:
     np.testing.assert_allclose(out, want, rtol=0, atol=2e-5 * scale)
     chain_out, chain_state = ref_chain(*args)
     np.testing.assert_allclose(out, chain_out, rtol=0, atol=2e-5 * scale)
-    marked, marked_state = _core.op_gated_delta_net(*args, chunked=True)  # the CPU ignores the mark
+    marked, marked_state = _core.op_gated_delta_net(*args, reordered=True)  # the CPU ignores the mark
     assert np.array_equal(marked, out) and np.array_equal(marked_state, state)
     np.testing.assert_allclose(state, chain_state, rtol=0, atol=2e-5 * scale)
 
@@ -72,7 +72,9 @@ def gdn_switches_restored():  # noqa: ANN201
         _core.gdn_staged(),
     )
     chunked, chunked_min = _core.gdn_chunked(), _core.gdn_chunked_min_tokens()
+    one_round = _core.gdn_one_round()
     yield
+    _core.set_gdn_one_round(one_round)
     _core.set_gdn_chunked(chunked)
     _core.set_gdn_chunked_min_tokens(chunked_min)
     _core.set_gdn_columns(cols)
@@ -107,12 +109,12 @@ def test_cuda_chain_kernel_is_bit_equal_to_ggml(
 def test_cuda_chunked_delta_rule_matches_the_equations(s: int, n: int, gdn_switches_restored: None) -> None:
     """The chunked form (kernels/gdn_chunked.cu; 65 and 200 tokens: chunks after a full one, the
     state carried) on a node marked for it: the numpy reference's outputs and final state within
-    2e-5 of their scale, as the chain kernel; a node not marked, or the form switched off, gives
-    the chain kernel's bits."""
+    2e-5 of their scale, as the chain kernel; a node not marked, or the reordered forms switched
+    off, gives the chain kernel's bits."""
     args = gdn_inputs(np.random.default_rng(7 * s + n), n, s=s, hk=2, hv=6)
     _core.set_gdn_chunked(True)
     _core.set_gdn_chunked_min_tokens(0)
-    out, state = _core.op_gated_delta_net(*args, gpu=True, chunked=True)
+    out, state = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
     want, want_state = ref_chain(*args)
     scale = max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(out, want, rtol=0, atol=2e-5 * scale)
@@ -120,7 +122,31 @@ def test_cuda_chunked_delta_rule_matches_the_equations(s: int, n: int, gdn_switc
     chain_out, chain_state = _core.op_gated_delta_net(*args, gpu=True)
     assert not np.array_equal(out, chain_out), "the marked node took the chain kernel"
     _core.set_gdn_chunked(False)
-    off_out, off_state = _core.op_gated_delta_net(*args, gpu=True, chunked=True)
+    _core.set_gdn_one_round(False)
+    off_out, off_state = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
+    assert np.array_equal(off_out, chain_out) and np.array_equal(off_state, chain_state)
+
+
+@needs_gpu
+@pytest.mark.parametrize("s", [64, 128])
+@pytest.mark.parametrize("n", [1, 16, 17, 64, 200])
+def test_cuda_one_round_chain_matches_the_equations(s: int, n: int, gdn_switches_restored: None) -> None:
+    """The chain with one reduction round a token (kernels/gdn_chain_one_round.cu; on by default for
+    marked nodes; 17 and 200 tokens: staged chunks after a full one) against the numpy reference:
+    outputs and final state within 2e-5 of their scale; off, the chain kernel's bits."""
+    assert _core.gdn_one_round() == (os.environ.get("DFLASH_GDN_ONE_ROUND") != "0")
+    args = gdn_inputs(np.random.default_rng(11 * s + n), n, s=s, hk=2, hv=6)
+    _core.set_gdn_chunked(False)
+    _core.set_gdn_one_round(True)
+    out, state = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
+    want, want_state = ref_chain(*args)
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(out, want, rtol=0, atol=2e-5 * scale)
+    np.testing.assert_allclose(state, want_state, rtol=0, atol=2e-5 * scale)
+    chain_out, chain_state = _core.op_gated_delta_net(*args, gpu=True)
+    assert not np.array_equal(out, chain_out), "the marked node took the chain kernel"
+    _core.set_gdn_one_round(False)
+    off_out, off_state = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
     assert np.array_equal(off_out, chain_out) and np.array_equal(off_state, chain_state)
 
 
@@ -141,7 +167,7 @@ def test_cuda_chunked_tree_delta_rule_matches_the_cpu_op(s: int, n: int, gdn_swi
     args = gdn_inputs(rng, n, s=s, hk=2, hv=6)
     _core.set_gdn_chunked(True)
     _core.set_gdn_chunked_min_tokens(0)
-    got = _core.op_tree_gated_delta_net(*args, parents, gpu=True, chunked=True)
+    got = _core.op_tree_gated_delta_net(*args, parents, gpu=True, reordered=True)
     want = _core.op_tree_gated_delta_net(*args, parents)
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, float(np.abs(want).max())))
     walk = _core.op_tree_gated_delta_net(*args, parents, gpu=True)

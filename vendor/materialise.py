@@ -92,7 +92,10 @@ def fetch_sdist(up: dict) -> Path:
                 "-d",
                 str(cache),
             ]
-            r = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
+            # pip's isolated build environment hides the interpreter's own site-packages (pip among
+            # them) through these variables: the download runs without them
+            env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+            r = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, env=env)
             if r.returncode != 0 or not path.exists():
                 raise VendorError(
                     "could not download the upstream sdist; for offline builds set "

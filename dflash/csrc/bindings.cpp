@@ -273,31 +273,33 @@ PYBIND11_MODULE(_core, m) {
     m.def(
         "op_gated_delta_net",
         [=](const F32Array & q, const F32Array & k, const F32Array & v, const F32Array & g, const F32Array & beta,
-            const F32Array & state, bool gpu, int n_threads, bool chunked) {
+            const F32Array & state, bool gpu, int n_threads, bool reordered) {
             auto r = run_gated_delta_net(op_input(q), op_input(k), op_input(v), op_input(g), op_input(beta),
-                                         op_input(state), gpu, n_threads, chunked);
+                                         op_input(state), gpu, n_threads, reordered);
             const py::ssize_t n = v.shape(0), Hv = v.shape(1), S = v.shape(2);
             const auto mid = r.begin() + n * Hv * S;
             return py::make_tuple(shaped(std::vector<float>(r.begin(), mid), {n, Hv, S}),
                                   shaped(std::vector<float>(mid, r.end()), {Hv, S, S}));
         },
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("state"),
-        py::arg("gpu") = false, py::arg("n_threads") = 2, py::arg("chunked") = false,
+        py::arg("gpu") = false, py::arg("n_threads") = 2, py::arg("reordered") = false,
         "ggml_gated_delta_net over a chain: q, k [n, Hk, S], v [n, Hv, S], g, beta [n, Hv, 1], state [Hv, S, S] "
-        "(row j = column j of S) -> (outputs [n, Hv, S], the final state [Hv, S, S]); chunked: the node marked "
-        "for CUDA's chunked form (ggml_ext::allow_chunked_delta_rule; the chain kernel otherwise)");
+        "(row j = column j of S) -> (outputs [n, Hv, S], the final state [Hv, S, S]); reordered: the node marked "
+        "for CUDA's reordered sums (ggml_ext::allow_reordered_delta_rule: the chunked form when on, else one "
+        "reduction round a token; the chain kernel's bits otherwise)");
     m.def(
         "op_tree_gated_delta_net",
         [=](const F32Array & q, const F32Array & k, const F32Array & v, const F32Array & g, const F32Array & beta,
-            const F32Array & state, std::vector<int32_t> parents, bool gpu, int n_threads, bool chunked) {
+            const F32Array & state, std::vector<int32_t> parents, bool gpu, int n_threads, bool reordered) {
             auto r = run_tree_gated_delta_net(op_input(q), op_input(k), op_input(v), op_input(g), op_input(beta),
-                                              op_input(state), parents, gpu, n_threads, chunked);
+                                              op_input(state), parents, gpu, n_threads, reordered);
             return shaped(std::move(r), {v.shape(0), v.shape(1), v.shape(2)});
         },
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("g"), py::arg("beta"), py::arg("state"), py::arg("parents"),
-        py::arg("gpu") = false, py::arg("n_threads") = 2, py::arg("chunked") = false,
+        py::arg("gpu") = false, py::arg("n_threads") = 2, py::arg("reordered") = false,
         "q, k [n, Hk, S], v [n, Hv, S], g, beta [n, Hv, 1], state [Hv, S, S] (row j = column j of S) -> [n, Hv, S]; "
-        "chunked: the node marked for CUDA's chunked form (ggml_ext::allow_chunked_delta_rule; up to 64 nodes)");
+        "reordered: the node marked for CUDA's reordered sums (ggml_ext::allow_reordered_delta_rule: the chunked "
+        "form when on, up to 64 nodes)");
     m.def(
         "op_attn_paths",
         [=](const F32Array & q, const F32Array & k, const F32Array & v,
@@ -428,6 +430,10 @@ PYBIND11_MODULE(_core, m) {
     m.def("set_gdn_chunked_min_tokens", &ggml_ext::set_gdn_chunked_min_tokens, py::arg("n"),
           "the fewest tokens that take the chunked delta rule (<= 0: the default, 8; DFLASH_GDN_CHUNKED_MIN)");
     m.def("gdn_chunked_min_tokens", &ggml_ext::gdn_chunked_min_tokens);
+    m.def("set_gdn_one_round", &ggml_ext::set_gdn_one_round, py::arg("on"),
+          "CUDA: marked ggml_gated_delta_net nodes take the chain with one round of warp reductions a token "
+          "(on by default; DFLASH_GDN_ONE_ROUND=0 starts it off: the chain kernel's bits); no effect without CUDA");
+    m.def("gdn_one_round", &ggml_ext::gdn_one_round);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
           "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K / Q8_0 x 2..mma_max_columns() columns on CUDA instead of "
           "ggml's mmq (on by default; DFLASH_MMA=0 starts it off)");

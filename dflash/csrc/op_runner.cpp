@@ -92,7 +92,7 @@ std::vector<float> run_tree_ssm_conv(const OpInput & x, const OpInput & conv_sta
 
 std::vector<float> run_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
                                        const OpInput & beta, const OpInput & state, bool gpu, int n_threads,
-                                       bool chunked) {
+                                       bool reordered) {
     const bool shapes = q.ne.size() == 3 && k.ne == q.ne && v.ne.size() == 3 && g.ne.size() == 3 && beta.ne == g.ne &&
                         state.ne.size() == 3 && v.ne[0] == q.ne[0] && v.ne[2] == q.ne[2] && q.ne[1] > 0 &&
                         v.ne[1] % q.ne[1] == 0 && g.ne[0] == 1 && g.ne[1] == v.ne[1] && g.ne[2] == v.ne[2] &&
@@ -102,19 +102,19 @@ std::vector<float> run_gated_delta_net(const OpInput & q, const OpInput & k, con
             "gated_delta_net: shapes q, k [S, Hk, n], v [S, Hv, n], g, beta [1, Hv, n], state [S, S, Hv]");
     }
     return run({&q, &k, &v, &g, &beta, &state}, {-1}, gpu, n_threads,
-               [chunked](ggml_context * c, const auto & t, ggml_tensor *) {
+               [reordered](ggml_context * c, const auto & t, ggml_tensor *) {
                    auto r4 = [&](ggml_tensor * x) { return ggml_reshape_4d(c, x, x->ne[0], x->ne[1], x->ne[2], 1); };
                    ggml_tensor * out =
                        ggml_gated_delta_net(c, r4(t[0]), r4(t[1]), r4(t[2]), r4(t[3]), r4(t[4]),
                                             ggml_reshape_4d(c, t[5], t[5]->ne[0], t[5]->ne[1], t[5]->ne[2], 1), 1);
-                   return chunked ? ggml_ext::allow_chunked_delta_rule(out) : out;
+                   return reordered ? ggml_ext::allow_reordered_delta_rule(out) : out;
                });
 }
 
 std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
                                             const OpInput & beta, const OpInput & state,
                                             const std::vector<int32_t> & parents, bool gpu, int n_threads,
-                                            bool chunked) {
+                                            bool reordered) {
     const bool shapes = q.ne.size() == 3 && k.ne == q.ne && v.ne.size() == 3 && g.ne.size() == 3 && beta.ne == g.ne &&
                         state.ne.size() == 3 && v.ne[0] == q.ne[0] && v.ne[2] == q.ne[2] && q.ne[1] > 0 &&
                         v.ne[1] % q.ne[1] == 0 && g.ne[0] == 1 && g.ne[1] == v.ne[1] && g.ne[2] == v.ne[2] &&
@@ -125,11 +125,11 @@ std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k
             "tree_gated_delta_net: shapes q, k [S, Hk, n], v [S, Hv, n], g, beta [1, Hv, n], state [S, S, Hv]");
     }
     return run({&q, &k, &v, &g, &beta, &state}, parents, gpu, n_threads,
-               [chunked](ggml_context * c, const auto & t, ggml_tensor * tree) {
+               [reordered](ggml_context * c, const auto & t, ggml_tensor * tree) {
                    auto r4 = [&](ggml_tensor * x) { return ggml_reshape_4d(c, x, x->ne[0], x->ne[1], x->ne[2], 1); };
                    ggml_tensor * o = ggml_ext::tree_gated_delta_net(c, r4(t[0]), r4(t[1]), r4(t[2]), r4(t[3]), r4(t[4]),
                                                                     t[5], tree, ggml_ext::kTreeMaxDepth);
-                   return chunked ? ggml_ext::allow_chunked_delta_rule(o) : o;
+                   return reordered ? ggml_ext::allow_reordered_delta_rule(o) : o;
                });
 }
 

@@ -30,14 +30,14 @@ std::vector<float> run_gdn_verify_inputs(const OpInput & qkv, const OpInput & al
                                          const std::vector<int32_t> & parents, bool gpu, int n_threads);
 // ggml_gated_delta_net over a chain of n tokens (one state out): q, k [S, Hk, n], v [S, Hv, n],
 // g, beta [1, Hv, n], state [S, S, Hv] -> the n outputs [S Hv n], then the final state [S S Hv].
-// chunked: the node marked for CUDA's chunked form (ggml_ext::allow_chunked_delta_rule)
+// reordered: the node marked for CUDA's reordered sums (ggml_ext::allow_reordered_delta_rule)
 std::vector<float> run_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
                                        const OpInput & beta, const OpInput & state, bool gpu, int n_threads,
-                                       bool chunked = false);
+                                       bool reordered = false);
 std::vector<float> run_tree_gated_delta_net(const OpInput & q, const OpInput & k, const OpInput & v, const OpInput & g,
                                             const OpInput & beta, const OpInput & state,
                                             const std::vector<int32_t> & parents, bool gpu, int n_threads,
-                                            bool chunked = false);
+                                            bool reordered = false);
 // ggml_ext::attn_paths (ggml_ext_attn.h): q [D, H, n], k, v [D, Hkv, rows] given as f32 and
 // stored as kv_type ("f32", "f16", "bf16"), paths i32 [W, n] -> [D, H, n].
 std::vector<float> run_attn_paths(const OpInput & q, const OpInput & k, const OpInput & v,

@@ -29,13 +29,13 @@ struct Builder {
     MatMulFn mm;     // weight matmuls (ForwardSpec::batch_invariant)
     bool invariant;  // a decode's or a verify's in the batch-invariant mode: every op as a decode does it
 
-    // ggml_gated_delta_net over a chain of tokens; outside the batch-invariant mode CUDA may take
-    // it in chunks of 64 tokens as matrix products (ggml_ext::allow_chunked_delta_rule: other sums
-    // than a decode step's; the chain kernel's bits otherwise).
+    // ggml_gated_delta_net over a chain of tokens; outside the batch-invariant mode CUDA may run its
+    // sums in another order than a decode step's (ggml_ext::allow_reordered_delta_rule: one round of
+    // reductions a token, or chunks of 64 tokens as matrix products; the chain kernel's bits otherwise).
     ggml_tensor * delta_rule(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * gate, ggml_tensor * beta,
                              ggml_tensor * state) {
         ggml_tensor * out = ggml_gated_delta_net(ctx, q, k, v, gate, beta, state, 1);
-        return invariant ? out : ggml_ext::allow_chunked_delta_rule(out);
+        return invariant ? out : ggml_ext::allow_reordered_delta_rule(out);
     }
 
     // ggml_ext::tree_gated_delta_net over a DDTree verify's nodes, chunked likewise.
@@ -43,7 +43,7 @@ struct Builder {
                                   ggml_tensor * beta, ggml_tensor * state) {
         ggml_tensor * o =
             ggml_ext::tree_gated_delta_net(ctx, q, k, v, gate, beta, state, g.tree, ggml_ext::kTreeMaxDepth);
-        return invariant ? o : ggml_ext::allow_chunked_delta_rule(o);
+        return invariant ? o : ggml_ext::allow_reordered_delta_rule(o);
     }
 
     ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w) { return rms_norm_mul(ctx, x, w, hp.rms_eps); }

@@ -16,6 +16,7 @@
 
 #include "../kernels/attn_paths.cu"
 #include "../kernels/gdn_chain.cu"
+#include "../kernels/gdn_chain_one_round.cu"
 #include "../kernels/gdn_chunked.cu"
 #include "../kernels/gdn_decode.cu"
 #include "../kernels/top_k_rows.cu"
@@ -99,8 +100,8 @@ int main(int argc, char ** argv) {
         dst.op = GGML_OP_TREE_SSM_CONV;
         dst.src[0] = &tx, dst.src[1] = &tc, dst.src[2] = &tw, dst.src[3] = &tt;
         ggml_ext_cuda_tree_ssm_conv(ctx, &dst);
-    } else if (op == "gated_delta_net") {  // meta: S Hk Hv n columns [staged [chunked]] (a chain; outputs, then the
-                                           // final state)
+    } else if (op == "gated_delta_net") {  // meta: S Hk Hv n columns [staged [form: 1 chunked, 2 one round]] (a
+                                           // chain; outputs, then the final state)
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
         ggml_ext::set_gdn_columns((int)m[4]);
         ggml_ext::set_gdn_staged(m.size() > 5 && m[5] != 0);
@@ -111,7 +112,8 @@ int main(int argc, char ** argv) {
         const GdnChainArgs args{f(q),   f(k),       f(v), f(g), f(b),   f(st),  o,          o + S * Hv * n,
                                 S,      Hv,         n,    1,    S,      S * Hk, S * Hk * n, S,
                                 S * Hv, S * Hv * n, 1,    Hv,   Hv * n, Hk,     1,          1.0f / std::sqrt((float)S)};
-        if (m.size() > 6 && m[6] != 0) {  // the chunked form, from one token up
+        const int64_t form = m.size() > 6 ? m[6] : 0;
+        if (form == 1) {  // the chunked form, from one token up
             ggml_ext::set_gdn_chunked(true);
             ggml_ext::set_gdn_chunked_min_tokens(1);
             if (!ggml_ext_cuda_gated_delta_net_chunked(args, ctx)) {
@@ -119,11 +121,18 @@ int main(int argc, char ** argv) {
                              (long long)n);
                 return 2;
             }
+        } else if (form == 2) {
+            ggml_ext::set_gdn_one_round(true);
+            if (!ggml_ext_cuda_gated_delta_net_one_round(args, nullptr)) {
+                std::fprintf(stderr, "ops_emu: the one-round chain does not take S = %lld\n", (long long)S);
+                return 2;
+            }
         } else if (!ggml_ext_cuda_gated_delta_net(args, nullptr)) {
             std::fprintf(stderr, "ops_emu: gated_delta_net does not take S = %lld\n", (long long)S);
             return 2;
         }
-    } else if (op == "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth [columns [form: 1 walk, 2 paths [chunked]]]
+    } else if (op ==
+               "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth [columns [form: 1 walk, 2 paths [reordered]]]
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
         ggml_ext::set_gdn_columns(m.size() > 5 ? (int)m[5] : 0);
         ggml_ext::set_tree_gdn_mode(m.size() > 6 ? (int)m[6] : 0);
@@ -138,10 +147,11 @@ int main(int argc, char ** argv) {
         dst.op_params[0] = (int32_t)m[4];
         ggml_tensor * srcs[] = {&tq, &tk, &tv, &tg, &tb, &ts, &tt};
         for (int i = 0; i < 7; ++i) dst.src[i] = srcs[i];
-        if (m.size() > 7 && m[7] != 0) {  // the chunked form, from one node up
-            ggml_ext::set_gdn_chunked(true);
+        if (m.size() > 7 && m[7] != 0) {  // reordered sums: 1 the chunked form (from one node up), 2 one round
+            ggml_ext::set_gdn_chunked(m[7] == 1);
             ggml_ext::set_gdn_chunked_min_tokens(1);
-            ggml_ext::allow_chunked_delta_rule(&dst);
+            ggml_ext::set_gdn_one_round(m[7] == 2);
+            ggml_ext::allow_reordered_delta_rule(&dst);
         }
         ggml_ext_cuda_tree_gated_delta_net(ctx, &dst);
     } else if (op == "gdn_decode_inputs") {  // meta: C Hv K S Hk; eps / S and 1 / sqrt(S) in params.bin

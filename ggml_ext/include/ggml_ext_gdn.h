@@ -62,29 +62,34 @@ bool gdn_staged();
 void set_tree_gdn_mode(int mode);
 int tree_gdn_mode();
 
-// The chunked delta rule (kernels/gdn_chunked.cu: a chain's tokens 64 at a time as matrix
-// products, for S of 64 or 128, from kChunkedDeltaRuleMinTokens to kChunkedDeltaRuleMaxTokens
-// tokens). Its sums run in another order than a token-by-token update's, so a graph takes it only
-// where it does not need a decode step's bits: allow_chunked_delta_rule marks a
+// Nodes that need not give a decode step's bits: allow_reordered_delta_rule marks a
 // ggml_gated_delta_net node (an op_params slot ggml does not use; no effect on the CPU), or a
-// ggml_ext::tree_gated_delta_net node of at most 64 nodes (ggml_ext_tree.h) likewise. Off by
-// default: slower than the chain and tree kernels on the H200 so far (gdn_chunked.cu's numbers);
-// set_gdn_chunked(true) or DFLASH_GDN_CHUNKED=1 turn it on for marked nodes, and the least tokens
-// can be moved (DFLASH_GDN_CHUNKED_MIN) for benches. No effect without CUDA.
+// ggml_ext::tree_gated_delta_net node of at most 64 nodes (ggml_ext_tree.h); CUDA may then run its
+// sums in another order:
+// - a chain with one round of warp reductions a token (kernels/gdn_chain_one_round.cu, S of 64 or
+//   128): on by default; set_gdn_one_round(false) or DFLASH_GDN_ONE_ROUND=0 keep the chain kernel;
+// - the chunked delta rule (kernels/gdn_chunked.cu: 64 tokens at a time as matrix products, S of 64
+//   or 128, from kChunkedDeltaRuleMinTokens to kChunkedDeltaRuleMaxTokens tokens; trees too). Off
+//   by default: slower than the chain and tree kernels on the H200 so far (gdn_chunked.cu's
+//   numbers); set_gdn_chunked(true) or DFLASH_GDN_CHUNKED=1 turn it on for marked nodes, and the
+//   least tokens can be moved (DFLASH_GDN_CHUNKED_MIN) for benches. It goes before the one-round
+//   kernel when on. No effect without CUDA.
 constexpr int kChunkedDeltaRuleMinTokens = 8;
 constexpr int kChunkedDeltaRuleMaxTokens = 512;
-constexpr int kGdnChunkedSlot = 8;               // ggml's GATED_DELTA_NET keeps its K in slot 0
-constexpr int32_t kGdnChunkedFlag = 0x44464743;  // "DFGC"
-inline ggml_tensor * allow_chunked_delta_rule(ggml_tensor * gdn) {
-    gdn->op_params[kGdnChunkedSlot] = kGdnChunkedFlag;
+constexpr int kGdnReorderedSlot = 8;               // ggml's GATED_DELTA_NET keeps its K in slot 0
+constexpr int32_t kGdnReorderedFlag = 0x44464743;  // "DFGC"
+inline ggml_tensor * allow_reordered_delta_rule(ggml_tensor * gdn) {
+    gdn->op_params[kGdnReorderedSlot] = kGdnReorderedFlag;
     return gdn;
 }
-inline bool chunked_delta_rule_allowed(const ggml_tensor * gdn) {  // or a tree_gated_delta_net node
-    return gdn->op_params[kGdnChunkedSlot] == kGdnChunkedFlag;
+inline bool reordered_delta_rule_allowed(const ggml_tensor * gdn) {  // or a tree_gated_delta_net node
+    return gdn->op_params[kGdnReorderedSlot] == kGdnReorderedFlag;
 }
 void set_gdn_chunked(bool on);
 bool gdn_chunked();
 void set_gdn_chunked_min_tokens(int n);  // <= 0: the default
 int gdn_chunked_min_tokens();
+void set_gdn_one_round(bool on);
+bool gdn_one_round();
 
 }  // namespace ggml_ext

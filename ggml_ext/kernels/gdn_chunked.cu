@@ -15,7 +15,7 @@
 // on k, q, g and beta only, so one kernel (prep) makes them for every (head, chunk) at once; a
 // second (apply) walks the chunks of a head for a slab of C state columns. The sums run in another
 // order than the recurrence's: not the chain kernel's bits, so the batch-invariant mode never takes
-// this form; the graph opts a node in (ggml_ext::allow_chunked_delta_rule).
+// this form; the graph opts a node in (ggml_ext::allow_reordered_delta_rule).
 //
 // Measured on the H200 (session 20, the 27B's 48 GDN layers, kernel_profile; bench/results/
 // h200-s20-27b-kernels-*): SLOWER than the chain kernel at every length, so off by default

@@ -34,7 +34,12 @@ bool tree_gdn_paths_for(int64_t walk_blocks, int64_t n);
 // True when ggml_ext ran the op (S of 16, 32, 64 or 128); false leaves it to ggml's kernel.
 bool ggml_ext_cuda_gated_delta_net(const GdnChainArgs & args, cudaStream_t stream);
 
-// The chunked form (gdn_chunked.cu) for a node the graph marked (ggml_ext::allow_chunked_delta_rule):
+// The chunked form (gdn_chunked.cu) for a node the graph marked (ggml_ext::allow_reordered_delta_rule):
 // true when it ran (S of 64 or 128, within its token range, switched on); false leaves the node to
 // the chain kernel. Its scratch comes from ctx's pool.
 bool ggml_ext_cuda_gated_delta_net_chunked(const GdnChainArgs & args, ggml_backend_cuda_context & ctx);
+
+// One round of warp reductions a token (gdn_chain_one_round.cu) for a node the graph marked: true
+// when it ran (S of 64 or 128, 16-byte aligned rows, switched on); false leaves the node to the
+// chain kernel.
+bool ggml_ext_cuda_gated_delta_net_one_round(const GdnChainArgs & args, cudaStream_t stream);

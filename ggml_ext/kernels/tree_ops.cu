@@ -306,9 +306,10 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
     const int64_t fs = sizeof(float);
     const float scale = 1.0f / sqrtf((float)S);
     auto f32 = [&](int i) { return (const float *)dst->src[i]->data; };
-    if (ggml_ext::chunked_delta_rule_allowed(dst) && q->nb[1] == k->nb[1] && q->nb[2] == k->nb[2]) {
-        // the chunked form, where the graph allows it: the tree as one sequence of n tokens whose
-        // parents say what precedes each, outputs only
+    if (ggml_ext::reordered_delta_rule_allowed(dst) && q->nb[1] == k->nb[1] && q->nb[2] == k->nb[2]) {
+        // reordered sums, where the graph allows them (the chunked form when on, else one reduction
+        // round a node): the tree as one sequence of n tokens whose parents say what precedes each,
+        // outputs only
         GdnChainArgs a{};
         a.q = f32(0), a.k = f32(1), a.v = f32(2), a.g = f32(3), a.beta = f32(4), a.s0 = f32(5);
         a.dst = (float *)dst->data;
@@ -319,7 +320,9 @@ void ggml_ext_cuda_tree_gated_delta_net(ggml_backend_cuda_context & ctx, ggml_te
         a.neqk1 = Hk, a.rq3 = 1, a.scale = scale;
         a.parents = (const int32_t *)dst->src[6]->data;
         a.write_state = false;
-        if (ggml_ext_cuda_gated_delta_net_chunked(a, ctx)) return;
+        if (ggml_ext_cuda_gated_delta_net_chunked(a, ctx) || ggml_ext_cuda_gated_delta_net_one_round(a, ctx.stream())) {
+            return;
+        }
     }
     const int warp = S < 32 ? (int)S : 32;
     const int walk_cols = gdn_columns_for(S, H);  // gdn_chain.cu

@@ -93,6 +93,8 @@ void set_gdn_chunked(bool) {}
 bool gdn_chunked() { return false; }
 void set_gdn_chunked_min_tokens(int) {}
 int gdn_chunked_min_tokens() { return kChunkedDeltaRuleMinTokens; }
+void set_gdn_one_round(bool) {}
+bool gdn_one_round() { return false; }
 #endif
 
 }  // namespace ggml_ext

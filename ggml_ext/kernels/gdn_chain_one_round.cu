@@ -1,0 +1,268 @@
+// The delta rule over a chain of tokens with one round of warp reductions a token, for nodes the
+// graph marked as not needing a decode step's bits (ggml_ext::allow_reordered_delta_rule).
+//
+// The chain kernel (gdn_chain.cu) keeps ggml's arithmetic: a token reduces s . k over a column's
+// S rows (a 32-lane butterfly), updates the column, then reduces s' . q (a second butterfly). Each
+// token waits on the previous one's update, so a verify pays ~2 x 5 dependent shuffle levels a
+// token: 11.7 us a 27B layer at 16 tokens on the H200 (session 20), for ~1 us of arithmetic.
+// Here the output comes from the state before the update,
+//   o = s'^T q = g s^T q + delta (k . q),   delta = beta (v - g s^T k),
+// so s . k, s . q and k . q go through one butterfly together, and a column spreads over 8 lanes
+// (S / 8 rows each, read as float4 from shared memory): 3 shuffle levels a token instead of 10.
+// The sums run in another order than ggml's, so only marked nodes take it (float32 either way;
+// tests hold it to the equations and to the chain kernel).
+//
+// A block: 4 warps x 4 columns (16 state columns of one head); tokens staged 16 at a time into
+// shared memory with cp.async, the next chunk's copies in flight during the current chunk's
+// updates. Needs 16-byte aligned q, k, v rows (else the chain kernel runs); S of 64 or 128.
+//
+// A DDTree verify's nodes (kTree; tree_ops.cu sends marked tree_gated_delta_net nodes of up to
+// kOrMaxNodes here) are the tree walk's order: nodes in preorder, a node whose parent is not the
+// node just visited continues from its parent's state saved on a per-depth stack (only nodes with
+// a child that is not next in preorder save theirs); outputs only, no state out.
+#include "async_copy.cuh"
+#include "ggml-cuda/common.cuh"
+#include "ggml_ext_gdn.h"
+#include "ggml_ext_gdn_chain_cuda.cuh"
+#include "ggml_ext_tree.h"
+#include "launch.cuh"
+
+#include <cstdint>
+#include <cstdlib>
+
+namespace {
+
+constexpr int kOrLanes = 8;               // lanes a state column
+constexpr int kOrWarps = 4;               // warps a block
+constexpr int kOrColumns = kOrWarps * 4;  // state columns a block (32 / kOrLanes a warp)
+constexpr int kOrChunk = 16;              // tokens staged at a time
+constexpr int kOrThreads = kOrWarps * 32;
+constexpr int kOrMaxNodes = 1024;  // a tree's nodes (its index staged in shared memory)
+
+bool one_round_flag = [] {
+    const char * e = std::getenv("DFLASH_GDN_ONE_ROUND");
+    return !(e && e[0] == '0');
+}();
+
+// A tree's index in shared memory: node at each preorder position, parents, depths, and which
+// nodes save their state for a later node.
+template <bool kTree>
+struct OrTree {
+    int16_t node[kOrMaxNodes], parent[kOrMaxNodes], pos[kOrMaxNodes];
+    uint8_t depth[kOrMaxNodes], branch[kOrMaxNodes];
+};
+template <>
+struct OrTree<false> {};
+
+// tree: the tree index (parents, preorder, depths; n each) with kTree, else null.
+template <int S, bool kTree>
+__global__ void __launch_bounds__(kOrThreads)
+    gdn_chain_one_round_kernel(const float * __restrict__ q, const float * __restrict__ k, const float * __restrict__ v,
+                               const float * __restrict__ g, const float * __restrict__ beta,
+                               const float * __restrict__ s0, float * __restrict__ dst, float * __restrict__ state,
+                               const int32_t * __restrict__ tree, const int64_t H, const int64_t n_tokens,
+                               const int64_t sq1, const int64_t sq2, const int64_t sq3, const int64_t sv1,
+                               const int64_t sv2, const int64_t sv3, const int64_t sb1, const int64_t sb2,
+                               const int64_t sb3, const int64_t neqk1, const int64_t rq3, const float scale) {
+    constexpr int R4 = S / kOrLanes / 4;  // float4s of rows a lane: rows 32 i + 4 j .. + 3, i < R4
+    __shared__ __align__(16) float s_k[2][kOrChunk][S];
+    __shared__ __align__(16) float s_q[2][kOrChunk][S];
+    __shared__ __align__(16) float s_v[2][kOrChunk][kOrColumns];
+    __shared__ float s_g[2][kOrChunk], s_b[2][kOrChunk];
+    __shared__ OrTree<kTree> s_tree;
+
+    const int64_t h = blockIdx.x, seq = blockIdx.y;
+    const int64_t iq1 = h % neqk1, iq3 = seq / rq3;
+    const int tid = threadIdx.x, lane = tid % 32, j = lane % kOrLanes;
+    const int col_in_block = (tid / 32) * 4 + lane / kOrLanes;
+    const int64_t col_block = (int64_t)blockIdx.z * kOrColumns, col = col_block + col_in_block;
+
+    if constexpr (kTree) {
+        const int n = (int)n_tokens;
+        for (int i = tid; i < n; i += kOrThreads) {
+            const int node = tree[n + i];
+            s_tree.node[i] = (int16_t)node;
+            s_tree.pos[node] = (int16_t)i;
+            s_tree.parent[i] = (int16_t)tree[i];
+            s_tree.depth[i] = (uint8_t)tree[2 * n + i];
+            s_tree.branch[i] = 0;
+        }
+        __syncthreads();
+        for (int i = tid; i < n; i += kOrThreads) {
+            const int p = s_tree.parent[i];
+            if (p >= 0 && s_tree.pos[i] != s_tree.pos[p] + 1) s_tree.branch[p] = 1;  // same value from every writer
+        }
+        // the first chunk's barrier below orders these writes before their reads
+    }
+    // the token at position t: t itself in a chain, the node at preorder position t in a tree
+    auto node_at = [&](int64_t t) -> int64_t {
+        if constexpr (kTree) {
+            return s_tree.node[t];
+        } else {
+            return t;
+        }
+    };
+
+    // states are stored transposed (row `col` = column col of S), as in ggml
+    float4 st[R4];
+    const float4 * init = reinterpret_cast<const float4 *>(s0 + ((seq * H + h) * S + col) * S);
+#pragma unroll
+    for (int i = 0; i < R4; ++i) st[i] = init[8 * i + j];
+    // the tree's per-depth stack of saved states (thread-local memory)
+    float4 stack[kTree ? ggml_ext::kTreeMaxDepth + 1 : 1][R4];
+    int64_t prev = -1;
+
+    // chunk c's k, q and v rows into buffer c % 2 (cp.async; one commit group a chunk)
+    auto stage = [&](int buf, int64_t t0, int tn) {
+        for (int p = tid; p < tn * (S / 4); p += kOrThreads) {
+            const int t = p / (S / 4), e = 4 * (p % (S / 4));
+            const int64_t qk = iq3 * sq3 + node_at(t0 + t) * sq2 + iq1 * sq1 + e;
+            cp_async_16(&s_k[buf][t][e], k + qk);
+            cp_async_16(&s_q[buf][t][e], q + qk);
+        }
+        for (int p = tid; p < tn * (kOrColumns / 4); p += kOrThreads) {
+            const int t = p / (kOrColumns / 4), e = 4 * (p % (kOrColumns / 4));
+            cp_async_16(&s_v[buf][t][e], v + seq * sv3 + node_at(t0 + t) * sv2 + h * sv1 + col_block + e);
+        }
+        cp_async_commit();
+    };
+    // a chunk's gates (after expf) and betas: thread t < tn holds token t's
+    auto gate_beta = [&](int64_t t0, int tn, float & gv, float & bv) {
+        if (tid < tn) {
+            const int64_t gb = seq * sb3 + node_at(t0 + tid) * sb2 + h * sb1;
+            gv = expf(g[gb]);
+            bv = beta[gb];
+        }
+    };
+
+    float * out = dst + (seq * n_tokens * H + h) * S + col;  // + node S H
+    if constexpr (kTree) __syncthreads();                    // the tree index, before the stage reads it
+    {
+        const int tn = (int)(n_tokens < kOrChunk ? n_tokens : kOrChunk);
+        stage(0, 0, tn);
+        float gv = 0.0f, bv = 0.0f;
+        gate_beta(0, tn, gv, bv);
+        if (tid < tn) s_g[0][tid] = gv, s_b[0][tid] = bv;
+    }
+    for (int64_t t0 = 0, c = 0; t0 < n_tokens; t0 += kOrChunk, ++c) {
+        const int buf = (int)(c & 1);
+        const int tn = (int)(n_tokens - t0 < kOrChunk ? n_tokens - t0 : kOrChunk);
+        const int64_t t1 = t0 + kOrChunk;
+        const int tn1 = (int)(n_tokens - t1 < kOrChunk ? n_tokens - t1 : kOrChunk);
+        float gv = 0.0f, bv = 0.0f;
+        if (tn1 > 0) {  // the next chunk in flight while this one is applied
+            stage(buf ^ 1, t1, tn1);
+            gate_beta(t1, tn1, gv, bv);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();  // this chunk's rows, gates and betas are in shared memory
+
+        for (int t = 0; t < tn; ++t) {
+            int64_t node = t0 + t;
+            if constexpr (kTree) {
+                const int pi = (int)(t0 + t);
+                node = s_tree.node[pi];
+                const int p = s_tree.parent[node], d = s_tree.depth[node];
+                if (p < 0) {
+#pragma unroll
+                    for (int i = 0; i < R4; ++i) st[i] = init[8 * i + j];
+                } else if (p != prev) {
+#pragma unroll
+                    for (int i = 0; i < R4; ++i) st[i] = stack[d - 1][i];
+                }
+            }
+            const float4 * kp = reinterpret_cast<const float4 *>(s_k[buf][t]);
+            const float4 * qp = reinterpret_cast<const float4 *>(s_q[buf][t]);
+            float4 kr[R4];
+            float kv[2] = {0.0f, 0.0f}, sq[2] = {0.0f, 0.0f}, kq[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < R4; ++i) {
+                kr[i] = kp[8 * i + j];
+                const float4 qr = qp[8 * i + j];
+                const int a = i & 1;  // two chains of sums: half the dependent depth
+                kv[a] += st[i].x * kr[i].x + st[i].y * kr[i].y + st[i].z * kr[i].z + st[i].w * kr[i].w;
+                sq[a] += st[i].x * qr.x + st[i].y * qr.y + st[i].z * qr.z + st[i].w * qr.w;
+                kq[a] += kr[i].x * qr.x + kr[i].y * qr.y + kr[i].z * qr.z + kr[i].w * qr.w;
+            }
+            float skv = kv[0] + kv[1], ssq = sq[0] + sq[1], skq = kq[0] + kq[1];
+#pragma unroll
+            for (int m = 1; m < kOrLanes; m <<= 1) {  // the column's 8 lanes, all three sums at once
+                skv += __shfl_xor_sync(0xffffffff, skv, m);
+                ssq += __shfl_xor_sync(0xffffffff, ssq, m);
+                skq += __shfl_xor_sync(0xffffffff, skq, m);
+            }
+            const float gt = s_g[buf][t], bt = s_b[buf][t];
+            const float delta = (s_v[buf][t][col_in_block] - gt * skv) * bt;
+            if (j == 0) out[node * S * H] = (gt * ssq + delta * skq) * scale;
+#pragma unroll
+            for (int i = 0; i < R4; ++i) {
+                st[i].x = fmaf(gt, st[i].x, kr[i].x * delta);
+                st[i].y = fmaf(gt, st[i].y, kr[i].y * delta);
+                st[i].z = fmaf(gt, st[i].z, kr[i].z * delta);
+                st[i].w = fmaf(gt, st[i].w, kr[i].w * delta);
+            }
+            if constexpr (kTree) {
+                if (s_tree.branch[node]) {
+                    const int d = s_tree.depth[node];
+#pragma unroll
+                    for (int i = 0; i < R4; ++i) stack[d][i] = st[i];
+                }
+                prev = node;
+            }
+        }
+        if (tn1 > 0 && tid < tn1) s_g[buf ^ 1][tid] = gv, s_b[buf ^ 1][tid] = bv;
+        __syncthreads();  // this chunk is read before the next iteration stages into its buffer
+    }
+    if constexpr (!kTree) {
+        float4 * st_out = reinterpret_cast<float4 *>(state + ((seq * H + h) * S + col) * S);
+#pragma unroll
+        for (int i = 0; i < R4; ++i) st_out[8 * i + j] = st[i];
+    }
+}
+
+template <int S, bool kTree>
+void launch_one_round(const GdnChainArgs & a, cudaStream_t stream) {
+    const dim3 grid((unsigned)a.H, (unsigned)a.n_seqs, (unsigned)(S / kOrColumns));
+    DFLASH_LAUNCH(grid, dim3(kOrThreads), 0, stream, gdn_chain_one_round_kernel<S, kTree>)(
+        a.q, a.k, a.v, a.g, a.beta, a.s0, a.dst, a.state, a.parents, a.H, a.n_tokens, a.sq1, a.sq2, a.sq3, a.sv1, a.sv2,
+        a.sv3, a.sb1, a.sb2, a.sb3, a.neqk1, a.rq3, a.scale);
+}
+
+template <int S>
+void launch_form(const GdnChainArgs & a, cudaStream_t stream) {
+    if (a.parents) {
+        launch_one_round<S, true>(a, stream);
+    } else {
+        launch_one_round<S, false>(a, stream);
+    }
+}
+
+bool rows_aligned16(const void * p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+namespace ggml_ext {
+void set_gdn_one_round(bool on) { one_round_flag = on; }
+bool gdn_one_round() { return one_round_flag; }
+}  // namespace ggml_ext
+
+bool ggml_ext_cuda_gated_delta_net_one_round(const GdnChainArgs & a, cudaStream_t stream) {
+    const bool rows16 = a.sq1 % 4 == 0 && a.sq2 % 4 == 0 && a.sq3 % 4 == 0 && a.sv1 % 4 == 0 && a.sv2 % 4 == 0 &&
+                        a.sv3 % 4 == 0 && rows_aligned16(a.q) && rows_aligned16(a.k) && rows_aligned16(a.v) &&
+                        rows_aligned16(a.s0) && (a.parents != nullptr || rows_aligned16(a.state));
+    // a tree: one sequence, its index in shared memory, outputs only
+    const bool tree_ok = a.parents == nullptr || (a.n_seqs == 1 && a.n_tokens <= kOrMaxNodes && !a.write_state);
+    if (!one_round_flag || !tree_ok || !rows16 || a.n_tokens < 1) return false;
+    switch (a.S) {
+        case 64:
+            launch_form<64>(a, stream);
+            return true;
+        case 128:
+            launch_form<128>(a, stream);
+            return true;
+        default:
+            return false;
+    }
+}
