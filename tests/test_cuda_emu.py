@@ -302,55 +302,68 @@ def test_emulated_chain_delta_rule_columns_and_tree_kernel_agree(ops: Path, buil
     _close(runs[0][n * hv * s :].reshape(hv, s, s), want_state, 2e-5, f"chain delta rule's state, S {s}")
 
 
-@pytest.mark.parametrize(("s", "n"), [(64, 1), (64, 23), (128, 64), (128, 100)])
-def test_emulated_chunked_delta_rule_equals_the_chain_kernel(
-    ops: Path, build_dir: Path, s: int, n: int
+# (form, S, tokens, columns): form 1 the chunked form (100 tokens: a full chunk and a partial one,
+# the state carried between them), 2 the one-round kernel (1, 2 or 4 columns a lane; 40 tokens:
+# three staged chunks, both buffers reused)
+REORDERED_CHAINS = [
+    (1, 64, 1, 0),
+    (1, 64, 23, 0),
+    (1, 128, 64, 0),
+    (1, 128, 100, 0),
+    (2, 64, 2, 1),
+    (2, 64, 23, 2),
+    (2, 128, 16, 4),
+    (2, 128, 40, 2),
+]
+
+
+@pytest.mark.parametrize(("form", "s", "n", "columns"), REORDERED_CHAINS)
+def test_emulated_reordered_chain_equals_the_chain_kernel(
+    ops: Path, build_dir: Path, form: int, s: int, n: int, columns: int
 ) -> None:
-    """The chunked delta rule (gdn_chunked.cu: 64 tokens at a time as matrix products; 100 tokens:
-    a full chunk and a partial one, the state carried between them) against the chain kernel on
-    the same inputs: outputs and final state within 1e-5 of their scale (float32 sums in another
-    order; the chain kernel is the CPU op's values within 2e-5, the test above)."""
+    """A marked chain's reordered sums (gdn_chunked.cu: 64 tokens at a time as matrix products;
+    gdn_chain_one_round.cu: the output from the state before the update, one butterfly a token)
+    against the chain kernel on the same inputs: outputs and final state within 1e-5 of their
+    scale (float32 sums in another order), and the CPU op's values within 2e-5."""
     hk, hv = 2, 6
-    arrays = _gdn_arrays(np.random.default_rng(s + n), n, s, hk, hv)
+    arrays = _gdn_arrays(np.random.default_rng(s + n + 7 * form), n, s, hk, hv)
     unit = arrays["k"] / np.linalg.norm(arrays["k"], axis=-1, keepdims=True)  # the graph L2-normalises k
     arrays["k"] = unit.astype(np.float32)
     chain = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, 0, 1, 0], arrays)
-    chunked = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, 0, 1, 1], arrays)
+    got = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, columns, 1, form], arrays)
     out, state = n * hv * s, hv * s * s
-    assert chunked.shape == (out + state,)
-    _close(chunked[:out], chain[:out], 1e-5, f"chunked outputs, S {s}, {n} tokens")
-    _close(chunked[out:], chain[out:], 1e-5, f"chunked state, S {s}, {n} tokens")
-
-
-@pytest.mark.parametrize(("s", "n"), [(64, 1), (64, 23), (128, 16), (128, 40)])
-def test_emulated_one_round_chain_equals_the_chain_kernel(ops: Path, build_dir: Path, s: int, n: int) -> None:
-    """The chain with one round of warp reductions a token (gdn_chain_one_round.cu: the output from
-    the state before the update; 40 tokens: three staged chunks, both buffers reused) against the
-    chain kernel on the same inputs: outputs and final state within 1e-5 of their scale (float32
-    sums in another order), and the CPU op's values within 2e-5."""
-    hk, hv = 2, 6
-    arrays = _gdn_arrays(np.random.default_rng(3 * s + n), n, s, hk, hv)
-    arrays["k"] = (arrays["k"] / np.linalg.norm(arrays["k"], axis=-1, keepdims=True)).astype(np.float32)
-    chain = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, 0, 1, 0], arrays)
-    one_round = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, 0, 1, 2], arrays)
-    out, state = n * hv * s, hv * s * s
-    assert one_round.shape == (out + state,)
-    assert not np.array_equal(one_round, chain), "the one-round form gave the chain kernel's bits"
-    _close(one_round[:out], chain[:out], 1e-5, f"one-round outputs, S {s}, {n} tokens")
-    _close(one_round[out:], chain[out:], 1e-5, f"one-round state, S {s}, {n} tokens")
+    assert got.shape == (out + state,)
+    assert not np.array_equal(got, chain), "the reordered form gave the chain kernel's bits"
+    what = f"form {form}, S {s}, {n} tokens"
+    _close(got[:out], chain[:out], 1e-5, f"outputs, {what}")
+    _close(got[out:], chain[out:], 1e-5, f"state, {what}")
     a = arrays
     want_out, want_state = _core.op_gated_delta_net(a["q"], a["k"], a["v"], a["g"], a["beta"], a["state"])
-    _close(one_round[:out].reshape(n, hv, s), want_out, 2e-5, f"one-round outputs against the CPU op, S {s}")
-    _close(one_round[out:].reshape(hv, s, s), want_state, 2e-5, f"one-round state against the CPU op, S {s}")
+    _close(got[:out].reshape(n, hv, s), want_out, 2e-5, f"outputs against the CPU op, {what}")
+    _close(got[out:].reshape(hv, s, s), want_state, 2e-5, f"state against the CPU op, {what}")
 
 
-@pytest.mark.parametrize(("s", "n", "chain", "seed"), [(64, 5, 0.5, 0), (128, 33, 0.6, 1), (128, 64, 0.3, 2)])
-def test_emulated_chunked_tree_delta_rule_equals_the_walk(
-    ops: Path, build_dir: Path, s: int, n: int, chain: float, seed: int
+# (form, S, nodes, chance of a chain link, seed, columns): form 1 the chunked form (up to 64 nodes),
+# 2 the one-round kernel (columns a lane; 40 and 120 nodes: several staged chunks)
+REORDERED_TREES = [
+    (1, 64, 5, 0.5, 0, 0),
+    (1, 128, 33, 0.6, 1, 0),
+    (1, 128, 64, 0.3, 2, 0),
+    (2, 64, 5, 0.5, 0, 1),
+    (2, 128, 40, 0.6, 1, 2),
+    (2, 128, 120, 0.3, 2, 4),
+]
+
+
+@pytest.mark.parametrize(("form", "s", "n", "chain", "seed", "columns"), REORDERED_TREES)
+def test_emulated_reordered_tree_delta_rule_equals_the_walk(
+    ops: Path, build_dir: Path, form: int, s: int, n: int, chain: float, seed: int, columns: int
 ) -> None:
-    """The chunked form over a tree's ancestors (a second root included) against the tree
-    kernel's walk on the same inputs: within 1e-5 of the outputs' scale."""
-    rng = np.random.default_rng(seed + 200)
+    """A marked tree node's reordered sums (the chunked form over a tree's ancestors; the one-round
+    kernel in preorder, states saved on a per-depth stack where a node's child is not next), a
+    second root included, against the tree kernel's walk on the same inputs: within 1e-5 of the
+    outputs' scale."""
+    rng = np.random.default_rng(seed + 100 * form + 100)
     hk, hv = 2, 4
     parents = _random_parents(rng, n, chain)
     if n > 2:
@@ -360,35 +373,9 @@ def test_emulated_chunked_tree_delta_rule_equals_the_walk(
     arrays["k"] = (arrays["k"] / np.linalg.norm(arrays["k"], axis=-1, keepdims=True)).astype(np.float32)
     base = [s, hk, hv, n, int(tree[2].max())]
     walk = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, 0, 1, 0], arrays)
-    chunked = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, 0, 1, 1], arrays)
-    assert not np.array_equal(walk, chunked), "the marked node took the walk"
-    _close(chunked, walk, 1e-5, f"chunked tree, S {s}, {n} nodes")
-
-
-ONE_ROUND_TREES = [(64, 5, 0.5, 0), (128, 40, 0.6, 1), (128, 120, 0.3, 2)]
-
-
-@pytest.mark.parametrize(("s", "n", "chain", "seed"), ONE_ROUND_TREES)
-def test_emulated_one_round_tree_delta_rule_equals_the_walk(
-    ops: Path, build_dir: Path, s: int, n: int, chain: float, seed: int
-) -> None:
-    """The one-round form over a tree in preorder (gdn_chain_one_round.cu: states saved on a
-    per-depth stack where a node's child is not next; a second root; 40 and 120 nodes: several
-    staged chunks) against the tree kernel's walk on the same inputs: within 1e-5 of the outputs'
-    scale."""
-    rng = np.random.default_rng(seed + 300)
-    hk, hv = 2, 4
-    parents = _random_parents(rng, n, chain)
-    if n > 2:
-        parents[int(rng.integers(1, n))] = -1
-    tree = _tree_index(parents)
-    arrays = {**_gdn_arrays(rng, n, s, hk, hv), "tree": tree}
-    arrays["k"] = (arrays["k"] / np.linalg.norm(arrays["k"], axis=-1, keepdims=True)).astype(np.float32)
-    base = [s, hk, hv, n, int(tree[2].max())]
-    walk = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, 0, 1, 0], arrays)
-    one_round = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, 0, 1, 2], arrays)
-    assert not np.array_equal(walk, one_round), "the marked node took the walk"
-    _close(one_round, walk, 1e-5, f"one-round tree, S {s}, {n} nodes")
+    got = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, columns, 1, form], arrays)
+    assert not np.array_equal(walk, got), "the marked node took the walk"
+    _close(got, walk, 1e-5, f"reordered form {form}, tree, S {s}, {n} nodes")
 
 
 @pytest.mark.parametrize("s", [32, 128])

@@ -72,9 +72,10 @@ def gdn_switches_restored():  # noqa: ANN201
         _core.gdn_staged(),
     )
     chunked, chunked_min = _core.gdn_chunked(), _core.gdn_chunked_min_tokens()
-    one_round = _core.gdn_one_round()
+    one_round, one_round_columns = _core.gdn_one_round(), _core.gdn_one_round_columns()
     yield
     _core.set_gdn_one_round(one_round)
+    _core.set_gdn_one_round_columns(one_round_columns)
     _core.set_gdn_chunked(chunked)
     _core.set_gdn_chunked_min_tokens(chunked_min)
     _core.set_gdn_columns(cols)
@@ -103,51 +104,84 @@ def test_cuda_chain_kernel_is_bit_equal_to_ggml(
         assert np.array_equal(state, ref_state), f"state, {cols} columns a warp"
 
 
+def _check_reordered_chain(args: tuple, form_takes_it: bool) -> None:
+    """A marked chain under the switches set: the numpy reference's outputs and final state within
+    2e-5 of their scale; the chain kernel's bits exactly when the form should not take it, and
+    with both reordered forms off."""
+    out, state = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
+    want, want_state = ref_chain(*args)
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(out, want, rtol=0, atol=2e-5 * scale)
+    np.testing.assert_allclose(state, want_state, rtol=0, atol=2e-5 * scale)
+    chain_out, chain_state = _core.op_gated_delta_net(*args, gpu=True)
+    assert np.array_equal(out, chain_out) != form_takes_it, "which kernel took the marked node"
+    _core.set_gdn_chunked(False)
+    _core.set_gdn_one_round(False)
+    off_out, off_state = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
+    assert np.array_equal(off_out, chain_out) and np.array_equal(off_state, chain_state)
+
+
 @needs_gpu
 @pytest.mark.parametrize("s", [64, 128])
 @pytest.mark.parametrize("n", [8, 16, 64, 65, 200])
 def test_cuda_chunked_delta_rule_matches_the_equations(s: int, n: int, gdn_switches_restored: None) -> None:
     """The chunked form (kernels/gdn_chunked.cu; 65 and 200 tokens: chunks after a full one, the
-    state carried) on a node marked for it: the numpy reference's outputs and final state within
-    2e-5 of their scale, as the chain kernel; a node not marked, or the reordered forms switched
-    off, gives the chain kernel's bits."""
-    args = gdn_inputs(np.random.default_rng(7 * s + n), n, s=s, hk=2, hv=6)
+    state carried) on a node marked for it."""
     _core.set_gdn_chunked(True)
     _core.set_gdn_chunked_min_tokens(0)
-    out, state = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
-    want, want_state = ref_chain(*args)
-    scale = max(1.0, float(np.abs(want).max()))
-    np.testing.assert_allclose(out, want, rtol=0, atol=2e-5 * scale)
-    np.testing.assert_allclose(state, want_state, rtol=0, atol=2e-5 * scale)
-    chain_out, chain_state = _core.op_gated_delta_net(*args, gpu=True)
-    assert not np.array_equal(out, chain_out), "the marked node took the chain kernel"
-    _core.set_gdn_chunked(False)
-    _core.set_gdn_one_round(False)
-    off_out, off_state = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
-    assert np.array_equal(off_out, chain_out) and np.array_equal(off_state, chain_state)
+    _check_reordered_chain(gdn_inputs(np.random.default_rng(7 * s + n), n, s=s, hk=2, hv=6), True)
 
 
 @needs_gpu
 @pytest.mark.parametrize("s", [64, 128])
-@pytest.mark.parametrize("n", [1, 16, 17, 64, 200])
-def test_cuda_one_round_chain_matches_the_equations(s: int, n: int, gdn_switches_restored: None) -> None:
+@pytest.mark.parametrize("n", [1, 2, 16, 17, 64, 200])
+@pytest.mark.parametrize("columns", [1, 2, 4])
+def test_cuda_one_round_chain_matches_the_equations(
+    s: int, n: int, columns: int, gdn_switches_restored: None
+) -> None:
     """The chain with one reduction round a token (kernels/gdn_chain_one_round.cu; on by default for
-    marked nodes; 17 and 200 tokens: staged chunks after a full one) against the numpy reference:
-    outputs and final state within 2e-5 of their scale; off, the chain kernel's bits."""
+    marked nodes of 2 tokens or more, 2 columns a lane; 17 and 200 tokens: staged chunks after a
+    full one); one token keeps the chain kernel's bits."""
     assert _core.gdn_one_round() == (os.environ.get("DFLASH_GDN_ONE_ROUND") != "0")
-    args = gdn_inputs(np.random.default_rng(11 * s + n), n, s=s, hk=2, hv=6)
+    assert _core.gdn_one_round_columns() == int(os.environ.get("DFLASH_GDN_ONE_ROUND_COLUMNS", "2"))
     _core.set_gdn_chunked(False)
     _core.set_gdn_one_round(True)
-    out, state = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
-    want, want_state = ref_chain(*args)
-    scale = max(1.0, float(np.abs(want).max()))
-    np.testing.assert_allclose(out, want, rtol=0, atol=2e-5 * scale)
-    np.testing.assert_allclose(state, want_state, rtol=0, atol=2e-5 * scale)
-    chain_out, chain_state = _core.op_gated_delta_net(*args, gpu=True)
-    assert not np.array_equal(out, chain_out), "the marked node took the chain kernel"
-    _core.set_gdn_one_round(False)
-    off_out, off_state = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
-    assert np.array_equal(off_out, chain_out) and np.array_equal(off_state, chain_state)
+    _core.set_gdn_one_round_columns(columns)
+    _check_reordered_chain(gdn_inputs(np.random.default_rng(11 * s + n), n, s=s, hk=2, hv=6), n > 1)
+
+
+@needs_gpu
+@pytest.mark.parametrize("s", [64, 128])
+@pytest.mark.parametrize("n", [2, 21, 64, 65, 300])
+@pytest.mark.parametrize("columns", [1, 2, 4])
+def test_cuda_one_round_tree_matches_the_cpu_op(
+    s: int, n: int, columns: int, gdn_switches_restored: None
+) -> None:
+    """The one-round kernel over a tree in preorder (two roots; states saved on a per-depth stack)
+    on a marked node: the CPU op's values within 2e-5 of their scale, not the walk's bits."""
+    rng = np.random.default_rng(3 * s + n)
+    parents = _random_tree(rng, n)
+    args = gdn_inputs(rng, n, s=s, hk=2, hv=6)
+    _core.set_gdn_chunked(False)
+    _core.set_gdn_one_round(True)
+    _core.set_gdn_one_round_columns(columns)
+    got = _core.op_tree_gated_delta_net(*args, parents, gpu=True, reordered=True)
+    want = _core.op_tree_gated_delta_net(*args, parents)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, float(np.abs(want).max())))
+    assert not np.array_equal(got, _core.op_tree_gated_delta_net(*args, parents, gpu=True))
+
+
+def _random_tree(rng: np.random.Generator, n: int) -> list[int]:
+    """Parents of n nodes (a chain link half the time), a second root, depths within the tree
+    kernel's."""
+    parents, depth = [-1], [0]
+    for i in range(1, n):
+        p = i - 1 if rng.random() < 0.5 else int(rng.integers(0, i))
+        p = p if depth[p] < 24 else 0  # within the tree kernel's depth
+        parents.append(p)
+        depth.append(depth[p] + 1)
+    parents[n // 2] = -1  # its subtree keeps its depths: it only gets shallower
+    return parents
 
 
 @needs_gpu
@@ -157,16 +191,11 @@ def test_cuda_chunked_tree_delta_rule_matches_the_cpu_op(s: int, n: int, gdn_swi
     """The chunked form over a tree's ancestors (two roots; 65 nodes: past its one chunk, so the
     tree kernel's bits) on a marked node: the CPU op's values within 2e-5 of their scale."""
     rng = np.random.default_rng(s + n)
-    parents, depth = [-1], [0]
-    for i in range(1, n):
-        p = i - 1 if rng.random() < 0.5 else int(rng.integers(0, i))
-        p = p if depth[p] < 24 else 0  # within the tree kernel's depth
-        parents.append(p)
-        depth.append(depth[p] + 1)
-    parents[n // 2] = -1  # its subtree keeps its depths: it only gets shallower
+    parents = _random_tree(rng, n)
     args = gdn_inputs(rng, n, s=s, hk=2, hv=6)
     _core.set_gdn_chunked(True)
     _core.set_gdn_chunked_min_tokens(0)
+    _core.set_gdn_one_round(False)  # beyond 64 nodes: the walk
     got = _core.op_tree_gated_delta_net(*args, parents, gpu=True, reordered=True)
     want = _core.op_tree_gated_delta_net(*args, parents)
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, float(np.abs(want).max())))

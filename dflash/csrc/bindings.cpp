@@ -434,6 +434,9 @@ PYBIND11_MODULE(_core, m) {
           "CUDA: marked ggml_gated_delta_net nodes take the chain with one round of warp reductions a token "
           "(on by default; DFLASH_GDN_ONE_ROUND=0 starts it off: the chain kernel's bits); no effect without CUDA");
     m.def("gdn_one_round", &ggml_ext::gdn_one_round);
+    m.def("set_gdn_one_round_columns", &ggml_ext::set_gdn_one_round_columns, py::arg("columns"),
+          "state columns a lane of the one-round chain: 1, 2 (the default) or 4 (DFLASH_GDN_ONE_ROUND_COLUMNS)");
+    m.def("gdn_one_round_columns", &ggml_ext::gdn_one_round_columns);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
           "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K / Q8_0 x 2..mma_max_columns() columns on CUDA instead of "
           "ggml's mmq (on by default; DFLASH_MMA=0 starts it off)");

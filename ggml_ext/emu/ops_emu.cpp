@@ -121,8 +121,9 @@ int main(int argc, char ** argv) {
                              (long long)n);
                 return 2;
             }
-        } else if (form == 2) {
+        } else if (form == 2) {  // columns: the one-round kernel's columns a lane
             ggml_ext::set_gdn_one_round(true);
+            ggml_ext::set_gdn_one_round_columns((int)m[4]);
             if (!ggml_ext_cuda_gated_delta_net_one_round(args, nullptr)) {
                 std::fprintf(stderr, "ops_emu: the one-round chain does not take S = %lld\n", (long long)S);
                 return 2;
@@ -151,6 +152,7 @@ int main(int argc, char ** argv) {
             ggml_ext::set_gdn_chunked(m[7] == 1);
             ggml_ext::set_gdn_chunked_min_tokens(1);
             ggml_ext::set_gdn_one_round(m[7] == 2);
+            ggml_ext::set_gdn_one_round_columns(m.size() > 5 ? (int)m[5] : 0);
             ggml_ext::allow_reordered_delta_rule(&dst);
         }
         ggml_ext_cuda_tree_gated_delta_net(ctx, &dst);

@@ -67,7 +67,8 @@ int tree_gdn_mode();
 // ggml_ext::tree_gated_delta_net node of at most 64 nodes (ggml_ext_tree.h); CUDA may then run its
 // sums in another order:
 // - a chain with one round of warp reductions a token (kernels/gdn_chain_one_round.cu, S of 64 or
-//   128): on by default; set_gdn_one_round(false) or DFLASH_GDN_ONE_ROUND=0 keep the chain kernel;
+//   128, 2 tokens or more): on by default; set_gdn_one_round(false) or DFLASH_GDN_ONE_ROUND=0 keep
+//   the chain kernel;
 // - the chunked delta rule (kernels/gdn_chunked.cu: 64 tokens at a time as matrix products, S of 64
 //   or 128, from kChunkedDeltaRuleMinTokens to kChunkedDeltaRuleMaxTokens tokens; trees too). Off
 //   by default: slower than the chain and tree kernels on the H200 so far (gdn_chunked.cu's
@@ -91,5 +92,8 @@ void set_gdn_chunked_min_tokens(int n);  // <= 0: the default
 int gdn_chunked_min_tokens();
 void set_gdn_one_round(bool on);
 bool gdn_one_round();
+// columns a lane of the one-round kernel: 1, 2 (the default) or 4 (DFLASH_GDN_ONE_ROUND_COLUMNS)
+void set_gdn_one_round_columns(int columns);
+int gdn_one_round_columns();
 
 }  // namespace ggml_ext

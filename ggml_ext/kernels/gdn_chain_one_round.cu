@@ -10,11 +10,17 @@
 // so s . k, s . q and k . q go through one butterfly together, and a column spreads over 8 lanes
 // (S / 8 rows each, read as float4 from shared memory): 3 shuffle levels a token instead of 10.
 // The sums run in another order than ggml's, so only marked nodes take it (float32 either way;
-// tests hold it to the equations and to the chain kernel).
+// tests hold it to the equations and to the chain kernel). One token keeps the chain kernel (a
+// decode step's bits for decode graphs).
 //
-// A block: 4 warps x 4 columns (16 state columns of one head); tokens staged 16 at a time into
-// shared memory with cp.async, the next chunk's copies in flight during the current chunk's
-// updates. Needs 16-byte aligned q, k, v rows (else the chain kernel runs); S of 64 or 128.
+// A block: 16 state columns of one head, CL columns a lane (its k and q reads shared by them;
+// 4 CL a warp). Tokens staged 16 at a time into shared memory with cp.async, the next chunk's
+// copies in flight during the current chunk's updates. Needs 16-byte aligned q, k, v rows (else
+// the chain kernel runs); S of 64 or 128.
+// H200, the 27B's 48 layers (session 21, kernel_profile): CL = 1 took 469 / 798 / 1472 us at
+// 16 / 32 / 64 tokens against the chain kernel's 563 / 1000 / 1867 (session 20), the DDTree b32
+// tree 1205 us against the walk's 1476: ~850 cycles a token, where the shared-memory reads of k
+// and q (each column's 8 lanes read all of them) were the likely limit; hence CL = 2.
 //
 // A DDTree verify's nodes (kTree; tree_ops.cu sends marked tree_gated_delta_net nodes of up to
 // kOrMaxNodes here) are the tree walk's order: nodes in preorder, a node whose parent is not the
@@ -32,14 +38,21 @@
 
 namespace {
 
-constexpr int kOrLanes = 8;               // lanes a state column
-constexpr int kOrWarps = 4;               // warps a block
-constexpr int kOrColumns = kOrWarps * 4;  // state columns a block (32 / kOrLanes a warp)
-constexpr int kOrChunk = 16;              // tokens staged at a time
-constexpr int kOrThreads = kOrWarps * 32;
+constexpr int kOrLanes = 8;        // lanes a state column (each S / 8 of its rows)
+constexpr int kOrColumns = 16;     // state columns a block
+constexpr int kOrChunk = 16;       // tokens staged at a time
 constexpr int kOrMaxNodes = 1024;  // a tree's nodes (its index staged in shared memory)
+constexpr int kOrMinTokens = 2;    // one token (a decode step, a replay of one) keeps the chain kernel's bits
 
-bool one_round_flag = [] {
+// Columns a lane (CL; a warp 4 CL columns, a block 4 / CL warps): each lane's k and q reads serve
+// CL columns. DFLASH_GDN_ONE_ROUND_COLUMNS=1, 2 or 4 picks it (benches); 2 by default.
+int or_columns_flag = [] {
+    const char * e = std::getenv("DFLASH_GDN_ONE_ROUND_COLUMNS");
+    const int c = e ? std::atoi(e) : 2;
+    return c == 1 || c == 4 ? c : 2;
+}();
+
+bool or_enabled_flag = [] {
     const char * e = std::getenv("DFLASH_GDN_ONE_ROUND");
     return !(e && e[0] == '0');
 }();
@@ -55,8 +68,8 @@ template <>
 struct OrTree<false> {};
 
 // tree: the tree index (parents, preorder, depths; n each) with kTree, else null.
-template <int S, bool kTree>
-__global__ void __launch_bounds__(kOrThreads)
+template <int S, int CL, bool kTree>
+__global__ void __launch_bounds__(128 / CL)
     gdn_chain_one_round_kernel(const float * __restrict__ q, const float * __restrict__ k, const float * __restrict__ v,
                                const float * __restrict__ g, const float * __restrict__ beta,
                                const float * __restrict__ s0, float * __restrict__ dst, float * __restrict__ state,
@@ -64,6 +77,7 @@ __global__ void __launch_bounds__(kOrThreads)
                                const int64_t sq1, const int64_t sq2, const int64_t sq3, const int64_t sv1,
                                const int64_t sv2, const int64_t sv3, const int64_t sb1, const int64_t sb2,
                                const int64_t sb3, const int64_t neqk1, const int64_t rq3, const float scale) {
+    constexpr int kThreads = 128 / CL;
     constexpr int R4 = S / kOrLanes / 4;  // float4s of rows a lane: rows 32 i + 4 j .. + 3, i < R4
     __shared__ __align__(16) float s_k[2][kOrChunk][S];
     __shared__ __align__(16) float s_q[2][kOrChunk][S];
@@ -74,12 +88,12 @@ __global__ void __launch_bounds__(kOrThreads)
     const int64_t h = blockIdx.x, seq = blockIdx.y;
     const int64_t iq1 = h % neqk1, iq3 = seq / rq3;
     const int tid = threadIdx.x, lane = tid % 32, j = lane % kOrLanes;
-    const int col_in_block = (tid / 32) * 4 + lane / kOrLanes;
-    const int64_t col_block = (int64_t)blockIdx.z * kOrColumns, col = col_block + col_in_block;
+    const int c0 = ((tid / 32) * 4 + lane / kOrLanes) * CL;  // this lane's columns c0 .. c0 + CL - 1 of the block's
+    const int64_t col_block = (int64_t)blockIdx.z * kOrColumns;
 
     if constexpr (kTree) {
         const int n = (int)n_tokens;
-        for (int i = tid; i < n; i += kOrThreads) {
+        for (int i = tid; i < n; i += kThreads) {
             const int node = tree[n + i];
             s_tree.node[i] = (int16_t)node;
             s_tree.pos[node] = (int16_t)i;
@@ -88,11 +102,11 @@ __global__ void __launch_bounds__(kOrThreads)
             s_tree.branch[i] = 0;
         }
         __syncthreads();
-        for (int i = tid; i < n; i += kOrThreads) {
+        for (int i = tid; i < n; i += kThreads) {
             const int p = s_tree.parent[i];
             if (p >= 0 && s_tree.pos[i] != s_tree.pos[p] + 1) s_tree.branch[p] = 1;  // same value from every writer
         }
-        // the first chunk's barrier below orders these writes before their reads
+        __syncthreads();  // the index, before the stage reads it
     }
     // the token at position t: t itself in a chain, the node at preorder position t in a tree
     auto node_at = [&](int64_t t) -> int64_t {
@@ -104,23 +118,29 @@ __global__ void __launch_bounds__(kOrThreads)
     };
 
     // states are stored transposed (row `col` = column col of S), as in ggml
-    float4 st[R4];
-    const float4 * init = reinterpret_cast<const float4 *>(s0 + ((seq * H + h) * S + col) * S);
+    const float4 * init = reinterpret_cast<const float4 *>(s0 + ((seq * H + h) * S + col_block + c0) * S);
+    float4 st[CL][R4];
+    auto load_initial = [&] {
 #pragma unroll
-    for (int i = 0; i < R4; ++i) st[i] = init[8 * i + j];
+        for (int c = 0; c < CL; ++c) {
+#pragma unroll
+            for (int i = 0; i < R4; ++i) st[c][i] = init[c * (S / 4) + 8 * i + j];
+        }
+    };
+    load_initial();
     // the tree's per-depth stack of saved states (thread-local memory)
-    float4 stack[kTree ? ggml_ext::kTreeMaxDepth + 1 : 1][R4];
+    float4 stack[kTree ? ggml_ext::kTreeMaxDepth + 1 : 1][CL][R4];
     int64_t prev = -1;
 
     // chunk c's k, q and v rows into buffer c % 2 (cp.async; one commit group a chunk)
     auto stage = [&](int buf, int64_t t0, int tn) {
-        for (int p = tid; p < tn * (S / 4); p += kOrThreads) {
+        for (int p = tid; p < tn * (S / 4); p += kThreads) {
             const int t = p / (S / 4), e = 4 * (p % (S / 4));
             const int64_t qk = iq3 * sq3 + node_at(t0 + t) * sq2 + iq1 * sq1 + e;
             cp_async_16(&s_k[buf][t][e], k + qk);
             cp_async_16(&s_q[buf][t][e], q + qk);
         }
-        for (int p = tid; p < tn * (kOrColumns / 4); p += kOrThreads) {
+        for (int p = tid; p < tn * (kOrColumns / 4); p += kThreads) {
             const int t = p / (kOrColumns / 4), e = 4 * (p % (kOrColumns / 4));
             cp_async_16(&s_v[buf][t][e], v + seq * sv3 + node_at(t0 + t) * sv2 + h * sv1 + col_block + e);
         }
@@ -135,8 +155,7 @@ __global__ void __launch_bounds__(kOrThreads)
         }
     };
 
-    float * out = dst + (seq * n_tokens * H + h) * S + col;  // + node S H
-    if constexpr (kTree) __syncthreads();                    // the tree index, before the stage reads it
+    float * out = dst + (seq * n_tokens * H + h) * S + col_block + c0;  // + node S H
     {
         const int tn = (int)(n_tokens < kOrChunk ? n_tokens : kOrChunk);
         stage(0, 0, tn);
@@ -144,8 +163,8 @@ __global__ void __launch_bounds__(kOrThreads)
         gate_beta(0, tn, gv, bv);
         if (tid < tn) s_g[0][tid] = gv, s_b[0][tid] = bv;
     }
-    for (int64_t t0 = 0, c = 0; t0 < n_tokens; t0 += kOrChunk, ++c) {
-        const int buf = (int)(c & 1);
+    for (int64_t t0 = 0, ci = 0; t0 < n_tokens; t0 += kOrChunk, ++ci) {
+        const int buf = (int)(ci & 1);
         const int tn = (int)(n_tokens - t0 < kOrChunk ? n_tokens - t0 : kOrChunk);
         const int64_t t1 = t0 + kOrChunk;
         const int tn1 = (int)(n_tokens - t1 < kOrChunk ? n_tokens - t1 : kOrChunk);
@@ -162,52 +181,68 @@ __global__ void __launch_bounds__(kOrThreads)
         for (int t = 0; t < tn; ++t) {
             int64_t node = t0 + t;
             if constexpr (kTree) {
-                const int pi = (int)(t0 + t);
-                node = s_tree.node[pi];
+                node = s_tree.node[t0 + t];
                 const int p = s_tree.parent[node], d = s_tree.depth[node];
                 if (p < 0) {
-#pragma unroll
-                    for (int i = 0; i < R4; ++i) st[i] = init[8 * i + j];
+                    load_initial();
                 } else if (p != prev) {
 #pragma unroll
-                    for (int i = 0; i < R4; ++i) st[i] = stack[d - 1][i];
+                    for (int c = 0; c < CL; ++c) {
+#pragma unroll
+                        for (int i = 0; i < R4; ++i) st[c][i] = stack[d - 1][c][i];
+                    }
                 }
             }
             const float4 * kp = reinterpret_cast<const float4 *>(s_k[buf][t]);
             const float4 * qp = reinterpret_cast<const float4 *>(s_q[buf][t]);
             float4 kr[R4];
-            float kv[2] = {0.0f, 0.0f}, sq[2] = {0.0f, 0.0f}, kq[2] = {0.0f, 0.0f};
+            float kv[CL][2] = {}, sq[CL][2] = {}, kq[2] = {0.0f, 0.0f};
 #pragma unroll
             for (int i = 0; i < R4; ++i) {
                 kr[i] = kp[8 * i + j];
                 const float4 qr = qp[8 * i + j];
                 const int a = i & 1;  // two chains of sums: half the dependent depth
-                kv[a] += st[i].x * kr[i].x + st[i].y * kr[i].y + st[i].z * kr[i].z + st[i].w * kr[i].w;
-                sq[a] += st[i].x * qr.x + st[i].y * qr.y + st[i].z * qr.z + st[i].w * qr.w;
+#pragma unroll
+                for (int c = 0; c < CL; ++c) {
+                    const float4 s = st[c][i];
+                    kv[c][a] += s.x * kr[i].x + s.y * kr[i].y + s.z * kr[i].z + s.w * kr[i].w;
+                    sq[c][a] += s.x * qr.x + s.y * qr.y + s.z * qr.z + s.w * qr.w;
+                }
                 kq[a] += kr[i].x * qr.x + kr[i].y * qr.y + kr[i].z * qr.z + kr[i].w * qr.w;
             }
-            float skv = kv[0] + kv[1], ssq = sq[0] + sq[1], skq = kq[0] + kq[1];
+            float skv[CL], ssq[CL], skq = kq[0] + kq[1];
 #pragma unroll
-            for (int m = 1; m < kOrLanes; m <<= 1) {  // the column's 8 lanes, all three sums at once
-                skv += __shfl_xor_sync(0xffffffff, skv, m);
-                ssq += __shfl_xor_sync(0xffffffff, ssq, m);
+            for (int c = 0; c < CL; ++c) skv[c] = kv[c][0] + kv[c][1], ssq[c] = sq[c][0] + sq[c][1];
+#pragma unroll
+            for (int m = 1; m < kOrLanes; m <<= 1) {  // the column's 8 lanes, every sum at once
+#pragma unroll
+                for (int c = 0; c < CL; ++c) {
+                    skv[c] += __shfl_xor_sync(0xffffffff, skv[c], m);
+                    ssq[c] += __shfl_xor_sync(0xffffffff, ssq[c], m);
+                }
                 skq += __shfl_xor_sync(0xffffffff, skq, m);
             }
             const float gt = s_g[buf][t], bt = s_b[buf][t];
-            const float delta = (s_v[buf][t][col_in_block] - gt * skv) * bt;
-            if (j == 0) out[node * S * H] = (gt * ssq + delta * skq) * scale;
 #pragma unroll
-            for (int i = 0; i < R4; ++i) {
-                st[i].x = fmaf(gt, st[i].x, kr[i].x * delta);
-                st[i].y = fmaf(gt, st[i].y, kr[i].y * delta);
-                st[i].z = fmaf(gt, st[i].z, kr[i].z * delta);
-                st[i].w = fmaf(gt, st[i].w, kr[i].w * delta);
+            for (int c = 0; c < CL; ++c) {
+                const float delta = (s_v[buf][t][c0 + c] - gt * skv[c]) * bt;
+                if (j == 0) out[node * S * H + c] = (gt * ssq[c] + delta * skq) * scale;
+#pragma unroll
+                for (int i = 0; i < R4; ++i) {
+                    st[c][i].x = fmaf(gt, st[c][i].x, kr[i].x * delta);
+                    st[c][i].y = fmaf(gt, st[c][i].y, kr[i].y * delta);
+                    st[c][i].z = fmaf(gt, st[c][i].z, kr[i].z * delta);
+                    st[c][i].w = fmaf(gt, st[c][i].w, kr[i].w * delta);
+                }
             }
             if constexpr (kTree) {
                 if (s_tree.branch[node]) {
                     const int d = s_tree.depth[node];
 #pragma unroll
-                    for (int i = 0; i < R4; ++i) stack[d][i] = st[i];
+                    for (int c = 0; c < CL; ++c) {
+#pragma unroll
+                        for (int i = 0; i < R4; ++i) stack[d][c][i] = st[c][i];
+                    }
                 }
                 prev = node;
             }
@@ -216,26 +251,41 @@ __global__ void __launch_bounds__(kOrThreads)
         __syncthreads();  // this chunk is read before the next iteration stages into its buffer
     }
     if constexpr (!kTree) {
-        float4 * st_out = reinterpret_cast<float4 *>(state + ((seq * H + h) * S + col) * S);
+        float4 * st_out = reinterpret_cast<float4 *>(state + ((seq * H + h) * S + col_block + c0) * S);
 #pragma unroll
-        for (int i = 0; i < R4; ++i) st_out[8 * i + j] = st[i];
+        for (int c = 0; c < CL; ++c) {
+#pragma unroll
+            for (int i = 0; i < R4; ++i) st_out[c * (S / 4) + 8 * i + j] = st[c][i];
+        }
     }
 }
 
-template <int S, bool kTree>
+template <int S, int CL, bool kTree>
 void launch_one_round(const GdnChainArgs & a, cudaStream_t stream) {
     const dim3 grid((unsigned)a.H, (unsigned)a.n_seqs, (unsigned)(S / kOrColumns));
-    DFLASH_LAUNCH(grid, dim3(kOrThreads), 0, stream, gdn_chain_one_round_kernel<S, kTree>)(
+    DFLASH_LAUNCH(grid, dim3(128 / CL), 0, stream, gdn_chain_one_round_kernel<S, CL, kTree>)(
         a.q, a.k, a.v, a.g, a.beta, a.s0, a.dst, a.state, a.parents, a.H, a.n_tokens, a.sq1, a.sq2, a.sq3, a.sv1, a.sv2,
         a.sv3, a.sb1, a.sb2, a.sb3, a.neqk1, a.rq3, a.scale);
 }
 
-template <int S>
+template <int S, int CL>
 void launch_form(const GdnChainArgs & a, cudaStream_t stream) {
     if (a.parents) {
-        launch_one_round<S, true>(a, stream);
+        launch_one_round<S, CL, true>(a, stream);
     } else {
-        launch_one_round<S, false>(a, stream);
+        launch_one_round<S, CL, false>(a, stream);
+    }
+}
+
+template <int S>
+void launch_or_columns(const GdnChainArgs & a, cudaStream_t stream) {
+    switch (or_columns_flag) {
+        case 1:
+            return launch_form<S, 1>(a, stream);
+        case 4:
+            return launch_form<S, 4>(a, stream);
+        default:
+            return launch_form<S, 2>(a, stream);
     }
 }
 
@@ -244,8 +294,10 @@ bool rows_aligned16(const void * p) { return (reinterpret_cast<uintptr_t>(p) & 1
 }  // namespace
 
 namespace ggml_ext {
-void set_gdn_one_round(bool on) { one_round_flag = on; }
-bool gdn_one_round() { return one_round_flag; }
+void set_gdn_one_round(bool on) { or_enabled_flag = on; }
+bool gdn_one_round() { return or_enabled_flag; }
+void set_gdn_one_round_columns(int columns) { or_columns_flag = columns == 1 || columns == 4 ? columns : 2; }
+int gdn_one_round_columns() { return or_columns_flag; }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gated_delta_net_one_round(const GdnChainArgs & a, cudaStream_t stream) {
@@ -254,13 +306,13 @@ bool ggml_ext_cuda_gated_delta_net_one_round(const GdnChainArgs & a, cudaStream_
                         rows_aligned16(a.s0) && (a.parents != nullptr || rows_aligned16(a.state));
     // a tree: one sequence, its index in shared memory, outputs only
     const bool tree_ok = a.parents == nullptr || (a.n_seqs == 1 && a.n_tokens <= kOrMaxNodes && !a.write_state);
-    if (!one_round_flag || !tree_ok || !rows16 || a.n_tokens < 1) return false;
+    if (!or_enabled_flag || !tree_ok || !rows16 || a.n_tokens < kOrMinTokens) return false;
     switch (a.S) {
         case 64:
-            launch_form<64>(a, stream);
+            launch_or_columns<64>(a, stream);
             return true;
         case 128:
-            launch_form<128>(a, stream);
+            launch_or_columns<128>(a, stream);
             return true;
         default:
             return false;

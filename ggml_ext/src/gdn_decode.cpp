@@ -95,6 +95,8 @@ void set_gdn_chunked_min_tokens(int) {}
 int gdn_chunked_min_tokens() { return kChunkedDeltaRuleMinTokens; }
 void set_gdn_one_round(bool) {}
 bool gdn_one_round() { return false; }
+void set_gdn_one_round_columns(int) {}
+int gdn_one_round_columns() { return 2; }
 #endif
 
 }  // namespace ggml_ext

@@ -151,27 +151,32 @@ fi
 # `gpu_bench.sh y1` (session 21, a fresh machine, SETUP_TARGETS="_core llama-server"), then `y2`
 # within 30 s: the one-round delta rule (kernels/gdn_chain_one_round.cu) for verify chains and
 # DDTree trees, and issue 7's figures with today's defaults in one run. y1: the build, the delta
-# rule / tree / speculative / batch-invariant / GEMM CUDA tests, the 27B's kernels a step (forwards
-# of 1..128 tokens, chain and DDTree steps) with the defaults. y2: the same profile with the
-# one-round form off, the AR next to libllama, the chain next to upstream llama-server draft-dflash
-# at synthetic acceptance 10, then the DDTree step cost per budget, as time allows.
+# rule / tree / speculative CUDA tests (Y1_TESTS: a pytest -k expression), the 27B's kernels a
+# step (forwards of 1..128 tokens, chain and DDTree steps) with the defaults, then forwards of
+# 16 / 32 / 64 and the DDTree step with each of Y1_VARS (default: the one-round kernel with 1 and 4
+# columns a lane). y2: the profile with the one-round form off, the AR next to libllama, the chain
+# next to upstream llama-server draft-dflash at synthetic acceptance 10, then the DDTree step cost
+# per budget, as time allows.
 if [ "$stage" = y1 ] || [ "$stage" = y2 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
   export KP_ARGS="--forwards 1,8,16,32,64,128"
   if [ "$stage" = y1 ]; then
-    run_cuda_suite "$(( $(left) - 150 ))" -k "gdn or delta or tree or spec or ddtree or invariant or one_round or wgmma or mma_gemm_equals"
+    run_cuda_suite "$(( $(left) - 200 ))" -k "${Y1_TESTS:-gdn or delta or one_round or tree or spec or ddtree}"
     wait_27b 70
     [ "$(left)" -ge 65 ] && kernel_profile 60
-    grep -E "wall|gdn_chain|one_round|tree_gdn" "$OUT"/h200-27b-kernels*.log | cut -c1-200
+    for v in ${Y1_VARS:-DFLASH_GDN_ONE_ROUND_COLUMNS=1 DFLASH_GDN_ONE_ROUND_COLUMNS=4}; do
+      [ "$(left)" -ge 45 ] && KP_ARGS="--forwards 16,32,64" kernel_profile 40 \
+        "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
+    done
   else
     wait_27b 400
-    kernel_profile 60 h200-27b-kernels-one-round-0.json DFLASH_GDN_ONE_ROUND=0
-    grep -E "wall|gdn_chain|one_round|tree_gdn" "$OUT"/h200-27b-kernels*.log | cut -c1-200
+    kernel_profile 60 h200-27b-kernels-gdn-one-round-0.json DFLASH_GDN_ONE_ROUND=0
     [ "$(left)" -ge 80 ] && ar_bench 70 /tmp/q27.gguf h200-27b-ar.json
     [ "$(left)" -ge 140 ] && chain_bench 130 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
     [ "$(left)" -ge 40 ] && tree_steps "$(($(left) - 5))" h200-27b-tree-steps.json 1,4,8,16,32,64,128 -- --no-upstream
   fi
+  grep -E "wall|gdn_chain|one_round|tree_gdn" "$OUT"/h200-27b-kernels*.log | cut -c1-200
   exit 0
 fi
 
