@@ -302,24 +302,26 @@ def test_emulated_chain_delta_rule_columns_and_tree_kernel_agree(ops: Path, buil
     _close(runs[0][n * hv * s :].reshape(hv, s, s), want_state, 2e-5, f"chain delta rule's state, S {s}")
 
 
-# (form, S, tokens, columns): form 1 the chunked form (100 tokens: a full chunk and a partial one,
-# the state carried between them), 2 the one-round kernel (1, 2 or 4 columns a lane; 40 tokens:
-# three staged chunks, both buffers reused)
+# (form, S, tokens, columns, decay): form 1 the chunked form (100 tokens: a full chunk and a
+# partial one, the state carried between them), 2 the one-round kernel (1, 2 or 4 columns a lane;
+# 40 tokens: three staged chunks, both buffers reused); decay: the log gates times this, one gate
+# zero (the one-round kernel folds the gates' product into the state below 1e-20)
 REORDERED_CHAINS = [
-    (1, 64, 1, 0),
-    (1, 64, 23, 0),
-    (1, 128, 64, 0),
-    (1, 128, 100, 0),
-    (2, 64, 2, 1),
-    (2, 64, 23, 2),
-    (2, 128, 16, 4),
-    (2, 128, 40, 2),
+    (1, 64, 1, 0, 1.0),
+    (1, 64, 23, 0, 1.0),
+    (1, 128, 64, 0, 1.0),
+    (1, 128, 100, 0, 1.0),
+    (2, 64, 2, 1, 1.0),
+    (2, 64, 23, 2, 1.0),
+    (2, 128, 16, 4, 1.0),
+    (2, 128, 40, 2, 1.0),
+    (2, 128, 40, 2, 30.0),
 ]
 
 
-@pytest.mark.parametrize(("form", "s", "n", "columns"), REORDERED_CHAINS)
+@pytest.mark.parametrize(("form", "s", "n", "columns", "decay"), REORDERED_CHAINS)
 def test_emulated_reordered_chain_equals_the_chain_kernel(
-    ops: Path, build_dir: Path, form: int, s: int, n: int, columns: int
+    ops: Path, build_dir: Path, form: int, s: int, n: int, columns: int, decay: float
 ) -> None:
     """A marked chain's reordered sums (gdn_chunked.cu: 64 tokens at a time as matrix products;
     gdn_chain_one_round.cu: the output from the state before the update, one butterfly a token)
@@ -329,6 +331,9 @@ def test_emulated_reordered_chain_equals_the_chain_kernel(
     arrays = _gdn_arrays(np.random.default_rng(s + n + 7 * form), n, s, hk, hv)
     unit = arrays["k"] / np.linalg.norm(arrays["k"], axis=-1, keepdims=True)  # the graph L2-normalises k
     arrays["k"] = unit.astype(np.float32)
+    if decay != 1.0:
+        arrays["g"] *= np.float32(decay)
+        arrays["g"][n // 2] = -1e4  # a zero gate
     chain = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, 0, 1, 0], arrays)
     got = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, columns, 1, form], arrays)
     out, state = n * hv * s, hv * s * s

@@ -20,7 +20,11 @@
 // H200, the 27B's 48 layers (session 21, kernel_profile): CL = 1 took 469 / 798 / 1472 us at
 // 16 / 32 / 64 tokens against the chain kernel's 563 / 1000 / 1867 (session 20), the DDTree b32
 // tree 1205 us against the walk's 1476: ~850 cycles a token, where the shared-memory reads of k
-// and q (each column's 8 lanes read all of them) were the likely limit; hence CL = 2.
+// and q (each column's 8 lanes read all of them) looked the likely limit. CL = 2 / 4: 443 / 430 us
+// at 16 tokens, 1391 / 1336 at 64, the tree 1361 / 1522: not the limit. ncu (CL = 2, 64 tokens):
+// 275 instructions a warp and token, half of the FP32 ones unfused (a * b + c * d + ...), 1.55
+// warps a scheduler, 44% of issue slots busy: the state's gate now lives apart from it (one FMA
+// an element a token) and every product is an explicit FMA.
 //
 // A DDTree verify's nodes (kTree; tree_ops.cu sends marked tree_gated_delta_net nodes of up to
 // kOrMaxNodes here) are the tree walk's order: nodes in preorder, a node whose parent is not the
@@ -56,6 +60,15 @@ bool or_enabled_flag = [] {
     const char * e = std::getenv("DFLASH_GDN_ONE_ROUND");
     return !(e && e[0] == '0');
 }();
+
+// G below this is folded into U (a token's delta / G stays far from float's range)
+constexpr float kOrMinScale = 1e-20f;
+
+__device__ __forceinline__ float dot4(const float4 a, const float4 b, float acc) {
+    return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
+}
+
+__device__ __forceinline__ void scale4(float4 & a, const float s) { a.x *= s, a.y *= s, a.z *= s, a.w *= s; }
 
 // A tree's index in shared memory: node at each preorder position, parents, depths, and which
 // nodes save their state for a later node.
@@ -119,17 +132,22 @@ __global__ void __launch_bounds__(128 / CL)
 
     // states are stored transposed (row `col` = column col of S), as in ggml
     const float4 * init = reinterpret_cast<const float4 *>(s0 + ((seq * H + h) * S + col_block + c0) * S);
-    float4 st[CL][R4];
+    // The state is G U: the gates' product G since the last rescale is kept apart from U, so a
+    // token's update is one FMA an element (U += k delta / G) instead of a multiply and an FMA.
+    float4 st[CL][R4];  // U
+    float G = 1.0f;
     auto load_initial = [&] {
 #pragma unroll
         for (int c = 0; c < CL; ++c) {
 #pragma unroll
             for (int i = 0; i < R4; ++i) st[c][i] = init[c * (S / 4) + 8 * i + j];
         }
+        G = 1.0f;
     };
     load_initial();
-    // the tree's per-depth stack of saved states (thread-local memory)
+    // the tree's per-depth stack of saved states and their G (thread-local memory)
     float4 stack[kTree ? ggml_ext::kTreeMaxDepth + 1 : 1][CL][R4];
+    float stack_g[kTree ? ggml_ext::kTreeMaxDepth + 1 : 1];
     int64_t prev = -1;
 
     // chunk c's k, q and v rows into buffer c % 2 (cp.async; one commit group a chunk)
@@ -191,6 +209,7 @@ __global__ void __launch_bounds__(128 / CL)
 #pragma unroll
                         for (int i = 0; i < R4; ++i) st[c][i] = stack[d - 1][c][i];
                     }
+                    G = stack_g[d - 1];
                 }
             }
             const float4 * kp = reinterpret_cast<const float4 *>(s_k[buf][t]);
@@ -204,11 +223,10 @@ __global__ void __launch_bounds__(128 / CL)
                 const int a = i & 1;  // two chains of sums: half the dependent depth
 #pragma unroll
                 for (int c = 0; c < CL; ++c) {
-                    const float4 s = st[c][i];
-                    kv[c][a] += s.x * kr[i].x + s.y * kr[i].y + s.z * kr[i].z + s.w * kr[i].w;
-                    sq[c][a] += s.x * qr.x + s.y * qr.y + s.z * qr.z + s.w * qr.w;
+                    kv[c][a] = dot4(st[c][i], kr[i], kv[c][a]);
+                    sq[c][a] = dot4(st[c][i], qr, sq[c][a]);
                 }
-                kq[a] += kr[i].x * qr.x + kr[i].y * qr.y + kr[i].z * qr.z + kr[i].w * qr.w;
+                kq[a] = dot4(kr[i], qr, kq[a]);
             }
             float skv[CL], ssq[CL], skq = kq[0] + kq[1];
 #pragma unroll
@@ -222,19 +240,27 @@ __global__ void __launch_bounds__(128 / CL)
                 }
                 skq += __shfl_xor_sync(0xffffffff, skq, m);
             }
-            const float gt = s_g[buf][t], bt = s_b[buf][t];
+            // the token's gate joins G; a G near float's floor (decayed or zero gates, which are
+            // the same for the whole block) is folded into U first
+            G *= s_g[buf][t];
+            const float bt = s_b[buf][t];
+            const bool fold = G < kOrMinScale;
+            const float rg = fold ? 1.0f : 1.0f / G;
 #pragma unroll
             for (int c = 0; c < CL; ++c) {
-                const float delta = (s_v[buf][t][c0 + c] - gt * skv[c]) * bt;
-                if (j == 0) out[node * S * H + c] = (gt * ssq[c] + delta * skq) * scale;
+                const float delta = (s_v[buf][t][c0 + c] - G * skv[c]) * bt;
+                if (j == 0) out[node * S * H + c] = (G * ssq[c] + delta * skq) * scale;
+                const float dg = delta * rg;
 #pragma unroll
                 for (int i = 0; i < R4; ++i) {
-                    st[c][i].x = fmaf(gt, st[c][i].x, kr[i].x * delta);
-                    st[c][i].y = fmaf(gt, st[c][i].y, kr[i].y * delta);
-                    st[c][i].z = fmaf(gt, st[c][i].z, kr[i].z * delta);
-                    st[c][i].w = fmaf(gt, st[c][i].w, kr[i].w * delta);
+                    if (fold) scale4(st[c][i], G);
+                    st[c][i].x = fmaf(kr[i].x, dg, st[c][i].x);
+                    st[c][i].y = fmaf(kr[i].y, dg, st[c][i].y);
+                    st[c][i].z = fmaf(kr[i].z, dg, st[c][i].z);
+                    st[c][i].w = fmaf(kr[i].w, dg, st[c][i].w);
                 }
             }
+            if (fold) G = 1.0f;
             if constexpr (kTree) {
                 if (s_tree.branch[node]) {
                     const int d = s_tree.depth[node];
@@ -243,6 +269,7 @@ __global__ void __launch_bounds__(128 / CL)
 #pragma unroll
                         for (int i = 0; i < R4; ++i) stack[d][c][i] = st[c][i];
                     }
+                    stack_g[d] = G;
                 }
                 prev = node;
             }
@@ -255,7 +282,10 @@ __global__ void __launch_bounds__(128 / CL)
 #pragma unroll
         for (int c = 0; c < CL; ++c) {
 #pragma unroll
-            for (int i = 0; i < R4; ++i) st_out[c * (S / 4) + 8 * i + j] = st[c][i];
+            for (int i = 0; i < R4; ++i) {
+                scale4(st[c][i], G);
+                st_out[c * (S / 4) + 8 * i + j] = st[c][i];
+            }
         }
     }
 }

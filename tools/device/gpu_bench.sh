@@ -165,10 +165,13 @@ if [ "$stage" = y1 ] || [ "$stage" = y2 ]; then
     run_cuda_suite "$(( $(left) - 200 ))" -k "${Y1_TESTS:-gdn or delta or one_round or tree or spec or ddtree}"
     wait_27b 70
     [ "$(left)" -ge 65 ] && kernel_profile 60
-    for v in ${Y1_VARS:-DFLASH_GDN_ONE_ROUND_COLUMNS=1 DFLASH_GDN_ONE_ROUND_COLUMNS=4}; do
+    for v in ${Y1_VARS-DFLASH_GDN_ONE_ROUND_COLUMNS=1 DFLASH_GDN_ONE_ROUND_COLUMNS=4}; do
       [ "$(left)" -ge 45 ] && KP_ARGS="--forwards 16,32,64" kernel_profile 40 \
         "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
     done
+    # Y1_TREE_STEPS=1: then the DDTree step cost per budget, as time allows
+    [ -n "${Y1_TREE_STEPS-}" ] && [ "$(left)" -ge 40 ] &&
+      tree_steps "$(($(left) - 5))" h200-27b-tree-steps.json 1,4,8,16,32,64,128 -- --no-upstream
   else
     wait_27b 400
     kernel_profile 60 h200-27b-kernels-gdn-one-round-0.json DFLASH_GDN_ONE_ROUND=0
