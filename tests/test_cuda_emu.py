@@ -303,7 +303,8 @@ def test_emulated_chain_delta_rule_columns_and_tree_kernel_agree(ops: Path, buil
 
 
 # (form, S, tokens, columns, decay): form 1 the chunked form (100 tokens: a full chunk and a
-# partial one, the state carried between them), 2 the one-round kernel (1, 2 or 4 columns a lane;
+# partial one, the state carried between them), 2 the one-round kernel (1, 2 or 4 columns a lane,
+# 0: by the form;
 # 40 tokens: three staged chunks, both buffers reused); decay: the log gates times this, one gate
 # zero (the one-round kernel folds the gates' product into the state below 1e-20)
 REORDERED_CHAINS = [
@@ -314,7 +315,7 @@ REORDERED_CHAINS = [
     (2, 64, 2, 1, 1.0),
     (2, 64, 23, 2, 1.0),
     (2, 128, 16, 4, 1.0),
-    (2, 128, 40, 2, 1.0),
+    (2, 128, 40, 0, 1.0),
     (2, 128, 40, 2, 30.0),
 ]
 
@@ -349,12 +350,12 @@ def test_emulated_reordered_chain_equals_the_chain_kernel(
 
 
 # (form, S, nodes, chance of a chain link, seed, columns): form 1 the chunked form (up to 64 nodes),
-# 2 the one-round kernel (columns a lane; 40 and 120 nodes: several staged chunks)
+# 2 the one-round kernel (columns a lane, 0: by the form; 40 and 120 nodes: several staged chunks)
 REORDERED_TREES = [
     (1, 64, 5, 0.5, 0, 0),
     (1, 128, 33, 0.6, 1, 0),
     (1, 128, 64, 0.3, 2, 0),
-    (2, 64, 5, 0.5, 0, 1),
+    (2, 64, 5, 0.5, 0, 0),
     (2, 128, 40, 0.6, 1, 2),
     (2, 128, 120, 0.3, 2, 4),
 ]

@@ -140,10 +140,10 @@ def test_cuda_one_round_chain_matches_the_equations(
     s: int, n: int, columns: int, gdn_switches_restored: None
 ) -> None:
     """The chain with one reduction round a token (kernels/gdn_chain_one_round.cu; on by default for
-    marked nodes of 2 tokens or more, 2 columns a lane; 17 and 200 tokens: staged chunks after a
+    marked nodes of 2 tokens or more, 2 columns a lane for a chain; 17 and 200 tokens: staged chunks after a
     full one; 200 with strongly decaying gates); one token keeps the chain kernel's bits."""
     assert _core.gdn_one_round() == (os.environ.get("DFLASH_GDN_ONE_ROUND") != "0")
-    assert _core.gdn_one_round_columns() == int(os.environ.get("DFLASH_GDN_ONE_ROUND_COLUMNS", "2"))
+    assert _core.gdn_one_round_columns() == int(os.environ.get("DFLASH_GDN_ONE_ROUND_COLUMNS", "0"))
     _core.set_gdn_chunked(False)
     _core.set_gdn_one_round(True)
     _core.set_gdn_one_round_columns(columns)

@@ -435,7 +435,8 @@ PYBIND11_MODULE(_core, m) {
           "(on by default; DFLASH_GDN_ONE_ROUND=0 starts it off: the chain kernel's bits); no effect without CUDA");
     m.def("gdn_one_round", &ggml_ext::gdn_one_round);
     m.def("set_gdn_one_round_columns", &ggml_ext::set_gdn_one_round_columns, py::arg("columns"),
-          "state columns a lane of the one-round chain: 1, 2 (the default) or 4 (DFLASH_GDN_ONE_ROUND_COLUMNS)");
+          "state columns a lane of the one-round kernel: 1, 2 or 4 (DFLASH_GDN_ONE_ROUND_COLUMNS); 0, the default: "
+          "by the form (a chain 2, a tree 1)");
     m.def("gdn_one_round_columns", &ggml_ext::gdn_one_round_columns);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
           "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K / Q8_0 x 2..mma_max_columns() columns on CUDA instead of "

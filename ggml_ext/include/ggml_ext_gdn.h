@@ -92,7 +92,8 @@ void set_gdn_chunked_min_tokens(int n);  // <= 0: the default
 int gdn_chunked_min_tokens();
 void set_gdn_one_round(bool on);
 bool gdn_one_round();
-// columns a lane of the one-round kernel: 1, 2 (the default) or 4 (DFLASH_GDN_ONE_ROUND_COLUMNS)
+// columns a lane of the one-round kernel: 1, 2 or 4 (DFLASH_GDN_ONE_ROUND_COLUMNS); 0, the default:
+// by the form (a chain 2, a tree 1)
 void set_gdn_one_round_columns(int columns);
 int gdn_one_round_columns();
 

@@ -24,7 +24,10 @@
 // at 16 tokens, 1391 / 1336 at 64, the tree 1361 / 1522: not the limit. ncu (CL = 2, 64 tokens):
 // 275 instructions a warp and token, half of the FP32 ones unfused (a * b + c * d + ...), 1.55
 // warps a scheduler, 44% of issue slots busy: the state's gate now lives apart from it (one FMA
-// an element a token) and every product is an explicit FMA.
+// an element a token) and every product is an explicit FMA. That: CL = 2 432 / 727 / 1334 us at
+// 16 / 32 / 64 tokens (CL = 1: 453 / 759 / 1405), the tree (b32) CL = 1 1200 us, CL = 2 1336.
+// The kernel is still latency-bound (~1.5 warps a scheduler); next: more independent work a
+// warp (two heads' columns, or the next token's k . q ahead).
 //
 // A DDTree verify's nodes (kTree; tree_ops.cu sends marked tree_gated_delta_net nodes of up to
 // kOrMaxNodes here) are the tree walk's order: nodes in preorder, a node whose parent is not the
@@ -49,11 +52,12 @@ constexpr int kOrMaxNodes = 1024;  // a tree's nodes (its index staged in shared
 constexpr int kOrMinTokens = 2;    // one token (a decode step, a replay of one) keeps the chain kernel's bits
 
 // Columns a lane (CL; a warp 4 CL columns, a block 4 / CL warps): each lane's k and q reads serve
-// CL columns. DFLASH_GDN_ONE_ROUND_COLUMNS=1, 2 or 4 picks it (benches); 2 by default.
+// CL columns. By the form (0): 2 for a chain, 1 for a tree (the H200's faster ones, the numbers
+// above); DFLASH_GDN_ONE_ROUND_COLUMNS=1, 2 or 4 forces it (benches).
+int valid_columns(int c) { return c == 1 || c == 2 || c == 4 ? c : 0; }
 int or_columns_flag = [] {
     const char * e = std::getenv("DFLASH_GDN_ONE_ROUND_COLUMNS");
-    const int c = e ? std::atoi(e) : 2;
-    return c == 1 || c == 4 ? c : 2;
+    return valid_columns(e ? std::atoi(e) : 0);
 }();
 
 bool or_enabled_flag = [] {
@@ -309,7 +313,7 @@ void launch_form(const GdnChainArgs & a, cudaStream_t stream) {
 
 template <int S>
 void launch_or_columns(const GdnChainArgs & a, cudaStream_t stream) {
-    switch (or_columns_flag) {
+    switch (or_columns_flag != 0 ? or_columns_flag : a.parents ? 1 : 2) {
         case 1:
             return launch_form<S, 1>(a, stream);
         case 4:
@@ -326,7 +330,7 @@ bool rows_aligned16(const void * p) { return (reinterpret_cast<uintptr_t>(p) & 1
 namespace ggml_ext {
 void set_gdn_one_round(bool on) { or_enabled_flag = on; }
 bool gdn_one_round() { return or_enabled_flag; }
-void set_gdn_one_round_columns(int columns) { or_columns_flag = columns == 1 || columns == 4 ? columns : 2; }
+void set_gdn_one_round_columns(int columns) { or_columns_flag = valid_columns(columns); }
 int gdn_one_round_columns() { return or_columns_flag; }
 }  // namespace ggml_ext
 

@@ -96,7 +96,7 @@ int gdn_chunked_min_tokens() { return kChunkedDeltaRuleMinTokens; }
 void set_gdn_one_round(bool) {}
 bool gdn_one_round() { return false; }
 void set_gdn_one_round_columns(int) {}
-int gdn_one_round_columns() { return 2; }
+int gdn_one_round_columns() { return 0; }
 #endif
 
 }  // namespace ggml_ext
