@@ -129,9 +129,16 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # GEMV; GEMM (8 column counts, 6 variants; Q4_K, Q5_K: 8 more; Q6_K: 6 warps, 1 more; two row
     # tiles a warp: 2 variants for Q4_K and Q5_K, 1 for Q6_K and Q8_0)
     # ... and the GEMM with a residual (Q4_K, Q6_K x 8 column counts), the wgmma form's activation
-    # layout against Q4_K's (one line)
-    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 8 + 8 * 6 + 2 * 8 + 1
+    # layout against Q4_K's (one line), the quantizers reading a SwiGLU's inputs against quantizing
+    # its output (the GEMV's, the GEMM's Q4_K, Q6_K and Q8_0 layouts: glu_fusion.cu's bits)
+    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 8 + 8 * 6 + 2 * 8 + 1 + 4
     assert any("check_wgmma_layout" in r for r in rows)
+    assert sorted(r["check_swiglu_source"] for r in rows if "check_swiglu_source" in r) == [
+        "gemv",
+        "q4_K",
+        "q6_K",
+        "q8_0",
+    ]
     assert all(r["ok"] for r in rows), [r for r in rows if not r["ok"]][:5]
 
 

@@ -248,3 +248,88 @@ def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
         got = _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
         assert _core.mul_mat_add_fusions() - before == (1 if fused and n <= 48 else 0)
         np.testing.assert_array_equal(got, want, err_msg=f"{wtype}, {n} columns, fused={fused}")
+
+
+@pytest.fixture
+def glu_restored() -> Iterator[None]:
+    was = _core.fuse_glu_enabled()
+    yield
+    _core.set_fuse_glu_enabled(was)
+
+
+def _swiglu_inputs(wtype: str, n: int, rows: int, k: int) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+    """Weights, the stacked [gate | up] rows of n columns, a residual, and w @ silu(gate) * up in
+    float64 (the oracle up to the 8-bit activations)."""
+    w, dense = _weights(wtype, rows, k, seed=31)
+    rng = np.random.default_rng(32)
+    gate_up = rng.standard_normal((n, 2 * k)).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+    g, u = gate_up[:, :k].astype(np.float64), gate_up[:, k:].astype(np.float64)
+    return w, gate_up, res, (g / (1.0 + np.exp(-g)) * u) @ dense.T.astype(np.float64)
+
+
+@pytest.mark.parametrize("invariant", [False, True])
+def test_swiglu_product_is_the_product_of_the_swiglu(invariant: bool) -> None:
+    """The engine's stacked FFN shape (gate and up the halves of one product, then the down
+    matmul and a residual) against numpy, on whatever backend this build has (CPU in CI)."""
+    rows, k, n = 96, 512, 5
+    w, gate_up, res, want = _swiglu_inputs("q4_K", n, rows, k)
+    got = _core.op_swiglu_mul_mat(w, "q4_K", rows, gate_up, residual=res, invariant=invariant)
+    assert got.shape == (n, rows)
+    assert np.abs(got - res - want).max() <= 3e-2 * np.abs(want).max()
+
+
+def test_glu_fusion_switch_is_on_with_cuda_by_default() -> None:
+    assert _core.fuse_glu_enabled() == (GPU and os.environ.get("DFLASH_FUSE_GLU") != "0")
+
+
+@needs_gpu
+@pytest.mark.parametrize("wtype", ("q4_K", "q6_K"))
+@pytest.mark.parametrize("n", [1, 2, 9, 16, 33, 48, 64, 100])
+@pytest.mark.parametrize("invariant", [False, True])
+@pytest.mark.parametrize("residual", [False, True])
+def test_cuda_swiglu_read_by_the_quantizer_gives_the_unfused_bits(
+    wtype: str, n: int, invariant: bool, residual: bool, glu_restored: None, mma_restored: None
+) -> None:
+    """patches/0009: the SwiGLU before a tagged matmul is computed by the matmul's quantizer (the
+    GEMV's at one column and in the batch-invariant form, the tensor-core GEMM's at 2..256; the
+    residual add taken too where the GEMM takes it): one fusion counted, and the outputs are the
+    unfused graph's (the GLU node, then the quantizer) bit for bit."""
+    rows, k = 1000, 1024
+    w, gate_up, res, want = _swiglu_inputs(wtype, n, rows, k)
+    r = res if residual else None
+    _core.set_fuse_glu_enabled(False)
+    before = _core.mul_mat_glu_fusions()
+    plain = _core.op_swiglu_mul_mat(w, wtype, rows, gate_up, residual=r, invariant=invariant, gpu=True)
+    assert _core.mul_mat_glu_fusions() == before
+    _core.set_fuse_glu_enabled(True)
+    fused = _core.op_swiglu_mul_mat(w, wtype, rows, gate_up, residual=r, invariant=invariant, gpu=True)
+    assert _core.mul_mat_glu_fusions() - before == 1
+    np.testing.assert_array_equal(fused, plain, err_msg=f"{wtype}, {n} columns")
+    got = fused - res if residual else fused
+    assert np.abs(got - want).max() <= 3e-2 * np.abs(want).max()
+
+
+@needs_gpu
+def test_cuda_glu_fusion_changes_no_logit_of_the_engine(synth_model, glu_restored: None) -> None:
+    """The engine's forwards (a prefill, a verify-sized forward, decode steps) with the SwiGLU
+    nodes read by the matmuls' quantizers: the FFN's (stacked [gate; up] on CUDA) and the delta
+    rule's gated outputs are taken, and no logit changes."""
+    path = str(synth_model("small", "q4_K_M"))
+
+    def logits() -> np.ndarray:
+        cfg = _core.EngineConfig()
+        cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers = 256, 2, 99
+        eng = _core.TargetEngine(path, cfg)
+        tokens = np.random.default_rng(5).integers(0, eng.hparams["n_vocab"], size=40).tolist()
+        rows = [eng.forward(tokens[:16], True)[0], eng.forward(tokens[16:32], True)[0]]
+        rows += [eng.forward([t], True)[0] for t in tokens[32:]]
+        return np.concatenate(rows)
+
+    _core.set_fuse_glu_enabled(False)
+    plain = logits()
+    _core.set_fuse_glu_enabled(True)
+    before = _core.mul_mat_glu_fusions()
+    fused = logits()
+    assert _core.mul_mat_glu_fusions() > before
+    np.testing.assert_array_equal(fused, plain)

@@ -344,6 +344,21 @@ PYBIND11_MODULE(_core, m) {
         py::arg("residual") = py::none(), py::arg("gpu") = false, py::arg("n_threads") = 2,
         "swiglu(gate @ x, w @ x) (+ residual [n, rows]), the engine's FFN / residual shapes");
     m.def(
+        "op_swiglu_mul_mat",
+        [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & gate_up,
+            const std::optional<F32Array> & residual, bool invariant, bool gpu, int n_threads) {
+            const std::string raw = w;
+            std::vector<uint8_t> wb(raw.begin(), raw.end());
+            auto r = run_swiglu_mul_mat(wb, w_type, rows, op_input(gate_up),
+                                        residual ? op_input(*residual) : OpInput{},
+                                        invariant ? MatMulTag::invariant : MatMulTag::tiles, gpu, n_threads);
+            return shaped(std::move(r), {gate_up.shape(0), (py::ssize_t)rows});
+        },
+        py::arg("w"), py::arg("w_type"), py::arg("rows"), py::arg("gate_up"), py::arg("residual") = py::none(),
+        py::arg("invariant") = false, py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "w @ swiglu(gate, up) (+ residual [n, rows]), gate_up [n, 2k] holding gate then up in each row (the "
+        "engine's stacked FFN); the matmul tagged mul_mat_tiles, or mul_mat_invariant");
+    m.def(
         "op_top_k",
         [=](const F32Array & x, int k, bool tagged, bool gpu, int n_threads) {
             std::vector<int32_t> r;
@@ -464,6 +479,13 @@ PYBIND11_MODULE(_core, m) {
     m.def("fuse_add_enabled", &ggml_ext::fuse_add_enabled);
     m.def("mul_mat_add_fusions", &ggml_ext::mul_mat_add_fusions,
           "how many mul_mat + add pairs the GEMM took fused in this process (0 without CUDA)");
+    m.def("set_fuse_glu_enabled", &ggml_ext::set_fuse_glu_enabled, py::arg("on"),
+          "a SwiGLU read only by the engine's matmul after it is computed by that matmul's activation quantizer "
+          "(the same outputs, one kernel fewer; on by default; DFLASH_FUSE_GLU=0 starts it off); no effect without "
+          "CUDA");
+    m.def("fuse_glu_enabled", &ggml_ext::fuse_glu_enabled);
+    m.def("mul_mat_glu_fusions", &ggml_ext::mul_mat_glu_fusions,
+          "how many SwiGLU nodes the matmuls' quantizers took in this process (0 without CUDA)");
 
     m.def(
         "build_tree",

@@ -311,6 +311,45 @@ std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::
     return compute_and_free(be.main, gf, out, buf, ctx);
 }
 
+std::vector<float> run_swiglu_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
+                                      const OpInput & gate_up, const OpInput & residual, MatMulTag tag, bool gpu,
+                                      int n_threads) {
+    const ggml_type type = weight_type(w_type);
+    if (gate_up.ne.size() != 2 || gate_up.ne[0] % 2 != 0 || rows < 1) {
+        throw InvalidParameter("swiglu_mul_mat: gate_up must be [n, 2k] and rows >= 1");
+    }
+    const int64_t k = gate_up.ne[0] / 2, n = gate_up.ne[1];
+    if (k % ggml_blck_size(type) != 0 || w.size() != ggml_row_size(type, k) * rows) {
+        throw InvalidParameter("swiglu_mul_mat: w must hold rows x k values of its type");
+    }
+    const bool has_residual = !residual.data.empty();
+    if (has_residual && (residual.ne.size() != 2 || residual.ne[0] != rows || residual.ne[1] != n)) {
+        throw InvalidParameter("swiglu_mul_mat: residual must be [n, rows]");
+    }
+    Backends be(gpu ? 99 : 0, n_threads);
+    if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
+    ggml_init_params p = {ggml_tensor_overhead() * 12 + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(p);
+    ggml_tensor * tw = ggml_new_tensor_2d(ctx, type, k, rows);
+    ggml_tensor * tgu = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2 * k, n);
+    ggml_tensor * tr = has_residual ? ggml_new_tensor_2d(ctx, GGML_TYPE_F32, rows, n) : nullptr;
+    // The engine's stacked FFN (qwen35_graph.cpp's ffn): gate and up are the halves of one product.
+    ggml_tensor * gate = ggml_view_2d(ctx, tgu, k, n, tgu->nb[1], 0);
+    ggml_tensor * up = ggml_view_2d(ctx, tgu, k, n, tgu->nb[1], ggml_row_size(GGML_TYPE_F32, k));
+    ggml_tensor * glu = ggml_swiglu_split(ctx, gate, up);
+    ggml_tensor * out = tag == MatMulTag::invariant ? ggml_ext::mul_mat_invariant(ctx, tw, glu)
+                        : tag == MatMulTag::tiles   ? ggml_ext::mul_mat_tiles(ctx, tw, glu)
+                                                    : ggml_mul_mat(ctx, tw, glu);
+    if (tr) out = ggml_add(ctx, out, tr);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
+    ggml_backend_tensor_set(tw, w.data(), 0, w.size());
+    ggml_backend_tensor_set(tgu, gate_up.data.data(), 0, ggml_nbytes(tgu));
+    if (tr) ggml_backend_tensor_set(tr, residual.data.data(), 0, ggml_nbytes(tr));
+    return compute_and_free(be.main, gf, out, buf, ctx);
+}
+
 // An i32 op over the rows of x [n, rows] (build: its node from x) -> its values.
 static std::vector<int32_t> run_rows_to_ids(const OpInput & x, bool gpu, int n_threads,
                                             const std::function<ggml_tensor *(ggml_context *, ggml_tensor *)> & build) {

@@ -55,6 +55,12 @@ std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string
 std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::vector<uint8_t> & gate,
                                      const std::string & w_type, int64_t rows, const OpInput & x,
                                      const OpInput & residual, bool gpu, int n_threads);
+// w times swiglu(gate, up) (+ residual [n, rows]), gate and up the halves of gate_up [n, 2k] (the
+// engine's stacked FFN), the matmul built the `tag` way: on CUDA the SwiGLU is read by the matmul's
+// quantizer (patches/0009) unless ggml_ext::set_fuse_glu_enabled(false).
+std::vector<float> run_swiglu_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
+                                      const OpInput & gate_up, const OpInput & residual, MatMulTag tag, bool gpu,
+                                      int n_threads);
 // Benches: w (rows x k of w_type, random rows quantized once) times n random columns for each n,
 // built each MatMulTag way (untagged: ggml's own kernels), each timed over
 // `reps` computes of its own graph (8 copies of w, one product each) after a warm-up: ms per

@@ -88,6 +88,14 @@ void set_fuse_add_enabled(bool on);
 bool fuse_add_enabled();
 int64_t mul_mat_add_fusions();
 
+// A SwiGLU node read only by the engine's tagged matmul after it is skipped, that matmul's
+// activation quantizer computing silu(a) * b from its inputs (patches/0009, kernels/glu_fusion.cu;
+// the same quantized values, so the same outputs): on by default (DFLASH_FUSE_GLU=0 starts it off);
+// mul_mat_glu_fusions counts the GLU nodes it took (tests). No effect without CUDA.
+void set_fuse_glu_enabled(bool on);
+bool fuse_glu_enabled();
+int64_t mul_mat_glu_fusions();
+
 // ggml_ext's mmq launch policy for tagged products (kernels/mmq_tiles.cu: one block per output
 // tile where the stream-k fixup would cost more). Off: ggml's own launch for every product (the
 // GPU oracle test compares graphs on ggml's kernels). On by default. No effect without CUDA.

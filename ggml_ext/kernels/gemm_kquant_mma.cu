@@ -97,13 +97,13 @@ void launch_with(const float * res, int stride_col_res, const char * w, const in
 }
 
 // One launch of the GEMM for nc <= 64 columns: quantize x, then the kernel for type t.
-void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const float * x, int64_t sx, const char * w,
+void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSource & x, const char * w,
                 int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
                 int nsm, bool hopper, cudaStream_t stream) {
     constexpr int kS = gemm_kq::kDefaultStages;
     if (kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && r_ptr == nullptr &&
         wgmma_shape(rows, n)) {
-        gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, sx, stream);
+        gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
         if (gemm_kq::launch_q4k_wgmma(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream)) {
             ++wgmma_count;
             return;
@@ -122,7 +122,7 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const float 
                            (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) && rows >= 2 * 32 * nsm;
     auto run = [&](auto f) {
         using F = decltype(f);
-        gemm_kq::quantize_act<F>(x, qs, d, sums, k, n, sx, stream);
+        gemm_kq::quantize_act<F>(x, qs, d, sums, k, n, stream);
         if constexpr (gemm_kq::fit_stages<F, 8>(kS) == kS) {
             if (long_rows) {
                 launch_with<F, kS, true, 8>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
@@ -166,7 +166,19 @@ int64_t wgmma_launches() { return wgmma_count.load(); }
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                             ggml_tensor * dst, const ggml_tensor * res) {
-    const int64_t n = src1->ne[1], k = src0->ne[0];
+    if (src1->type != GGML_TYPE_F32 || src1->nb[0] != sizeof(float) || src1->ne[0] != src0->ne[0] || src1->ne[2] != 1 ||
+        src1->ne[3] != 1) {
+        return false;
+    }
+    ActSource x;
+    x.x = (const float *)src1->data;
+    x.sx = (int64_t)(src1->nb[1] / sizeof(float));
+    return ggml_ext_cuda_gemm_mma_from(ctx, src0, x, src1->ne[1], dst, res);
+}
+
+bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x,
+                                 int64_t n, ggml_tensor * dst, const ggml_tensor * res) {
+    const int64_t k = src0->ne[0];
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
     const ggml_type t = src0->type;
     const bool type_ok = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K ||
@@ -176,16 +188,15 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
         src0->ne[3] != 1 || src0->nb[1] % (t == GGML_TYPE_Q6_K ? 2 : 16) != 0 ||
         reinterpret_cast<uintptr_t>(src0->data) % 16 != 0 ||
         ggml_backend_buffer_get_usage(src0->buffer) == GGML_BACKEND_BUFFER_USAGE_COMPUTE ||
-        src1->type != GGML_TYPE_F32 || src1->nb[0] != sizeof(float) || src1->ne[2] != 1 || src1->ne[3] != 1 ||
-        dst->type != GGML_TYPE_F32 || dst->nb[0] != sizeof(float)) {
+        dst->type != GGML_TYPE_F32 || dst->nb[0] != sizeof(float) || dst->ne[0] != src0->ne[1] || dst->ne[1] != n ||
+        dst->ne[2] != 1 || dst->ne[3] != 1) {
         return false;
     }
     // the residual of a fused add: the output's shape, f32 rows; up to 48 columns (at 64 the Q6_K
     // kernel with the residual spills 48 bytes; on the H200 the fused forward of 64 tokens was no
     // faster than the add node: 22.94 against 22.94 ms of kernels, session 17)
     if (res && (n > 48 || res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) || res->ne[0] != dst->ne[0] ||
-                res->ne[1] != dst->ne[1] || res->ne[2] != 1 || res->ne[3] != 1 || dst->ne[0] != src0->ne[1] ||
-                dst->ne[1] != n)) {
+                res->ne[1] != dst->ne[1] || res->ne[2] != 1 || res->ne[3] != 1)) {
         return false;
     }
     cudaStream_t stream = ctx.stream();
@@ -200,17 +211,16 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
         const char * e = std::getenv("DFLASH_MMA_MINS_INT");
         return e && e[0] == '1';
     }();
-    const int64_t sx = src1->nb[1] / sizeof(float);
     const int rows = (int)src0->ne[1], sd = (int)(dst->nb[1] / sizeof(float));
     const char * w = (const char *)src0->data;
     const int sr = res ? (int)(res->nb[1] / sizeof(float)) : 0;
     for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
         const int nc = (int)std::min<int64_t>(kChunk, n - c0);
-        const float * x = (const float *)src1->data + c0 * sx;
         float * out = (float *)dst->data + c0 * sd;
         const float * r_ptr = res ? (const float *)res->data + c0 * sr : nullptr;
-        gemm_chunk(t, mins_int, nc, rows, (int)k, x, sx, w, (int64_t)src0->nb[1], out, sd, r_ptr, sr, qs.get(), d.get(),
-                   sums.get(), ggml_cuda_info().devices[ctx.device].nsm, cc == GGML_CUDA_CC_HOPPER, stream);
+        gemm_chunk(t, mins_int, nc, rows, (int)k, x.columns_from(c0), w, (int64_t)src0->nb[1], out, sd, r_ptr, sr,
+                   qs.get(), d.get(), sums.get(), ggml_cuda_info().devices[ctx.device].nsm, cc == GGML_CUDA_CC_HOPPER,
+                   stream);
     }
     CUDA_CHECK(cudaGetLastError());
     return true;

@@ -25,6 +25,7 @@
 // unit (71% at 16 columns, ncu on the H200, session 9).
 #pragma once
 
+#include "act_source.cuh"
 #include "async_copy.cuh"
 #include "ggml-cuda/common.cuh"
 #include "launch.cuh"
@@ -672,17 +673,18 @@ __device__ __forceinline__ int warp_sum_int(int s) {
     return s;
 }
 
-// Activations for the kernels above: column j of x (stride_col_x floats apart) -> int8 qs in the
-// tiled layout L of ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and
-// column, and the int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256,
-// 8 ncol_tiles), 256 threads: thread i quantizes value i of its super-block.
+// Activations for the kernels above: column j of the source x (act_source.cuh: floats, or a
+// SwiGLU's inputs) -> int8 qs in the tiled layout L of ncol_tiles column tiles, d = max |x| / 127
+// per kBlock (256 or 32) values and column, and the int8 sums per 32; columns ncols..8 ncol_tiles
+// - 1 are zeros. Grid (k_pad / 256, 8 ncol_tiles), 256 threads: thread i quantizes value i of its
+// super-block.
 template <ActLayout L, int kBlock>
-static __global__ void quantize_act_k_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
-                                             float * __restrict__ d, int * __restrict__ sums, const int k,
-                                             const int ncols, const int ncol_tiles, const int64_t stride_col_x) {
+static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
+                                             int * __restrict__ sums, const int k, const int ncols,
+                                             const int ncol_tiles) {
     const int col = blockIdx.y, kb = blockIdx.x;
     const int i = kb * kQk + threadIdx.x;
-    const float v = (col < ncols && i < k) ? x[col * stride_col_x + i] : 0.0f;
+    const float v = (col < ncols && i < k) ? x(col, i) : 0.0f;
     const float amax = act_block_amax<kBlock>(v);
     const float dd = amax / 127.0f;
     const int q = amax == 0.0f ? 0 : (int)roundf(v / dd);
@@ -709,11 +711,10 @@ inline int padded_columns(int ncols) {
 
 // Quantizes ncols columns of x for weight type F (its layout), padded_columns(ncols) of them.
 template <typename F>
-void quantize_act(const float * x, int8_t * qs, float * d, int * sums, int k, int ncols, int64_t stride_col_x,
-                  cudaStream_t stream) {
+void quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, cudaStream_t stream) {
     const int np = padded_columns(ncols);
     DFLASH_LAUNCH(dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream,
-                  quantize_act_k_kernel<F::kLayout, F::kActBlock>)(x, qs, d, sums, k, ncols, np / 8, stride_col_x);
+                  quantize_act_k_kernel<F::kLayout, F::kActBlock>)(x, qs, d, sums, k, ncols, np / 8);
 }
 
 // kStages: super-blocks in flight per warp (0: direct loads). The engine uses kDefaultStages: 2

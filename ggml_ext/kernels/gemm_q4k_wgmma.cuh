@@ -295,11 +295,11 @@ inline int wg_padded_columns(int ncols) { return ncols <= 16 ? 16 : padded_colum
 
 // quantize_act_k_kernel's quants, scales and sums per 32 (Q4_K's), the quants in the wgmma layout
 // (ActLayout::kWgmma) of wg_padded_columns(ncols) columns.
-inline void quantize_act_wgmma(const float * x, int8_t * qs, float * d, int * sums, int k, int ncols,
-                               int64_t stride_col_x, cudaStream_t stream) {
+inline void quantize_act_wgmma(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols,
+                               cudaStream_t stream) {
     const int np = wg_padded_columns(ncols);
     quantize_act_k_kernel<ActLayout::kWgmma, kQk><<<dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream>>>(
-        x, qs, d, sums, k, ncols, np / 8, stride_col_x);
+        x, qs, d, sums, k, ncols, np / 8);
 }
 
 // Returns false when the kernel cannot run here (the smem opt-in failed).

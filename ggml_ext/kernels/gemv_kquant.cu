@@ -69,11 +69,11 @@ bool ggml_ext_gemv_supports(const ggml_tensor * w, int64_t ncols) {
            ggml_backend_buffer_get_usage(w->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE;
 }
 
-void ggml_ext_gemv_quantize(const float * x, int64_t k, int64_t ncols, int64_t stride_col_x, int8_t * qs, float * d,
+void ggml_ext_gemv_quantize(const ActSource & x, int64_t k, int64_t ncols, int8_t * qs, float * d,
                             cudaStream_t stream) {
     const int64_t k_pad = GGML_PAD(k, kQk);
     const dim3 grid((unsigned)(k_pad / kQk), (unsigned)ncols, 1);
-    gemv::quantize_act_kernel<<<grid, kQk, 0, stream>>>(x, qs, d, (int)k, (int)k_pad, stride_col_x);
+    gemv::quantize_act_kernel<<<grid, kQk, 0, stream>>>(x, qs, d, (int)k, (int)k_pad);
 }
 
 GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows) {
@@ -165,15 +165,22 @@ bool plain_f32_columns(const ggml_tensor * t) {
     return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[2] == 1 && t->ne[3] == 1;
 }
 
-// Quantizes src1's columns into the pool once and runs them kGemvMaxColumns at a time.
-void run_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1, float * dst,
+ActSource plain_source(const ggml_tensor * t) {
+    ActSource s;
+    s.x = (const float *)t->data;
+    s.sx = (int64_t)(t->nb[1] / sizeof(float));
+    return s;
+}
+
+// Quantizes the n columns of x into the pool once and runs them kGemvMaxColumns at a time.
+void run_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x, int64_t n, float * dst,
                  int stride_col_dst, const char * w_gate, const float * bias) {
     cudaStream_t stream = ctx.stream();
-    const int64_t k = src0->ne[0], n = src1->ne[1];
+    const int64_t k = src0->ne[0];
     const int64_t k_pad = GGML_PAD(k, kQk);
     ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), n * k_pad);
     ggml_cuda_pool_alloc<float> d(ctx.pool(), n * (k_pad / 32));
-    ggml_ext_gemv_quantize((const float *)src1->data, k, n, src1->nb[1] / sizeof(float), qs.get(), d.get(), stream);
+    ggml_ext_gemv_quantize(x, k, n, qs.get(), d.get(), stream);
     for (int64_t c0 = 0; c0 < n; c0 += kGemvMaxColumns) {
         GemvArgs a{};
         a.w = (const char *)src0->data;
@@ -221,13 +228,26 @@ bool ggml_ext_cuda_mul_mat_vec_q(ggml_backend_cuda_context & ctx, const ggml_ten
             bias = (const float *)b->data;
         }
     }
-    run_columns(ctx, src0, src1, (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), w_gate, bias);
+    run_columns(ctx, src0, plain_source(src1), src1->ne[1], (float *)dst->data, (int)(dst->nb[1] / sizeof(float)),
+                w_gate, bias);
     return true;
 }
 
 bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                                 ggml_tensor * dst) {
     if (!ggml_ext_gemv_supports(src0, 1) || !plain_f32_columns(src1) || !plain_f32_columns(dst)) return false;
-    run_columns(ctx, src0, src1, (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, nullptr);
+    run_columns(ctx, src0, plain_source(src1), src1->ne[1], (float *)dst->data, (int)(dst->nb[1] / sizeof(float)),
+                nullptr, nullptr);
+    return true;
+}
+
+bool ggml_ext_cuda_gemv_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x, int64_t n,
+                             ggml_tensor * dst, const ggml_tensor * res) {
+    if (!ggml_ext_gemv_supports(src0, 1) || !plain_f32_columns(dst) || dst->ne[0] != src0->ne[1] || dst->ne[1] != n ||
+        (res && (!plain_f32_columns(res) || !ggml_are_same_shape(res, dst) || res->nb[1] != dst->nb[1]))) {
+        return false;
+    }
+    run_columns(ctx, src0, x, n, (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr,
+                res ? (const float *)res->data : nullptr);
     return true;
 }

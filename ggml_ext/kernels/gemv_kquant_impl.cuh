@@ -2,6 +2,7 @@
 // design notes; gemv_q4_k.cu and gemv_q6_k.cu instantiate it, one weight type per compile unit).
 #pragma once
 
+#include "act_source.cuh"
 #include "async_copy.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 #include "launch.cuh"
@@ -545,13 +546,13 @@ void launch_type(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
 // Activations: int8 per value and a scale per 32 by ggml's q8_1 rule (quantize with amax / 127,
 // keep the scale rounded to half precision, as block_q8_1 stores it: the integer dot products and
 // scales are then ggml's mul_mat_vec_q's, and only float summation order differs), column j at
-// qs + j * k_pad and d + j * k_pad / 32; values past k are zero.
-static __global__ void quantize_act_kernel(const float * __restrict__ x, int8_t * __restrict__ qs,
-                                           float * __restrict__ d, const int k, const int k_pad,
-                                           const int64_t stride_col_x) {
+// qs + j * k_pad and d + j * k_pad / 32; values past k are zero. x: floats or a SwiGLU's inputs
+// (act_source.cuh).
+static __global__ void quantize_act_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
+                                           const int k, const int k_pad) {
     const int j = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const float v = i < k ? x[j * stride_col_x + i] : 0.0f;
+    const float v = i < k ? x(j, i) : 0.0f;
     float amax = fabsf(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));

@@ -4,6 +4,7 @@
 // (mul_mat_invariant.cu). Untagged products (upstream's graphs) keep ggml's kernels.
 #pragma once
 
+#include "act_source.cuh"
 #include "ggml-cuda/common.cuh"
 
 constexpr int kGemvMaxColumns = 8;
@@ -36,9 +37,9 @@ void ggml_ext_gemv_launch_q8_0(const GemvArgs & args, const GemvShape & shape, c
 
 // Whether the kernel takes weight w times ncols columns (type, shape, alignment, enabled).
 bool ggml_ext_gemv_supports(const ggml_tensor * w, int64_t ncols);
-// x: ncols columns of k floats, stride_col_x apart -> qs (ncols x k_pad int8) and d (ncols x
+// x: ncols columns of k floats (or a SwiGLU's inputs) -> qs (ncols x k_pad int8) and d (ncols x
 // k_pad / 32), k_pad = k rounded up to 256.
-void ggml_ext_gemv_quantize(const float * x, int64_t k, int64_t ncols, int64_t stride_col_x, int8_t * qs, float * d,
+void ggml_ext_gemv_quantize(const ActSource & x, int64_t k, int64_t ncols, int8_t * qs, float * d,
                             cudaStream_t stream);
 void ggml_ext_gemv_launch(ggml_type type, const GemvArgs & args, cudaStream_t stream);
 
@@ -50,6 +51,10 @@ bool ggml_ext_cuda_mul_mat_vec_q(ggml_backend_cuda_context & ctx, const ggml_ten
 // the arithmetic of a one-column product. False when the kernel does not take src0.
 bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                                 ggml_tensor * dst);
+// dst (+ res, a residual of dst's shape and strides) = src0 x the n columns of x, as
+// ggml_ext_cuda_gemv_columns computes them (glu_fusion.cu: x a SwiGLU's inputs).
+bool ggml_ext_cuda_gemv_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x, int64_t n,
+                             ggml_tensor * dst, const ggml_tensor * res);
 
 // The fewest columns ggml_ext's tensor-core GEMM takes: its 8-column tile costs about what the
 // GEMV costs for 2 columns (the GEMV grows by about a column's worth per column): the 27B's
@@ -62,3 +67,6 @@ constexpr int kMmaMinColumns = 2;
 // data). False when it does not take the product.
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                             ggml_tensor * dst, const ggml_tensor * res = nullptr);
+// The same product of the n columns of x (glu_fusion.cu: a SwiGLU's inputs).
+bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x,
+                                 int64_t n, ggml_tensor * dst, const ggml_tensor * res = nullptr);

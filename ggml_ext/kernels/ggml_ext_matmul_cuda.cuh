@@ -15,6 +15,12 @@ bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tenso
 bool ggml_ext_cuda_mul_mat_add(ggml_backend_cuda_context & ctx, const ggml_tensor * mm, ggml_tensor * add,
                                const ggml_tensor * res);
 
+// ggml-cuda's fusion pass at a GLU node i (patches/0009): a split SwiGLU read only by the tagged
+// MUL_MAT after it (and maybe an ADD of that product and a residual after that) runs as that
+// product with the quantizer reading silu(a) * b from the GLU's inputs (glu_fusion.cu). Returns
+// the nodes it took after node i (1 or 2), or 0: ggml runs them as usual.
+int ggml_ext_cuda_try_fuse_glu(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
+
 // mmq launch policy for MUL_MAT nodes tagged ggml_ext::kMulMatTilesTag (patches/0003). While
 // ggml's mmq computes such a node (the scope, opened in ggml_cuda_mul_mat_q), launch_mul_mat_q
 // asks ggml_ext_mmq_prefer_tiles whether to run one block per output tile instead of stream-k.

@@ -52,6 +52,9 @@ bool mmq_tiles_enabled() { return false; }
 void set_fuse_add_enabled(bool) {}
 bool fuse_add_enabled() { return false; }
 int64_t mul_mat_add_fusions() { return 0; }
+void set_fuse_glu_enabled(bool) {}
+bool fuse_glu_enabled() { return false; }
+int64_t mul_mat_glu_fusions() { return 0; }
 #endif
 
 }  // namespace ggml_ext

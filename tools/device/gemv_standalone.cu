@@ -17,6 +17,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #define CK(x)                                                                                             \
@@ -33,6 +34,14 @@ namespace {
 float half_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 uint16_t float_to_half(float f) { return __half_as_ushort(__float2half(f)); }
+
+// Columns of k floats, k apart, as a quantizer's source.
+ActSource act_floats(const float * x, int k) {
+    ActSource s;
+    s.x = x;
+    s.sx = k;
+    return s;
+}
 
 // The weight types of the GEMV; the tensor-core GEMM takes Q4_K and Q6_K.
 enum class W { q4_K, q5_K, q6_K, q8_0 };
@@ -256,7 +265,7 @@ void check(W t, int rows, int k, std::mt19937 & gen) {
     CK(cudaMemcpy(d.w_gate, wg.data(), wg.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.bias, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
-    DFLASH_LAUNCH(dim3(k / 256, ncols_max, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(d.x, d.yq, d.yd, k, k, k);
+    DFLASH_LAUNCH(dim3(k / 256, ncols_max, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd, k, k);
     CK(cudaGetLastError());
     double ref_max = 0;
     for (double v : ref) ref_max = std::fmax(ref_max, std::fabs(v));
@@ -342,7 +351,7 @@ void bench(const char * name, W t, int rows, int k, std::mt19937 & gen) {
     CK(cudaMalloc(&d.dst, (size_t)8 * rows * 4));
     CK(cudaMalloc(&d.x, (size_t)8 * k * 4));
     CK(cudaMemset(d.x, 0, (size_t)8 * k * 4));
-    DFLASH_LAUNCH(dim3(k / 256, 8, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(d.x, d.yq, d.yd, k, k, k);
+    DFLASH_LAUNCH(dim3(k / 256, 8, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd, k, k);
     for (int split : {1, 2, 4}) {
         for (int rpw : {1, 2}) {
             // -1: one column with 4 super-blocks in flight; 101, 102, 108: Q6_K staged, 1/2/8 columns
@@ -375,7 +384,7 @@ void bench(const char * name, W t, int rows, int k, std::mt19937 & gen) {
     // the activation quantization, one column
     const double us_quantize = time_us(100, [&] {
         for (int i = 0; i < 100; ++i) {
-            DFLASH_LAUNCH(dim3(k / 256, 1, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(d.x, d.yq, d.yd, k, k, k);
+            DFLASH_LAUNCH(dim3(k / 256, 1, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd, k, k);
         }
     });
     std::printf("{\"bench\": \"quantize\", \"k\": %d, \"us\": %.2f}\n", k, us_quantize);
@@ -400,14 +409,15 @@ struct MmaBuffers {
         CK(cudaMalloc(&x, (size_t)ncols * k * 4));
         CK(cudaMalloc(&dst, (size_t)ncols * rows * 4));
     }
-    // In the layout of type t's GEMM (gemm_kq::quantize_act<F>).
-    void quantize(W t, int k, int ncols) {
+    // In the layout of type t's GEMM (gemm_kq::quantize_act<F>), from x or from src.
+    void quantize(W t, int k, int ncols, const ActSource * src = nullptr) {
+        const ActSource a = src ? *src : act_floats(x, k);
         if (t == W::q6_K) {
-            gemm_kq::quantize_act<gemm_kq::Q6K>(x, yq, yd, ysum, k, ncols, k, nullptr);
+            gemm_kq::quantize_act<gemm_kq::Q6K>(a, yq, yd, ysum, k, ncols, nullptr);
         } else if (t == W::q8_0) {
-            gemm_kq::quantize_act<gemm_kq::Q80>(x, yq, yd, ysum, k, ncols, k, nullptr);
+            gemm_kq::quantize_act<gemm_kq::Q80>(a, yq, yd, ysum, k, ncols, nullptr);
         } else {
-            gemm_kq::quantize_act<gemm_kq::Q4K>(x, yq, yd, ysum, k, ncols, k, nullptr);
+            gemm_kq::quantize_act<gemm_kq::Q4K>(a, yq, yd, ysum, k, ncols, nullptr);
         }
         CK(cudaGetLastError());
     }
@@ -629,11 +639,11 @@ void check_wgmma_layout(std::mt19937 & gen) {
         for (MmaBuffers * b : {&run, &wg}) CK(cudaMemcpy(b->x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         // both with np columns (the wgmma form's least is 16)
         DFLASH_LAUNCH(dim3(k / 256, np, 1), 256, 0, nullptr,
-                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kRun, 256>)(run.x, run.yq, run.yd, run.ysum, k,
-                                                                                     ncols, nt, k);
+                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kRun, 256>)(act_floats(run.x, k), run.yq, run.yd, run.ysum, k,
+                                                                                     ncols, nt);
         DFLASH_LAUNCH(dim3(k / 256, np, 1), 256, 0, nullptr,
-                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kWgmma, 256>)(wg.x, wg.yq, wg.yd, wg.ysum, k,
-                                                                                       ncols, nt, k);
+                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kWgmma, 256>)(act_floats(wg.x, k), wg.yq, wg.yd, wg.ysum, k,
+                                                                                       ncols, nt);
         CK(cudaDeviceSynchronize());
         std::vector<int8_t> q_run((size_t)np * k), q_wg((size_t)np * k);
         std::vector<float> d_run((size_t)np * k / 256), d_wg(d_run.size());
@@ -659,6 +669,80 @@ void check_wgmma_layout(std::mt19937 & gen) {
         wg.free_all();
     }
     std::printf("{\"check_wgmma_layout\": \"q4_K\", \"ok\": %s}\n", ok ? "true" : "false");
+}
+
+// silu(a) * b into x (columns k apart; a and b columns s apart): the unfused SwiGLU node's output.
+__global__ void swiglu_kernel(const float * a, const float * b, float * x, int k, int64_t s) {
+    const int col = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < k) x[(int64_t)col * k + i] = ggml_cuda_op_silu_single(a[col * s + i]) * b[col * s + i];
+}
+
+template <typename T>
+std::vector<T> to_host(const T * p, size_t n) {
+    std::vector<T> v(n);
+    CK(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+}
+
+// The quantizers reading a SwiGLU's inputs (act_source.cuh; glu_fusion.cu) write the bytes they
+// write for the GLU's output: the GEMV's (k = 700: a tail in the last super-block) and the GEMM's
+// layouts (Q4_K, Q6_K, Q8_0), 5 columns; gate and up are the halves of a [2k, 5] matrix (the
+// stacked [gate; up] product), so their columns are 2k apart.
+void check_swiglu_source(std::mt19937 & gen) {
+    const int ncols = 5;
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (const char * what : {"gemv", "q4_K", "q6_K", "q8_0"}) {
+        const bool gemv = std::string(what) == "gemv";
+        const int k = gemv ? 700 : 768, k_pad = (k + 255) / 256 * 256;
+        std::vector<float> ab((size_t)ncols * 2 * k);
+        for (auto & v : ab) v = normal(gen);
+        float *d_ab = nullptr, *x = nullptr;
+        CK(cudaMalloc(&d_ab, ab.size() * 4));
+        CK(cudaMalloc(&x, (size_t)ncols * k * 4));
+        CK(cudaMemcpy(d_ab, ab.data(), ab.size() * 4, cudaMemcpyHostToDevice));
+        DFLASH_LAUNCH(dim3((k + 255) / 256, ncols, 1), 256, 0, nullptr, swiglu_kernel)(d_ab, d_ab + k, x, k, 2 * k);
+        ActSource glu;
+        glu.x = d_ab;
+        glu.sx = 2 * k;
+        glu.up = d_ab + k;
+        glu.sup = 2 * k;
+        bool ok = true;
+        if (gemv) {
+            int8_t *q0 = nullptr, *q1 = nullptr;
+            float *d0 = nullptr, *d1 = nullptr;
+            CK(cudaMalloc(&q0, (size_t)ncols * k_pad));
+            CK(cudaMalloc(&q1, (size_t)ncols * k_pad));
+            CK(cudaMalloc(&d0, (size_t)ncols * k_pad / 32 * 4));
+            CK(cudaMalloc(&d1, (size_t)ncols * k_pad / 32 * 4));
+            for (auto [src, q, d] : {std::tuple{act_floats(x, k), q0, d0}, std::tuple{glu, q1, d1}}) {
+                DFLASH_LAUNCH(dim3(k_pad / 256, ncols, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(src, q, d, k,
+                                                                                                     k_pad);
+            }
+            CK(cudaDeviceSynchronize());
+            ok = to_host(q0, (size_t)ncols * k_pad) == to_host(q1, (size_t)ncols * k_pad) &&
+                 to_host(d0, (size_t)ncols * k_pad / 32) == to_host(d1, (size_t)ncols * k_pad / 32);
+            for (void * p : {(void *)q0, (void *)q1, (void *)d0, (void *)d1}) cudaFree(p);
+        } else {
+            const W t = what[1] == '4' ? W::q4_K : what[1] == '6' ? W::q6_K : W::q8_0;
+            MmaBuffers plain, fused;
+            plain.alloc(k, ncols, 1);
+            fused.alloc(k, ncols, 1);
+            CK(cudaMemcpy(plain.x, x, (size_t)ncols * k * 4, cudaMemcpyDeviceToDevice));
+            plain.quantize(t, k, ncols);
+            fused.quantize(t, k, ncols, &glu);
+            CK(cudaDeviceSynchronize());
+            // scales per 256 values (per 32: Q8_0), sums per 32
+            const size_t np = gemm_kq::padded_columns(ncols), nq = np * k, ns = np * k / 32;
+            const size_t nd = t == W::q8_0 ? ns : np * k / 256;
+            ok = to_host(plain.yq, nq) == to_host(fused.yq, nq) && to_host(plain.yd, nd) == to_host(fused.yd, nd) &&
+                 to_host(plain.ysum, ns) == to_host(fused.ysum, ns);
+            plain.free_all();
+            fused.free_all();
+        }
+        cudaFree(d_ab);
+        cudaFree(x);
+        std::printf("{\"check_swiglu_source\": \"%s\", \"ok\": %s}\n", what, ok ? "true" : "false");
+    }
 }
 
 // Random rows of type t for a check: their bytes on the device, dequantized on the host (wf).
@@ -803,7 +887,7 @@ void check_wgmma(int rows, int k, std::mt19937 & gen) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-        gemm_kq::quantize_act_wgmma(b.x, b.yq, b.yd, b.ysum, k, ncols, k, nullptr);
+        gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
         for (int swap = 0; swap < 2; ++swap) {
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
@@ -839,7 +923,7 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
         for (int code : {102, 1000102, 90000014, 90000024, 90000312, 90000313, 90000412}) {
             const bool wg = code >= 90000000;
             if (wg) {
-                gemm_kq::quantize_act_wgmma(b.x, b.yq, b.yd, b.ysum, k, ncols, k, nullptr);
+                gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
             } else {
                 b.quantize(t, k, ncols);
             }
@@ -927,6 +1011,7 @@ int main(int argc, char ** argv) {
         check_mma(W::q5_K, 37, 768, gen);
         check_mma(W::q8_0, 37, 768, gen);
         check_wgmma_layout(gen);
+        check_swiglu_source(gen);
     }
     if (what == "mma" || what == "check_mma" ||
         what == "q5q8") {  // the tensor-core GEMMs, every stage count: checked, then timed
@@ -1010,7 +1095,7 @@ int main(int argc, char ** argv) {
             CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
             b.quantize(W::q4_K, k, ncols);
             run_mma(W::q4_K, 102, dw, b, rows, k, row_bytes, ncols);
-            gemm_kq::quantize_act_wgmma(b.x, b.yq, b.yd, b.ysum, k, ncols, k, nullptr);
+            gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
             gemm_kq::launch_q4k_wgmma(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
             CK(cudaDeviceSynchronize());
             b.free_all();

@@ -183,6 +183,34 @@ if [ "$stage" = y1 ] || [ "$stage" = y2 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh z1` (session 22, a fresh machine, SETUP_TARGETS="_core llama-server"), then `z2`
+# within 30 s: the SwiGLU read by the matmuls' quantizers (patches/0009, kernels/glu_fusion.cu).
+# z1: the build, the CUDA tests it touches (Z1_TESTS: a pytest -k expression), the 27B's kernels
+# a step with the defaults (forwards of 1..128 tokens, chain and DDTree steps), then with the
+# fusion off (forwards of 1, 16, 32, 64). z2: the AR next to libllama, the chain next to upstream
+# llama-server draft-dflash at synthetic acceptance 10, then more of the CUDA suite (Z2_TESTS) as
+# time allows.
+if [ "$stage" = z1 ] || [ "$stage" = z2 ]; then
+  trap "pack_out $stage" EXIT
+  start_27b_synth
+  export KP_ARGS="--forwards 1,8,16,32,64,128"
+  if [ "$stage" = z1 ]; then
+    run_cuda_suite "$(( $(left) - 150 ))" \
+      -k "${Z1_TESTS:-glu or swiglu or stacked or invariant or one_round or reordered or residual or spec_chain}"
+    wait_27b 70
+    [ "$(left)" -ge 65 ] && kernel_profile 60
+    [ "$(left)" -ge 45 ] && KP_ARGS="--forwards 1,16,32,64" kernel_profile 40 h200-27b-kernels-fuse-glu-0.json \
+      DFLASH_FUSE_GLU=0
+  else
+    wait_27b 400
+    [ "$(left)" -ge 80 ] && ar_bench 70 /tmp/q27.gguf h200-27b-ar.json
+    [ "$(left)" -ge 140 ] && chain_bench 130 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+    [ "$(left)" -ge 60 ] && run_cuda_suite "$(($(left) - 10))" -k "${Z2_TESTS:-oracle or verify or ddtree or tree}"
+  fi
+  grep -E "wall|unary_gated|kernels_per" "$OUT"/h200-27b-kernels*.log | cut -c1-200
+  exit 0
+fi
+
 # `gpu_bench.sh v` (a short call: CALL_S=<its limit less 15 s>): build, the CUDA suite, then the
 # 27B's AR and chain with the defaults (no upstream), as time allows.
 if [ "$stage" = v ]; then

@@ -1,0 +1,91 @@
+// SwiGLU read by the quantizer of the weight matmul after it (patches/0009). A verify of the 27B
+// runs 112 SwiGLU nodes (the FFN's silu(gate) * up before ffn_down, the delta rule's gated output
+// before ssm_out), each a kernel that writes n x 17408 (or 6144) floats for the next matmul's
+// quantizer to read back; decode runs the 48 of the gated outputs. Here the quantizer computes
+// silu(a) * b from the GLU's inputs instead (act_source.cuh: ggml's float operations, so the
+// quantized activations, and the outputs, are the unfused graph's bits) and the GLU node is
+// skipped. The quantizer is a kernel of its own that reads a and b before the matmul's kernel
+// writes, so the matmul's output may reuse their memory (ggml-alloc frees them after the GLU).
+#include "ggml_ext_gemv_cuda.cuh"
+#include "ggml_ext_matmul.h"
+#include "ggml_ext_matmul_cuda.cuh"
+
+#include <atomic>
+#include <cstdlib>
+
+#include "ggml-impl.h"
+
+namespace {
+
+bool fuse_glu_flag = [] {
+    const char * e = std::getenv("DFLASH_FUSE_GLU");
+    return !(e && e[0] == '0');
+}();
+std::atomic<int64_t> glu_fusions{0};
+
+bool plain_f32_matrix(const ggml_tensor * t) {
+    return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[2] == 1 && t->ne[3] == 1;
+}
+
+// The source of a split SwiGLU node (silu(src0) * src1, not swapped), f32 matrices of its shape.
+bool swiglu_source(const ggml_tensor * glu, ActSource & s) {
+    const ggml_tensor * a = glu->src[0];
+    const ggml_tensor * b = glu->src[1];
+    if (glu->op != GGML_OP_GLU || ggml_get_glu_op(glu) != GGML_GLU_OP_SWIGLU || ggml_get_op_params_i32(glu, 1) != 0 ||
+        !a || !b || !plain_f32_matrix(glu) || !plain_f32_matrix(a) || !plain_f32_matrix(b) ||
+        !ggml_are_same_shape(a, glu) || !ggml_are_same_shape(b, glu)) {
+        return false;
+    }
+    s.x = (const float *)a->data;
+    s.sx = (int64_t)(a->nb[1] / sizeof(float));
+    s.up = (const float *)b->data;
+    s.sup = (int64_t)(b->nb[1] / sizeof(float));
+    return true;
+}
+
+// The engine's path for a tagged product of n columns (ggml_ext_cuda_mul_mat_invariant's choice)
+// from x, into dst (+ res).
+bool run_product(ggml_backend_cuda_context & ctx, const ggml_tensor * mm, const ActSource & x, int64_t n,
+                 ggml_tensor * dst, const ggml_tensor * res) {
+    const ggml_tensor * w = mm->src[0];
+    if (ggml_ext::is_mul_mat_tiles(mm)) {
+        if (ggml_ext_cuda_gemm_mma_from(ctx, w, x, n, dst, res)) return true;
+        return n <= kGemvMaxColumns && ggml_ext_cuda_gemv_from(ctx, w, x, n, dst, res);
+    }
+    return ggml_ext::is_mul_mat_invariant(mm) && ggml_ext_cuda_gemv_from(ctx, w, x, n, dst, res);
+}
+
+}  // namespace
+
+namespace ggml_ext {
+void set_fuse_glu_enabled(bool on) { fuse_glu_flag = on; }
+bool fuse_glu_enabled() { return fuse_glu_flag; }
+int64_t mul_mat_glu_fusions() { return glu_fusions.load(); }
+}  // namespace ggml_ext
+
+int ggml_ext_cuda_try_fuse_glu(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
+    if (!fuse_glu_flag || i + 1 >= cgraph->n_nodes) return 0;
+    const ggml_tensor * glu = cgraph->nodes[i];
+    ggml_tensor * mm = cgraph->nodes[i + 1];
+    ActSource x;
+    if (mm->op != GGML_OP_MUL_MAT || mm->src[1] != glu || (mm->flags & GGML_TENSOR_FLAG_COMPUTE) == 0 ||
+        !ggml_node_has_n_uses(cgraph, i, 1) || !swiglu_source(glu, x)) {
+        return 0;
+    }
+    const int64_t n = glu->ne[1];
+    // The residual add after the product (ggml's mul_mat + add fusion, which this one takes over).
+    if (i + 2 < cgraph->n_nodes && ggml_ext::fuse_add_enabled() && ggml_node_has_n_uses(cgraph, i + 1, 1)) {
+        ggml_tensor * add = cgraph->nodes[i + 2];
+        const bool adds_mm = add->op == GGML_OP_ADD && (add->src[0] == mm || add->src[1] == mm);
+        if (adds_mm && (add->flags & GGML_TENSOR_FLAG_COMPUTE) && ggml_are_same_shape(add->src[0], add->src[1]) &&
+            ggml_are_same_shape(add, mm) && run_product(ctx, mm, x, n, add, add->src[add->src[0] == mm ? 1 : 0])) {
+            glu_fusions++;
+            return 2;
+        }
+    }
+    if (run_product(ctx, mm, x, n, mm, nullptr)) {
+        glu_fusions++;
+        return 1;
+    }
+    return 0;
+}
