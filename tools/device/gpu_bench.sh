@@ -211,6 +211,21 @@ if [ "$stage" = z1 ] || [ "$stage" = z2 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh z3` (session 22's last call, SETUP_TARGETS=_core): the RMS norm standalone
+# (tools/device/rms_norm_standalone.cu), the CUDA tests z1 and z2 left out (Z3_TESTS), then the
+# oracle forms diagnosis on tiny-c f32 and q4_K (tools/device/diag_oracle_forms.py).
+if [ "$stage" = z3 ]; then
+  trap "pack_out $stage" EXIT
+  nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/rms_sa tools/device/rms_norm_standalone.cu && /tmp/rms_sa > "$OUT/rms-norm-standalone.jsonl"
+  cat "$OUT/rms-norm-standalone.jsonl"
+  run_cuda_suite "$(( $(left) - 60 ))" \
+    -k "${Z3_TESTS:-oracle or attn_paths or top_k or decode_inputs or gdn_chain or mul_mat_tiles or glu or swiglu}"
+  timeout "$(( $(left) - 5 ))" python3 tools/device/diag_oracle_forms.py --presets tiny-c:f32,tiny-c:q4_K \
+    > "$OUT/oracle-forms.jsonl" 2>&1
+  cut -c1-220 "$OUT/oracle-forms.jsonl"
+  exit 0
+fi
+
 # `gpu_bench.sh v` (a short call: CALL_S=<its limit less 15 s>): build, the CUDA suite, then the
 # 27B's AR and chain with the defaults (no upstream), as time allows.
 if [ "$stage" = v ]; then
