@@ -117,3 +117,24 @@ def test_chunked_prefill_matches_upstream_chunking(synth_model):
     ours.reset()
     rows = [ours.forward(tokens[i : i + 16], True)[0] for i in range(0, 80, 16)]
     _close(np.concatenate(rows), up.eval_chunks(tokens, [16] * 5), 2e-3)
+
+
+@pytest.mark.skipif(NGL == 0, reason="CUDA's one-round delta rule (the CPU runs ggml's)")
+def test_one_round_delta_rule_stays_within_the_f32_bound(synth_model):
+    """The one-round delta rule (on by default on CUDA, switched off above) on a float-weight file,
+    where no int8 activation turns its reordered sums' last bits into quantization steps: the
+    prefill and decode logits stay within the f32 bound of upstream's (H200, session 22: 0.020 and
+    0.009 apart, the bound 0.039; tools/device/diag_oracle_forms.py)."""
+    _core.set_gdn_one_round(True)
+    path = str(synth_model("tiny-c", "f32"))
+    ours, up = _engines(path, "f16")
+    tokens = np.random.default_rng(1).integers(0, ours.hparams["n_vocab"], size=96).tolist()
+    ref = up.eval_chunks(tokens, [64] + [1] * 32)
+    ours.reset()
+    rows = [ours.forward(tokens[:64], True)[0]]
+    rows += [ours.forward([t], True)[0] for t in tokens[64:]]
+    got = np.concatenate(rows)
+    _close(got, ref, 2e-3)
+    assert not np.array_equal(got, ref), (
+        "the one-round form did not run (with it off the logits are upstream's bits)"
+    )
