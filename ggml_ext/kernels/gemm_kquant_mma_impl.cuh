@@ -475,11 +475,37 @@ struct Q6K {
     }
 };
 
+// stage_in's copies with each lane on one row (DFLASH_MMA_ROW_STAGING builds): lane l copies row
+// l % kTileRows, chunks l / kTileRows, + 32 / kTileRows, ...: one address a lane and super-block,
+// the copies at immediate offsets from it. stage_in's per-copy division by kChunks and 64-bit row
+// product took ~125 of the ~480 instructions a thread spends on a super-block in the 16-column
+// Q4_K kernel (sm_90a SASS; ~380 with this), on the integer pipe its scale step also needs. A
+// copy instruction still fills whole 32-byte sectors (a row's chunks j and j + 1 from lanes l and
+// l + 16). Not yet timed on a GPU: off by default (ggml_ext/CMakeLists.txt).
+template <typename F, int kTileRows>
+__device__ __forceinline__ void stage_rows(char * stage, const char * __restrict__ w, int row_base, int nrows,
+                                           int64_t row_bytes, int kb, int lane) {
+    static_assert(WARP_SIZE % kTileRows == 0, "whole rows a warp");
+    constexpr int kLanesPerRow = WARP_SIZE / kTileRows;
+    const int r = lane % kTileRows, j0 = lane / kTileRows;
+    const char * src = F::aligned_start(F::row_block(w, min(row_base + r, nrows - 1), row_bytes, kb)) + 16 * j0;
+    char * dst = stage + r * F::kStageRow + 16 * j0;
+#pragma unroll
+    for (int j = 0; j < F::kChunks; j += kLanesPerRow) {
+        // j0 < kLanesPerRow: only the last round can pass the row's end (a compile-time test first)
+        if (j + kLanesPerRow <= F::kChunks || j0 + j < F::kChunks) cp_async_16(dst + 16 * j, src + 16 * j);
+    }
+}
+
 // One super-block (kb) of `tile_rows` rows from row_base into a warp's stage: tile_rows x kChunks
 // 16-byte copies.
 template <typename F>
 __device__ __forceinline__ void stage_in(char * stage, const char * __restrict__ w, int row_base, int tile_rows,
                                          int nrows, int64_t row_bytes, int kb, int lane) {
+#if defined(DFLASH_MMA_ROW_STAGING)
+    if (tile_rows == kRows) return stage_rows<F, kRows>(stage, w, row_base, nrows, row_bytes, kb, lane);
+    if (tile_rows == 2 * kRows) return stage_rows<F, 2 * kRows>(stage, w, row_base, nrows, row_bytes, kb, lane);
+#endif
     for (int c = lane; c < tile_rows * F::kChunks; c += WARP_SIZE) {
         const int r = c / F::kChunks, j = c - r * F::kChunks;
         const char * blk = F::row_block(w, min(row_base + r, nrows - 1), row_bytes, kb);

@@ -4,6 +4,7 @@
 # build, the same ggml; sm_90a: the wgmma GEMM; DFLASH_CUDA_ARCH=90 builds without it). Source it: it exports PYTHONPATH, LLAMA_BENCH, LLAMA_SERVER,
 # LLAMA_SPEC_SIMPLE and DFLASH_UPSTREAM_BIN (their folder, for dflash.upstream_tools).
 # Carry: .carry (upstream.tar.gz = a trimmed vendor/llama.cpp of the pinned sdist, whl/).
+# SETUP_CMAKE_ARGS: more arguments for the first configure (e.g. -DDFLASH_MMA_ROW_STAGING=ON).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 ROOT=$(pwd)
@@ -13,7 +14,8 @@ if [ ! -d /tmp/up/ggml ]; then mkdir -p /tmp/up && tar xzf .carry/upstream.tar.g
 export DFLASH_VENDOR_SRC=/tmp/up
 if [ ! -f build/cuda/build.ninja ]; then
   cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDFLASH_CUDA=ON -DDFLASH_UPSTREAM_TOOLS=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=${DFLASH_CUDA_ARCH:-90a} -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" > /tmp/cmake.log 2>&1 \
+    -DCMAKE_CUDA_ARCHITECTURES=${DFLASH_CUDA_ARCH:-90a} -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" \
+    ${SETUP_CMAKE_ARGS-} > /tmp/cmake.log 2>&1 \
     || { tail -40 /tmp/cmake.log; exit 1; }
 fi
 # SETUP_TARGETS: a shorter list when a call needs fewer of upstream's tools (each saves build time)
