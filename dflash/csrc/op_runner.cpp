@@ -43,6 +43,34 @@ std::vector<float> compute_and_free(ggml_backend_t backend, ggml_cgraph * gf, gg
     return r;
 }
 
+// An op's input tensor and the bytes it is set from (t null: no such input).
+struct Upload {
+    ggml_tensor * t;
+    const void * data;
+};
+
+// Builds out's graph, allocates ctx's tensors on the backend, sets the inputs, computes and reads
+// out; frees the buffer and the context either way.
+std::vector<float> compute_op(ggml_backend_t backend, ggml_context * ctx, ggml_tensor * out,
+                              std::initializer_list<Upload> inputs) {
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = alloc_tensors(ctx, backend);
+    for (const Upload & in : inputs) {
+        if (in.t) ggml_backend_tensor_set(in.t, in.data, 0, ggml_nbytes(in.t));
+    }
+    return compute_and_free(backend, gf, out, buf, ctx);
+}
+
+// Whether a matmul op of n columns and `rows` outputs has a residual (ne [rows, n]; empty: none).
+bool check_residual(const OpInput & residual, int64_t rows, int64_t n, const char * op) {
+    if (residual.data.empty()) return false;
+    if (residual.ne.size() != 2 || residual.ne[0] != rows || residual.ne[1] != n) {
+        throw InvalidParameter(std::string(op) + ": residual must be [n, rows]");
+    }
+    return true;
+}
+
 using Build = std::function<ggml_tensor *(ggml_context *, const std::vector<ggml_tensor *> &, ggml_tensor * tree)>;
 
 std::vector<float> run(const std::vector<const OpInput *> & ins, const std::vector<int32_t> & parents, bool gpu,
@@ -267,12 +295,7 @@ std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string
     ggml_tensor * tw = ggml_new_tensor_2d(ctx, type, k, rows);
     ggml_tensor * tx = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
     ggml_tensor * out = mul_mat_tagged(ctx, tw, tx, tag);
-    ggml_cgraph * gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, out);
-    ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
-    ggml_backend_tensor_set(tw, w.data(), 0, w.size());
-    ggml_backend_tensor_set(tx, x.data.data(), 0, ggml_nbytes(tx));
-    return compute_and_free(be.main, gf, out, buf, ctx);
+    return compute_op(be.main, ctx, out, {{tw, w.data()}, {tx, x.data.data()}});
 }
 
 std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::vector<uint8_t> & gate,
@@ -285,10 +308,7 @@ std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::
     if (k % ggml_blck_size(type) != 0 || w.size() != w_bytes || (!gate.empty() && gate.size() != w_bytes)) {
         throw InvalidParameter("mul_mat: w (and gate) must hold rows x k values of its type");
     }
-    const bool has_residual = !residual.data.empty();
-    if (has_residual && (residual.ne.size() != 2 || residual.ne[0] != rows || residual.ne[1] != n)) {
-        throw InvalidParameter("mul_mat: residual must be [n, rows]");
-    }
+    const bool has_residual = check_residual(residual, rows, n, "mul_mat");
     Backends be(gpu ? 99 : 0, n_threads);
     if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
     ggml_init_params p = {ggml_tensor_overhead() * 12 + ggml_graph_overhead(), nullptr, true};
@@ -301,14 +321,8 @@ std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::
     ggml_tensor * out = ggml_ext::mul_mat_tiles(ctx, tw, tx);
     if (tg) out = ggml_swiglu_split(ctx, ggml_ext::mul_mat_tiles(ctx, tg, tx), out);
     if (tr) out = ggml_add(ctx, out, tr);
-    ggml_cgraph * gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, out);
-    ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
-    ggml_backend_tensor_set(tw, w.data(), 0, w.size());
-    if (tg) ggml_backend_tensor_set(tg, gate.data(), 0, gate.size());
-    ggml_backend_tensor_set(tx, x.data.data(), 0, ggml_nbytes(tx));
-    if (tr) ggml_backend_tensor_set(tr, residual.data.data(), 0, ggml_nbytes(tr));
-    return compute_and_free(be.main, gf, out, buf, ctx);
+    return compute_op(be.main, ctx, out,
+                      {{tw, w.data()}, {tg, gate.data()}, {tx, x.data.data()}, {tr, residual.data.data()}});
 }
 
 std::vector<float> run_swiglu_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
@@ -322,10 +336,7 @@ std::vector<float> run_swiglu_mul_mat(const std::vector<uint8_t> & w, const std:
     if (k % ggml_blck_size(type) != 0 || w.size() != ggml_row_size(type, k) * rows) {
         throw InvalidParameter("swiglu_mul_mat: w must hold rows x k values of its type");
     }
-    const bool has_residual = !residual.data.empty();
-    if (has_residual && (residual.ne.size() != 2 || residual.ne[0] != rows || residual.ne[1] != n)) {
-        throw InvalidParameter("swiglu_mul_mat: residual must be [n, rows]");
-    }
+    const bool has_residual = check_residual(residual, rows, n, "swiglu_mul_mat");
     Backends be(gpu ? 99 : 0, n_threads);
     if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
     ggml_init_params p = {ggml_tensor_overhead() * 12 + ggml_graph_overhead(), nullptr, true};
@@ -336,18 +347,9 @@ std::vector<float> run_swiglu_mul_mat(const std::vector<uint8_t> & w, const std:
     // The engine's stacked FFN (qwen35_graph.cpp's ffn): gate and up are the halves of one product.
     ggml_tensor * gate = ggml_view_2d(ctx, tgu, k, n, tgu->nb[1], 0);
     ggml_tensor * up = ggml_view_2d(ctx, tgu, k, n, tgu->nb[1], ggml_row_size(GGML_TYPE_F32, k));
-    ggml_tensor * glu = ggml_swiglu_split(ctx, gate, up);
-    ggml_tensor * out = tag == MatMulTag::invariant ? ggml_ext::mul_mat_invariant(ctx, tw, glu)
-                        : tag == MatMulTag::tiles   ? ggml_ext::mul_mat_tiles(ctx, tw, glu)
-                                                    : ggml_mul_mat(ctx, tw, glu);
+    ggml_tensor * out = mul_mat_tagged(ctx, tw, ggml_swiglu_split(ctx, gate, up), tag);
     if (tr) out = ggml_add(ctx, out, tr);
-    ggml_cgraph * gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, out);
-    ggml_backend_buffer_t buf = alloc_tensors(ctx, be.main);
-    ggml_backend_tensor_set(tw, w.data(), 0, w.size());
-    ggml_backend_tensor_set(tgu, gate_up.data.data(), 0, ggml_nbytes(tgu));
-    if (tr) ggml_backend_tensor_set(tr, residual.data.data(), 0, ggml_nbytes(tr));
-    return compute_and_free(be.main, gf, out, buf, ctx);
+    return compute_op(be.main, ctx, out, {{tw, w.data()}, {tgu, gate_up.data.data()}, {tr, residual.data.data()}});
 }
 
 // An i32 op over the rows of x [n, rows] (build: its node from x) -> its values.

@@ -16,16 +16,10 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda_check.h"
 #include "ggml_cuda_device_query.h"
 
 namespace {
-
-void check(cudaError_t e, const char * what) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        std::exit(1);
-    }
-}
 
 uint64_t checksum(const std::vector<float> & x) {
     uint64_t h = 1469598103934665603ull;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_check.h"
 #include "ggml_cuda_device_query.h"
 
 // what the entry point's pool and ggml's checks reach (never called here: the kernels are launched
@@ -34,13 +35,6 @@ extern "C" void ggml_abort(const char * file, int line, const char * fmt, ...) {
 }
 
 namespace {
-
-void check(cudaError_t e, const char * what) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        std::exit(1);
-    }
-}
 
 template <typename F>
 float time_us(F && f, int reps) {

@@ -15,14 +15,9 @@
 #include <cstdlib>
 #include <vector>
 
-namespace {
+#include "cuda_check.h"
 
-void check(cudaError_t e, const char * what) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        std::exit(1);
-    }
-}
+namespace {
 
 // A block's sum of v (kThreads threads, a multiple of 32).
 template <int kThreads>
