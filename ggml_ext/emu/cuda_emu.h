@@ -79,6 +79,10 @@ inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 inline float2 __half22float2(__half2 h) { return {__half2float(h.x), __half2float(h.y)}; }
 inline __half2 __floats2half2_rn(float lo, float hi) { return {__float2half_rn(lo), __float2half_rn(hi)}; }
 inline __half2 __float22half2_rn(float2 f) { return __floats2half2_rn(f.x, f.y); }
+inline __half2 __hsub2(__half2 a, __half2 b) {  // each half's difference, rounded once
+    return {__float2half_rn(__half2float(a.x) - __half2float(b.x)),
+            __float2half_rn(__half2float(a.y) - __half2float(b.y))};
+}
 inline float __low2float(__half2 h) { return __half2float(h.x); }
 inline float __high2float(__half2 h) { return __half2float(h.y); }
 
@@ -135,6 +139,13 @@ inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
 }
 inline unsigned __funnelshift_l(unsigned lo, unsigned hi, unsigned shift) {
     return (unsigned)(((((uint64_t)hi << 32) | lo) << (shift & 31)) >> 32);
+}
+// Byte i of the result: byte (s >> 4i) & 7 of the 8 bytes {y, x} (x bytes 0..3, y bytes 4..7).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const uint64_t v = ((uint64_t)y << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+    return r;
 }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }

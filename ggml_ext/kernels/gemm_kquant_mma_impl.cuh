@@ -135,17 +135,34 @@ struct AlignedBlocks {
 };
 
 // ---- Q4_K: d, dmin (half2), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles ------------
-// 6-bit scale and min of sub-block j from the 12 scale bytes s0..s2 (ggml's get_scale_min_k4).
-__device__ __forceinline__ void scale_min(const uint32_t s0, const uint32_t s1, const uint32_t s2, const int j,
-                                          int & sc, int & mn) {
-    if (j < 4) {
-        sc = (s0 >> (8 * j)) & 63;
-        mn = (s1 >> (8 * j)) & 63;
-    } else {
-        const int b = 8 * (j - 4);
-        sc = ((s2 >> b) & 15) | (((s0 >> (b + 6)) & 3) << 4);
-        mn = ((s2 >> (b + 4)) & 15) | (((s1 >> (b + 6)) & 3) << 4);
-    }
+// The 8 sub-block scales and mins of a Q4_K super-block a byte each, unpacked from its 12 scale
+// bytes s0..s2 at once (ggml's get_scale_min_k4 for all 8; a few logic ops a row, then one byte
+// permute an item, where extracting each took ~5): sc[0] = scales 0..3, sc[1] = 4..7, mn likewise.
+struct Q4KScaleBytes {
+    uint32_t sc[2], mn[2];
+};
+
+__device__ __forceinline__ Q4KScaleBytes scale_bytes(const uint32_t s0, const uint32_t s1, const uint32_t s2) {
+    Q4KScaleBytes r;
+    r.sc[0] = s0 & 0x3F3F3F3F;
+    r.mn[0] = s1 & 0x3F3F3F3F;
+    r.sc[1] = (s2 & 0x0F0F0F0F) | ((s0 >> 2) & 0x30303030);  // low 4 bits from s2, high 2 from s0's top bits
+    r.mn[1] = ((s2 >> 4) & 0x0F0F0F0F) | ((s1 >> 2) & 0x30303030);
+    return r;
+}
+
+// Byte j (0..7, known at compile time) of a packed pair, zero-extended: one byte permute.
+__device__ __forceinline__ int byte_of(const uint32_t (&b)[2], int j) {
+    return (int)__byte_perm(b[j >> 2], 0u, 0x4440u | (unsigned)(j & 3));
+}
+
+// The mins 2t and 2t + 1 as a half2 (exact: mins <= 63): their bytes placed under 0x64 exponent
+// bytes read as 1024 + m, less 1024.
+__device__ __forceinline__ uint32_t mins_half2(const uint32_t (&mn)[2], int t) {
+    const unsigned lo = 2u * (unsigned)(t & 1);
+    const uint32_t biased = __byte_perm(mn[t >> 1], 0x64646464u, 0x4040u | lo | ((lo + 1u) << 8));
+    const half2 h = __hsub2(*reinterpret_cast<const half2 *>(&biased), __floats2half2_rn(1024.0f, 1024.0f));
+    return *reinterpret_cast<const uint32_t *>(&h);
 }
 
 // c += a (16 x 16, f16) * b (16 x 8, f16), f32 accumulators. A: a0 (g, 2t..2t+1), a1 (g + 8, ..),
@@ -206,6 +223,12 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                 e1[r] = load8(b1[r] + 16 + 8 * t);
             }
         }
+        Q4KScaleBytes sb0[R], sb1[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            sb0[r] = scale_bytes(h0[r].y, h0[r].z, h0[r].w);
+            sb1[r] = scale_bytes(h1[r].y, h1[r].z, h1[r].w);
+        }
         int cs[R][ncol_tiles][4] = {};
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
@@ -221,9 +244,8 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                 int a[R][4], sc0[R], sc1[R];
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    int m_;
-                    scale_min(h0[r].y, h0[r].z, h0[r].w, j, sc0[r], m_);
-                    scale_min(h1[r].y, h1[r].z, h1[r].w, j, sc1[r], m_);
+                    sc0[r] = byte_of(sb0[r].sc, j);
+                    sc1[r] = byte_of(sb1[r].sc, j);
                     int lo0 = (q0[r].x >> sh) & 0x0F0F0F0F, hi0 = (q0[r].y >> sh) & 0x0F0F0F0F;
                     int lo1 = (q1[r].x >> sh) & 0x0F0F0F0F, hi1 = (q1[r].y >> sh) & 0x0F0F0F0F;
                     if constexpr (kFifthBit) {  // bit j of each qh byte -> bit 4 of the value
@@ -256,13 +278,8 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
             const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1[r].x));
             uint32_t a_min[4] = {0u, 0u, 0u, 0u};  // rows g and g + 8, sub-blocks 2t and 2t + 1
             if constexpr (kMinsMma) {
-                int s_, m_a, m_b;
-                scale_min(h0[r].y, h0[r].z, h0[r].w, 2 * t, s_, m_a);
-                scale_min(h0[r].y, h0[r].z, h0[r].w, 2 * t + 1, s_, m_b);
-                a_min[0] = half2_bits((float)m_a, (float)m_b);
-                scale_min(h1[r].y, h1[r].z, h1[r].w, 2 * t, s_, m_a);
-                scale_min(h1[r].y, h1[r].z, h1[r].w, 2 * t + 1, s_, m_b);
-                a_min[1] = half2_bits((float)m_a, (float)m_b);
+                a_min[0] = mins_half2(sb0[r].mn, t);
+                a_min[1] = mins_half2(sb1[r].mn, t);
             }
 #pragma unroll
             for (int nt = 0; nt < ncol_tiles; ++nt) {
@@ -282,9 +299,7 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                     int i00 = 0, i01 = 0, i10 = 0, i11 = 0;
 #pragma unroll
                     for (int j = 0; j < 8; ++j) {
-                        int s_, mn0, mn1;
-                        scale_min(h0[r].y, h0[r].z, h0[r].w, j, s_, mn0);
-                        scale_min(h1[r].y, h1[r].z, h1[r].w, j, s_, mn1);
+                        const int mn0 = byte_of(sb0[r].mn, j), mn1 = byte_of(sb1[r].mn, j);
                         i00 += mn0 * s_a[j];
                         i01 += mn0 * s_b[j];
                         i10 += mn1 * s_a[j];

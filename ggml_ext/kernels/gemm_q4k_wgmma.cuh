@@ -210,6 +210,12 @@ __global__ void __launch_bounds__(128 * WG, MB)
         const char * s1 = s0 + 8 * 144;
         const uint4 h0 = *reinterpret_cast<const uint4 *>(s0);
         const uint4 h1 = *reinterpret_cast<const uint4 *>(s1);
+        // the sub-block scales split sc = 8 hi + lo, a byte each (scale_bytes)
+        const Q4KScaleBytes sb0 = scale_bytes(h0.y, h0.z, h0.w), sb1 = scale_bytes(h1.y, h1.z, h1.w);
+        const uint32_t lo0b[2] = {sb0.sc[0] & 0x07070707u, sb0.sc[1] & 0x07070707u};
+        const uint32_t hi0b[2] = {(sb0.sc[0] >> 3) & 0x07070707u, (sb0.sc[1] >> 3) & 0x07070707u};
+        const uint32_t lo1b[2] = {sb1.sc[0] & 0x07070707u, sb1.sc[1] & 0x07070707u};
+        const uint32_t hi1b[2] = {(sb1.sc[0] >> 3) & 0x07070707u, (sb1.sc[1] >> 3) & 0x07070707u};
         int al[8][4], ah[8][4];
         int clo[N / 2], chi[N / 2];
         // two sub-blocks' operands, then their 4 wgmmas (the tensor cores start while the next two
@@ -221,12 +227,10 @@ __global__ void __launch_bounds__(128 * WG, MB)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int j = 2 * c + h, sh = 4 * h;
-                int sc0, sc1, m_;
-                scale_min(h0.y, h0.z, h0.w, j, sc0, m_);
-                scale_min(h1.y, h1.z, h1.w, j, sc1, m_);
                 const uint32_t lo0 = (q0.x >> sh) & 0x0F0F0F0F, hi0 = (q0.y >> sh) & 0x0F0F0F0F;
                 const uint32_t lo1 = (q1.x >> sh) & 0x0F0F0F0F, hi1 = (q1.y >> sh) & 0x0F0F0F0F;
-                const uint32_t l0 = sc0 & 7, u0 = sc0 >> 3, l1 = sc1 & 7, u1 = sc1 >> 3;
+                const uint32_t l0 = byte_of(lo0b, j), u0 = byte_of(hi0b, j);
+                const uint32_t l1 = byte_of(lo1b, j), u1 = byte_of(hi1b, j);
                 al[j][0] = (int)(lo0 * l0), al[j][1] = (int)(lo1 * l1), al[j][2] = (int)(hi0 * l0);
                 al[j][3] = (int)(hi1 * l1);
                 ah[j][0] = (int)(lo0 * u0), ah[j][1] = (int)(lo1 * u1), ah[j][2] = (int)(hi0 * u0);
@@ -245,16 +249,7 @@ __global__ void __launch_bounds__(128 * WG, MB)
         // the super-block's float step (Q4KT's, min term through an f16 mma)
         const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
         const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
-        uint32_t a_min[4] = {0u, 0u, 0u, 0u};
-        {
-            int s_, m_a, m_b;
-            scale_min(h0.y, h0.z, h0.w, 2 * t, s_, m_a);
-            scale_min(h0.y, h0.z, h0.w, 2 * t + 1, s_, m_b);
-            a_min[0] = half2_bits((float)m_a, (float)m_b);
-            scale_min(h1.y, h1.z, h1.w, 2 * t, s_, m_a);
-            scale_min(h1.y, h1.z, h1.w, 2 * t + 1, s_, m_b);
-            a_min[1] = half2_bits((float)m_a, (float)m_b);
-        }
+        const uint32_t a_min[4] = {mins_half2(sb0.mn, t), mins_half2(sb1.mn, t), 0u, 0u};
         const int * s_sums = reinterpret_cast<const int *>(st + P::kWBytes + P::kBBytes);
         const float * s_d = reinterpret_cast<const float *>(st + P::kWBytes + P::kBBytes + P::kSumBytes);
         wg_wait0();

@@ -34,6 +34,23 @@ if [ "$stage" = t1 ]; then
   done
   cut -c1-170 "$OUT/gdn-chain-standalone.jsonl"; grep -o '"checksum[^,}]*' "$OUT/gdn-chain-standalone.jsonl" | sort | uniq -c
 fi
+# `gpu_bench.sh y1` (session 23's first call; SETUP_CMAKE_ARGS=-DDFLASH_MMA_ROW_STAGING=ON,
+# SETUP_TARGETS=_core): while setup.sh builds, the GEMM standalones carried in .carry/sa/NAME.gz
+# (each a build of tools/device/gemv_standalone.cu: base_off / base_on the committed kernels
+# without / with row staging, pk_* with the packed Q4_K scales) time the engine's forms in
+# `tiles`, `long` and `wgmma` (Y1_RUNS: NAME:MODE pairs, in order), into $OUT/sa-NAME-MODE.jsonl;
+# then the 27B's kernels a step for forwards of 1, 16, 32 and 64 tokens.
+if [ "$stage" = y1 ]; then
+  mkdir -p "$OUT" /tmp/sa
+  for z in .carry/sa/*.gz; do gzip -dc "$z" > "/tmp/sa/$(basename "$z" .gz)" && chmod +x "/tmp/sa/$(basename "$z" .gz)"; done
+  (for run in ${Y1_RUNS:-pk_on:tiles base_off:tiles base_on:tiles pk_off:tiles pk_on:long base_off:long pk_on:wgmma base_off:wgmma}; do
+     [ -f /tmp/sa/build.done ] && break
+     n=${run%%:*} m=${run#*:}
+     timeout 120 "/tmp/sa/$n" "$m" > "$OUT/sa-$n-$m.jsonl" 2>&1
+     echo "[gpu] standalone $n $m rc=$? at $(date +%s)"
+   done) &
+  SA_LOOP=$!
+fi
 source "$(dirname "$0")/stage_common.sh"
 
 PAIR_T=dflash/data/pair/target-q8_0.gguf PAIR_D=dflash/data/pair/drafter-q8_0.gguf
@@ -208,6 +225,18 @@ if [ "$stage" = z1 ] || [ "$stage" = z2 ]; then
     [ "$(left)" -ge 60 ] && run_cuda_suite "$(($(left) - 10))" -k "${Z2_TESTS:-oracle or verify or ddtree or tree}"
   fi
   grep -E "wall|unary_gated|kernels_per" "$OUT"/h200-27b-kernels*.log | cut -c1-200
+  exit 0
+fi
+
+if [ "$stage" = y1 ]; then
+  trap "pack_out $stage" EXIT
+  touch /tmp/sa/build.done  # no standalone starts after the build; the one running finishes
+  start_27b_synth
+  wait "$SA_LOOP"
+  wait_27b 70
+  KP_ARGS="--forwards 1,16,32,64" kernel_profile "$(( $(left) - 10 ))"
+  grep -E "wall|kernels_per" "$OUT"/h200-27b-kernels*.log | cut -c1-200
+  python3 tools/device/sa_compare.py "$OUT"/sa-*.jsonl
   exit 0
 fi
 
