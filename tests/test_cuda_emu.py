@@ -119,14 +119,12 @@ def test_gemv_kernels_on_the_emulator(standalone: Path) -> None:
     assert not bad, bad[:5]
 
 
-@pytest.mark.parametrize("row_staging", [False, True])
-def test_kernels_read_no_memory_past_their_buffers(build_dir: Path, row_staging: bool) -> None:
+def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     """Under AddressSanitizer: every type and layout on small shapes with tails (odd row and
-    super-block counts), the GEMV and the GEMM at every stage count; the GEMM also as a
-    DFLASH_MMA_ROW_STAGING build stages its weights (each lane copying chunks of one row)."""
-    flags = [*ASAN, "-DDFLASH_MMA_ROW_STAGING=1"] if row_staging else ASAN
-    name = "gemv_standalone_asan" + ("_rows" if row_staging else "")
-    binary = _compile([REPO / "tools" / "device" / "gemv_standalone.cu"], build_dir / name, flags)
+    super-block counts), the GEMV and the GEMM at every stage count."""
+    binary = _compile(
+        [REPO / "tools" / "device" / "gemv_standalone.cu"], build_dir / "gemv_standalone_asan", ASAN
+    )
     rows = _checks(binary, "check_quick", '"ok"', ASAN_ENV)
     # GEMV; GEMM (8 column counts, 6 variants; Q4_K, Q5_K: 8 more; Q6_K: 6 warps, 1 more; two row
     # tiles a warp: 2 variants for Q4_K and Q5_K, 1 for Q6_K and Q8_0)

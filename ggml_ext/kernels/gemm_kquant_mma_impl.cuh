@@ -135,32 +135,27 @@ struct AlignedBlocks {
 };
 
 // ---- Q4_K: d, dmin (half2), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles ------------
-// The 8 sub-block scales and mins of a Q4_K super-block a byte each, unpacked from its 12 scale
-// bytes s0..s2 at once (ggml's get_scale_min_k4 for all 8; a few logic ops a row, then one byte
-// permute an item, where extracting each took ~5): sc[0] = scales 0..3, sc[1] = 4..7, mn likewise.
-struct Q4KScaleBytes {
-    uint32_t sc[2], mn[2];
-};
-
-__device__ __forceinline__ Q4KScaleBytes scale_bytes(const uint32_t s0, const uint32_t s1, const uint32_t s2) {
-    Q4KScaleBytes r;
-    r.sc[0] = s0 & 0x3F3F3F3F;
-    r.mn[0] = s1 & 0x3F3F3F3F;
-    r.sc[1] = (s2 & 0x0F0F0F0F) | ((s0 >> 2) & 0x30303030);  // low 4 bits from s2, high 2 from s0's top bits
-    r.mn[1] = ((s2 >> 4) & 0x0F0F0F0F) | ((s1 >> 2) & 0x30303030);
-    return r;
+// A Q4_K super-block's 6-bit sub-block scales and mins (ggml's get_scale_min_k4) four at a time,
+// a byte each, from its 12 scale bytes s0..s2: scales 0..3 (half 0) or 4..7 (half 1) in one or
+// two logic ops, then one byte permute a scale (byte_at), where extracting each alone took ~5.
+// Computed where used (a word held across the super-block spilled at 80 registers).
+__device__ __forceinline__ uint32_t scale_word(const uint32_t s0, const uint32_t s2, int half) {
+    return half == 0 ? s0 & 0x3F3F3F3Fu : (s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u);
+}
+__device__ __forceinline__ uint32_t min_word(const uint32_t s1, const uint32_t s2, int half) {
+    return half == 0 ? s1 & 0x3F3F3F3Fu : ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u);
 }
 
-// Byte j (0..7, known at compile time) of a packed pair, zero-extended: one byte permute.
-__device__ __forceinline__ int byte_of(const uint32_t (&b)[2], int j) {
-    return (int)__byte_perm(b[j >> 2], 0u, 0x4440u | (unsigned)(j & 3));
+// Byte i (0..3) of w, zero-extended.
+__device__ __forceinline__ int byte_at(const uint32_t w, int i) {
+    return (int)__byte_perm(w, 0u, 0x4440u | (unsigned)i);
 }
 
-// The mins 2t and 2t + 1 as a half2 (exact: mins <= 63): their bytes placed under 0x64 exponent
-// bytes read as 1024 + m, less 1024.
-__device__ __forceinline__ uint32_t mins_half2(const uint32_t (&mn)[2], int t) {
+// The mins 2t and 2t + 1 of a super-block (scale bytes s1, s2) as a half2, exact (mins <= 63):
+// their bytes under 0x64 exponent bytes read as 1024 + m, less 1024.
+__device__ __forceinline__ uint32_t mins_half2(const uint32_t s1, const uint32_t s2, int t) {
     const unsigned lo = 2u * (unsigned)(t & 1);
-    const uint32_t biased = __byte_perm(mn[t >> 1], 0x64646464u, 0x4040u | lo | ((lo + 1u) << 8));
+    const uint32_t biased = __byte_perm(min_word(s1, s2, t >> 1), 0x64646464u, 0x4040u | lo | ((lo + 1u) << 8));
     const half2 h = __hsub2(*reinterpret_cast<const half2 *>(&biased), __floats2half2_rn(1024.0f, 1024.0f));
     return *reinterpret_cast<const uint32_t *>(&h);
 }
@@ -223,12 +218,6 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                 e1[r] = load8(b1[r] + 16 + 8 * t);
             }
         }
-        Q4KScaleBytes sb0[R], sb1[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            sb0[r] = scale_bytes(h0[r].y, h0[r].z, h0[r].w);
-            sb1[r] = scale_bytes(h1[r].y, h1[r].z, h1[r].w);
-        }
         int cs[R][ncol_tiles][4] = {};
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
@@ -244,8 +233,8 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                 int a[R][4], sc0[R], sc1[R];
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    sc0[r] = byte_of(sb0[r].sc, j);
-                    sc1[r] = byte_of(sb1[r].sc, j);
+                    sc0[r] = byte_at(scale_word(h0[r].y, h0[r].w, j >> 2), j & 3);
+                    sc1[r] = byte_at(scale_word(h1[r].y, h1[r].w, j >> 2), j & 3);
                     int lo0 = (q0[r].x >> sh) & 0x0F0F0F0F, hi0 = (q0[r].y >> sh) & 0x0F0F0F0F;
                     int lo1 = (q1[r].x >> sh) & 0x0F0F0F0F, hi1 = (q1[r].y >> sh) & 0x0F0F0F0F;
                     if constexpr (kFifthBit) {  // bit j of each qh byte -> bit 4 of the value
@@ -278,8 +267,8 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
             const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1[r].x));
             uint32_t a_min[4] = {0u, 0u, 0u, 0u};  // rows g and g + 8, sub-blocks 2t and 2t + 1
             if constexpr (kMinsMma) {
-                a_min[0] = mins_half2(sb0[r].mn, t);
-                a_min[1] = mins_half2(sb1[r].mn, t);
+                a_min[0] = mins_half2(h0[r].z, h0[r].w, t);
+                a_min[1] = mins_half2(h1[r].z, h1[r].w, t);
             }
 #pragma unroll
             for (int nt = 0; nt < ncol_tiles; ++nt) {
@@ -299,7 +288,8 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                     int i00 = 0, i01 = 0, i10 = 0, i11 = 0;
 #pragma unroll
                     for (int j = 0; j < 8; ++j) {
-                        const int mn0 = byte_of(sb0[r].mn, j), mn1 = byte_of(sb1[r].mn, j);
+                        const int mn0 = byte_at(min_word(h0[r].z, h0[r].w, j >> 2), j & 3);
+                        const int mn1 = byte_at(min_word(h1[r].z, h1[r].w, j >> 2), j & 3);
                         i00 += mn0 * s_a[j];
                         i01 += mn0 * s_b[j];
                         i10 += mn1 * s_a[j];
@@ -490,37 +480,14 @@ struct Q6K {
     }
 };
 
-// stage_in's copies with each lane on one row (DFLASH_MMA_ROW_STAGING builds): lane l copies row
-// l % kTileRows, chunks l / kTileRows, + 32 / kTileRows, ...: one address a lane and super-block,
-// the copies at immediate offsets from it. stage_in's per-copy division by kChunks and 64-bit row
-// product took ~125 of the ~480 instructions a thread spends on a super-block in the 16-column
-// Q4_K kernel (sm_90a SASS; ~380 with this), on the integer pipe its scale step also needs. A
-// copy instruction still fills whole 32-byte sectors (a row's chunks j and j + 1 from lanes l and
-// l + 16). Not yet timed on a GPU: off by default (ggml_ext/CMakeLists.txt).
-template <typename F, int kTileRows>
-__device__ __forceinline__ void stage_rows(char * stage, const char * __restrict__ w, int row_base, int nrows,
-                                           int64_t row_bytes, int kb, int lane) {
-    static_assert(WARP_SIZE % kTileRows == 0, "whole rows a warp");
-    constexpr int kLanesPerRow = WARP_SIZE / kTileRows;
-    const int r = lane % kTileRows, j0 = lane / kTileRows;
-    const char * src = F::aligned_start(F::row_block(w, min(row_base + r, nrows - 1), row_bytes, kb)) + 16 * j0;
-    char * dst = stage + r * F::kStageRow + 16 * j0;
-#pragma unroll
-    for (int j = 0; j < F::kChunks; j += kLanesPerRow) {
-        // j0 < kLanesPerRow: only the last round can pass the row's end (a compile-time test first)
-        if (j + kLanesPerRow <= F::kChunks || j0 + j < F::kChunks) cp_async_16(dst + 16 * j, src + 16 * j);
-    }
-}
-
 // One super-block (kb) of `tile_rows` rows from row_base into a warp's stage: tile_rows x kChunks
-// 16-byte copies.
+// 16-byte copies, consecutive lanes on consecutive chunks of a row. (Each lane on one row, its
+// copies from one address, took ~20% fewer instructions in the 16-column Q4_K kernel but was
+// slower on the H200 for every type and column count, e.g. Q6_K ffn_down at 8 columns 39.7 against
+// 37.1 us: session 23, bench/results/h200-s23-mma-standalone-y1-22bf5bb.json.)
 template <typename F>
 __device__ __forceinline__ void stage_in(char * stage, const char * __restrict__ w, int row_base, int tile_rows,
                                          int nrows, int64_t row_bytes, int kb, int lane) {
-#if defined(DFLASH_MMA_ROW_STAGING)
-    if (tile_rows == kRows) return stage_rows<F, kRows>(stage, w, row_base, nrows, row_bytes, kb, lane);
-    if (tile_rows == 2 * kRows) return stage_rows<F, 2 * kRows>(stage, w, row_base, nrows, row_bytes, kb, lane);
-#endif
     for (int c = lane; c < tile_rows * F::kChunks; c += WARP_SIZE) {
         const int r = c / F::kChunks, j = c - r * F::kChunks;
         const char * blk = F::row_block(w, min(row_base + r, nrows - 1), row_bytes, kb);

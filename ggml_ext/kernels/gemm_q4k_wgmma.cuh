@@ -210,12 +210,6 @@ __global__ void __launch_bounds__(128 * WG, MB)
         const char * s1 = s0 + 8 * 144;
         const uint4 h0 = *reinterpret_cast<const uint4 *>(s0);
         const uint4 h1 = *reinterpret_cast<const uint4 *>(s1);
-        // the sub-block scales split sc = 8 hi + lo, a byte each (scale_bytes)
-        const Q4KScaleBytes sb0 = scale_bytes(h0.y, h0.z, h0.w), sb1 = scale_bytes(h1.y, h1.z, h1.w);
-        const uint32_t lo0b[2] = {sb0.sc[0] & 0x07070707u, sb0.sc[1] & 0x07070707u};
-        const uint32_t hi0b[2] = {(sb0.sc[0] >> 3) & 0x07070707u, (sb0.sc[1] >> 3) & 0x07070707u};
-        const uint32_t lo1b[2] = {sb1.sc[0] & 0x07070707u, sb1.sc[1] & 0x07070707u};
-        const uint32_t hi1b[2] = {(sb1.sc[0] >> 3) & 0x07070707u, (sb1.sc[1] >> 3) & 0x07070707u};
         int al[8][4], ah[8][4];
         int clo[N / 2], chi[N / 2];
         // two sub-blocks' operands, then their 4 wgmmas (the tensor cores start while the next two
@@ -229,8 +223,10 @@ __global__ void __launch_bounds__(128 * WG, MB)
                 const int j = 2 * c + h, sh = 4 * h;
                 const uint32_t lo0 = (q0.x >> sh) & 0x0F0F0F0F, hi0 = (q0.y >> sh) & 0x0F0F0F0F;
                 const uint32_t lo1 = (q1.x >> sh) & 0x0F0F0F0F, hi1 = (q1.y >> sh) & 0x0F0F0F0F;
-                const uint32_t l0 = byte_of(lo0b, j), u0 = byte_of(hi0b, j);
-                const uint32_t l1 = byte_of(lo1b, j), u1 = byte_of(hi1b, j);
+                // the scales split sc = 8 hi + lo (scale_word's bytes)
+                const uint32_t w0 = scale_word(h0.y, h0.w, j >> 2), w1 = scale_word(h1.y, h1.w, j >> 2);
+                const uint32_t l0 = byte_at(w0 & 0x07070707u, j & 3), u0 = byte_at((w0 >> 3) & 0x07070707u, j & 3);
+                const uint32_t l1 = byte_at(w1 & 0x07070707u, j & 3), u1 = byte_at((w1 >> 3) & 0x07070707u, j & 3);
                 al[j][0] = (int)(lo0 * l0), al[j][1] = (int)(lo1 * l1), al[j][2] = (int)(hi0 * l0);
                 al[j][3] = (int)(hi1 * l1);
                 ah[j][0] = (int)(lo0 * u0), ah[j][1] = (int)(lo1 * u1), ah[j][2] = (int)(hi0 * u0);
@@ -249,7 +245,7 @@ __global__ void __launch_bounds__(128 * WG, MB)
         // the super-block's float step (Q4KT's, min term through an f16 mma)
         const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
         const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
-        const uint32_t a_min[4] = {mins_half2(sb0.mn, t), mins_half2(sb1.mn, t), 0u, 0u};
+        const uint32_t a_min[4] = {mins_half2(h0.z, h0.w, t), mins_half2(h1.z, h1.w, t), 0u, 0u};
         const int * s_sums = reinterpret_cast<const int *>(st + P::kWBytes + P::kBBytes);
         const float * s_d = reinterpret_cast<const float *>(st + P::kWBytes + P::kBBytes + P::kSumBytes);
         wg_wait0();

@@ -34,22 +34,23 @@ if [ "$stage" = t1 ]; then
   done
   cut -c1-170 "$OUT/gdn-chain-standalone.jsonl"; grep -o '"checksum[^,}]*' "$OUT/gdn-chain-standalone.jsonl" | sort | uniq -c
 fi
-# `gpu_bench.sh y1` (session 23's first call; SETUP_CMAKE_ARGS=-DDFLASH_MMA_ROW_STAGING=ON,
-# SETUP_TARGETS=_core): while setup.sh builds, the GEMM standalones carried in .carry/sa/NAME.gz
-# (each a build of tools/device/gemv_standalone.cu: base_off / base_on the committed kernels
-# without / with row staging, pk_* with the packed Q4_K scales) time the engine's forms in
-# `tiles`, `long` and `wgmma` (Y1_RUNS: NAME:MODE pairs, in order), into $OUT/sa-NAME-MODE.jsonl;
-# then the 27B's kernels a step for forwards of 1, 16, 32 and 64 tokens.
-if [ "$stage" = y1 ]; then
-  mkdir -p "$OUT" /tmp/sa
-  for z in .carry/sa/*.gz; do gzip -dc "$z" > "/tmp/sa/$(basename "$z" .gz)" && chmod +x "/tmp/sa/$(basename "$z" .gz)"; done
-  (for run in ${Y1_RUNS:-pk_on:tiles base_off:tiles base_on:tiles pk_off:tiles pk_on:long base_off:long pk_on:wgmma base_off:wgmma}; do
-     [ -f /tmp/sa/build.done ] && break
-     n=${run%%:*} m=${run#*:}
-     timeout 120 "/tmp/sa/$n" "$m" > "$OUT/sa-$n-$m.jsonl" 2>&1
-     echo "[gpu] standalone $n $m rc=$? at $(date +%s)"
-   done) &
-  SA_LOOP=$!
+# `gpu_bench.sh p1` (session 23, a fresh machine, SETUP_TARGETS="_core llama-server"), then `p2`
+# within 30 s. p1: beside setup.sh's build, two builds of the GEMM standalone
+# (tools/device/gemv_standalone.cu, slim): `new` this tree, `base` with the headers of an untracked
+# sa_base/ first on the include path (the last commit's kernels, for the A/B); after the build the
+# 27B's kernels a step (forwards of 1, 16, 32 and 64 tokens), then the standalones alternately
+# (P1_RUNS: BUILD:MODE pairs) into $OUT/sa-BUILD-MODE.jsonl, compared by sa_compare.py. p2: the
+# GEMM / oracle / speculative CUDA tests, the AR next to libllama, the chain next to upstream
+# llama-server draft-dflash at synthetic acceptance 10.
+if [ "$stage" = p1 ]; then
+  mkdir -p "$OUT" /tmp/sa /tmp/up && { [ -d /tmp/up/ggml ] || tar xzf .carry/upstream.tar.gz -C /tmp/up; }
+  sa_build() {  # sa_build NAME [nvcc flags...]
+    local n=$1; shift; T=/tmp/up/ggml
+    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM "$@" -o "/tmp/sa/$n" \
+      tools/device/gemv_standalone.cu -I$T/src -I$T/include -I$T/src/ggml-cuda -Iggml_ext/include -Iggml_ext/kernels \
+      -DGGML_USE_CUDA > "/tmp/sa/$n.log" 2>&1 || tail -5 "/tmp/sa/$n.log"
+  }
+  sa_build new & [ -d sa_base ] && sa_build base -Isa_base &
 fi
 source "$(dirname "$0")/stage_common.sh"
 
@@ -228,15 +229,27 @@ if [ "$stage" = z1 ] || [ "$stage" = z2 ]; then
   exit 0
 fi
 
-if [ "$stage" = y1 ]; then
+if [ "$stage" = p1 ] || [ "$stage" = p2 ]; then
   trap "pack_out $stage" EXIT
-  touch /tmp/sa/build.done  # no standalone starts after the build; the one running finishes
   start_27b_synth
-  wait "$SA_LOOP"
-  wait_27b 70
-  KP_ARGS="--forwards 1,16,32,64" kernel_profile "$(( $(left) - 10 ))"
-  grep -E "wall|kernels_per" "$OUT"/h200-27b-kernels*.log | cut -c1-200
-  python3 tools/device/sa_compare.py "$OUT"/sa-*.jsonl
+  if [ "$stage" = p1 ]; then
+    wait  # the standalones' builds
+    wait_27b 70
+    KP_ARGS="--forwards 1,16,32,64" kernel_profile 60
+    grep -E "wall" "$OUT"/h200-27b-kernels.log | cut -c1-200
+    for run in ${P1_RUNS:-base:tiles new:tiles base:long new:long new:wgmma base:wgmma}; do
+      [ "$(left)" -ge 60 ] || break
+      n=${run%%:*} m=${run#*:}
+      timeout "$(( $(left) - 15 ))" "/tmp/sa/$n" "$m" > "$OUT/sa-$n-$m.jsonl" 2>&1
+      echo "[gpu] standalone $n $m rc=$? at $(($(date +%s) - t0)) s"
+    done
+    python3 tools/device/sa_compare.py "$OUT"/sa-*.jsonl | grep -E "FAILED|  (8|16|32|64) " | head -150
+  else
+    run_cuda_suite 200 -k "${P2_TESTS:-gemm or gemv or mma or residual or glu or stacked or oracle or spec_chain or verify}"
+    wait_27b 300
+    [ "$(left)" -ge 80 ] && ar_bench 70 /tmp/q27.gguf h200-27b-ar.json
+    [ "$(left)" -ge 140 ] && chain_bench 130 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+  fi
   exit 0
 fi
 

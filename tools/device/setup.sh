@@ -4,7 +4,7 @@
 # build, the same ggml; sm_90a: the wgmma GEMM; DFLASH_CUDA_ARCH=90 builds without it). Source it: it exports PYTHONPATH, LLAMA_BENCH, LLAMA_SERVER,
 # LLAMA_SPEC_SIMPLE and DFLASH_UPSTREAM_BIN (their folder, for dflash.upstream_tools).
 # Carry: .carry (upstream.tar.gz = a trimmed vendor/llama.cpp of the pinned sdist, whl/).
-# SETUP_CMAKE_ARGS: more arguments for the first configure (e.g. -DDFLASH_MMA_ROW_STAGING=ON).
+# SETUP_CMAKE_ARGS: more arguments for the first configure (e.g. -DGGML_CUDA_FORCE_MMQ=ON).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 ROOT=$(pwd)
