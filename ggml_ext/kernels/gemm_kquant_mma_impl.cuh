@@ -126,6 +126,7 @@ struct AlignedBlocks {
     static constexpr int kBytes = kBlockBytes;
     static constexpr int kChunks = kBytes / 16;     // 16-byte copies per row and super-block
     static constexpr int kStageRow = 16 * kChunks;  // bytes per row in a stage
+    static constexpr bool kRowsAligned = true;      // a row's super-block kb starts kb * kBytes after it
 
     static __device__ __forceinline__ const char * row_block(const char * w, int row, int64_t row_bytes, int kb) {
         return w + (int64_t)row * row_bytes + (int64_t)kb * kBytes;
@@ -418,6 +419,7 @@ struct Q6K {
     static constexpr int kBytes = 210;
     static constexpr int kChunks = 14;  // a 2-byte aligned 210-byte block lies in 14 aligned 16-byte chunks
     static constexpr int kStageRow = 16 * kChunks;
+    static constexpr bool kRowsAligned = false;  // its aligned chunks shift with kb
     static constexpr bool kNeedsSums = false;
     static constexpr ActLayout kLayout = ActLayout::kHalves;
     static constexpr int kActBlock = kQk;
@@ -495,6 +497,37 @@ __device__ __forceinline__ void stage_in(char * stage, const char * __restrict__
     }
 }
 
+// stage_in for F of 16-byte aligned super-blocks (kRowsAligned) with each lane's copies addressed
+// once: copy i is chunk c = lane + 32 i of the tile (its row c / kChunks, chunk c % kChunks; stage
+// byte 16 c), off[i] its byte offset from the tile's first row (rows past the matrix clamped to
+// its last), so a super-block costs one 64-bit base and an add a copy. stage_in's division and
+// 64-bit row product a copy took ~100 of the ~470 instructions a thread spends on a super-block
+// in the 16-column Q4_K kernel (sm_90a SASS; the wgmma form's staging gained the same way, session 19).
+template <typename F, int kTileRows>
+struct StagePlan {
+    static constexpr int kTotal = kTileRows * F::kChunks;
+    static constexpr int kCopies = (kTotal + WARP_SIZE - 1) / WARP_SIZE;
+    int off[kCopies];
+
+    __device__ __forceinline__ StagePlan(int row_base, int nrows, int64_t row_bytes, int lane) {
+#pragma unroll
+        for (int i = 0; i < kCopies; ++i) {
+            const int c = min(lane + WARP_SIZE * i, kTotal - 1), r = c / F::kChunks, j = c - r * F::kChunks;
+            off[i] = (int)((int64_t)(min(row_base + r, nrows - 1) - row_base) * row_bytes) + 16 * j;
+        }
+    }
+
+    __device__ __forceinline__ void stage(char * stage, const char * __restrict__ w, int row_base, int64_t row_bytes,
+                                          int kb, int lane) const {
+        const char * base = w + (int64_t)row_base * row_bytes + (int64_t)kb * F::kBytes;
+#pragma unroll
+        for (int i = 0; i < kCopies; ++i) {
+            const int c = lane + WARP_SIZE * i;
+            if (kTotal % WARP_SIZE == 0 || c < kTotal) cp_async_16(stage + 16 * c, base + off[i]);
+        }
+    }
+};
+
 // R: 16-row tiles per warp (the B operand of each activation load feeds R mmas).
 template <typename F, int ncol_tiles, int kStages, int W, int R = 1>
 struct Smem {
@@ -566,12 +599,19 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     char * stages = smem + warp * (kStages > 0 ? kStages : 0) * S::kStageBytes;
 
     float acc[R][ncol_tiles][4] = {};
+    // super-block kb of the tile's rows into stage buffer `buf` (StagePlan where rows are aligned)
+    const StagePlan<F, kTileRows> plan(row_base, nrows, row_bytes, lane);
+    auto stage_kb = [&](char * buf, int kb) {
+        if constexpr (F::kRowsAligned) {
+            plan.stage(buf, w, row_base, row_bytes, kb, lane);
+        } else {
+            stage_in<F>(buf, w, row_base, kTileRows, nrows, row_bytes, kb, lane);
+        }
+    };
     if constexpr (kStages > 0) {
 #pragma unroll
         for (int s = 0; s < kStages - 1; ++s) {
-            if (s < n_it)
-                stage_in<F>(stages + s * S::kStageBytes, w, row_base, kTileRows, nrows, row_bytes, kb0 + s * kb_step,
-                            lane);
+            if (s < n_it) stage_kb(stages + s * S::kStageBytes, kb0 + s * kb_step);
             cp_async_commit();
         }
     }
@@ -588,10 +628,7 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
             cp_async_wait<kStages - 2>();     // super-block it has landed (this thread's copies)
             __syncwarp();                     // ... and every lane's
             const int nx = it + kStages - 1;  // refill the stage consumed in the previous iteration
-            if (nx < n_it) {
-                stage_in<F>(stages + (nx % kStages) * S::kStageBytes, w, row_base, kTileRows, nrows, row_bytes,
-                            kb0 + nx * kb_step, lane);
-            }
+            if (nx < n_it) stage_kb(stages + (nx % kStages) * S::kStageBytes, kb0 + nx * kb_step);
             cp_async_commit();
             const char * buf = stages + (it % kStages) * S::kStageBytes;
             const char * s0[R];

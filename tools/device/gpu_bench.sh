@@ -35,9 +35,9 @@ if [ "$stage" = t1 ]; then
   cut -c1-170 "$OUT/gdn-chain-standalone.jsonl"; grep -o '"checksum[^,}]*' "$OUT/gdn-chain-standalone.jsonl" | sort | uniq -c
 fi
 # `gpu_bench.sh p1` (session 23, a fresh machine, SETUP_TARGETS="_core llama-server"), then `p2`
-# within 30 s. p1: beside setup.sh's build, two builds of the GEMM standalone
-# (tools/device/gemv_standalone.cu, slim): `new` this tree, `base` with the headers of an untracked
-# sa_base/ first on the include path (the last commit's kernels, for the A/B); after the build the
+# within 30 s (or P1_ALL=1: p2 in p1 without the chain). p1: beside the build, builds of the GEMM standalone
+# (tools/device/gemv_standalone.cu, slim): `new` this tree, `base` / `mid` with the headers of an
+# untracked sa_base/ / sa_mid/ first on the include path (earlier kernels, for the A/B); after the build the
 # 27B's kernels a step (forwards of 1, 16, 32 and 64 tokens), then the standalones alternately
 # (P1_RUNS: BUILD:MODE pairs) into $OUT/sa-BUILD-MODE.jsonl, compared by sa_compare.py. p2: the
 # GEMM / oracle / speculative CUDA tests, the AR next to libllama, the chain next to upstream
@@ -50,7 +50,9 @@ if [ "$stage" = p1 ]; then
       tools/device/gemv_standalone.cu -I$T/src -I$T/include -I$T/src/ggml-cuda -Iggml_ext/include -Iggml_ext/kernels \
       -DGGML_USE_CUDA > "/tmp/sa/$n.log" 2>&1 || tail -5 "/tmp/sa/$n.log"
   }
-  sa_build new & [ -d sa_base ] && sa_build base -Isa_base &
+  sa_build new &
+  [ -d sa_base ] && sa_build base -Isa_base &
+  [ -d sa_mid ] && sa_build mid -Isa_mid &
 fi
 source "$(dirname "$0")/stage_common.sh"
 
@@ -237,13 +239,18 @@ if [ "$stage" = p1 ] || [ "$stage" = p2 ]; then
     wait_27b 70
     KP_ARGS="--forwards 1,16,32,64" kernel_profile 60
     grep -E "wall" "$OUT"/h200-27b-kernels.log | cut -c1-200
-    for run in ${P1_RUNS:-base:tiles new:tiles base:long new:long new:wgmma base:wgmma}; do
+    for run in ${P1_RUNS:-base:tiles mid:tiles new:tiles base:long mid:long new:long new:wgmma mid:wgmma base:wgmma}; do
       [ "$(left)" -ge 60 ] || break
       n=${run%%:*} m=${run#*:}
       timeout "$(( $(left) - 15 ))" "/tmp/sa/$n" "$m" > "$OUT/sa-$n-$m.jsonl" 2>&1
       echo "[gpu] standalone $n $m rc=$? at $(($(date +%s) - t0)) s"
     done
-    python3 tools/device/sa_compare.py "$OUT"/sa-*.jsonl | grep -E "FAILED|  (8|16|32|64) " | head -150
+    python3 tools/device/sa_compare.py "$OUT"/sa-*.jsonl > "$OUT/sa-compare.txt"
+    grep -E "FAILED" "$OUT/sa-compare.txt" | head
+    # P1_ALL=1: then p2's tests and AR in this call (p2 needs llama-server for its chain)
+    [ -n "${P1_ALL-}" ] && [ "$(left)" -ge 60 ] && run_cuda_suite "$(( $(left) > 230 ? 150 : $(left) - 80 ))" \
+      -k "${P2_TESTS:-gemm or gemv or mma or residual or glu or stacked or oracle or spec_chain or verify or tiles}"
+    [ -n "${P1_ALL-}" ] && [ "$(left)" -ge 75 ] && ar_bench 70 /tmp/q27.gguf h200-27b-ar.json
   else
     run_cuda_suite 200 -k "${P2_TESTS:-gemm or gemv or mma or residual or glu or stacked or oracle or spec_chain or verify}"
     wait_27b 300
