@@ -501,8 +501,9 @@ __device__ __forceinline__ void stage_in(char * stage, const char * __restrict__
 // once: copy i is chunk c = lane + 32 i of the tile (its row c / kChunks, chunk c % kChunks; stage
 // byte 16 c), off[i] its byte offset from the tile's first row (rows past the matrix clamped to
 // its last), so a super-block costs one 64-bit base and an add a copy. stage_in's division and
-// 64-bit row product a copy took ~100 of the ~470 instructions a thread spends on a super-block
-// in the 16-column Q4_K kernel (sm_90a SASS; the wgmma form's staging gained the same way, session 19).
+// 64-bit row product a copy: ~80 of the ~910 instructions a thread spends on a super-block in the
+// 32-column, two-row-tile Q4_K kernel (sm_90a SASS; ~100 of ~470 at 16 columns, where the H200
+// still ran stage_in faster). The wgmma form's staging gained the same way (session 19).
 template <typename F, int kTileRows>
 struct StagePlan {
     static constexpr int kTotal = kTileRows * F::kChunks;
