@@ -333,3 +333,95 @@ def test_cuda_glu_fusion_changes_no_logit_of_the_engine(synth_model, glu_restore
     fused = logits()
     assert _core.mul_mat_glu_fusions() > before
     np.testing.assert_array_equal(fused, plain)
+
+
+@pytest.fixture
+def rms_norm_restored() -> Iterator[None]:
+    was = _core.fuse_rms_norm_enabled()
+    yield
+    _core.set_fuse_rms_norm_enabled(was)
+
+
+def _normed_inputs(n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Columns x [n, k] of magnitudes far apart (the sum of squares' order shows in its bits), a
+    norm weight [k], and rms_norm(x) * weight in float64."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n, k)) * np.exp2(rng.uniform(-6, 6, (n, k)))).astype(np.float32)
+    weight = (1.0 + 0.25 * rng.standard_normal(k)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    normed = x64 / np.sqrt((x64**2).mean(axis=1, keepdims=True) + 1e-6) * weight
+    return x, weight, normed
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_normed_product_is_the_product_of_the_norm(n: int) -> None:
+    """w @ (rms_norm(x) * weight) against numpy, on whatever backend this build has (CPU in CI)."""
+    rows, k = 96, 512
+    w, dense = _weights("q4_K", rows, k, seed=41)
+    x, weight, normed = _normed_inputs(n, k, 42)
+    got = _core.op_mul_mat_fused(w, "q4_K", rows, x, norm=weight, eps=1e-6)
+    want = normed @ dense.T.astype(np.float64)
+    assert np.abs(got - want).max() <= 3e-2 * np.abs(want).max()
+
+
+def test_rms_norm_fusion_switch_is_on_with_cuda_by_default() -> None:
+    assert _core.fuse_rms_norm_enabled() == (GPU and os.environ.get("DFLASH_FUSE_RMS_NORM") != "0")
+
+
+def test_a_norm_weight_of_the_wrong_size_is_refused() -> None:
+    w, _ = _weights("q4_K", 32, 256, seed=43)
+    x = np.ones((2, 256), np.float32)
+    with pytest.raises(_core.InvalidParameterError, match="norm must hold k values"):
+        _core.op_mul_mat_fused(w, "q4_K", 32, x, norm=np.ones(255, np.float32))
+
+
+@needs_gpu
+@pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q8_0"))
+@pytest.mark.parametrize("n", [1, 2, 16, 33, 64, 100])
+@pytest.mark.parametrize("k", [768, 2304])
+def test_cuda_rms_norm_read_by_the_quantizer_gives_the_unfused_bits(
+    wtype: str, n: int, k: int, rms_norm_restored: None, mma_restored: None
+) -> None:
+    """patches/0010: the RMSNorm and its weight before a tagged matmul of 2..256 columns are
+    computed by the GEMM's quantizer (k = 768: ggml's 256-thread norm; 2304: its 1024-thread one):
+    one fusion counted, and the outputs are the unfused graph's (ggml's rms_norm_f32, then the
+    quantizer) bit for bit; one column keeps the norm node (the GEMV)."""
+    rows = 1000
+    _core.set_mma_q80_enabled(True)
+    w, dense = _weights(wtype, rows, k, seed=44)
+    x, weight, normed = _normed_inputs(n, k, 45)
+    _core.set_fuse_rms_norm_enabled(False)
+    before = _core.mul_mat_rms_norm_fusions()
+    plain = _core.op_mul_mat_fused(w, wtype, rows, x, norm=weight, gpu=True)
+    assert _core.mul_mat_rms_norm_fusions() == before
+    _core.set_fuse_rms_norm_enabled(True)
+    fused = _core.op_mul_mat_fused(w, wtype, rows, x, norm=weight, gpu=True)
+    assert _core.mul_mat_rms_norm_fusions() - before == (1 if n >= 2 else 0)
+    np.testing.assert_array_equal(fused, plain, err_msg=f"{wtype}, {n} columns, k {k}")
+    want = normed @ dense.T.astype(np.float64)
+    assert np.abs(fused - want).max() <= 3e-2 * np.abs(want).max()
+
+
+@needs_gpu
+def test_cuda_rms_norm_fusion_changes_no_logit_of_the_engine(synth_model, rms_norm_restored: None) -> None:
+    """The engine's forwards (a prefill, a verify-sized forward, decode steps) with the norms
+    before the FFN and the GDN layers' stacked input projections read by the GEMMs' quantizers:
+    some are taken, and no logit changes."""
+    path = str(synth_model("small", "q4_K_M"))
+
+    def logits() -> np.ndarray:
+        cfg = _core.EngineConfig()
+        cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers = 256, 2, 99
+        eng = _core.TargetEngine(path, cfg)
+        tokens = np.random.default_rng(6).integers(0, eng.hparams["n_vocab"], size=40).tolist()
+        rows = [eng.forward(tokens[:16], True)[0], eng.forward(tokens[16:32], True)[0]]
+        rows += [eng.forward([t], True)[0] for t in tokens[32:]]
+        return np.concatenate(rows)
+
+    _core.set_fuse_rms_norm_enabled(False)
+    plain = logits()
+    _core.set_fuse_rms_norm_enabled(True)
+    before = _core.mul_mat_rms_norm_fusions()
+    fused = logits()
+    assert _core.mul_mat_rms_norm_fusions() > before
+    np.testing.assert_array_equal(fused, plain)

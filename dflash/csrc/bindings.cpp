@@ -333,16 +333,19 @@ PYBIND11_MODULE(_core, m) {
     m.def(
         "op_mul_mat_fused",
         [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & x,
-            const std::optional<py::bytes> & gate, const std::optional<F32Array> & residual, bool gpu, int n_threads) {
+            const std::optional<py::bytes> & gate, const std::optional<F32Array> & residual,
+            const std::optional<F32Array> & norm, float eps, bool gpu, int n_threads) {
             const std::string raw = w, raw_gate = gate ? std::string(*gate) : std::string();
             std::vector<uint8_t> wb(raw.begin(), raw.end()), gb(raw_gate.begin(), raw_gate.end());
             auto r = run_mul_mat_fused(wb, gb, w_type, rows, op_input(x), residual ? op_input(*residual) : OpInput{},
-                                       gpu, n_threads);
+                                       norm ? op_input(*norm) : OpInput{}, eps, gpu, n_threads);
             return shaped(std::move(r), {x.shape(0), (py::ssize_t)rows});
         },
         py::arg("w"), py::arg("w_type"), py::arg("rows"), py::arg("x"), py::arg("gate") = py::none(),
-        py::arg("residual") = py::none(), py::arg("gpu") = false, py::arg("n_threads") = 2,
-        "swiglu(gate @ x, w @ x) (+ residual [n, rows]), the engine's FFN / residual shapes");
+        py::arg("residual") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 1e-6f,
+        py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "swiglu(gate @ x', w @ x') (+ residual [n, rows]), x' = rms_norm(x, eps) * norm when norm [k] is given, "
+        "else x: the engine's norm / FFN / residual shapes");
     m.def(
         "op_swiglu_mul_mat",
         [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & gate_up,
@@ -486,6 +489,13 @@ PYBIND11_MODULE(_core, m) {
     m.def("fuse_glu_enabled", &ggml_ext::fuse_glu_enabled);
     m.def("mul_mat_glu_fusions", &ggml_ext::mul_mat_glu_fusions,
           "how many SwiGLU nodes the matmuls' quantizers took in this process (0 without CUDA)");
+    m.def("set_fuse_rms_norm_enabled", &ggml_ext::set_fuse_rms_norm_enabled, py::arg("on"),
+          "an RMSNorm and its weight read only by the engine's matmul after them (2..256 columns) are computed by "
+          "that matmul's activation quantizer (the same outputs, one kernel fewer; on by default; "
+          "DFLASH_FUSE_RMS_NORM=0 starts it off); no effect without CUDA");
+    m.def("fuse_rms_norm_enabled", &ggml_ext::fuse_rms_norm_enabled);
+    m.def("mul_mat_rms_norm_fusions", &ggml_ext::mul_mat_rms_norm_fusions,
+          "how many RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
 
     m.def(
         "build_tree",

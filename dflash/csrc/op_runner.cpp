@@ -11,6 +11,7 @@
 #include "ggml_ext_matmul.h"
 #include "ggml_ext_top_k.h"
 #include "ggml_ext_tree.h"
+#include "graph_common.h"
 
 #include <chrono>
 #include <functional>
@@ -300,7 +301,8 @@ std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string
 
 std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::vector<uint8_t> & gate,
                                      const std::string & w_type, int64_t rows, const OpInput & x,
-                                     const OpInput & residual, bool gpu, int n_threads) {
+                                     const OpInput & residual, const OpInput & norm, float eps, bool gpu,
+                                     int n_threads) {
     const ggml_type type = weight_type(w_type);
     if (x.ne.size() != 2 || rows < 1) throw InvalidParameter("mul_mat: x must be [n, k] and rows >= 1");
     const int64_t k = x.ne[0], n = x.ne[1];
@@ -309,20 +311,31 @@ std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::
         throw InvalidParameter("mul_mat: w (and gate) must hold rows x k values of its type");
     }
     const bool has_residual = check_residual(residual, rows, n, "mul_mat");
+    const bool has_norm = !norm.ne.empty();
+    if (has_norm && (norm.ne.size() != 1 || norm.ne[0] != k || !(eps > 0.0f))) {
+        throw InvalidParameter("mul_mat: norm must hold k values and eps be > 0");
+    }
     Backends be(gpu ? 99 : 0, n_threads);
     if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
-    ggml_init_params p = {ggml_tensor_overhead() * 12 + ggml_graph_overhead(), nullptr, true};
+    ggml_init_params p = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, true};
     ggml_context * ctx = ggml_init(p);
     ggml_tensor * tw = ggml_new_tensor_2d(ctx, type, k, rows);
     ggml_tensor * tg = gate.empty() ? nullptr : ggml_new_tensor_2d(ctx, type, k, rows);
     ggml_tensor * tx = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
     ggml_tensor * tr = has_residual ? ggml_new_tensor_2d(ctx, GGML_TYPE_F32, rows, n) : nullptr;
-    // The engine's FFN and residual shapes (graph_common.h), which ggml-cuda fuses for one column.
-    ggml_tensor * out = ggml_ext::mul_mat_tiles(ctx, tw, tx);
-    if (tg) out = ggml_swiglu_split(ctx, ggml_ext::mul_mat_tiles(ctx, tg, tx), out);
+    ggml_tensor * tn = has_norm ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, k) : nullptr;
+    // The engine's norm, FFN and residual shapes (graph_common.h), which ggml-cuda fuses for one
+    // column (and ggml_ext the norm into the GEMM's quantizer for more).
+    ggml_tensor * in = tn ? rms_norm_mul(ctx, tx, tn, eps) : tx;
+    ggml_tensor * out = ggml_ext::mul_mat_tiles(ctx, tw, in);
+    if (tg) out = ggml_swiglu_split(ctx, ggml_ext::mul_mat_tiles(ctx, tg, in), out);
     if (tr) out = ggml_add(ctx, out, tr);
     return compute_op(be.main, ctx, out,
-                      {{tw, w.data()}, {tg, gate.data()}, {tx, x.data.data()}, {tr, residual.data.data()}});
+                      {{tw, w.data()},
+                       {tg, gate.data()},
+                       {tx, x.data.data()},
+                       {tr, residual.data.data()},
+                       {tn, norm.data.data()}});
 }
 
 std::vector<float> run_swiglu_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,

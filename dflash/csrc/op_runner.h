@@ -50,11 +50,14 @@ enum class MatMulTag { none = 0, invariant = 1, tiles = 2 };
 // w (rows x k, raw ggml bytes of `w_type`, e.g. "q8_0") times x (ne [k, n]) -> n x rows.
 std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
                                const OpInput & x, MatMulTag tag, bool gpu, int n_threads);
-// The engine's fused shapes: swiglu(gate x, w x) when gate is given, + residual (ne [rows, n])
-// when given; ggml-cuda fuses them into the matmul for one column.
+// The engine's fused shapes: x through an RMSNorm and its weight first when norm (ne [k]) is given
+// (rms_norm(x, eps) * norm), swiglu(gate x, w x) when gate is given, + residual (ne [rows, n])
+// when given; ggml-cuda fuses them into the matmul for one column, ggml_ext the norm for more
+// (patches/0010).
 std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::vector<uint8_t> & gate,
                                      const std::string & w_type, int64_t rows, const OpInput & x,
-                                     const OpInput & residual, bool gpu, int n_threads);
+                                     const OpInput & residual, const OpInput & norm, float eps, bool gpu,
+                                     int n_threads);
 // w times swiglu(gate, up) (+ residual [n, rows]), gate and up the halves of gate_up [n, 2k] (the
 // engine's stacked FFN), the matmul built the `tag` way: on CUDA the SwiGLU is read by the matmul's
 // quantizer (patches/0009) unless ggml_ext::set_fuse_glu_enabled(false).

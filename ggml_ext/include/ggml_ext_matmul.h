@@ -96,6 +96,15 @@ void set_fuse_glu_enabled(bool on);
 bool fuse_glu_enabled();
 int64_t mul_mat_glu_fusions();
 
+// An RMSNorm and its weight read only by the engine's tagged matmul after them, of 2..256 columns,
+// are skipped, the tensor-core GEMM's quantizer computing the norm from their inputs in ggml's
+// order (patches/0010, kernels/rms_norm_fusion.cu; the same quantized values, so the same
+// outputs): on by default (DFLASH_FUSE_RMS_NORM=0 starts it off); mul_mat_rms_norm_fusions counts
+// the norms it took (tests). No effect without CUDA.
+void set_fuse_rms_norm_enabled(bool on);
+bool fuse_rms_norm_enabled();
+int64_t mul_mat_rms_norm_fusions();
+
 // ggml_ext's mmq launch policy for tagged products (kernels/mmq_tiles.cu: one block per output
 // tile where the stream-k fixup would cost more). Off: ggml's own launch for every product (the
 // GPU oracle test compares graphs on ggml's kernels). On by default. No effect without CUDA.

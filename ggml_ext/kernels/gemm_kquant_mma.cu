@@ -82,6 +82,21 @@ std::atomic<int64_t> wgmma_count{0};
 // 48 (74.4 / 88.4 against 83.5 / 96.4; even at 32). Slower on fewer rows and fewer columns.
 bool wgmma_shape(int rows, int ncols) { return rows >= 16384 && (ncols > 32 || (ncols > 24 && rows < 32768)); }
 
+// Whether Q4_K / Q5_K rows of up to 16 columns take two row tiles a warp: when the grid of one
+// tile a warp needs more than one wave of gemm_kq::min_blocks blocks a multiprocessor and the grid
+// of two fits in one. The 27B's GDN input projection [q; k; v; z] (16480 rows) at 16 columns:
+// 1030 blocks over 792 slots, 1.3 waves, against 515 over 528; on the H200 21.0 against 25.9 us
+// (bench/results/h200-s23-mma-standalone-compare-86c19b2.txt). [gate; up] (2.75 waves) and
+// ffn_up (17408 rows: 1.37 waves against 1.03) were slower with two tiles, attn_q (0.97 waves)
+// about the same.
+bool two_tiles_fill(int rows, int n, int nsm) {
+    using F = gemm_kq::Q4KMinsMma;
+    const int nct = n <= 8 ? 1 : 2;
+    const int64_t one = (rows + 15) / 16, two = (rows + 31) / 32;
+    return one > (int64_t)gemm_kq::min_blocks<F, gemm_kq::kWarps, 1>(nct) * nsm &&
+           two <= (int64_t)gemm_kq::min_blocks<F, gemm_kq::kWarps, 2>(nct) * nsm;
+}
+
 // gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
 template <typename F, int kStages, bool kOccupancy = true, int W = gemm_kq::kWarps, bool kSplitK = true, int R = 1>
 void launch_with(const float * res, int stride_col_res, const char * w, const int8_t * yq, const float * yd,
@@ -114,12 +129,13 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
     // shared memory); two row tiles a warp (each activation load feeds two mmas) for Q4_K / Q5_K
     // at 17..32 columns where the matrix has rows for 2 blocks of them per multiprocessor: on the
     // H200 the 27B's [gate; up] 52.1 / 57.8 us at 24 / 32 columns against 58.1 / 63.5, attn_q
-    // 20.3 / 22.5 against 25.1 / 26.6, but slower at 8, 16, 48 and 64 columns (registers) and for
-    // Q6_K (2 warps a block to fit the shared memory) at every count
-    // (bench/results/h200-s12-mma-standalone-tiles-8222f0f.json).
+    // 20.3 / 22.5 against 25.1 / 26.6, but slower at 48 and 64 columns (registers) and for Q6_K
+    // (2 warps a block to fit the shared memory) at every count
+    // (bench/results/h200-s12-mma-standalone-tiles-8222f0f.json); up to 16 columns only where one
+    // tile a warp would leave the GPU's last wave mostly empty (two_tiles_fill).
     const bool long_rows = k / 256 >= gemm_kq::kLongRowBlocks && n <= 16 && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
-    const bool two_tiles = !long_rows && mma_row_tiles() == 2 && n > 16 && n <= 32 &&
-                           (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) && rows >= 2 * 32 * nsm;
+    const bool two_tiles = !long_rows && mma_row_tiles() == 2 && (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) &&
+                           (n > 16 ? n <= 32 && rows >= 2 * 32 * nsm : two_tiles_fill(rows, n, nsm));
     auto run = [&](auto f) {
         using F = decltype(f);
         gemm_kq::quantize_act<F>(x, qs, d, sums, k, n, stream);

@@ -721,10 +721,10 @@ __device__ __forceinline__ int warp_sum_int(int s) {
     return s;
 }
 
-// Activations for the kernels above: column j of the source x (act_source.cuh: floats, or a
-// SwiGLU's inputs) -> int8 qs in the tiled layout L of ncol_tiles column tiles, d = max |x| / 127
-// per kBlock (256 or 32) values and column, and the int8 sums per 32; columns ncols..8 ncol_tiles
-// - 1 are zeros. Grid (k_pad / 256, 8 ncol_tiles), 256 threads: thread i quantizes value i of its
+// Activations for the kernels above: column j of the source x (act_source.cuh: floats, a
+// SwiGLU's inputs, or an RMSNorm's input and weight) -> int8 qs in the tiled layout L of
+// ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and column, and the
+// int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256, 8 ncol_tiles), 256 threads: thread i quantizes value i of its
 // super-block.
 template <ActLayout L, int kBlock>
 static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
@@ -732,7 +732,8 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
                                              const int ncol_tiles) {
     const int col = blockIdx.y, kb = blockIdx.x;
     const int i = kb * kQk + threadIdx.x;
-    const float v = (col < ncols && i < k) ? x(col, i) : 0.0f;
+    const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // col: the same for the block
+    const float v = (col < ncols && i < k) ? x(col, i, scale) : 0.0f;
     const float amax = act_block_amax<kBlock>(v);
     const float dd = amax / 127.0f;
     const int q = amax == 0.0f ? 0 : (int)roundf(v / dd);

@@ -21,6 +21,12 @@ bool ggml_ext_cuda_mul_mat_add(ggml_backend_cuda_context & ctx, const ggml_tenso
 // the nodes it took after node i (1 or 2), or 0: ggml runs them as usual.
 int ggml_ext_cuda_try_fuse_glu(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
 
+// ggml-cuda's fusion pass at an RMS_NORM node i (patches/0010): rms_norm(x) * w read only by the
+// tagged MUL_MAT after it runs as that product, the GEMM's quantizer computing the norm from x
+// and w (rms_norm_fusion.cu). Returns the nodes it took after node i (2: the MUL and the
+// MUL_MAT), or 0: ggml runs them as usual.
+int ggml_ext_cuda_try_fuse_rms_norm(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
+
 // mmq launch policy for MUL_MAT nodes tagged ggml_ext::kMulMatTilesTag (patches/0003). While
 // ggml's mmq computes such a node (the scope, opened in ggml_cuda_mul_mat_q), launch_mul_mat_q
 // asks ggml_ext_mmq_prefer_tiles whether to run one block per output tile instead of stream-k.

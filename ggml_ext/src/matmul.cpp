@@ -55,6 +55,9 @@ int64_t mul_mat_add_fusions() { return 0; }
 void set_fuse_glu_enabled(bool) {}
 bool fuse_glu_enabled() { return false; }
 int64_t mul_mat_glu_fusions() { return 0; }
+void set_fuse_rms_norm_enabled(bool) {}
+bool fuse_rms_norm_enabled() { return false; }
+int64_t mul_mat_rms_norm_fusions() { return 0; }
 #endif
 
 }  // namespace ggml_ext

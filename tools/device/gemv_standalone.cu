@@ -745,6 +745,76 @@ void check_swiglu_source(std::mt19937 & gen) {
     }
 }
 
+// ggml's rms_norm_f32<T, true> (norm.cu), one column a block: the unfused RMSNorm and weight
+// node's output, the bits the quantizer reading the norm's input must reproduce.
+template <int T>
+__global__ void rms_norm_mul_kernel(const float * x, const float * w, float * dst, int k, float eps) {
+    const int col = blockIdx.x, tid = threadIdx.x;
+    x += (int64_t)col * k;
+    dst += (int64_t)col * k;
+    float tmp = 0.0f;
+    for (int c = tid; c < k; c += T) {
+        const float xi = x[c];
+        tmp += xi * xi;
+    }
+    __shared__ float s_sum[32];
+    tmp = warp_reduce_sum(tmp);
+    if (tid % WARP_SIZE == 0) s_sum[tid / WARP_SIZE] = tmp;
+    __syncthreads();
+    tmp = warp_reduce_sum(tid % WARP_SIZE < T / WARP_SIZE ? s_sum[tid % WARP_SIZE] : 0.0f);
+    const float mean = tmp / k;
+    const float scale = rsqrtf(mean + eps);
+    for (int c = tid; c < k; c += T) dst[c] = scale * x[c] * w[c];
+}
+
+// The GEMM's quantizer reading an RMSNorm's input and weight (act_source.cuh's column_scale;
+// rms_norm_fusion.cu) writes the bytes it writes for the norm node's output: ggml's 256-thread
+// norm (k = 768) and its 1024-thread one (k = 2304), 5 columns, the Q4_K, Q6_K and Q8_0 layouts.
+void check_rms_norm_source(std::mt19937 & gen) {
+    const int ncols = 5;
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (const auto & [what, k] : {std::pair{"q4_K", 768}, std::pair{"q4_K", 2304}, std::pair{"q6_K", 2304},
+                                   std::pair{"q8_0", 768}}) {
+        const W t = what[1] == '4' ? W::q4_K : what[1] == '6' ? W::q6_K : W::q8_0;
+        std::vector<float> xs((size_t)ncols * k), ws(k);
+        std::uniform_real_distribution<float> octaves(-6.0f, 6.0f);  // magnitudes far apart: the sum order shows
+        for (auto & v : xs) v = normal(gen) * std::exp2(octaves(gen));
+        for (auto & v : ws) v = 1.0f + 0.25f * normal(gen);
+        float *d_x = nullptr, *d_w = nullptr;
+        CK(cudaMalloc(&d_x, xs.size() * 4));
+        CK(cudaMalloc(&d_w, ws.size() * 4));
+        CK(cudaMemcpy(d_x, xs.data(), xs.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_w, ws.data(), ws.size() * 4, cudaMemcpyHostToDevice));
+        const float eps = 1e-6f;
+        MmaBuffers plain, fused;
+        plain.alloc(k, ncols, 1);
+        fused.alloc(k, ncols, 1);
+        if (k < 1024) {
+            DFLASH_LAUNCH(ncols, 256, 0, nullptr, rms_norm_mul_kernel<256>)(d_x, d_w, plain.x, k, eps);
+        } else {
+            DFLASH_LAUNCH(ncols, 1024, 0, nullptr, rms_norm_mul_kernel<1024>)(d_x, d_w, plain.x, k, eps);
+        }
+        ActSource norm;
+        norm.x = d_x;
+        norm.sx = k;
+        norm.norm_w = d_w;
+        norm.norm_eps = eps;
+        norm.norm_threads = k < 1024 ? 256 : 1024;
+        plain.quantize(t, k, ncols);
+        fused.quantize(t, k, ncols, &norm);
+        CK(cudaDeviceSynchronize());
+        const size_t np = gemm_kq::padded_columns(ncols), nq = np * k, ns = np * k / 32;
+        const size_t nd = t == W::q8_0 ? ns : np * k / 256;
+        const bool ok = to_host(plain.yq, nq) == to_host(fused.yq, nq) &&
+                        to_host(plain.yd, nd) == to_host(fused.yd, nd) && to_host(plain.ysum, ns) == to_host(fused.ysum, ns);
+        plain.free_all();
+        fused.free_all();
+        cudaFree(d_x);
+        cudaFree(d_w);
+        std::printf("{\"check_rms_norm_source\": \"%s\", \"k\": %d, \"ok\": %s}\n", what, k, ok ? "true" : "false");
+    }
+}
+
 // Random rows of type t for a check: their bytes on the device, dequantized on the host (wf).
 struct CheckWeights {
     int64_t row_bytes;
@@ -1012,6 +1082,7 @@ int main(int argc, char ** argv) {
         check_mma(W::q8_0, 37, 768, gen);
         check_wgmma_layout(gen);
         check_swiglu_source(gen);
+        check_rms_norm_source(gen);
     }
     if (what == "mma" || what == "check_mma" ||
         what == "q5q8") {  // the tensor-core GEMMs, every stage count: checked, then timed
