@@ -490,7 +490,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("mul_mat_glu_fusions", &ggml_ext::mul_mat_glu_fusions,
           "how many SwiGLU nodes the matmuls' quantizers took in this process (0 without CUDA)");
     m.def("set_fuse_rms_norm_enabled", &ggml_ext::set_fuse_rms_norm_enabled, py::arg("on"),
-          "an RMSNorm and its weight read only by the engine's matmul after them (2..256 columns) are computed by "
+          "an RMSNorm and its weight read only by the engine's matmul after them (2..32 columns) are computed by "
           "that matmul's activation quantizer (the same outputs, one kernel fewer; on by default; "
           "DFLASH_FUSE_RMS_NORM=0 starts it off); no effect without CUDA");
     m.def("fuse_rms_norm_enabled", &ggml_ext::fuse_rms_norm_enabled);

@@ -6,7 +6,8 @@
 // column_scale: the same float operations, so the quantized activations, and the outputs, are the
 // unfused graph's bits), and the norm and multiply nodes are skipped. Each quantizer block re-reads
 // its column (k floats, from L2) for the sum: cheaper than a launch and a round trip of the normed
-// output. The GEMM only (2..256 columns): one column keeps the GEMV and the norm kernel.
+// output up to kMaxColumns columns, where the re-reads stay few. The GEMM only: one column keeps the
+// GEMV and the norm kernel.
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
 #include "ggml_ext_matmul_cuda.cuh"
@@ -24,6 +25,15 @@ bool fuse_rms_norm_flag = [] {
     return !(e && e[0] == '0');
 }();
 std::atomic<int64_t> rms_norm_fusions{0};
+
+// Columns up to which the quantizer computes the norm (DFLASH_FUSE_RMS_NORM_COLUMNS for benches):
+// a quantizer block per 256 values and column re-reads its column, 64 x 20 blocks of 20 KB a
+// launch for a 64-token verify of the 27B.
+constexpr int kMaxColumns = 32;
+int max_columns_flag = [] {
+    const char * e = std::getenv("DFLASH_FUSE_RMS_NORM_COLUMNS");
+    return e && std::atoi(e) >= 2 ? std::atoi(e) : kMaxColumns;
+}();
 
 bool plain_f32_matrix(const ggml_tensor * t) {
     return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[2] == 1 && t->ne[3] == 1;
@@ -69,7 +79,7 @@ int ggml_ext_cuda_try_fuse_rms_norm(ggml_backend_cuda_context & ctx, ggml_cgraph
         return 0;
     }
     const int64_t n = mul->ne[1];
-    if (n < 2 || !ggml_ext_cuda_gemm_mma_from(ctx, mm->src[0], x, n, mm, nullptr)) return 0;
+    if (n < 2 || n > max_columns_flag || !ggml_ext_cuda_gemm_mma_from(ctx, mm->src[0], x, n, mm, nullptr)) return 0;
     rms_norm_fusions++;
     return 2;
 }

@@ -233,22 +233,23 @@ fi
 
 # `gpu_bench.sh q1` (session 24, a fresh machine, SETUP_TARGETS=_core): the RMSNorm read by the
 # GEMM's quantizer (patches/0010) and two row tiles a warp by the wave count up to 16 columns. After
-# the build the 27B's kernels a step (forwards of 1, 16, 32, 64 tokens) with both, then without each
-# (forwards of 1 and 16; Q1_VARS), then the CUDA tests of the GEMM, the fusions and the
-# speculative loops (Q1_TESTS), then AR next to libllama when time is left.
+# the build the 27B's kernels a step (forwards of 1, 16, 32, 64 tokens) with both, then with each
+# of Q1_VARS (VAR=VALUE:FORWARDS), then the CUDA tests of the GEMM, the fusions and the
+# speculative loops (Q1_TESTS), then AR next to libllama when Q1_AR is set and time is left.
 if [ "$stage" = q1 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
   wait_27b 70
   KP_ARGS="--forwards 1,16,32,64" kernel_profile 70
-  for v in ${Q1_VARS-DFLASH_FUSE_RMS_NORM=0 DFLASH_MMA_ROW_TILES=1}; do
-    [ "$(left)" -ge 200 ] || break
-    KP_ARGS="--forwards 1,16" kernel_profile 50 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
+  for vf in ${Q1_VARS-DFLASH_FUSE_RMS_NORM=0:1,16 DFLASH_MMA_ROW_TILES=1:1,16}; do
+    [ "$(left)" -ge 150 ] || break
+    v=${vf%%:*}
+    KP_ARGS="--forwards ${vf#*:}" kernel_profile 50 "h200-27b-kernels-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
   done
   grep -E "wall" "$OUT"/h200-27b-kernels*.log | cut -c1-200
   [ "$(left)" -ge 60 ] && run_cuda_suite "$(( $(left) > 200 ? 150 : $(left) - 45 ))" \
     -k "${Q1_TESTS:-rms_norm or glu or gemm or mma or stacked or residual or spec_chain or verify}"
-  [ "$(left)" -ge 80 ] && ar_bench 70 /tmp/q27.gguf h200-27b-ar.json
+  [ -n "${Q1_AR-1}" ] && [ "$(left)" -ge 80 ] && ar_bench 70 /tmp/q27.gguf h200-27b-ar.json
   exit 0
 fi
 
