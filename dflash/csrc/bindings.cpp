@@ -342,8 +342,8 @@ PYBIND11_MODULE(_core, m) {
             return shaped(std::move(r), {x.shape(0), (py::ssize_t)rows});
         },
         py::arg("w"), py::arg("w_type"), py::arg("rows"), py::arg("x"), py::arg("gate") = py::none(),
-        py::arg("residual") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 1e-6f,
-        py::arg("gpu") = false, py::arg("n_threads") = 2,
+        py::arg("residual") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 1e-6f, py::arg("gpu") = false,
+        py::arg("n_threads") = 2,
         "swiglu(gate @ x', w @ x') (+ residual [n, rows]), x' = rms_norm(x, eps) * norm when norm [k] is given, "
         "else x: the engine's norm / FFN / residual shapes");
     m.def(
@@ -352,8 +352,7 @@ PYBIND11_MODULE(_core, m) {
             const std::optional<F32Array> & residual, bool invariant, bool gpu, int n_threads) {
             const std::string raw = w;
             std::vector<uint8_t> wb(raw.begin(), raw.end());
-            auto r = run_swiglu_mul_mat(wb, w_type, rows, op_input(gate_up),
-                                        residual ? op_input(*residual) : OpInput{},
+            auto r = run_swiglu_mul_mat(wb, w_type, rows, op_input(gate_up), residual ? op_input(*residual) : OpInput{},
                                         invariant ? MatMulTag::invariant : MatMulTag::tiles, gpu, n_threads);
             return shaped(std::move(r), {gate_up.shape(0), (py::ssize_t)rows});
         },
@@ -490,7 +489,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("mul_mat_glu_fusions", &ggml_ext::mul_mat_glu_fusions,
           "how many SwiGLU nodes the matmuls' quantizers took in this process (0 without CUDA)");
     m.def("set_fuse_rms_norm_enabled", &ggml_ext::set_fuse_rms_norm_enabled, py::arg("on"),
-          "an RMSNorm and its weight read only by the engine's matmul after them (2..32 columns) are computed by "
+          "an RMSNorm and its weight read only by the engine's matmul after them (2..64 columns) are computed by "
           "that matmul's activation quantizer (the same outputs, one kernel fewer; on by default; "
           "DFLASH_FUSE_RMS_NORM=0 starts it off); no effect without CUDA");
     m.def("fuse_rms_norm_enabled", &ggml_ext::fuse_rms_norm_enabled);

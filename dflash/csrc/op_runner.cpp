@@ -330,12 +330,9 @@ std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::
     ggml_tensor * out = ggml_ext::mul_mat_tiles(ctx, tw, in);
     if (tg) out = ggml_swiglu_split(ctx, ggml_ext::mul_mat_tiles(ctx, tg, in), out);
     if (tr) out = ggml_add(ctx, out, tr);
-    return compute_op(be.main, ctx, out,
-                      {{tw, w.data()},
-                       {tg, gate.data()},
-                       {tx, x.data.data()},
-                       {tr, residual.data.data()},
-                       {tn, norm.data.data()}});
+    return compute_op(
+        be.main, ctx, out,
+        {{tw, w.data()}, {tg, gate.data()}, {tx, x.data.data()}, {tr, residual.data.data()}, {tn, norm.data.data()}});
 }
 
 std::vector<float> run_swiglu_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,

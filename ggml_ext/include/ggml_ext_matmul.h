@@ -96,7 +96,7 @@ void set_fuse_glu_enabled(bool on);
 bool fuse_glu_enabled();
 int64_t mul_mat_glu_fusions();
 
-// An RMSNorm and its weight read only by the engine's tagged matmul after them, of 2..32 columns,
+// An RMSNorm and its weight read only by the engine's tagged matmul after them, of 2..64 columns,
 // are skipped, the tensor-core GEMM's quantizer computing the norm from their inputs in ggml's
 // order (patches/0010, kernels/rms_norm_fusion.cu; the same quantized values, so the same
 // outputs): on by default (DFLASH_FUSE_RMS_NORM=0 starts it off); mul_mat_rms_norm_fusions counts

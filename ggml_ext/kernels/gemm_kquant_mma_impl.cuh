@@ -724,8 +724,8 @@ __device__ __forceinline__ int warp_sum_int(int s) {
 // Activations for the kernels above: column j of the source x (act_source.cuh: floats, a
 // SwiGLU's inputs, or an RMSNorm's input and weight) -> int8 qs in the tiled layout L of
 // ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and column, and the
-// int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256, 8 ncol_tiles), 256 threads: thread i quantizes value i of its
-// super-block.
+// int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256, 8 ncol_tiles),
+// 256 threads: thread i quantizes value i of its super-block.
 template <ActLayout L, int kBlock>
 static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
                                              int * __restrict__ sums, const int k, const int ncols,

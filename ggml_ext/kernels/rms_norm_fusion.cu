@@ -1,13 +1,15 @@
 // RMSNorm read by the quantizer of the weight matmul after it (patches/0010). A verify of the 27B
 // runs 129 RMSNorm + weight nodes of n x 5120 floats (ggml-cuda fuses each pair into one
-// rms_norm_f32 kernel, ~4.5 us on the H200 at 16 tokens), 112 of them read only by one tagged
+// rms_norm_f32 kernel, ~4.5 us on the H200 at 16 tokens); 97 of them are read only by one tagged
 // product: the FFN's [gate; up] and the GDN layers' stacked input projections. Here the GEMM's
 // quantizer computes the column's norm scale itself, in rms_norm_f32's order (act_source.cuh's
 // column_scale: the same float operations, so the quantized activations, and the outputs, are the
 // unfused graph's bits), and the norm and multiply nodes are skipped. Each quantizer block re-reads
 // its column (k floats, from L2) for the sum: cheaper than a launch and a round trip of the normed
-// output up to kMaxColumns columns, where the re-reads stay few. The GEMM only: one column keeps the
-// GEMV and the norm kernel.
+// output up to kMaxColumns columns. The GEMM only: one column keeps the GEMV and the norm kernel.
+// H200, the 27B (session 24, kernel_profile, same run): a forward of 16 / 32 tokens 9.43 / 12.95
+// ms of kernels against 9.75 / 13.19 unfused (the quantizers 0.13 / 0.17 ms slower, the norms
+// 0.43 ms fewer), 64 tokens 19.37 against 19.47; bench/results/h200-s24-27b-kernels-2ea4ca3*.json.
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
 #include "ggml_ext_matmul_cuda.cuh"
@@ -28,8 +30,9 @@ std::atomic<int64_t> rms_norm_fusions{0};
 
 // Columns up to which the quantizer computes the norm (DFLASH_FUSE_RMS_NORM_COLUMNS for benches):
 // a quantizer block per 256 values and column re-reads its column, 64 x 20 blocks of 20 KB a
-// launch for a 64-token verify of the 27B.
-constexpr int kMaxColumns = 32;
+// launch for a 64-token verify of the 27B, and still gained there on the H200 (19.37 against
+// 19.47 ms of kernels, session 24); more columns run in launches of 64 and stay unfused (not measured).
+constexpr int kMaxColumns = 64;
 int max_columns_flag = [] {
     const char * e = std::getenv("DFLASH_FUSE_RMS_NORM_COLUMNS");
     return e && std::atoi(e) >= 2 ? std::atoi(e) : kMaxColumns;

@@ -773,8 +773,8 @@ __global__ void rms_norm_mul_kernel(const float * x, const float * w, float * ds
 void check_rms_norm_source(std::mt19937 & gen) {
     const int ncols = 5;
     std::normal_distribution<float> normal(0.0f, 2.0f);
-    for (const auto & [what, k] : {std::pair{"q4_K", 768}, std::pair{"q4_K", 2304}, std::pair{"q6_K", 2304},
-                                   std::pair{"q8_0", 768}}) {
+    for (const auto & [what, k] :
+         {std::pair{"q4_K", 768}, std::pair{"q4_K", 2304}, std::pair{"q6_K", 2304}, std::pair{"q8_0", 768}}) {
         const W t = what[1] == '4' ? W::q4_K : what[1] == '6' ? W::q6_K : W::q8_0;
         std::vector<float> xs((size_t)ncols * k), ws(k);
         std::uniform_real_distribution<float> octaves(-6.0f, 6.0f);  // magnitudes far apart: the sum order shows
@@ -806,7 +806,8 @@ void check_rms_norm_source(std::mt19937 & gen) {
         const size_t np = gemm_kq::padded_columns(ncols), nq = np * k, ns = np * k / 32;
         const size_t nd = t == W::q8_0 ? ns : np * k / 256;
         const bool ok = to_host(plain.yq, nq) == to_host(fused.yq, nq) &&
-                        to_host(plain.yd, nd) == to_host(fused.yd, nd) && to_host(plain.ysum, ns) == to_host(fused.ysum, ns);
+                        to_host(plain.yd, nd) == to_host(fused.yd, nd) &&
+                        to_host(plain.ysum, ns) == to_host(fused.ysum, ns);
         plain.free_all();
         fused.free_all();
         cudaFree(d_x);
