@@ -310,27 +310,28 @@ def test_cuda_swiglu_read_by_the_quantizer_gives_the_unfused_bits(
     assert np.abs(got - want).max() <= 3e-2 * np.abs(want).max()
 
 
+def _engine_logits(path: str, seed: int) -> np.ndarray:
+    """The engine's forwards on CUDA: a prefill of 16 tokens, a verify-sized forward of 16, then
+    8 decode steps; their logits."""
+    cfg = _core.EngineConfig()
+    cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers = 256, 2, 99
+    eng = _core.TargetEngine(path, cfg)
+    tokens = np.random.default_rng(seed).integers(0, eng.hparams["n_vocab"], size=40).tolist()
+    rows = [eng.forward(tokens[:16], True)[0], eng.forward(tokens[16:32], True)[0]]
+    rows += [eng.forward([t], True)[0] for t in tokens[32:]]
+    return np.concatenate(rows)
+
+
 @needs_gpu
 def test_cuda_glu_fusion_changes_no_logit_of_the_engine(synth_model, glu_restored: None) -> None:
-    """The engine's forwards (a prefill, a verify-sized forward, decode steps) with the SwiGLU
-    nodes read by the matmuls' quantizers: the FFN's (stacked [gate; up] on CUDA) and the delta
-    rule's gated outputs are taken, and no logit changes."""
+    """The SwiGLU nodes read by the matmuls' quantizers: the FFN's (stacked [gate; up] on CUDA)
+    and the delta rule's gated outputs are taken, and no logit changes."""
     path = str(synth_model("small", "q4_K_M"))
-
-    def logits() -> np.ndarray:
-        cfg = _core.EngineConfig()
-        cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers = 256, 2, 99
-        eng = _core.TargetEngine(path, cfg)
-        tokens = np.random.default_rng(5).integers(0, eng.hparams["n_vocab"], size=40).tolist()
-        rows = [eng.forward(tokens[:16], True)[0], eng.forward(tokens[16:32], True)[0]]
-        rows += [eng.forward([t], True)[0] for t in tokens[32:]]
-        return np.concatenate(rows)
-
     _core.set_fuse_glu_enabled(False)
-    plain = logits()
+    plain = _engine_logits(path, 5)
     _core.set_fuse_glu_enabled(True)
     before = _core.mul_mat_glu_fusions()
-    fused = logits()
+    fused = _engine_logits(path, 5)
     assert _core.mul_mat_glu_fusions() > before
     np.testing.assert_array_equal(fused, plain)
 
@@ -405,24 +406,13 @@ def test_cuda_rms_norm_read_by_the_quantizer_gives_the_unfused_bits(
 
 @needs_gpu
 def test_cuda_rms_norm_fusion_changes_no_logit_of_the_engine(synth_model, rms_norm_restored: None) -> None:
-    """The engine's forwards (a prefill, a verify-sized forward, decode steps) with the norms
-    before the FFN and the GDN layers' stacked input projections read by the GEMMs' quantizers:
-    some are taken, and no logit changes."""
+    """The norms before the FFN and the GDN layers' stacked input projections read by the GEMMs'
+    quantizers in the forwards of 16 tokens: some are taken, and no logit changes."""
     path = str(synth_model("small", "q4_K_M"))
-
-    def logits() -> np.ndarray:
-        cfg = _core.EngineConfig()
-        cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers = 256, 2, 99
-        eng = _core.TargetEngine(path, cfg)
-        tokens = np.random.default_rng(6).integers(0, eng.hparams["n_vocab"], size=40).tolist()
-        rows = [eng.forward(tokens[:16], True)[0], eng.forward(tokens[16:32], True)[0]]
-        rows += [eng.forward([t], True)[0] for t in tokens[32:]]
-        return np.concatenate(rows)
-
     _core.set_fuse_rms_norm_enabled(False)
-    plain = logits()
+    plain = _engine_logits(path, 6)
     _core.set_fuse_rms_norm_enabled(True)
     before = _core.mul_mat_rms_norm_fusions()
-    fused = logits()
+    fused = _engine_logits(path, 6)
     assert _core.mul_mat_rms_norm_fusions() > before
     np.testing.assert_array_equal(fused, plain)

@@ -161,10 +161,6 @@ bool engine_product(const ggml_tensor * dst, const ggml_tensor * src0, const ggm
     return node && (ggml_ext::is_mul_mat_tiles(node) || ggml_ext::is_mul_mat_invariant(node));
 }
 
-bool plain_f32_columns(const ggml_tensor * t) {
-    return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[2] == 1 && t->ne[3] == 1;
-}
-
 ActSource plain_source(const ggml_tensor * t) {
     ActSource s;
     s.x = (const float *)t->data;

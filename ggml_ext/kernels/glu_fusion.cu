@@ -23,16 +23,12 @@ bool fuse_glu_flag = [] {
 }();
 std::atomic<int64_t> glu_fusions{0};
 
-bool plain_f32_matrix(const ggml_tensor * t) {
-    return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[2] == 1 && t->ne[3] == 1;
-}
-
 // The source of a split SwiGLU node (silu(src0) * src1, not swapped), f32 matrices of its shape.
 bool swiglu_source(const ggml_tensor * glu, ActSource & s) {
     const ggml_tensor * a = glu->src[0];
     const ggml_tensor * b = glu->src[1];
     if (glu->op != GGML_OP_GLU || ggml_get_glu_op(glu) != GGML_GLU_OP_SWIGLU || ggml_get_op_params_i32(glu, 1) != 0 ||
-        !a || !b || !plain_f32_matrix(glu) || !plain_f32_matrix(a) || !plain_f32_matrix(b) ||
+        !a || !b || !plain_f32_columns(glu) || !plain_f32_columns(a) || !plain_f32_columns(b) ||
         !ggml_are_same_shape(a, glu) || !ggml_are_same_shape(b, glu)) {
         return false;
     }

@@ -38,17 +38,13 @@ int max_columns_flag = [] {
     return e && std::atoi(e) >= 2 ? std::atoi(e) : kMaxColumns;
 }();
 
-bool plain_f32_matrix(const ggml_tensor * t) {
-    return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[2] == 1 && t->ne[3] == 1;
-}
-
 // The source of rms_norm(x) * w (w a row of x's width, broadcast over the columns).
 bool rms_norm_source(const ggml_tensor * norm, const ggml_tensor * mul, ActSource & s) {
     const ggml_tensor * x = norm->src[0];
     const ggml_tensor * w = mul->src[1];
-    if (mul->src[0] != norm || !x || !w || !plain_f32_matrix(x) || !plain_f32_matrix(norm) || !plain_f32_matrix(mul) ||
-        !ggml_are_same_shape(x, norm) || !ggml_are_same_shape(norm, mul) || w->type != GGML_TYPE_F32 ||
-        !ggml_is_contiguous(w) || ggml_nelements(w) != x->ne[0] || w->ne[0] != x->ne[0]) {
+    if (mul->src[0] != norm || !x || !w || !plain_f32_columns(x) || !plain_f32_columns(norm) ||
+        !plain_f32_columns(mul) || !ggml_are_same_shape(x, norm) || !ggml_are_same_shape(norm, mul) ||
+        w->type != GGML_TYPE_F32 || !ggml_is_contiguous(w) || ggml_nelements(w) != x->ne[0] || w->ne[0] != x->ne[0]) {
         return false;
     }
     float eps;
