@@ -22,6 +22,7 @@
 #include "ggml_ext_gemv_cuda.cuh"
 #include "gemv_kquant_impl.cuh"
 #include "ggml_ext_matmul.h"
+#include "ggml_ext_matmul_cuda.cuh"
 
 #include <cstdlib>
 

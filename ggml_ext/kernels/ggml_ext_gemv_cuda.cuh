@@ -35,12 +35,6 @@ void ggml_ext_gemv_launch_q5_k(const GemvArgs & args, const GemvShape & shape, c
 void ggml_ext_gemv_launch_q6_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
 void ggml_ext_gemv_launch_q8_0(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
 
-// A 2-D f32 tensor whose columns (ne[0] values each) are contiguous, nb[1] bytes apart: what the
-// quantizers read and the kernels write.
-inline bool plain_f32_columns(const ggml_tensor * t) {
-    return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[2] == 1 && t->ne[3] == 1;
-}
-
 // Whether the kernel takes weight w times ncols columns (type, shape, alignment, enabled).
 bool ggml_ext_gemv_supports(const ggml_tensor * w, int64_t ncols);
 // x: ncols columns of k floats (or a SwiGLU's inputs) -> qs (ncols x k_pad int8) and d (ncols x

@@ -9,6 +9,12 @@
 
 bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 
+// A 2-D f32 tensor whose columns (ne[0] values each) are contiguous, nb[1] bytes apart: what the
+// quantizers read and the kernels write.
+inline bool plain_f32_columns(const ggml_tensor * t) {
+    return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[2] == 1 && t->ne[3] == 1;
+}
+
 // ggml-cuda's mul_mat + add fusion for tagged MUL_MAT nodes (patches/0008): mm's product of 2..48
 // columns through the tensor-core GEMM with res (the add's other operand) added as add's outputs are written, the
 // same float addition as the add node's. False when it does not take them (ggml runs both nodes).
