@@ -322,20 +322,6 @@ def _engine_logits(path: str, seed: int) -> np.ndarray:
     return np.concatenate(rows)
 
 
-@needs_gpu
-def test_cuda_glu_fusion_changes_no_logit_of_the_engine(synth_model, glu_restored: None) -> None:
-    """The SwiGLU nodes read by the matmuls' quantizers: the FFN's (stacked [gate; up] on CUDA)
-    and the delta rule's gated outputs are taken, and no logit changes."""
-    path = str(synth_model("small", "q4_K_M"))
-    _core.set_fuse_glu_enabled(False)
-    plain = _engine_logits(path, 5)
-    _core.set_fuse_glu_enabled(True)
-    before = _core.mul_mat_glu_fusions()
-    fused = _engine_logits(path, 5)
-    assert _core.mul_mat_glu_fusions() > before
-    np.testing.assert_array_equal(fused, plain)
-
-
 @pytest.fixture
 def rms_norm_restored() -> Iterator[None]:
     was = _core.fuse_rms_norm_enabled()
@@ -405,14 +391,21 @@ def test_cuda_rms_norm_read_by_the_quantizer_gives_the_unfused_bits(
 
 
 @needs_gpu
-def test_cuda_rms_norm_fusion_changes_no_logit_of_the_engine(synth_model, rms_norm_restored: None) -> None:
-    """The norms before the FFN and the GDN layers' stacked input projections read by the GEMMs'
-    quantizers in the forwards of 16 tokens: some are taken, and no logit changes."""
+@pytest.mark.parametrize("fusion,seed", [("glu", 5), ("rms_norm", 6)])
+def test_cuda_fusion_changes_no_logit_of_the_engine(
+    synth_model, fusion: str, seed: int, glu_restored: None, rms_norm_restored: None
+) -> None:
+    """The engine's forwards with a fusion on against off: glu, the SwiGLU nodes read by the
+    matmuls' quantizers (the FFN's stacked [gate; up] on CUDA, the delta rule's gated outputs);
+    rms_norm, the norms before the FFN and the GDN layers' stacked input projections read by the
+    GEMMs' quantizers (the 16-token forwards). Some are taken, and no logit changes."""
+    set_enabled = getattr(_core, f"set_fuse_{fusion}_enabled")
+    fusions = getattr(_core, f"mul_mat_{fusion}_fusions")
     path = str(synth_model("small", "q4_K_M"))
-    _core.set_fuse_rms_norm_enabled(False)
-    plain = _engine_logits(path, 6)
-    _core.set_fuse_rms_norm_enabled(True)
-    before = _core.mul_mat_rms_norm_fusions()
-    fused = _engine_logits(path, 6)
-    assert _core.mul_mat_rms_norm_fusions() > before
+    set_enabled(False)
+    plain = _engine_logits(path, seed)
+    set_enabled(True)
+    before = fusions()
+    fused = _engine_logits(path, seed)
+    assert fusions() > before
     np.testing.assert_array_equal(fused, plain)
