@@ -472,10 +472,6 @@ PYBIND11_MODULE(_core, m) {
     m.def("wgmma_enabled", &ggml_ext::wgmma_enabled);
     m.def("wgmma_built", &ggml_ext::wgmma_built, "whether this build has the wgmma GEMM (CUDA for sm_90a)");
     m.def("wgmma_launches", &ggml_ext::wgmma_launches, "launches of the wgmma GEMM so far (tests)");
-    m.def("set_wgmma_stream_k_enabled", &ggml_ext::set_wgmma_stream_k_enabled, py::arg("on"),
-          "the wgmma GEMM split stream-K, equal runs of (row tile, super-block) a CTA (on by default; "
-          "DFLASH_WGMMA_STREAMK=0 starts it off: one CTA a tile)");
-    m.def("wgmma_stream_k_enabled", &ggml_ext::wgmma_stream_k_enabled);
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

@@ -79,11 +79,6 @@ void set_wgmma_enabled(bool on);
 bool wgmma_enabled();
 bool wgmma_built();
 int64_t wgmma_launches();
-// The wgmma form split stream-K (its CTAs take equal runs of (row tile, super-block) units, a tile
-// split between CTAs summed in CTA order by the last one): on by default (DFLASH_WGMMA_STREAMK=0
-// starts it off, one CTA a tile). The sums' order differs from one CTA a tile by float rounding.
-void set_wgmma_stream_k_enabled(bool on);
-bool wgmma_stream_k_enabled();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to 48 columns (patches/0008): the
 // residual added as the GEMM writes its outputs, the same float addition as the add node's. On by default

@@ -26,8 +26,6 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 
 namespace {
 
@@ -78,33 +76,6 @@ bool wgmma_flag = [] {
 }();
 std::atomic<int64_t> wgmma_count{0};
 
-// Stream-K for the wgmma form (its CTAs take equal runs of (row tile, super-block) units; on the
-// H200 the 27B's [gate; up], 544 tiles over 264 resident CTAs, ran in 2.06 waves as whole tiles).
-// DFLASH_WGMMA_STREAMK=0 keeps one CTA a tile.
-bool wgmma_stream_k_flag = [] {
-    const char * e = std::getenv("DFLASH_WGMMA_STREAMK");
-    return !(e && e[0] == '0');
-}();
-
-// Stream-K's tile counters of a stream: one int a row tile, zeroed once here and left zero by every
-// launch (the last CTA of a tile resets its counter), so no memset node a GEMM. A stream's GEMMs run
-// one after another; ggml's concurrent streams each get their own. Allocated at a stream's first
-// wgmma GEMM, which ggml runs eagerly (its CUDA graphs capture after warm-up evaluations; a capture
-// in relaxed mode would take the allocation too, and the memset as a node).
-constexpr int kStreamKTiles = 1 << 16;
-constexpr int kStreamKCtasPerSm = 3;  // the workspace's bound (64 columns hold 2 a multiprocessor)
-int * stream_k_counters(cudaStream_t stream) {
-    static std::mutex mu;
-    static std::map<cudaStream_t, int *> by_stream;
-    std::lock_guard<std::mutex> lock(mu);
-    int *& c = by_stream[stream];
-    if (!c) {
-        CUDA_CHECK(cudaMalloc(&c, kStreamKTiles * sizeof(int)));
-        CUDA_CHECK(cudaMemsetAsync(c, 0, kStreamKTiles * sizeof(int), stream));
-    }
-    return c;
-}
-
 // The shapes where the wgmma form beat the mma.sync forms on the H200 (session 19, standalone,
 // bench/results/h200-s19-wgmma-staging.json): [gdn q; k; v; z] (16480 rows) from 32 columns
 // (28.2 / 32.8 / 35.5 us at 32 / 48 / 64 against 31.1 / 38.5 / 48.0), [gate; up] (34816) from
@@ -143,16 +114,12 @@ void launch_with(const float * res, int stride_col_res, const char * w, const in
 // One launch of the GEMM for nc <= 64 columns: quantize x, then the kernel for type t.
 void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSource & x, const char * w,
                 int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
-                float * ws, int nsm, bool hopper, cudaStream_t stream) {
+                int nsm, bool hopper, cudaStream_t stream) {
     constexpr int kS = gemm_kq::kDefaultStages;
     if (kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && r_ptr == nullptr &&
         wgmma_shape(rows, n)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
-        gemm_kq::WgSplit split;
-        if (wgmma_stream_k_flag && ws && (rows + gemm_kq::kWgRows - 1) / gemm_kq::kWgRows <= kStreamKTiles) {
-            split = {ws, stream_k_counters(stream), nsm, 0, kStreamKCtasPerSm * nsm};
-        }
-        if (gemm_kq::launch_q4k_wgmma(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, split)) {
+        if (gemm_kq::launch_q4k_wgmma(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream)) {
             ++wgmma_count;
             return;
         }
@@ -208,8 +175,6 @@ void set_mma_max_columns(int n) {
 }
 int mma_max_columns() { return mma_max_columns_flag; }
 void set_wgmma_enabled(bool on) { wgmma_flag = kWgmmaBuilt && on; }
-void set_wgmma_stream_k_enabled(bool on) { wgmma_stream_k_flag = on; }
-bool wgmma_stream_k_enabled() { return wgmma_stream_k_flag; }
 bool wgmma_enabled() { return wgmma_flag; }
 bool wgmma_built() { return kWgmmaBuilt; }
 int64_t wgmma_launches() { return wgmma_count.load(); }
@@ -258,10 +223,6 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
     ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)np * k);
     ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 32));  // per 256 values, or per 32 (Q8_0)
     ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
-    const int nsm = ggml_cuda_info().devices[ctx.device].nsm;
-    // the wgmma form's stream-K pieces (two a CTA)
-    const bool wg_rows = kWgmmaBuilt && wgmma_flag && wgmma_stream_k_flag && t == GGML_TYPE_Q4_K && !res;
-    ggml_cuda_pool_alloc<float> ws(ctx.pool(), wg_rows ? gemm_kq::wg_ws_floats(kStreamKCtasPerSm * nsm) : 1);
     static const bool mins_int = [] {
         const char * e = std::getenv("DFLASH_MMA_MINS_INT");
         return e && e[0] == '1';
@@ -274,7 +235,8 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
         float * out = (float *)dst->data + c0 * sd;
         const float * r_ptr = res ? (const float *)res->data + c0 * sr : nullptr;
         gemm_chunk(t, mins_int, nc, rows, (int)k, x.columns_from(c0), w, (int64_t)src0->nb[1], out, sd, r_ptr, sr,
-                   qs.get(), d.get(), sums.get(), wg_rows ? ws.get() : nullptr, nsm, cc == GGML_CUDA_CC_HOPPER, stream);
+                   qs.get(), d.get(), sums.get(), ggml_cuda_info().devices[ctx.device].nsm, cc == GGML_CUDA_CC_HOPPER,
+                   stream);
     }
     CUDA_CHECK(cudaGetLastError());
     return true;

@@ -156,61 +156,36 @@ struct WgPlan {
     static constexpr int kSumBytes = N * 8 * (int)sizeof(int);
     static constexpr int kDBytes = N * (int)sizeof(float);
     static constexpr int kStageBytes = kWBytes + kBBytes + kSumBytes + kDBytes;
-    static constexpr int kWsFloats = 2 * 128 * WG * (N / 2);  // a CTA's two pieces of tiles (stream-K)
 };
-
-// The CTA whose run of units holds unit u, the runs [units c / G, units (c + 1) / G) (stream-K).
-__device__ __forceinline__ int stream_k_cta_of(int u, int units, int G) {
-    int c = (int)((int64_t)u * G / units);
-    while (c > 0 && (int64_t)units * c / G > u) --c;
-    while (c < G - 1 && (int64_t)units * (c + 1) / G <= u) ++c;
-    return c;
-}
 
 // N: padded columns (16, 24, 32, 48, 64); S: stages; WG: warpgroups a block (each its 64 rows; one
 // copy of the activations for all); MB: blocks a multiprocessor should hold (registers). Block (32, 4 WG).
-// The work is (row tile, super-block) units; CTA c takes the run [units c / G, units (c + 1) / G)
-// (stream-K, G = gridDim.x): with G = tiles each CTA owns one tile (no pieces, ws and counters
-// unused); with G = the resident CTAs no wave is left mostly empty whatever the row count (the
-// 27B's [gate; up], 544 tiles over 264 CTAs, is 2.06 waves as whole tiles). A tile split between
-// CTAs is summed by the last of them to finish, in CTA order (the same bits every run), from ws
-// (kWsFloats a CTA); counters (one int a tile) must be zero and are left zero.
 template <int N, int S, int WG, int MB>
 __global__ void __launch_bounds__(128 * WG, MB)
     gemm_q4k_wgmma_kernel(const char * __restrict__ w, const int8_t * __restrict__ qs, const float * __restrict__ yd,
-                          const int * __restrict__ ysum, float * __restrict__ dst, float * __restrict__ ws,
-                          int * __restrict__ counters, const int nrows, const int nblocks, const int64_t row_bytes,
-                          const int ncols, const int stride_col_dst, const int lbo, const int sbo) {
+                          const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
+                          const int64_t row_bytes, const int ncols, const int stride_col_dst, const int lbo,
+                          const int sbo) {
 #if defined(DFLASH_WGMMA)
     using P = WgPlan<N, WG>;
     constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows;
     constexpr int NT = N / 8;
     extern __shared__ __align__(128) char wg_smem[];
-    __shared__ int last_piece;
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
     const int g = lane >> 2, t = lane & 3;
+    const int row_base = blockIdx.x * kBlockRows;
     const int wq = warp & 3, wrow = 64 * (warp >> 2) + 16 * wq;  // the warp's rank in its warpgroup, first row
-    const int tiles = (nrows + kBlockRows - 1) / kBlockRows, units = tiles * nblocks;
-    const int G = gridDim.x, cta = blockIdx.x;
-    const int u0 = (int)((int64_t)units * cta / G), u1 = (int)((int64_t)units * (cta + 1) / G);
-    if (u0 >= u1) return;
-    // This thread's 16-byte chunks of the tile's 144-byte weight rows, addressed at each new tile
-    // (a super-block adds 144): the staging is a few adds and cp.asyncs a super-block.
+    // This thread's 16-byte chunks of the block's 144-byte weight rows, addressed once (super-block
+    // 0; a super-block adds 144): the staging is a few adds and cp.asyncs a super-block.
     constexpr int kWTotal = kBlockRows * 9, kWChunks = (kWTotal + kThreads - 1) / kThreads;
     const char * wsrc[kWChunks];
     int wdst[kWChunks];
 #pragma unroll
     for (int i = 0; i < kWChunks; ++i) {
-        const int c = min(tid + i * kThreads, kWTotal - 1), r = c / 9;
-        wdst[i] = r * 144 + 16 * (c - 9 * r);
+        const int c = min(tid + i * kThreads, kWTotal - 1), r = c / 9, ch = c - 9 * r;
+        wsrc[i] = w + (int64_t)min(row_base + r, nrows - 1) * row_bytes + 16 * ch;
+        wdst[i] = r * 144 + 16 * ch;
     }
-    auto address_tile = [&](int tile) {
-#pragma unroll
-        for (int i = 0; i < kWChunks; ++i) {
-            const int r = wdst[i] / 144;
-            wsrc[i] = w + (int64_t)min(tile * kBlockRows + r, nrows - 1) * row_bytes + (wdst[i] - 144 * r);
-        }
-    };
     // n 16-byte chunks from src to dst, spread over the block's threads (trip counts known here)
     auto copy_chunks = [&](char * dst, const char * src, auto n_tag) {
         constexpr int n = decltype(n_tag)::value;
@@ -220,168 +195,124 @@ __global__ void __launch_bounds__(128 * WG, MB)
             if (n % kThreads == 0 || c < n) cp_async_16(dst + 16 * c, src + 16 * c);
         }
     };
-    // the next unit to stage: (p_tile, p_kb), stepped along without divisions
-    int p_tile = u0 / nblocks, p_kb = u0 - p_tile * nblocks;
-    address_tile(p_tile);
-    auto stage_next = [&](int s) {
+    auto stage_in = [&](int s, int kb) {
         char * st = wg_smem + s * P::kStageBytes;
 #pragma unroll
         for (int i = 0; i < kWChunks; ++i) {
-            if (kWTotal % kThreads == 0 || tid + i * kThreads < kWTotal)
-                cp_async_16(st + wdst[i], wsrc[i] + p_kb * 144);
+            if (kWTotal % kThreads == 0 || tid + i * kThreads < kWTotal) cp_async_16(st + wdst[i], wsrc[i] + kb * 144);
         }
-        copy_chunks(st + P::kWBytes, reinterpret_cast<const char *>(qs) + (int64_t)p_kb * P::kBBytes,
+        copy_chunks(st + P::kWBytes, reinterpret_cast<const char *>(qs) + (int64_t)kb * P::kBBytes,
                     std::integral_constant<int, P::kBBytes / 16>{});
-        copy_chunks(st + P::kWBytes + P::kBBytes, reinterpret_cast<const char *>(ysum) + (int64_t)p_kb * P::kSumBytes,
+        copy_chunks(st + P::kWBytes + P::kBBytes, reinterpret_cast<const char *>(ysum) + (int64_t)kb * P::kSumBytes,
                     std::integral_constant<int, P::kSumBytes / 16>{});
         copy_chunks(st + P::kWBytes + P::kBBytes + P::kSumBytes,
-                    reinterpret_cast<const char *>(yd) + (int64_t)p_kb * P::kDBytes,
+                    reinterpret_cast<const char *>(yd) + (int64_t)kb * P::kDBytes,
                     std::integral_constant<int, P::kDBytes / 16>{});
-        if (++p_kb == nblocks) {
-            p_kb = 0;
-            address_tile(++p_tile);
-        }
-    };
-    // A tile's outputs (or the sum of its pieces).
-    auto store = [&](int tile, const float (&v)[NT][4]) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int row = tile * kBlockRows + wrow + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-                if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = v[nt][i];
-            }
-        }
     };
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        if (u0 + s < u1) stage_next(s);
+        if (s < nblocks) stage_in(s, s);
         cp_async_commit();
     }
-    // per run of one tile: its super-blocks (the stages flow on across runs), then its outputs
-    for (int seg = u0; seg < u1;) {
-        const int tile = seg / nblocks;
-        const int seg_end = min(u1, (tile + 1) * nblocks);
-        float acc[NT][4] = {};
-        for (int u = seg; u < seg_end; ++u) {
-            const int i = u - u0;
-            cp_async_wait<S - 2>();
-            fence_proxy_async();  // this thread's cp.async bytes, visible to the wgmma's async reads
-            __syncthreads();      // every thread's; the stage of i - 1 is free (its wgmmas waited)
-            if (u + S - 1 < u1) stage_next((i + S - 1) % S);
-            cp_async_commit();
-            const char * st = wg_smem + (i % S) * P::kStageBytes;
-            const char * s0 = st + (wrow + g) * 144;
-            const char * s1 = s0 + 8 * 144;
-            const uint4 h0 = *reinterpret_cast<const uint4 *>(s0);
-            const uint4 h1 = *reinterpret_cast<const uint4 *>(s1);
-            int al[8][4], ah[8][4];
-            int clo[N / 2], chi[N / 2];
-            // two sub-blocks' operands, then their 4 wgmmas (the tensor cores start while the next two
-            // are unpacked; the fence orders this warp's operand writes before the wgmmas read them)
+    float acc[NT][4] = {};
+    for (int kb = 0; kb < nblocks; ++kb) {
+        cp_async_wait<S - 2>();
+        fence_proxy_async();  // this thread's cp.async bytes, visible to the wgmma's async reads
+        __syncthreads();      // every thread's; the stage of kb - 1 is free (its wgmmas waited)
+        if (kb + S - 1 < nblocks) stage_in((kb + S - 1) % S, kb + S - 1);
+        cp_async_commit();
+        const char * st = wg_smem + (kb % S) * P::kStageBytes;
+        const char * s0 = st + (wrow + g) * 144;
+        const char * s1 = s0 + 8 * 144;
+        const uint4 h0 = *reinterpret_cast<const uint4 *>(s0);
+        const uint4 h1 = *reinterpret_cast<const uint4 *>(s1);
+        int al[8][4], ah[8][4];
+        int clo[N / 2], chi[N / 2];
+        // two sub-blocks' operands, then their 4 wgmmas (the tensor cores start while the next two
+        // are unpacked; the fence orders this warp's operand writes before the wgmmas read them)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const uint2 q0 = *reinterpret_cast<const uint2 *>(s0 + 16 + 32 * c + 8 * t);
-                const uint2 q1 = *reinterpret_cast<const uint2 *>(s1 + 16 + 32 * c + 8 * t);
+        for (int c = 0; c < 4; ++c) {
+            const uint2 q0 = *reinterpret_cast<const uint2 *>(s0 + 16 + 32 * c + 8 * t);
+            const uint2 q1 = *reinterpret_cast<const uint2 *>(s1 + 16 + 32 * c + 8 * t);
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int j = 2 * c + h, sh = 4 * h;
-                    // the scales split sc = 8 hi + lo: from scale_min (64 columns) or scale_word's bytes
-                    int sc0 = 0, sc1 = 0, m_;
-                    uint32_t w0 = 0u, w1 = 0u;
-                    if constexpr (N == 64) {
-                        scale_min(h0.y, h0.z, h0.w, j, sc0, m_);
-                        scale_min(h1.y, h1.z, h1.w, j, sc1, m_);
-                    } else {
-                        w0 = scale_word(h0.y, h0.w, j >> 2), w1 = scale_word(h1.y, h1.w, j >> 2);
-                    }
-                    const uint32_t lo0 = (q0.x >> sh) & 0x0F0F0F0F, hi0 = (q0.y >> sh) & 0x0F0F0F0F;
-                    const uint32_t lo1 = (q1.x >> sh) & 0x0F0F0F0F, hi1 = (q1.y >> sh) & 0x0F0F0F0F;
-                    uint32_t l0 = sc0 & 7, up0 = sc0 >> 3, l1 = sc1 & 7, up1 = sc1 >> 3;
-                    if constexpr (N != 64) {
-                        l0 = byte_at(w0 & 0x07070707u, j & 3), up0 = byte_at((w0 >> 3) & 0x07070707u, j & 3);
-                        l1 = byte_at(w1 & 0x07070707u, j & 3), up1 = byte_at((w1 >> 3) & 0x07070707u, j & 3);
-                    }
-                    al[j][0] = (int)(lo0 * l0), al[j][1] = (int)(lo1 * l1), al[j][2] = (int)(hi0 * l0);
-                    al[j][3] = (int)(hi1 * l1);
-                    ah[j][0] = (int)(lo0 * up0), ah[j][1] = (int)(lo1 * up1), ah[j][2] = (int)(hi0 * up0);
-                    ah[j][3] = (int)(hi1 * up1);
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * c + h, sh = 4 * h;
+                // the scales split sc = 8 hi + lo: from scale_min (64 columns) or scale_word's bytes
+                int sc0 = 0, sc1 = 0, m_;
+                uint32_t w0 = 0u, w1 = 0u;
+                if constexpr (N == 64) {
+                    scale_min(h0.y, h0.z, h0.w, j, sc0, m_);
+                    scale_min(h1.y, h1.z, h1.w, j, sc1, m_);
+                } else {
+                    w0 = scale_word(h0.y, h0.w, j >> 2), w1 = scale_word(h1.y, h1.w, j >> 2);
                 }
-                wg_fence();
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int j = 2 * c + h;
-                    const uint64_t desc = wg_desc(st + P::kWBytes + j * N * 32, lbo, sbo);
-                    wgmma_u8s8<N>(clo, al[j], desc, j);
-                    wgmma_u8s8<N>(chi, ah[j], desc, j);
+                const uint32_t lo0 = (q0.x >> sh) & 0x0F0F0F0F, hi0 = (q0.y >> sh) & 0x0F0F0F0F;
+                const uint32_t lo1 = (q1.x >> sh) & 0x0F0F0F0F, hi1 = (q1.y >> sh) & 0x0F0F0F0F;
+                uint32_t l0 = sc0 & 7, u0 = sc0 >> 3, l1 = sc1 & 7, u1 = sc1 >> 3;
+                if constexpr (N != 64) {
+                    l0 = byte_at(w0 & 0x07070707u, j & 3), u0 = byte_at((w0 >> 3) & 0x07070707u, j & 3);
+                    l1 = byte_at(w1 & 0x07070707u, j & 3), u1 = byte_at((w1 >> 3) & 0x07070707u, j & 3);
                 }
+                al[j][0] = (int)(lo0 * l0), al[j][1] = (int)(lo1 * l1), al[j][2] = (int)(hi0 * l0);
+                al[j][3] = (int)(hi1 * l1);
+                ah[j][0] = (int)(lo0 * u0), ah[j][1] = (int)(lo1 * u1), ah[j][2] = (int)(hi0 * u0);
+                ah[j][3] = (int)(hi1 * u1);
             }
-            wg_commit();
-            // the super-block's float step (Q4KT's, min term through an f16 mma)
-            const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
-            const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
-            uint32_t a_min[4] = {0u, 0u, 0u, 0u};
-            if constexpr (N == 64) {
-                int s_, m_a, m_b;
-                scale_min(h0.y, h0.z, h0.w, 2 * t, s_, m_a);
-                scale_min(h0.y, h0.z, h0.w, 2 * t + 1, s_, m_b);
-                a_min[0] = half2_bits((float)m_a, (float)m_b);
-                scale_min(h1.y, h1.z, h1.w, 2 * t, s_, m_a);
-                scale_min(h1.y, h1.z, h1.w, 2 * t + 1, s_, m_b);
-                a_min[1] = half2_bits((float)m_a, (float)m_b);
-            } else {
-                a_min[0] = mins_half2(h0.z, h0.w, t), a_min[1] = mins_half2(h1.z, h1.w, t);
-            }
-            const int * s_sums = reinterpret_cast<const int *>(st + P::kWBytes + P::kBBytes);
-            const float * s_d = reinterpret_cast<const float *>(st + P::kWBytes + P::kBBytes + P::kSumBytes);
-            wg_wait0();
-            wg_pin(clo);
-            wg_pin(chi);
+            wg_fence();
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const int col0 = nt * 8 + 2 * t;
-                const int2 sv = *reinterpret_cast<const int2 *>(s_sums + (nt * 8 + g) * 8 + 2 * t);
-                const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
-                float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                mma_f16(mc, a_min, b);
-                const float2 dy = *reinterpret_cast<const float2 *>(s_d + col0);
-                const int c0 = clo[4 * nt + 0] + 8 * chi[4 * nt + 0], c1 = clo[4 * nt + 1] + 8 * chi[4 * nt + 1];
-                const int c2 = clo[4 * nt + 2] + 8 * chi[4 * nt + 2], c3 = clo[4 * nt + 3] + 8 * chi[4 * nt + 3];
-                acc[nt][0] += dy.x * (dm0.x * (float)c0 - dm0.y * mc[0]);
-                acc[nt][1] += dy.y * (dm0.x * (float)c1 - dm0.y * mc[1]);
-                acc[nt][2] += dy.x * (dm1.x * (float)c2 - dm1.y * mc[2]);
-                acc[nt][3] += dy.y * (dm1.x * (float)c3 - dm1.y * mc[3]);
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * c + h;
+                const uint64_t desc = wg_desc(st + P::kWBytes + j * N * 32, lbo, sbo);
+                wgmma_u8s8<N>(clo, al[j], desc, j);
+                wgmma_u8s8<N>(chi, ah[j], desc, j);
             }
         }
-        // the end of this CTA's run of the tile: all of it, or a piece
-        const int t_lo = tile * nblocks, t_hi = t_lo + nblocks;
-        if (seg == t_lo && seg_end == t_hi) {
-            store(tile, acc);
+        wg_commit();
+        // the super-block's float step (Q4KT's, min term through an f16 mma)
+        const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
+        const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
+        uint32_t a_min[4] = {0u, 0u, 0u, 0u};
+        if constexpr (N == 64) {
+            int s_, m_a, m_b;
+            scale_min(h0.y, h0.z, h0.w, 2 * t, s_, m_a);
+            scale_min(h0.y, h0.z, h0.w, 2 * t + 1, s_, m_b);
+            a_min[0] = half2_bits((float)m_a, (float)m_b);
+            scale_min(h1.y, h1.z, h1.w, 2 * t, s_, m_a);
+            scale_min(h1.y, h1.z, h1.w, 2 * t + 1, s_, m_b);
+            a_min[1] = half2_bits((float)m_a, (float)m_b);
         } else {
-            const int c_first = stream_k_cta_of(t_lo, units, G), c_last = stream_k_cta_of(t_hi - 1, units, G);
-            float * mine = ws + (int64_t)(2 * cta + (seg == u0 ? 0 : 1)) * kThreads * (N / 2);
-#pragma unroll
-            for (int r = 0; r < N / 2; ++r) mine[r * kThreads + tid] = acc[r / 4][r % 4];
-            __threadfence();
-            __syncthreads();
-            if (tid == 0) last_piece = atomicAdd(&counters[tile], 1) == c_last - c_first;
-            __syncthreads();
-            if (last_piece) {
-                __threadfence();
-                float sum[NT][4] = {};
-                for (int cp = c_first; cp <= c_last; ++cp) {                    // in CTA order, whichever finished last
-                    const int which = (int64_t)units * cp / G >= t_lo ? 0 : 1;  // its first run, or its last
-                    const float * piece = ws + (int64_t)(2 * cp + which) * kThreads * (N / 2);
-#pragma unroll
-                    for (int r = 0; r < N / 2; ++r) sum[r / 4][r % 4] += __ldcg(piece + r * kThreads + tid);
-                }
-                store(tile, sum);
-                if (tid == 0) counters[tile] = 0;
-            }
+            a_min[0] = mins_half2(h0.z, h0.w, t), a_min[1] = mins_half2(h1.z, h1.w, t);
         }
-        seg = seg_end;
+        const int * s_sums = reinterpret_cast<const int *>(st + P::kWBytes + P::kBBytes);
+        const float * s_d = reinterpret_cast<const float *>(st + P::kWBytes + P::kBBytes + P::kSumBytes);
+        wg_wait0();
+        wg_pin(clo);
+        wg_pin(chi);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int col0 = nt * 8 + 2 * t;
+            const int2 sv = *reinterpret_cast<const int2 *>(s_sums + (nt * 8 + g) * 8 + 2 * t);
+            const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
+            float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_f16(mc, a_min, b);
+            const float2 dy = *reinterpret_cast<const float2 *>(s_d + col0);
+            const int c0 = clo[4 * nt + 0] + 8 * chi[4 * nt + 0], c1 = clo[4 * nt + 1] + 8 * chi[4 * nt + 1];
+            const int c2 = clo[4 * nt + 2] + 8 * chi[4 * nt + 2], c3 = clo[4 * nt + 3] + 8 * chi[4 * nt + 3];
+            acc[nt][0] += dy.x * (dm0.x * (float)c0 - dm0.y * mc[0]);
+            acc[nt][1] += dy.y * (dm0.x * (float)c1 - dm0.y * mc[1]);
+            acc[nt][2] += dy.x * (dm1.x * (float)c2 - dm1.y * mc[2]);
+            acc[nt][3] += dy.y * (dm1.x * (float)c3 - dm1.y * mc[3]);
+        }
     }
     cp_async_wait<0>();
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = row_base + wrow + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
+            if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[nt][i];
+        }
+    }
 #else
     NO_DEVICE_CODE;
 #endif
@@ -395,44 +326,17 @@ inline int wg_padded_columns(int ncols) { return ncols <= 16 ? 16 : padded_colum
 inline void quantize_act_wgmma(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols,
                                cudaStream_t stream) {
     const int np = wg_padded_columns(ncols);
-    quantize_act_k_kernel<ActLayout::kWgmma, kQk>
-        <<<dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream>>>(x, qs, d, sums, k, ncols, np / 8);
-}
-
-// Stream-K's buffers: ws of wg_ws_floats(max_grid) floats, counters of one zero int a row tile
-// (left zero); grid: the CTAs (0: every multiprocessor's resident CTAs), at most max_grid. Without
-// ws, one CTA a tile.
-struct WgSplit {
-    float * ws = nullptr;
-    int * counters = nullptr;
-    int nsm = 0;
-    int grid = 0;
-    int max_grid = 0;
-};
-
-// Floats of ws for grid CTAs of WG warpgroups and N columns: two pieces a CTA.
-inline size_t wg_ws_floats(int grid, int N = 64, int WG = 1) { return (size_t)grid * 2 * 128 * WG * (N / 2); }
-
-// The stream-K grid of nsm multiprocessors: their resident CTAs of gemm_q4k_wgmma_kernel<N, S, WG, MB>.
-template <int N, int S, int WG, int MB>
-int wg_resident_grid(int nsm) {
-    static const int per_sm = [] {
-        int n = 0;
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemm_q4k_wgmma_kernel<N, S, WG, MB>, 128 * WG,
-                                                      S * WgPlan<N, WG>::kStageBytes);
-        return n > 0 ? n : 1;
-    }();
-    return per_sm * nsm;
+    quantize_act_k_kernel<ActLayout::kWgmma, kQk><<<dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream>>>(
+        x, qs, d, sums, k, ncols, np / 8);
 }
 
 // Returns false when the kernel cannot run here (the smem opt-in failed).
 template <int S = 4, int WG = 1, int MB = 1>
 bool launch_q4k_wgmma(const char * w, const int8_t * qs, const float * yd, const int * ysum, float * dst, int nrows,
-                      int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream,
-                      const WgSplit & split = {}, int lbo = 128, int sbo = 256) {
-    const int np = wg_padded_columns(ncols), nkb = k / kQk;
-    const int tiles = (nrows + WG * kWgRows - 1) / (WG * kWgRows);
-    const dim3 block(WARP_SIZE, 4 * WG, 1);
+                      int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, int lbo = 128,
+                      int sbo = 256) {
+    const int np = wg_padded_columns(ncols);
+    const dim3 grid((nrows + WG * kWgRows - 1) / (WG * kWgRows), 1, 1), block(WARP_SIZE, 4 * WG, 1);
     auto go = [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         constexpr int kBytes = S * WgPlan<N, WG>::kStageBytes;
@@ -443,14 +347,8 @@ bool launch_q4k_wgmma(const char * w, const int8_t * qs, const float * yd, const
                 return false;
             attr = true;
         }
-        int grid = tiles;
-        if (split.ws) {
-            int64_t want = split.grid > 0 ? split.grid : wg_resident_grid<N, S, WG, MB>(split.nsm);
-            if (split.max_grid > 0) want = std::min<int64_t>(want, split.max_grid);
-            grid = (int)std::min<int64_t>(want, (int64_t)tiles * nkb);
-        }
-        kernel<<<grid, block, kBytes, stream>>>(w, qs, yd, ysum, dst, split.ws, split.counters, nrows, nkb, row_bytes,
-                                                ncols, stride_col_dst, lbo, sbo);
+        kernel<<<grid, block, kBytes, stream>>>(w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst,
+                                                lbo, sbo);
         return true;
     };
     switch (np) {

@@ -44,8 +44,6 @@ bool mma_q80_enabled() { return false; }
 void set_mma_max_columns(int) {}
 int mma_max_columns() { return 0; }
 void set_wgmma_enabled(bool) {}
-void set_wgmma_stream_k_enabled(bool) {}
-bool wgmma_stream_k_enabled() { return false; }
 bool wgmma_enabled() { return false; }
 bool wgmma_built() { return false; }
 int64_t wgmma_launches() { return 0; }

@@ -9,7 +9,6 @@
 #include "gemv_kquant_impl.cuh"
 #if !defined(DFLASH_CUDA_EMU)
 #include "gemm_q4k_wgmma.cuh"
-#include "gemm_q4k_wgmma_f16.cuh"
 #endif
 
 #include <algorithm>
@@ -266,8 +265,7 @@ void check(W t, int rows, int k, std::mt19937 & gen) {
     CK(cudaMemcpy(d.w_gate, wg.data(), wg.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.bias, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
-    DFLASH_LAUNCH(dim3(k / 256, ncols_max, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq,
-                                                                                           d.yd, k, k);
+    DFLASH_LAUNCH(dim3(k / 256, ncols_max, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd, k, k);
     CK(cudaGetLastError());
     double ref_max = 0;
     for (double v : ref) ref_max = std::fmax(ref_max, std::fabs(v));
@@ -353,8 +351,7 @@ void bench(const char * name, W t, int rows, int k, std::mt19937 & gen) {
     CK(cudaMalloc(&d.dst, (size_t)8 * rows * 4));
     CK(cudaMalloc(&d.x, (size_t)8 * k * 4));
     CK(cudaMemset(d.x, 0, (size_t)8 * k * 4));
-    DFLASH_LAUNCH(dim3(k / 256, 8, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd, k,
-                                                                                   k);
+    DFLASH_LAUNCH(dim3(k / 256, 8, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd, k, k);
     for (int split : {1, 2, 4}) {
         for (int rpw : {1, 2}) {
             // -1: one column with 4 super-blocks in flight; 101, 102, 108: Q6_K staged, 1/2/8 columns
@@ -387,8 +384,7 @@ void bench(const char * name, W t, int rows, int k, std::mt19937 & gen) {
     // the activation quantization, one column
     const double us_quantize = time_us(100, [&] {
         for (int i = 0; i < 100; ++i) {
-            DFLASH_LAUNCH(dim3(k / 256, 1, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq,
-                                                                                           d.yd, k, k);
+            DFLASH_LAUNCH(dim3(k / 256, 1, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd, k, k);
         }
     });
     std::printf("{\"bench\": \"quantize\", \"k\": %d, \"us\": %.2f}\n", k, us_quantize);
@@ -643,11 +639,11 @@ void check_wgmma_layout(std::mt19937 & gen) {
         for (MmaBuffers * b : {&run, &wg}) CK(cudaMemcpy(b->x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         // both with np columns (the wgmma form's least is 16)
         DFLASH_LAUNCH(dim3(k / 256, np, 1), 256, 0, nullptr,
-                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kRun, 256>)(act_floats(run.x, k), run.yq,
-                                                                                     run.yd, run.ysum, k, ncols, nt);
+                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kRun, 256>)(act_floats(run.x, k), run.yq, run.yd, run.ysum, k,
+                                                                                     ncols, nt);
         DFLASH_LAUNCH(dim3(k / 256, np, 1), 256, 0, nullptr,
-                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kWgmma, 256>)(act_floats(wg.x, k), wg.yq,
-                                                                                       wg.yd, wg.ysum, k, ncols, nt);
+                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kWgmma, 256>)(act_floats(wg.x, k), wg.yq, wg.yd, wg.ysum, k,
+                                                                                       ncols, nt);
         CK(cudaDeviceSynchronize());
         std::vector<int8_t> q_run((size_t)np * k), q_wg((size_t)np * k);
         std::vector<float> d_run((size_t)np * k / 256), d_wg(d_run.size());
@@ -720,7 +716,7 @@ void check_swiglu_source(std::mt19937 & gen) {
             CK(cudaMalloc(&d1, (size_t)ncols * k_pad / 32 * 4));
             for (auto [src, q, d] : {std::tuple{act_floats(x, k), q0, d0}, std::tuple{glu, q1, d1}}) {
                 DFLASH_LAUNCH(dim3(k_pad / 256, ncols, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(src, q, d, k,
-                                                                                                       k_pad);
+                                                                                                     k_pad);
             }
             CK(cudaDeviceSynchronize());
             ok = to_host(q0, (size_t)ncols * k_pad) == to_host(q1, (size_t)ncols * k_pad) &&
@@ -944,29 +940,6 @@ void profile_mma(W t, int rows, int k, std::mt19937 & gen, const std::vector<int
 }
 
 #if !defined(DFLASH_CUDA_EMU)
-struct WgfBuffers {
-    half * y = nullptr;
-    float * ws = nullptr;
-    int * counters = nullptr;
-    void alloc(int k, int rows, int grid) {
-        CK(cudaMalloc(&y, (size_t)64 * k * 2));
-        CK(cudaMalloc(&ws, gemm_kq::wgf_ws_floats<4>(grid) * 4));
-        CK(cudaMalloc(&counters, (size_t)(rows / 64 + 1) * 4));
-        CK(cudaMemset(counters, 0, (size_t)(rows / 64 + 1) * 4));
-    }
-    void free_all() {
-        cudaFree(y);
-        cudaFree(ws);
-        cudaFree(counters);
-    }
-};
-
-int sm_count() {
-    int nsm = 0;
-    CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
-    return nsm;
-}
-
 // The Q4_K wgmma GEMM (gemm_q4k_wgmma.cuh, sm_90a) against the host reference ("swap": the
 // variant of 3 blocks a multiprocessor, 2 stages), then timed
 // against the engine's mma.sync forms (102; 1000102) on the 27B's Q4_K matrices.
@@ -986,23 +959,14 @@ void check_wgmma(int rows, int k, std::mt19937 & gen) {
         b.alloc(k, ncols, rows);
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
-        WgfBuffers f;
-        f.alloc(k, rows, 4 * sm_count());
-        // swap 0: the default form (4 stages, 1 warpgroup, a CTA a tile); 1: 3 blocks a
-        // multiprocessor, 2 stages; 2: stream-K on the resident grid; 3, 4: stream-K on 3 and 7 CTAs
-        // (tiles in pieces), each run three times (the counters are left zero)
-        for (int swap = 0; swap < 5; ++swap) {
+        for (int swap = 0; swap < 2; ++swap) {
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
-            gemm_kq::WgSplit split;
-            if (swap >= 2) split = {f.ws, f.counters, sm_count(), swap == 2 ? 0 : swap == 3 ? 3 : 7};
-            bool ran = true;
-            for (int rep = 0; rep < 3 && ran; ++rep) {
-                ran = swap == 1 ? gemm_kq::launch_q4k_wgmma<2, 1, 3>(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes,
-                                                                     ncols, rows, nullptr)
-                                : gemm_kq::launch_q4k_wgmma(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
-                                                            rows, nullptr, split);
-            }
+            // swap 0: the default form (4 stages, 1 warpgroup); 1: 3 blocks a multiprocessor, 2 stages
+            const bool ran = swap ? gemm_kq::launch_q4k_wgmma<2, 1, 3>(dw, b.yq, b.yd, b.ysum, b.dst, rows, k,
+                                                                       row_bytes, ncols, rows, nullptr)
+                                  : gemm_kq::launch_q4k_wgmma(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                              rows, nullptr);
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
             double err = 0;
@@ -1013,7 +977,6 @@ void check_wgmma(int rows, int k, std::mt19937 & gen) {
                 rows, k, ncols, swap, ran ? "true" : "false", err / ref_max,
                 ran && err / ref_max <= 5e-4 ? "true" : "false");
         }
-        f.free_all();
         b.free_all();
     }
 }
@@ -1083,136 +1046,6 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
                 "\"stages\": %d, \"stages_run\": 2, \"warps\": 4, \"us\": %.2f, \"GBps\": %.0f}\n",
                 name, rows, k, ncols, code, us, bytes / us / 1e3);
         }
-        b.free_all();
-    }
-    cudaFree(dw);
-}
-// The f16 wgmma form (gemm_q4k_wgmma_f16.cuh) against the host reference of unquantized
-// activations (its products are f16: within 5e-3 of the largest output), as one CTA a tile and
-// stream-K on small grids (tiles split between 2..4 CTAs, summed by the last).
-template <int WG, int S>
-bool launch_wgf(const char * w, const WgfBuffers & f, float * dst, int rows, int k, int64_t row_bytes, int ncols,
-                int nsm, int grid) {
-    return gemm_kq::launch_q4k_wgmma_f16<WG, S>(w, f.y, dst, f.ws, f.counters, rows, k, row_bytes, ncols, rows, nsm,
-                                                grid, nullptr);
-}
-
-// code: 91000000 + 100 WG + 10 S + mode (0 stream-K on every multiprocessor, 1 one CTA a tile, 2..9
-// stream-K on that many CTAs)
-bool run_wgf(int code, const char * w, const WgfBuffers & f, float * dst, int rows, int k, int64_t row_bytes, int ncols,
-             int nsm) {
-    const int wg = code / 100 % 10, st = code / 10 % 10, mode = code % 10;
-    const int tiles = (rows + 64 * wg - 1) / (64 * wg);
-    const int grid = mode == 0 ? 0 : mode == 1 ? tiles : mode;
-    switch (wg * 10 + st) {
-        case 14:
-            return launch_wgf<1, 4>(w, f, dst, rows, k, row_bytes, ncols, nsm, grid);
-        case 23:
-            return launch_wgf<2, 3>(w, f, dst, rows, k, row_bytes, ncols, nsm, grid);
-        case 43:
-            return launch_wgf<4, 3>(w, f, dst, rows, k, row_bytes, ncols, nsm, grid);
-        default:
-            return launch_wgf<2, 4>(w, f, dst, rows, k, row_bytes, ncols, nsm, grid);
-    }
-}
-
-void check_wgf(int rows, int k, std::mt19937 & gen) {
-    const W t = W::q4_K;
-    const CheckWeights cw(t, rows, k, gen);
-    const int nsm = sm_count();
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (int ncols : {2, 16, 23, 32, 40, 64}) {
-        std::vector<float> x((size_t)ncols * k);
-        for (auto & v : x) v = normal(gen);
-        std::vector<double> ref((size_t)ncols * rows);
-        double ref_max = 0;
-        for (int j = 0; j < ncols; ++j) {
-            for (int r = 0; r < rows; ++r) {
-                double s = 0;
-                for (int i = 0; i < k; ++i) s += (double)cw.wf[(size_t)r * k + i] * x[(size_t)j * k + i];
-                ref[(size_t)j * rows + r] = s;
-                ref_max = std::fmax(ref_max, std::fabs(s));
-            }
-        }
-        MmaBuffers b;
-        b.alloc(k, ncols, rows);
-        WgfBuffers f;
-        f.alloc(k, rows, 4 * nsm);
-        CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-        gemm_kq::convert_act_wgf(act_floats(b.x, k), f.y, k, ncols, nullptr);
-        for (int code : {91000240, 91000241, 91000242, 91000243, 91000244, 91000237, 91000430, 91000140}) {
-            std::vector<float> got((size_t)ncols * rows);
-            CK(cudaMemset(b.dst, 0, got.size() * 4));
-            bool ran = run_wgf(code, cw.dev, f, b.dst, rows, k, cw.row_bytes, ncols, nsm);
-            for (int rep = 0; ran && rep < 2; ++rep) {  // twice more: the counters were left zero
-                ran = run_wgf(code, cw.dev, f, b.dst, rows, k, cw.row_bytes, ncols, nsm);
-            }
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
-            double err = 0;
-            for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
-            std::printf(
-                "{\"check_wgf\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"code\": %d, "
-                "\"ran\": %s, \"rel_err\": %.3g, \"ok\": %s}\n",
-                rows, k, ncols, code, ran ? "true" : "false", err / ref_max,
-                ran && err / ref_max <= 5e-3 ? "true" : "false");
-        }
-        f.free_all();
-        b.free_all();
-    }
-}
-
-// The f16 form's variants against the int8 wgmma form (90000014) and the engine's mma.sync forms;
-// the activation converter and quantizer timed alone ("conv" / "quant").
-void bench_wgf(const char * name, int rows, int k, std::mt19937 & gen) {
-    const W t = W::q4_K;
-    const int nsm = sm_count();
-    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
-    const size_t bytes = (size_t)rows * row_bytes;
-    const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
-    char * dw = weight_copies(t, rows, k, bytes, copies, gen);
-    for (int ncols : {16, 32, 48, 64}) {
-        MmaBuffers b;
-        b.alloc(k, ncols, rows);
-        WgfBuffers f;
-        f.alloc(k, rows, 4 * nsm);
-        CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
-        gemm_kq::convert_act_wgf(act_floats(b.x, k), f.y, k, ncols, nullptr);
-        for (int code : {102, 1000102, 90000014, 92000014, 91000240, 1, 2}) {
-            const bool wg8 = code == 90000014 || code == 92000014, wgf = code >= 91000000 && !wg8;
-            if (wg8) gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
-            if (!wg8 && !wgf && code > 2) b.quantize(t, k, ncols);
-            auto once = [&](int c) {
-                const char * wc = dw + bytes * c;
-                if (code == 1) {
-                    gemm_kq::convert_act_wgf(act_floats(b.x, k), f.y, k, ncols, nullptr);
-                } else if (code == 2) {
-                    gemm_kq::quantize_act<gemm_kq::Q4K>(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
-                } else if (wg8) {  // 92000014: stream-K on the resident grid
-                    gemm_kq::WgSplit split;
-                    if (code == 92000014) split = {f.ws, f.counters, nsm, 0};
-                    gemm_kq::launch_q4k_wgmma(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
-                                              split);
-                } else if (wgf) {
-                    run_wgf(code, wc, f, b.dst, rows, k, row_bytes, ncols, nsm);
-                } else {
-                    run_mma(t, code, wc, b, rows, k, row_bytes, ncols);
-                }
-            };
-            const int reps = 5;
-            for (int c = 0; c < copies; ++c) once(c);
-            CK(cudaDeviceSynchronize());
-            const double us = time_us(reps * copies, [&] {
-                for (int i = 0; i < reps; ++i) {
-                    for (int c = 0; c < copies; ++c) once(c);
-                }
-            });
-            std::printf(
-                "{\"bench_mma\": \"%s\", \"type\": \"q4_K\", \"rows\": %d, \"k\": %d, \"n\": %d, "
-                "\"stages\": %d, \"stages_run\": 2, \"warps\": 4, \"us\": %.2f, \"GBps\": %.0f}\n",
-                name, rows, k, ncols, code, us, bytes / us / 1e3);
-        }
-        f.free_all();
         b.free_all();
     }
     cudaFree(dw);
@@ -1323,19 +1156,6 @@ int main(int argc, char ** argv) {
                                            {"ffn_down", W::q4_K, 5120, 17408},
                                            {"ssm_out", W::q4_K, 5120, 6144}};
         for (const Shape & m : shapes) bench_wgmma(m.name, m.rows, m.k, gen);
-    }
-    if (what == "wgf") {  // code 91000000: the f16 wgmma form; 92000014 the int8 one stream-K
-        check_wgmma(130, 1024, gen);
-        check_wgmma(300, 5120, gen);
-        const std::vector<Shape> shapes = {{"ffn_gate_up", W::q4_K, 34816, 5120}, {"gdn_in", W::q4_K, 16480, 5120},
-                                           {"ffn_up", W::q4_K, 17408, 5120},      {"attn_q", W::q4_K, 12288, 5120},
-                                           {"ffn_down", W::q4_K, 5120, 17408},    {"ssm_out", W::q4_K, 5120, 6144},
-                                           {"attn_out", W::q4_K, 5120, 6144}};
-        for (const Shape & m : shapes) bench_wgf(m.name, m.rows, m.k, gen);
-    }
-    if (what == "check_wgf") {
-        check_wgf(130, 1024, gen);
-        check_wgf(300, 5120, gen);
     }
     if (what == "profile_wgmma") {  // one launch of 102 and of the wgmma form, [gate; up] at 16 and 64 columns
         const int rows = 34816, k = 5120;
