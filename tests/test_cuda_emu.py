@@ -129,12 +129,14 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # GEMV; GEMM (8 column counts, 6 variants; Q4_K, Q5_K: 8 more; Q6_K: 6 warps, 1 more; two row
     # tiles a warp: 2 variants for Q4_K and Q5_K, 1 for Q6_K and Q8_0)
     # ... and the GEMM with a residual (Q4_K, Q6_K x 8 column counts), the wgmma form's activation
-    # layout against Q4_K's (one line), the quantizers reading a SwiGLU's inputs against quantizing
+    # layout against Q4_K's (one line), the GEMM's quantizer byte for byte against a host reference of
+    # its rule for every layout (one line), the quantizers reading a SwiGLU's inputs against quantizing
     # its output (the GEMV's, the GEMM's Q4_K, Q6_K and Q8_0 layouts: glu_fusion.cu's bits), the
     # GEMM's quantizer reading an RMSNorm's input against quantizing ggml's norm kernel's output
     # (rms_norm_fusion.cu's bits; 4 lines)
-    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 8 + 8 * 6 + 2 * 8 + 1 + 4 + 4
+    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 8 + 8 * 6 + 2 * 8 + 1 + 1 + 4 + 4
     assert any("check_wgmma_layout" in r for r in rows)
+    assert any("check_quantize_bytes" in r for r in rows)
     assert sum("check_rms_norm_source" in r for r in rows) == 4
     assert sorted(r["check_swiglu_source"] for r in rows if "check_swiglu_source" in r) == [
         "gemv",

@@ -697,56 +697,64 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     }
 }
 
-// max |v| over the kBlock (256: the block's 8 warps; 32: the warp) values of the calling threads.
-template <int kBlock>
-__device__ __forceinline__ float act_block_amax(float v) {
-    static_assert(kBlock == kQk || kBlock == WARP_SIZE, "a scale per super-block or per warp's 32 values");
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
-    if constexpr (kBlock == kQk) {
-        __shared__ float wmax[kQk / WARP_SIZE];
-        if (threadIdx.x % WARP_SIZE == 0) wmax[threadIdx.x / WARP_SIZE] = amax;
-        __syncthreads();
-        amax = wmax[0];
-#pragma unroll
-        for (int w = 1; w < kQk / WARP_SIZE; ++w) amax = fmaxf(amax, wmax[w]);
-    }
-    return amax;
-}
-
-__device__ __forceinline__ int warp_sum_int(int s) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-    return s;
-}
-
 // Activations for the kernels above: column j of the source x (act_source.cuh: floats, a
 // SwiGLU's inputs, or an RMSNorm's input and weight) -> int8 qs in the tiled layout L of
 // ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and column, and the
-// int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Grid (k_pad / 256, 8 ncol_tiles),
-// 256 threads: thread i quantizes value i of its super-block.
+// int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros.
+// A warp quantizes a super-block: lane l holds the 8 values of sub-block l / 4 that its layout
+// stores as one lane's 8 bytes (kRun, kWgmma: 8t..8t+7; kHalves: 4t..4t+3 and 16+4t..16+4t+3, t =
+// l % 4), so every reduction is a warp's shuffles: no barrier, 8 loads in flight a lane. Grid
+// (ceil(k / 2048), 8 ncol_tiles), 256 threads: the block's 8 warps take 8 super-blocks of one
+// column, and an RMSNorm source's column scale is summed once a block, not once a super-block
+// (column_scale: every thread of the block, before any returns). The maximum and the integer
+// sums do not depend on the order they are taken in, so the bytes are those of one thread a value
+// (session 24's kernel: 5-7 us a launch at 64 columns on the H200, most of it latency).
 template <ActLayout L, int kBlock>
 static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
                                              int * __restrict__ sums, const int k, const int ncols,
                                              const int ncol_tiles) {
-    const int col = blockIdx.y, kb = blockIdx.x;
-    const int i = kb * kQk + threadIdx.x;
+    static_assert(kBlock == kQk || kBlock == WARP_SIZE, "a scale per super-block or per 32 values");
+    constexpr int kWarpsPerBlock = kQk / WARP_SIZE;
+    const int col = blockIdx.y, lane = threadIdx.x % WARP_SIZE;
+    const int kb = blockIdx.x * kWarpsPerBlock + threadIdx.x / WARP_SIZE;
     const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // col: the same for the block
-    const float v = (col < ncols && i < k) ? x(col, i, scale) : 0.0f;
-    const float amax = act_block_amax<kBlock>(v);
+    if (kb * kQk >= k) return;
+    const int j = lane / 4, t = lane % 4;  // sub-block j; the lane's place t among its 4 lanes
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int val = L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
+        v[i] = col < ncols ? x(col, kb * kQk + 32 * j + val, scale) : 0.0f;
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = kBlock == kQk ? 16 : 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
     const float dd = amax / 127.0f;
-    const int q = amax == 0.0f ? 0 : (int)roundf(v / dd);
-    const int j = threadIdx.x / 32, val = threadIdx.x % 32;  // sub-block j, its value val
-    qs[act_q_index<L>(kb, j, val, col, ncol_tiles)] = (int8_t)q;
-    const int s = warp_sum_int(q);
-    if (val == 0) sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int q = amax == 0.0f ? 0 : (int)roundf(v[i] / dd);
+        const int val = L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
+        qs[act_q_index<L>(kb, j, val, col, ncol_tiles)] = (int8_t)q;
+        s += q;
+    }
+    s += __shfl_xor_sync(0xffffffff, s, 1);
+    s += __shfl_xor_sync(0xffffffff, s, 2);
+    if (t == 0) sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
     if constexpr (kBlock == kQk) {
-        if (threadIdx.x == 0) d[act_d_index(kb, col, ncol_tiles)] = dd;
+        if (lane == 0) d[act_d_index(kb, col, ncol_tiles)] = dd;
     } else {
         // stored as ggml's q8_1 stores it (a half): the same quants and scales as its mmq
-        if (val == 0) d[act_d_index(8 * kb + j, col, ncol_tiles)] = __half2float(__float2half_rn(dd));
+        if (t == 0) d[act_d_index(8 * kb + j, col, ncol_tiles)] = __half2float(__float2half_rn(dd));
     }
+}
+
+// The quantizer's grid for k values and np padded columns.
+inline dim3 quantize_act_grid(int k, int np) {
+    constexpr int kValuesPerBlock = kQk * (kQk / WARP_SIZE);
+    return dim3((unsigned)((k + kValuesPerBlock - 1) / kValuesPerBlock), (unsigned)np, 1);
 }
 
 // Column tiles the activation buffers need for ncols columns.
@@ -762,8 +770,8 @@ inline int padded_columns(int ncols) {
 template <typename F>
 void quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, cudaStream_t stream) {
     const int np = padded_columns(ncols);
-    DFLASH_LAUNCH(dim3((unsigned)(k / kQk), (unsigned)np, 1), kQk, 0, stream,
-                  quantize_act_k_kernel<F::kLayout, F::kActBlock>)(x, qs, d, sums, k, ncols, np / 8);
+    DFLASH_LAUNCH(quantize_act_grid(k, np), kQk, 0, stream, quantize_act_k_kernel<F::kLayout, F::kActBlock>)(
+        x, qs, d, sums, k, ncols, np / 8);
 }
 
 // kStages: super-blocks in flight per warp (0: direct loads). The engine uses kDefaultStages: 2

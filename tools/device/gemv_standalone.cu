@@ -265,7 +265,8 @@ void check(W t, int rows, int k, std::mt19937 & gen) {
     CK(cudaMemcpy(d.w_gate, wg.data(), wg.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.bias, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
-    DFLASH_LAUNCH(dim3(k / 256, ncols_max, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd, k, k);
+    DFLASH_LAUNCH(dim3(k / 256, ncols_max, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq,
+                                                                                           d.yd, k, k);
     CK(cudaGetLastError());
     double ref_max = 0;
     for (double v : ref) ref_max = std::fmax(ref_max, std::fabs(v));
@@ -351,7 +352,8 @@ void bench(const char * name, W t, int rows, int k, std::mt19937 & gen) {
     CK(cudaMalloc(&d.dst, (size_t)8 * rows * 4));
     CK(cudaMalloc(&d.x, (size_t)8 * k * 4));
     CK(cudaMemset(d.x, 0, (size_t)8 * k * 4));
-    DFLASH_LAUNCH(dim3(k / 256, 8, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd, k, k);
+    DFLASH_LAUNCH(dim3(k / 256, 8, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd, k,
+                                                                                   k);
     for (int split : {1, 2, 4}) {
         for (int rpw : {1, 2}) {
             // -1: one column with 4 super-blocks in flight; 101, 102, 108: Q6_K staged, 1/2/8 columns
@@ -384,7 +386,8 @@ void bench(const char * name, W t, int rows, int k, std::mt19937 & gen) {
     // the activation quantization, one column
     const double us_quantize = time_us(100, [&] {
         for (int i = 0; i < 100; ++i) {
-            DFLASH_LAUNCH(dim3(k / 256, 1, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd, k, k);
+            DFLASH_LAUNCH(dim3(k / 256, 1, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq,
+                                                                                           d.yd, k, k);
         }
     });
     std::printf("{\"bench\": \"quantize\", \"k\": %d, \"us\": %.2f}\n", k, us_quantize);
@@ -623,6 +626,73 @@ double reference_products(const std::vector<float> & wf, const std::vector<float
     return ref_max;
 }
 
+// The GEMM's activation quantizer (quantize_act_k_kernel) against a host reference of its rule,
+// byte for byte: per kBlock values and column d = max |x| / 127 (a half for Q8_0's 32), q =
+// round(x / d), the int sums per 32, at the places the layout's index names; for each layout
+// (Q4_K's kRun, Q6_K's kHalves, Q8_0's kHalves per 32, the wgmma form's kWgmma), 2..64 columns
+// and 1..9 super-blocks (a grid block's 8 super-blocks and a part).
+template <gemm_kq::ActLayout L, int kBlock>
+bool quantize_bytes_match(int k, int ncols, std::mt19937 & gen) {
+    const int np = std::max(L == gemm_kq::ActLayout::kWgmma ? 16 : 8, gemm_kq::padded_columns(ncols));
+    const int nt = np / 8, nkb = k / 256;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x((size_t)ncols * k);
+    for (auto & v : x) v = normal(gen) * std::exp2(std::uniform_int_distribution<int>(-4, 4)(gen));
+    if (ncols > 1) std::fill(x.begin() + k, x.begin() + k + 256, 0.0f);  // an all-zero block: d = 0, q = 0
+    MmaBuffers b;
+    b.alloc(k, ncols, 1);
+    CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np), 256, 0, nullptr, gemm_kq::quantize_act_k_kernel<L, kBlock>)(
+        act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nt);
+    CK(cudaDeviceSynchronize());
+    std::vector<int8_t> q((size_t)np * k);
+    std::vector<float> dv((size_t)np * k / 32);
+    std::vector<int> sv((size_t)np * k / 32);
+    CK(cudaMemcpy(q.data(), b.yq, q.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(dv.data(), b.yd, dv.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(sv.data(), b.ysum, sv.size() * 4, cudaMemcpyDeviceToHost));
+    b.free_all();
+    bool ok = true;
+    for (int col = 0; col < np; ++col) {
+        for (int kb = 0; kb < nkb; ++kb) {
+            auto value = [&](int j, int v) { return col < ncols ? x[(size_t)col * k + kb * 256 + 32 * j + v] : 0.0f; };
+            for (int j = 0; j < 8; ++j) {
+                float amax = 0.0f;
+                for (int jj = kBlock == 256 ? 0 : j; jj < (kBlock == 256 ? 8 : j + 1); ++jj) {
+                    for (int v = 0; v < 32; ++v) amax = std::fmax(amax, std::fabs(value(jj, v)));
+                }
+                const float dd = amax / 127.0f;
+                int sum = 0;
+                for (int v = 0; v < 32; ++v) {
+                    const int qv = amax == 0.0f ? 0 : (int)std::roundf(value(j, v) / dd);
+                    ok &= q[L == gemm_kq::ActLayout::kWgmma ? gemm_kq::wg_act_index(kb, j, v, col, np)
+                                                            : gemm_kq::act_q_index<L>(kb, j, v, col, nt)] == qv;
+                    sum += qv;
+                }
+                ok &= sv[gemm_kq::act_sum_index(kb, col, nt) + j] == sum;
+                if (kBlock == 32)
+                    ok &= dv[gemm_kq::act_d_index(8 * kb + j, col, nt)] == half_to_float(float_to_half(dd));
+                if (kBlock == 256 && j == 0) ok &= dv[gemm_kq::act_d_index(kb, col, nt)] == dd;
+            }
+        }
+    }
+    return ok;
+}
+
+void check_quantize_bytes(std::mt19937 & gen) {
+    using gemm_kq::ActLayout;
+    bool ok = true;
+    for (int nkb : {1, 3, 9}) {
+        for (int ncols : {2, 9, 23, 64}) {
+            ok &= quantize_bytes_match<ActLayout::kRun, 256>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kHalves, 256>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kHalves, 32>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kWgmma, 256>(256 * nkb, ncols, gen);
+        }
+    }
+    std::printf("{\"check_quantize_bytes\": \"all layouts\", \"ok\": %s}\n", ok ? "true" : "false");
+}
+
 // The wgmma form's activations (ActLayout::kWgmma) hold the same quants, per-32 sums and scales as
 // Q4_K's tiled ones (kRun), at the places wg_act_index names: 2, 9, 23 and 64 columns, 3 super-blocks.
 void check_wgmma_layout(std::mt19937 & gen) {
@@ -638,12 +708,12 @@ void check_wgmma_layout(std::mt19937 & gen) {
         wg.alloc(k, ncols, 1);
         for (MmaBuffers * b : {&run, &wg}) CK(cudaMemcpy(b->x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         // both with np columns (the wgmma form's least is 16)
-        DFLASH_LAUNCH(dim3(k / 256, np, 1), 256, 0, nullptr,
-                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kRun, 256>)(act_floats(run.x, k), run.yq, run.yd, run.ysum, k,
-                                                                                     ncols, nt);
-        DFLASH_LAUNCH(dim3(k / 256, np, 1), 256, 0, nullptr,
-                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kWgmma, 256>)(act_floats(wg.x, k), wg.yq, wg.yd, wg.ysum, k,
-                                                                                       ncols, nt);
+        DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np), 256, 0, nullptr,
+                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kRun, 256>)(act_floats(run.x, k), run.yq,
+                                                                                     run.yd, run.ysum, k, ncols, nt);
+        DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np), 256, 0, nullptr,
+                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kWgmma, 256>)(act_floats(wg.x, k), wg.yq,
+                                                                                       wg.yd, wg.ysum, k, ncols, nt);
         CK(cudaDeviceSynchronize());
         std::vector<int8_t> q_run((size_t)np * k), q_wg((size_t)np * k);
         std::vector<float> d_run((size_t)np * k / 256), d_wg(d_run.size());
@@ -716,7 +786,7 @@ void check_swiglu_source(std::mt19937 & gen) {
             CK(cudaMalloc(&d1, (size_t)ncols * k_pad / 32 * 4));
             for (auto [src, q, d] : {std::tuple{act_floats(x, k), q0, d0}, std::tuple{glu, q1, d1}}) {
                 DFLASH_LAUNCH(dim3(k_pad / 256, ncols, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(src, q, d, k,
-                                                                                                     k_pad);
+                                                                                                       k_pad);
             }
             CK(cudaDeviceSynchronize());
             ok = to_host(q0, (size_t)ncols * k_pad) == to_host(q1, (size_t)ncols * k_pad) &&
@@ -1082,6 +1152,7 @@ int main(int argc, char ** argv) {
         check_mma(W::q5_K, 37, 768, gen);
         check_mma(W::q8_0, 37, 768, gen);
         check_wgmma_layout(gen);
+        check_quantize_bytes(gen);
         check_swiglu_source(gen);
         check_rms_norm_source(gen);
     }

@@ -231,6 +231,43 @@ if [ "$stage" = z1 ] || [ "$stage" = z2 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh r1` (session 25, a fresh machine, SETUP_TARGETS=_core): the GEMM's activation
+# quantizer a warp per super-block. Beside the build, the standalone (tools/device/gemv_standalone.cu);
+# after it the 27B's kernels a step (forwards of 1, 16, 32, 64 tokens), the standalone's check_quick
+# (the quantizer's bytes against a host reference, every layout), then the whole CUDA suite; when
+# test_chunked_prefill_matches_upstream_chunking fails there (session 24), that test after each
+# prefix of the files before it (logs $OUT/order-upto-*.log).
+if [ "$stage" = r1 ]; then
+  trap "pack_out $stage" EXIT
+  start_27b_synth
+  mkdir -p /tmp/up && { [ -d /tmp/up/ggml ] || tar xzf .carry/upstream.tar.gz -C /tmp/up; }
+  (T=/tmp/up/ggml; nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM -o /tmp/sa_r1 \
+    tools/device/gemv_standalone.cu -I$T/src -I$T/include -I$T/src/ggml-cuda -Iggml_ext/include -Iggml_ext/kernels \
+    -DGGML_USE_CUDA > /tmp/sa_r1.log 2>&1) &
+  wait_27b 70
+  KP_ARGS="--forwards 1,16,32,64" kernel_profile 70
+  grep -E "wall" "$OUT"/h200-27b-kernels*.log | cut -c1-200
+  wait
+  timeout 60 /tmp/sa_r1 check_quick > "$OUT/sa-check-quick.jsonl" 2>&1
+  echo "[gpu] standalone check_quick rc=$?: $(grep -c '"ok": true' "$OUT/sa-check-quick.jsonl") ok," \
+    "$(grep -c '"ok": false' "$OUT/sa-check-quick.jsonl") failed; $(grep check_quantize_bytes "$OUT/sa-check-quick.jsonl")"
+  [ "$(left)" -ge 100 ] && run_cuda_suite "$(( $(left) > 160 ? 150 : $(left) - 10 ))"
+  if grep -q "^FAILED.*chunked_prefill_matches_upstream" "$OUT/cuda-tests.log" 2>/dev/null; then
+    prefix=""
+    for f in tree_ops mul_mat_invariant mul_mat_tiles top_k_rows gemv_kquant stacked_projections; do
+      prefix="$prefix tests/test_$f.py"
+      [ "$(left)" -ge 40 ] || break
+      # shellcheck disable=SC2086  # the list splits on purpose
+      NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout "$(( $(left) - 10 ))" python3 -m pytest \
+        -q -s -p no:cacheprovider $prefix tests/test_oracle_upstream.py > "$OUT/order-upto-$f.log" 2>&1 &
+      while [ "$(jobs -rp | wc -l)" -ge 3 ]; do sleep 2; done
+    done
+    wait
+    grep -H "passed\|failed" "$OUT"/order-upto-*.log | cut -c1-160
+  fi
+  exit 0
+fi
+
 # `gpu_bench.sh q1` (session 24, a fresh machine, SETUP_TARGETS=_core): the RMSNorm read by the
 # GEMM's quantizer (patches/0010) and two row tiles a warp by the wave count up to 16 columns. After
 # the build the 27B's kernels a step (forwards of 1, 16, 32, 64 tokens) with both, then with each
