@@ -700,61 +700,96 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
 // Activations for the kernels above: column j of the source x (act_source.cuh: floats, a
 // SwiGLU's inputs, or an RMSNorm's input and weight) -> int8 qs in the tiled layout L of
 // ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and column, and the
-// int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros.
-// A warp quantizes a super-block: lane l holds the 8 values of sub-block l / 4 that its layout
-// stores as one lane's 8 bytes (kRun, kWgmma: 8t..8t+7; kHalves: 4t..4t+3 and 16+4t..16+4t+3, t =
-// l % 4), so every reduction is a warp's shuffles: no barrier, 8 loads in flight a lane. Grid
-// (ceil(k / 2048), 8 ncol_tiles), 256 threads: the block's 8 warps take 8 super-blocks of one
-// column, and an RMSNorm source's column scale is summed once a block, not once a super-block
-// (column_scale: every thread of the block, before any returns). The maximum and the integer
-// sums do not depend on the order they are taken in, so the bytes are those of one thread a value
-// (session 24's kernel: 5-7 us a launch at 64 columns on the H200, most of it latency).
-template <ActLayout L, int kBlock>
+// int8 sums per 32; columns ncols..8 ncol_tiles - 1 are zeros. Blocks of 256 threads, one column
+// each (an RMSNorm source's column scale, column_scale, is summed once a block by all its threads,
+// before any returns). V values a thread:
+// - V = 8: a warp quantizes a super-block; lane l holds the 8 values of sub-block l / 4 that its
+//   layout stores as one lane's 8 bytes (kRun, kWgmma: 8t..8t+7; kHalves: 4t..4t+3 and
+//   16+4t..16+4t+3, t = l % 4), so every reduction is a warp's shuffles (no barrier, 8 loads in
+//   flight a lane) and a block takes 8 super-blocks: the norm's scale is summed once per 8.
+// - V = 1: a block quantizes a super-block, a value a thread (the scale's maximum through shared
+//   memory): more blocks, which small column counts need.
+// On the H200 (the 27B's forwards, bench/results/h200-s25-27b-kernels-*): V = 8 took the
+// quantizers of a 64-token forward from 1.73 to 1.35 ms and a 32-token one from 1.04 to 1.00, but
+// a 16-token one from 0.82 to 0.91 (48 blocks for 16 columns of 5120), so up to 16 columns V = 1
+// (quantize_values_per_thread). The maximum and the integer sums do not depend on the order they
+// are taken in: both give the same bytes.
+template <ActLayout L, int kBlock, int V>
 static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
                                              int * __restrict__ sums, const int k, const int ncols,
                                              const int ncol_tiles) {
     static_assert(kBlock == kQk || kBlock == WARP_SIZE, "a scale per super-block or per 32 values");
-    constexpr int kWarpsPerBlock = kQk / WARP_SIZE;
-    const int col = blockIdx.y, lane = threadIdx.x % WARP_SIZE;
-    const int kb = blockIdx.x * kWarpsPerBlock + threadIdx.x / WARP_SIZE;
+    static_assert(V == 1 || V == 8, "a value a thread, or a super-block a warp");
+    constexpr int kThreadsPerSuper = kQk / V;
+    const int col = blockIdx.y, r = threadIdx.x % kThreadsPerSuper;
+    const int kb = blockIdx.x * (kQk / kThreadsPerSuper) + threadIdx.x / kThreadsPerSuper;
     const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // col: the same for the block
-    if (kb * kQk >= k) return;
-    const int j = lane / 4, t = lane % 4;  // sub-block j; the lane's place t among its 4 lanes
-    float v[8];
+    if (kb * kQk >= k) return;                                             // the same for a super-block's threads
+    const int j = V == 8 ? r / 4 : r / WARP_SIZE, t = r % 4;               // sub-block j
+    auto value_index = [&](int i) {                                        // in sub-block j, of the thread's value i
+        if constexpr (V == 1) return r % WARP_SIZE;
+        return L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
+    };
+    float v[V];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int val = L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
-        v[i] = col < ncols ? x(col, kb * kQk + 32 * j + val, scale) : 0.0f;
-    }
+    for (int i = 0; i < V; ++i) v[i] = col < ncols ? x(col, kb * kQk + 32 * j + value_index(i), scale) : 0.0f;
     float amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    // over the scale's values: a sub-block is 4 lanes (V = 8) or a warp (V = 1); a super-block is a
+    // warp (V = 8) or the block's 8 warps (V = 1)
 #pragma unroll
-    for (int o = kBlock == kQk ? 16 : 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+    for (int o = kBlock == WARP_SIZE && V == 8 ? 2 : 16; o > 0; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+    }
+    if constexpr (V == 1 && kBlock == kQk) {
+        __shared__ float wmax[kQk / WARP_SIZE];
+        if (r % WARP_SIZE == 0) wmax[r / WARP_SIZE] = amax;
+        __syncthreads();
+        amax = wmax[0];
+#pragma unroll
+        for (int w = 1; w < kQk / WARP_SIZE; ++w) amax = fmaxf(amax, wmax[w]);
+    }
     const float dd = amax / 127.0f;
     int s = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < V; ++i) {
         const int q = amax == 0.0f ? 0 : (int)roundf(v[i] / dd);
-        const int val = L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
-        qs[act_q_index<L>(kb, j, val, col, ncol_tiles)] = (int8_t)q;
+        qs[act_q_index<L>(kb, j, value_index(i), col, ncol_tiles)] = (int8_t)q;
         s += q;
     }
-    s += __shfl_xor_sync(0xffffffff, s, 1);
-    s += __shfl_xor_sync(0xffffffff, s, 2);
-    if (t == 0) sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
+#pragma unroll
+    for (int o = V == 8 ? 2 : 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);  // the sub-block's
+    const bool first_of_sub = V == 8 ? t == 0 : r % WARP_SIZE == 0;
+    if (first_of_sub) sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
     if constexpr (kBlock == kQk) {
-        if (lane == 0) d[act_d_index(kb, col, ncol_tiles)] = dd;
+        if (r == 0) d[act_d_index(kb, col, ncol_tiles)] = dd;
     } else {
         // stored as ggml's q8_1 stores it (a half): the same quants and scales as its mmq
-        if (t == 0) d[act_d_index(8 * kb + j, col, ncol_tiles)] = __half2float(__float2half_rn(dd));
+        if (first_of_sub) d[act_d_index(8 * kb + j, col, ncol_tiles)] = __half2float(__float2half_rn(dd));
     }
 }
 
-// The quantizer's grid for k values and np padded columns.
-inline dim3 quantize_act_grid(int k, int np) {
-    constexpr int kValuesPerBlock = kQk * (kQk / WARP_SIZE);
-    return dim3((unsigned)((k + kValuesPerBlock - 1) / kValuesPerBlock), (unsigned)np, 1);
+// Values a thread of the quantizer takes for np padded columns (see quantize_act_k_kernel).
+inline int quantize_values_per_thread(int np) { return np <= 16 ? 1 : 8; }
+
+// The quantizer's grid for k values, np padded columns and V values a thread.
+inline dim3 quantize_act_grid(int k, int np, int V) {
+    const int values_per_block = kQk * V;
+    return dim3((unsigned)((k + values_per_block - 1) / values_per_block), (unsigned)np, 1);
+}
+
+// Launches quantize_act_k_kernel<L, kBlock, V> with V = quantize_values_per_thread(np).
+template <ActLayout L, int kBlock>
+void launch_quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, int np,
+                         cudaStream_t stream) {
+    if (quantize_values_per_thread(np) == 1) {
+        DFLASH_LAUNCH(quantize_act_grid(k, np, 1), kQk, 0, stream, quantize_act_k_kernel<L, kBlock, 1>)(
+            x, qs, d, sums, k, ncols, np / 8);
+    } else {
+        DFLASH_LAUNCH(quantize_act_grid(k, np, 8), kQk, 0, stream, quantize_act_k_kernel<L, kBlock, 8>)(
+            x, qs, d, sums, k, ncols, np / 8);
+    }
 }
 
 // Column tiles the activation buffers need for ncols columns.
@@ -770,8 +805,7 @@ inline int padded_columns(int ncols) {
 template <typename F>
 void quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, cudaStream_t stream) {
     const int np = padded_columns(ncols);
-    DFLASH_LAUNCH(quantize_act_grid(k, np), kQk, 0, stream, quantize_act_k_kernel<F::kLayout, F::kActBlock>)(
-        x, qs, d, sums, k, ncols, np / 8);
+    launch_quantize_act<F::kLayout, F::kActBlock>(x, qs, d, sums, k, ncols, np, stream);
 }
 
 // kStages: super-blocks in flight per warp (0: direct loads). The engine uses kDefaultStages: 2

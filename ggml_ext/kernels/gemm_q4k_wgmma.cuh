@@ -326,8 +326,7 @@ inline int wg_padded_columns(int ncols) { return ncols <= 16 ? 16 : padded_colum
 inline void quantize_act_wgmma(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols,
                                cudaStream_t stream) {
     const int np = wg_padded_columns(ncols);
-    quantize_act_k_kernel<ActLayout::kWgmma, kQk>
-        <<<quantize_act_grid(k, np), kQk, 0, stream>>>(x, qs, d, sums, k, ncols, np / 8);
+    launch_quantize_act<ActLayout::kWgmma, kQk>(x, qs, d, sums, k, ncols, np, stream);
 }
 
 // Returns false when the kernel cannot run here (the smem opt-in failed).

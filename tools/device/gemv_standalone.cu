@@ -629,9 +629,10 @@ double reference_products(const std::vector<float> & wf, const std::vector<float
 // The GEMM's activation quantizer (quantize_act_k_kernel) against a host reference of its rule,
 // byte for byte: per kBlock values and column d = max |x| / 127 (a half for Q8_0's 32), q =
 // round(x / d), the int sums per 32, at the places the layout's index names; for each layout
-// (Q4_K's kRun, Q6_K's kHalves, Q8_0's kHalves per 32, the wgmma form's kWgmma), 2..64 columns
-// and 1..9 super-blocks (a grid block's 8 super-blocks and a part).
-template <gemm_kq::ActLayout L, int kBlock>
+// (Q4_K's kRun, Q6_K's kHalves, Q8_0's kHalves per 32, the wgmma form's kWgmma), both forms (a
+// value a thread, a super-block a warp), 2..64 columns and 1..9 super-blocks (a grid block's 8
+// super-blocks and a part).
+template <gemm_kq::ActLayout L, int kBlock, int V>
 bool quantize_bytes_match(int k, int ncols, std::mt19937 & gen) {
     const int np = std::max(L == gemm_kq::ActLayout::kWgmma ? 16 : 8, gemm_kq::padded_columns(ncols));
     const int nt = np / 8, nkb = k / 256;
@@ -642,7 +643,7 @@ bool quantize_bytes_match(int k, int ncols, std::mt19937 & gen) {
     MmaBuffers b;
     b.alloc(k, ncols, 1);
     CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-    DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np), 256, 0, nullptr, gemm_kq::quantize_act_k_kernel<L, kBlock>)(
+    DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np, V), 256, 0, nullptr, gemm_kq::quantize_act_k_kernel<L, kBlock, V>)(
         act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nt);
     CK(cudaDeviceSynchronize());
     std::vector<int8_t> q((size_t)np * k);
@@ -684,10 +685,14 @@ void check_quantize_bytes(std::mt19937 & gen) {
     bool ok = true;
     for (int nkb : {1, 3, 9}) {
         for (int ncols : {2, 9, 23, 64}) {
-            ok &= quantize_bytes_match<ActLayout::kRun, 256>(256 * nkb, ncols, gen);
-            ok &= quantize_bytes_match<ActLayout::kHalves, 256>(256 * nkb, ncols, gen);
-            ok &= quantize_bytes_match<ActLayout::kHalves, 32>(256 * nkb, ncols, gen);
-            ok &= quantize_bytes_match<ActLayout::kWgmma, 256>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kRun, 256, 1>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kHalves, 256, 1>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kHalves, 32, 1>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kWgmma, 256, 1>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kRun, 256, 8>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kHalves, 256, 8>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kHalves, 32, 8>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kWgmma, 256, 8>(256 * nkb, ncols, gen);
         }
     }
     std::printf("{\"check_quantize_bytes\": \"all layouts\", \"ok\": %s}\n", ok ? "true" : "false");
@@ -708,12 +713,10 @@ void check_wgmma_layout(std::mt19937 & gen) {
         wg.alloc(k, ncols, 1);
         for (MmaBuffers * b : {&run, &wg}) CK(cudaMemcpy(b->x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         // both with np columns (the wgmma form's least is 16)
-        DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np), 256, 0, nullptr,
-                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kRun, 256>)(act_floats(run.x, k), run.yq,
-                                                                                     run.yd, run.ysum, k, ncols, nt);
-        DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np), 256, 0, nullptr,
-                      gemm_kq::quantize_act_k_kernel<gemm_kq::ActLayout::kWgmma, 256>)(act_floats(wg.x, k), wg.yq,
-                                                                                       wg.yd, wg.ysum, k, ncols, nt);
+        gemm_kq::launch_quantize_act<gemm_kq::ActLayout::kRun, 256>(act_floats(run.x, k), run.yq, run.yd, run.ysum, k,
+                                                                    ncols, np, nullptr);
+        gemm_kq::launch_quantize_act<gemm_kq::ActLayout::kWgmma, 256>(act_floats(wg.x, k), wg.yq, wg.yd, wg.ysum, k,
+                                                                      ncols, np, nullptr);
         CK(cudaDeviceSynchronize());
         std::vector<int8_t> q_run((size_t)np * k), q_wg((size_t)np * k);
         std::vector<float> d_run((size_t)np * k / 256), d_wg(d_run.size());

@@ -268,6 +268,19 @@ if [ "$stage" = r1 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh r2` (session 25's last call, a fresh machine, SETUP_TARGETS=_core): the quantizer
+# with both forms (a value a thread up to 16 columns): the whole CUDA suite while the 27B-shaped
+# files are written, then the 27B's kernels a step (forwards of 1, 16, 32, 64 tokens).
+if [ "$stage" = r2 ]; then
+  trap "pack_out $stage" EXIT
+  start_27b_synth
+  run_cuda_suite 150
+  wait_27b 80
+  [ "$(left)" -ge 75 ] && KP_ARGS="--forwards 1,16,32,64" kernel_profile "$(( $(left) - 5 ))"
+  grep -E "wall" "$OUT"/h200-27b-kernels*.log | cut -c1-200
+  exit 0
+fi
+
 # `gpu_bench.sh q1` (session 24, a fresh machine, SETUP_TARGETS=_core): the RMSNorm read by the
 # GEMM's quantizer (patches/0010) and two row tiles a warp by the wave count up to 16 columns. After
 # the build the 27B's kernels a step (forwards of 1, 16, 32, 64 tokens) with both, then with each
