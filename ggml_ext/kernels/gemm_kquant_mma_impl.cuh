@@ -29,6 +29,7 @@
 #include "async_copy.cuh"
 #include "ggml-cuda/common.cuh"
 #include "launch.cuh"
+#include "pdl.cuh"
 #include "stream_loads.cuh"
 
 namespace gemm_kq {
@@ -66,8 +67,7 @@ __host__ __device__ __forceinline__ int64_t act_q_index(int kb, int j, int v, in
 }
 
 // The 8 bytes of lane `lane` for sub-block j and column tile nt.
-__device__ __forceinline__ int2 act_q_lane(const int8_t * __restrict__ yq, int kb, int j, int nt, int lane,
-                                           int ncol_tiles) {
+__device__ __forceinline__ int2 act_q_lane(const int8_t * yq, int kb, int j, int nt, int lane, int ncol_tiles) {
     return *reinterpret_cast<const int2 *>(yq + ((((int64_t)kb * 8 + j) * ncol_tiles + nt) * WARP_SIZE + lane) * 8);
 }
 
@@ -201,9 +201,8 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
     // tile r) share each activation load: a warp's B operand feeds R mmas.
     template <int ncol_tiles, bool smem, int R>
     static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
-                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
-                                                      const float * __restrict__ yd, const int * __restrict__ ysum,
-                                                      int kb, int g, int t) {
+                                                      const char * const (&b1)[R], const int8_t * yq, const float * yd,
+                                                      const int * ysum, int kb, int g, int t) {
         auto load16 = [](const char * p) { return smem ? *reinterpret_cast<const uint4 *>(p) : load_stream_16(p); };
         auto load8 = [](const char * p) { return smem ? *reinterpret_cast<const uint2 *>(p) : load_stream_8(p); };
         const int lane = 4 * g + t;
@@ -325,9 +324,8 @@ struct Q80 : AlignedBlocks<8 * 34> {
 
     template <int ncol_tiles, bool smem, int R>
     static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
-                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
-                                                      const float * __restrict__ yd, const int * __restrict__, int kb,
-                                                      int g, int t) {
+                                                      const char * const (&b1)[R], const int8_t * yq, const float * yd,
+                                                      const int *, int kb, int g, int t) {
         const int lane = 4 * g + t;
         auto load4 = [](const char * p) { return smem ? load_smem_4_align2(p) : load_stream_4_align2(p); };
         auto load_d = [](const char * p) {
@@ -433,9 +431,8 @@ struct Q6K {
 
     template <int ncol_tiles, bool smem, int R>
     static __device__ __forceinline__ void accumulate(float (&acc)[R][ncol_tiles][4], const char * const (&b0)[R],
-                                                      const char * const (&b1)[R], const int8_t * __restrict__ yq,
-                                                      const float * __restrict__ yd, const int * __restrict__, int kb,
-                                                      int g, int t) {
+                                                      const char * const (&b1)[R], const int8_t * yq, const float * yd,
+                                                      const int *, int kb, int g, int t) {
         const int lane = 4 * g + t;
         Q6KRow r0[R], r1[R];
 #pragma unroll
@@ -582,10 +579,9 @@ constexpr int min_blocks(int ncol_tiles) {
 template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1,
           bool kRes = false>
 __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R>(ncol_tiles) : 1)
-    gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
-                           const int * __restrict__ ysum, float * dst, const int nrows, const int nblocks,
-                           const int64_t row_bytes, const int ncols, const int stride_col_dst, const float * res,
-                           const int stride_col_res) {
+    gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * yq, const float * yd, const int * ysum,
+                           float * dst, const int nrows, const int nblocks, const int64_t row_bytes, const int ncols,
+                           const int stride_col_dst, const float * res, const int stride_col_res) {
     using S = Smem<F, ncol_tiles, kStages, W, R>;
     static_assert(S::kBytes <= kMaxStaticSmem, "static shared memory over 48 KB: see fit_stages");
     static_assert(kStages != 1, "a pipeline needs 2 stages (0: direct loads)");
@@ -618,6 +614,8 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
             cp_async_commit();
         }
     }
+    pdl_wait();  // the first weights are on their way; the activations are the kernel before's (pdl.cuh)
+    pdl_trigger();
     for (int it = 0; it < n_it; ++it) {
         const int kb = kb0 + it * kb_step;
         const char * blk0[R];
@@ -718,6 +716,8 @@ template <ActLayout L, int kBlock, int V>
 static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
                                              int * __restrict__ sums, const int k, const int ncols,
                                              const int ncol_tiles) {
+    pdl_wait();  // launched with DFLASH_LAUNCH_PDL (pdl.cuh)
+    pdl_trigger();
     static_assert(kBlock == kQk || kBlock == WARP_SIZE, "a scale per super-block or per 32 values");
     static_assert(V == 1 || V == 8, "a value a thread, or a super-block a warp");
     constexpr int kThreadsPerSuper = kQk / V;
@@ -784,10 +784,10 @@ template <ActLayout L, int kBlock>
 void launch_quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, int np,
                          cudaStream_t stream) {
     if (quantize_values_per_thread(np) == 1) {
-        DFLASH_LAUNCH(quantize_act_grid(k, np, 1), kQk, 0, stream, quantize_act_k_kernel<L, kBlock, 1>)(
+        DFLASH_LAUNCH_PDL(quantize_act_grid(k, np, 1), kQk, 0, stream, quantize_act_k_kernel<L, kBlock, 1>)(
             x, qs, d, sums, k, ncols, np / 8);
     } else {
-        DFLASH_LAUNCH(quantize_act_grid(k, np, 8), kQk, 0, stream, quantize_act_k_kernel<L, kBlock, 8>)(
+        DFLASH_LAUNCH_PDL(quantize_act_grid(k, np, 8), kQk, 0, stream, quantize_act_k_kernel<L, kBlock, 8>)(
             x, qs, d, sums, k, ncols, np / 8);
     }
 }
@@ -825,8 +825,8 @@ void launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
     const dim3 grid((nrows + tile_rows - 1) / tile_rows, 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
     constexpr int kSt = kStages > 0 ? fit_stages<F, W, R>(kStages) : 0;
-#define GEMM_KQ_LAUNCH(NT)                                                                                      \
-    DFLASH_LAUNCH(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes>)( \
+#define GEMM_KQ_LAUNCH(NT)                                                                                          \
+    DFLASH_LAUNCH_PDL(grid, block, 0, stream, gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes>)( \
         w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);

@@ -162,10 +162,9 @@ struct WgPlan {
 // copy of the activations for all); MB: blocks a multiprocessor should hold (registers). Block (32, 4 WG).
 template <int N, int S, int WG, int MB>
 __global__ void __launch_bounds__(128 * WG, MB)
-    gemm_q4k_wgmma_kernel(const char * __restrict__ w, const int8_t * __restrict__ qs, const float * __restrict__ yd,
-                          const int * __restrict__ ysum, float * __restrict__ dst, const int nrows, const int nblocks,
-                          const int64_t row_bytes, const int ncols, const int stride_col_dst, const int lbo,
-                          const int sbo) {
+    gemm_q4k_wgmma_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
+                          float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
+                          const int ncols, const int stride_col_dst, const int lbo, const int sbo) {
 #if defined(DFLASH_WGMMA)
     using P = WgPlan<N, WG>;
     constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows;
@@ -195,12 +194,15 @@ __global__ void __launch_bounds__(128 * WG, MB)
             if (n % kThreads == 0 || c < n) cp_async_16(dst + 16 * c, src + 16 * c);
         }
     };
-    auto stage_in = [&](int s, int kb) {
+    auto stage_w = [&](int s, int kb) {
         char * st = wg_smem + s * P::kStageBytes;
 #pragma unroll
         for (int i = 0; i < kWChunks; ++i) {
             if (kWTotal % kThreads == 0 || tid + i * kThreads < kWTotal) cp_async_16(st + wdst[i], wsrc[i] + kb * 144);
         }
+    };
+    auto stage_act = [&](int s, int kb) {
+        char * st = wg_smem + s * P::kStageBytes;
         copy_chunks(st + P::kWBytes, reinterpret_cast<const char *>(qs) + (int64_t)kb * P::kBBytes,
                     std::integral_constant<int, P::kBBytes / 16>{});
         copy_chunks(st + P::kWBytes + P::kBBytes, reinterpret_cast<const char *>(ysum) + (int64_t)kb * P::kSumBytes,
@@ -209,9 +211,20 @@ __global__ void __launch_bounds__(128 * WG, MB)
                     reinterpret_cast<const char *>(yd) + (int64_t)kb * P::kDBytes,
                     std::integral_constant<int, P::kDBytes / 16>{});
     };
+    auto stage_in = [&](int s, int kb) {
+        stage_w(s, kb);
+        stage_act(s, kb);
+    };
+    // the first stages' weights, then (pdl.cuh) the wait for the kernel that wrote the activations
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        if (s < nblocks) stage_in(s, s);
+        if (s < nblocks) stage_w(s, s);
+    }
+    pdl_wait();
+    pdl_trigger();
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {  // group 0 holds every prologue weight copy: waited for first
+        if (s < nblocks) stage_act(s, s);
         cp_async_commit();
     }
     float acc[NT][4] = {};
@@ -346,8 +359,8 @@ bool launch_q4k_wgmma(const char * w, const int8_t * qs, const float * yd, const
                 return false;
             attr = true;
         }
-        kernel<<<grid, block, kBytes, stream>>>(w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst,
-                                                lbo, sbo);
+        DFLASH_LAUNCH_PDL(grid, block, kBytes, stream, kernel)(w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols,
+                                                               stride_col_dst, lbo, sbo);
         return true;
     };
     switch (np) {

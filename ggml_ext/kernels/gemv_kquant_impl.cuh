@@ -6,6 +6,7 @@
 #include "async_copy.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 #include "launch.cuh"
+#include "pdl.cuh"
 #include "stream_loads.cuh"
 
 #include <type_traits>
@@ -256,8 +257,8 @@ struct Q6K {
 // fused residual add and SwiGLU gate, the stores.
 template <int ncols, int rows_per_warp, int split, bool gated>
 __device__ __forceinline__ void finish(float (&acc)[ncols][rows_per_warp], float (&acc_gate)[ncols][rows_per_warp],
-                                       const int row0, const int part, const float * __restrict__ bias,
-                                       float * __restrict__ dst, const int nrows, const int stride_col_dst) {
+                                       const int row0, const int part, const float * bias, float * __restrict__ dst,
+                                       const int nrows, const int stride_col_dst) {
     constexpr int kOut = ncols * rows_per_warp;
     const int lane = threadIdx.x, warp = threadIdx.y;
     // Butterfly over the warp: every lane holds every sum.
@@ -321,10 +322,9 @@ __device__ __forceinline__ void finish(float (&acc)[ncols][rows_per_warp], float
 // column count.
 template <typename T, int ncols, int rows_per_warp, int split, bool gated, int unroll>
 __global__ void __launch_bounds__(kWarps * WARP_SIZE)
-    gemv_kquant_kernel(const char * __restrict__ w, const char * __restrict__ w_gate, const int8_t * __restrict__ yq,
-                       const float * __restrict__ yd, const float * __restrict__ bias, float * __restrict__ dst,
-                       const int nrows, const int nblocks, const int64_t row_bytes, const int k_pad,
-                       const int stride_col_dst) {
+    gemv_kquant_kernel(const char * __restrict__ w, const char * __restrict__ w_gate, const int8_t * yq,
+                       const float * yd, const float * bias, float * __restrict__ dst, const int nrows,
+                       const int nblocks, const int64_t row_bytes, const int k_pad, const int stride_col_dst) {
     static_assert(kWarps % split == 0, "split must divide the block's warps");
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int g = lane >> 3, m = lane & 7;
@@ -344,6 +344,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     constexpr int kStep = split * kGroups;
     float acc[ncols][rows_per_warp] = {};
     float acc_gate[ncols][rows_per_warp] = {};
+    bool waited = false;  // pdl_wait (pdl.cuh) once the first weights are on their way
     for (int kb0 = part * kGroups + g; kb0 < nblocks; kb0 += kStep * unroll) {
         typename T::Raw raw[unroll][rows_per_warp];
         typename T::Raw raw_gate[unroll][rows_per_warp];
@@ -357,6 +358,11 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
                     if (gated) raw_gate[u][r] = T::load(rows_gate[r] + (int64_t)kb * T::kBytes, m);
                 }
             }
+        }
+        if (!waited) {
+            pdl_wait();
+            pdl_trigger();
+            waited = true;
         }
 #pragma unroll
         for (int u = 0; u < unroll; ++u) {
@@ -373,6 +379,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
             }
         }
     }
+    if (!waited) pdl_wait();  // a warp without super-blocks still writes
 
     finish<ncols, rows_per_warp, split, gated>(acc, acc_gate, row0, part, bias, dst, nrows, stride_col_dst);
 }
@@ -399,9 +406,9 @@ __device__ __forceinline__ Q6K::Raw q6k_raw_from_smem(const char * blk, int m) {
 
 template <int ncols, int rows_per_warp, int split>
 __global__ void __launch_bounds__(kWarps * WARP_SIZE)
-    gemv_q6k_staged_kernel(const char * __restrict__ w, const int8_t * __restrict__ yq, const float * __restrict__ yd,
-                           const float * __restrict__ bias, float * __restrict__ dst, const int nrows,
-                           const int nblocks, const int64_t row_bytes, const int k_pad, const int stride_col_dst) {
+    gemv_q6k_staged_kernel(const char * __restrict__ w, const int8_t * yq, const float * yd, const float * bias,
+                           float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
+                           const int k_pad, const int stride_col_dst) {
     static_assert(kWarps % split == 0, "split must divide the block's warps");
     constexpr int unroll = 2;
     constexpr int kStep = split * kGroups;
@@ -434,6 +441,8 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     float acc_gate[ncols][rows_per_warp] = {};
     int it = 0;
     if (part * kGroups < nblocks) stage_in(stages[warp][0], part * kGroups);
+    pdl_wait();  // the first weights are on their way (pdl.cuh)
+    pdl_trigger();
     for (int base = part * kGroups; base < nblocks; base += kStep * unroll, ++it) {
         cp_async_wait<0>();  // this iteration's blocks (the only group in flight)
         __syncwarp();
@@ -470,15 +479,15 @@ inline dim3 gemv_grid(int nrows, int rows_per_warp, int split) {
 
 template <int ncols, int rows_per_warp, int split>
 void launch_q6k_staged(const GemvArgs & a, cudaStream_t stream) {
-    DFLASH_LAUNCH(gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0, stream,
-                  gemv_q6k_staged_kernel<ncols, rows_per_warp, split>)(
+    DFLASH_LAUNCH_PDL(gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0, stream,
+                      gemv_q6k_staged_kernel<ncols, rows_per_warp, split>)(
         a.w, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
 }
 
 template <typename T, int ncols, int rows_per_warp, int split, bool gated, int unroll>
 void launch(const GemvArgs & a, cudaStream_t stream) {
-    DFLASH_LAUNCH(gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0, stream,
-                  gemv_kquant_kernel<T, ncols, rows_per_warp, split, gated, unroll>)(
+    DFLASH_LAUNCH_PDL(gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0, stream,
+                      gemv_kquant_kernel<T, ncols, rows_per_warp, split, gated, unroll>)(
         a.w, a.w_gate, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
 }
 
@@ -550,6 +559,8 @@ void launch_type(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) {
 // (act_source.cuh).
 static __global__ void quantize_act_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
                                            const int k, const int k_pad) {
+    pdl_wait();  // launched with DFLASH_LAUNCH_PDL (pdl.cuh)
+    pdl_trigger();
     const int j = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const float v = i < k ? x(j, i) : 0.0f;

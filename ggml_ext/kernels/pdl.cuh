@@ -1,0 +1,114 @@
+// Programmatic dependent launch (PDL, sm_90 and newer) for ggml_ext's matmul kernels: a kernel
+// launched with DFLASH_LAUNCH_PDL may start while the kernel before it on the stream is still
+// running, so its launch and its first weight loads overlap that kernel's tail.
+//
+// The contract of a kernel launched this way:
+// - pdl_wait() before it reads anything an earlier kernel wrote and before its first global write
+//   (griddepcontrol.wait returns when the earlier grid has completed and its writes are visible);
+//   only the weights, which no kernel of a graph writes, may be read before it.
+// - no `const T * __restrict__` for what an earlier kernel wrote: the compiler may read such memory
+//   through the non-coherent path ahead of the wait (ggml-cuda drops __restrict__ with PDL for the
+//   same reason).
+// - pdl_trigger() once the kernel no longer needs the GPU to itself: the next PDL kernel may then
+//   launch and wait for this one in its own pdl_wait().
+// ggml-cuda's own kernels follow the same contract (ggml_cuda_pdl_sync / ggml_cuda_pdl_lc), so any
+// order of theirs and ours is safe. DFLASH_PDL=0 launches them as plain kernels.
+#pragma once
+
+#include "launch.cuh"
+
+#ifndef DFLASH_CUDA_EMU
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <utility>
+#endif
+
+__device__ __forceinline__ void pdl_wait() {
+#if !defined(DFLASH_CUDA_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if !defined(DFLASH_CUDA_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+#ifdef DFLASH_CUDA_EMU
+#define DFLASH_LAUNCH_PDL(grid, block, smem, stream, ...) DFLASH_LAUNCH(grid, block, smem, stream, __VA_ARGS__)
+#else
+namespace dflash_pdl {
+
+// DFLASH_PDL=0 turns PDL off (for benches and bug hunts).
+inline bool env_enabled() {
+    static const bool on = [] {
+        const char * e = std::getenv("DFLASH_PDL");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
+// Whether the code the current device runs for `kernel` was compiled for sm_90 or newer: only there
+// do pdl_wait / pdl_trigger exist (a kernel JIT-compiled from older PTX has no wait in it).
+inline bool kernel_has_pdl(const void * kernel) {
+    static std::mutex mu;
+    static std::map<std::pair<const void *, int>, bool> cache;
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    std::lock_guard<std::mutex> lock(mu);
+    const auto key = std::make_pair(kernel, device);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    cudaFuncAttributes attr = {};
+    const bool ok =
+        cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
+    cache.emplace(key, ok);
+    return ok;
+}
+
+struct Launch {
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+
+    template <typename... P>
+    struct Bound {
+        const Launch & l;
+        void (*kernel)(P...);
+
+        template <typename... A>
+        void operator()(A &&... args) const {
+            if (env_enabled() && kernel_has_pdl(reinterpret_cast<const void *>(kernel))) {
+                cudaLaunchAttribute attr[1];
+                attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                attr[0].val.programmaticStreamSerializationAllowed = 1;
+                cudaLaunchConfig_t cfg = {};
+                cfg.gridDim = l.grid;
+                cfg.blockDim = l.block;
+                cfg.dynamicSmemBytes = l.smem;
+                cfg.stream = l.stream;
+                cfg.attrs = attr;
+                cfg.numAttrs = 1;
+                cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+                return;
+            }
+            // clang-format off
+            kernel<<<l.grid, l.block, l.smem, l.stream>>>(std::forward<A>(args)...);
+            // clang-format on
+        }
+    };
+
+    template <typename... P>
+    Bound<P...> operator()(void (*kernel)(P...)) const {
+        return {*this, kernel};
+    }
+};
+
+}  // namespace dflash_pdl
+
+// DFLASH_LAUNCH's form for kernels that keep the contract above.
+#define DFLASH_LAUNCH_PDL(grid, block, smem, stream, ...) \
+    ::dflash_pdl::Launch{dim3(grid), dim3(block), (size_t)(smem), (stream)}(__VA_ARGS__)
+#endif
