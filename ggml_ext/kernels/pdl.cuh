@@ -12,7 +12,8 @@
 // - pdl_trigger() once the kernel no longer needs the GPU to itself: the next PDL kernel may then
 //   launch and wait for this one in its own pdl_wait().
 // ggml-cuda's own kernels follow the same contract (ggml_cuda_pdl_sync / ggml_cuda_pdl_lc), so any
-// order of theirs and ours is safe. DFLASH_PDL=0 launches them as plain kernels.
+// order of theirs and ours is safe. DFLASH_PDL=0 launches them as plain kernels; DFLASH_PDL=MASK
+// enrolls the kinds of dflash_pdl::Kind in MASK only (benches).
 #pragma once
 
 #include "launch.cuh"
@@ -37,17 +38,20 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 
 #ifdef DFLASH_CUDA_EMU
-#define DFLASH_LAUNCH_PDL(grid, block, smem, stream, ...) DFLASH_LAUNCH(grid, block, smem, stream, __VA_ARGS__)
+#define DFLASH_LAUNCH_PDL(kind, grid, block, smem, stream, ...) DFLASH_LAUNCH(grid, block, smem, stream, __VA_ARGS__)
 #else
 namespace dflash_pdl {
 
-// DFLASH_PDL=0 turns PDL off (for benches and bug hunts).
-inline bool env_enabled() {
-    static const bool on = [] {
+// The kernels DFLASH_LAUNCH_PDL launches, by kind (DFLASH_PDL's bits).
+enum Kind : unsigned { kQuantize = 1, kGemv = 2, kGemm = 4 };
+constexpr unsigned kDefaultKinds = kQuantize | kGemv | kGemm;
+
+inline bool env_enabled(unsigned kind) {
+    static const unsigned mask = [] {
         const char * e = std::getenv("DFLASH_PDL");
-        return !(e && e[0] == '0');
+        return e ? (unsigned)std::atoi(e) : kDefaultKinds;
     }();
-    return on;
+    return (mask & kind) != 0;
 }
 
 // Whether the code the current device runs for `kernel` was compiled for sm_90 or newer: only there
@@ -69,6 +73,7 @@ inline bool kernel_has_pdl(const void * kernel) {
 }
 
 struct Launch {
+    unsigned kind;
     dim3 grid, block;
     size_t smem;
     cudaStream_t stream;
@@ -80,7 +85,7 @@ struct Launch {
 
         template <typename... A>
         void operator()(A &&... args) const {
-            if (env_enabled() && kernel_has_pdl(reinterpret_cast<const void *>(kernel))) {
+            if (env_enabled(l.kind) && kernel_has_pdl(reinterpret_cast<const void *>(kernel))) {
                 cudaLaunchAttribute attr[1];
                 attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
                 attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -109,6 +114,6 @@ struct Launch {
 }  // namespace dflash_pdl
 
 // DFLASH_LAUNCH's form for kernels that keep the contract above.
-#define DFLASH_LAUNCH_PDL(grid, block, smem, stream, ...) \
-    ::dflash_pdl::Launch{dim3(grid), dim3(block), (size_t)(smem), (stream)}(__VA_ARGS__)
+#define DFLASH_LAUNCH_PDL(kind, grid, block, smem, stream, ...) \
+    ::dflash_pdl::Launch{::dflash_pdl::kind, dim3(grid), dim3(block), (size_t)(smem), (stream)}(__VA_ARGS__)
 #endif

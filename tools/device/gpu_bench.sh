@@ -281,31 +281,33 @@ if [ "$stage" = r2 ]; then
   exit 0
 fi
 
-# `gpu_bench.sh e1` (session 26, a fresh machine, SETUP_TARGETS=_core), then `e2` within 30 s:
-# programmatic dependent launch for the GEMV / GEMM kernels and their quantizers (kernels/pdl.cuh).
-# e1: the whole CUDA suite while the 27B-shaped files are written, then the 27B's kernels a step
-# (forwards of 1, 16, 32, 64 tokens) with PDL. e2: the same profile with DFLASH_PDL=0, then the
-# AR next to libllama with PDL and without (E2_AR=0 skips it), then the chain next to upstream
-# llama-server when E2_CHAIN is set (needs llama-server in SETUP_TARGETS).
-if [ "$stage" = e1 ] || [ "$stage" = e2 ]; then
+# `gpu_bench.sh e1` (session 26, a fresh machine, SETUP_TARGETS=_core): programmatic dependent
+# launch for the GEMV / GEMM kernels and their quantizers (kernels/pdl.cuh). The whole CUDA suite
+# while the 27B-shaped files are written, then the 27B's kernels a step (forwards of 1, 16, 32, 64).
+# `gpu_bench.sh e2` (a fresh machine): the 27B's AR step and forwards (kernel_profile.py --quick)
+# with each DFLASH_PDL mask of E2_MASKS (0: off; bits: 1 quantizers, 2 GEMV, 4 GEMM), then the AR
+# next to libllama with E2_AR_MASK when set.
+if [ "$stage" = e1 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
   export KP_ARGS="--forwards 1,16,32,64"
-  if [ "$stage" = e1 ]; then
-    run_cuda_suite 150
-    wait_27b 80
-    [ "$(left)" -ge 75 ] && kernel_profile "$(( $(left) - 5 ))"
-  else
-    wait_27b 400
-    kernel_profile 80 h200-27b-kernels-pdl-0.json DFLASH_PDL=0
-    if [ "${E2_AR-1}" != 0 ]; then
-      [ "$(left)" -ge 80 ] && ar_bench 75 /tmp/q27.gguf h200-27b-ar.json
-      [ "$(left)" -ge 80 ] && ar_bench 75 /tmp/q27.gguf h200-27b-ar-pdl-0.json DFLASH_PDL=0
-    fi
-    [ -n "${E2_CHAIN-}" ] && [ "$(left)" -ge 140 ] &&
-      chain_bench 130 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
-  fi
+  run_cuda_suite 150
+  wait_27b 80
+  [ "$(left)" -ge 75 ] && kernel_profile "$(( $(left) - 5 ))"
   grep -E "wall" "$OUT"/h200-27b-kernels*.log | cut -c1-220
+  exit 0
+fi
+if [ "$stage" = e2 ]; then
+  trap "pack_out $stage" EXIT
+  start_27b_synth
+  export KP_ARGS="--forwards 1,16,32,64 --quick"
+  wait_27b 100
+  for m in ${E2_MASKS:-0 7 2 4 1 6}; do
+    [ "$(left)" -ge 45 ] || break
+    kernel_profile 40 "h200-27b-kernels-pdl-$m.json" DFLASH_PDL=$m
+    grep -E "wall" "$OUT/h200-27b-kernels-pdl-$m.log" | cut -c1-150
+  done
+  [ -n "${E2_AR_MASK-}" ] && [ "$(left)" -ge 80 ] && ar_bench 75 /tmp/q27.gguf h200-27b-ar.json DFLASH_PDL=$E2_AR_MASK
   exit 0
 fi
 

@@ -129,6 +129,7 @@ def main() -> int:
     ap.add_argument("--synthetic-accept", type=int, default=8, help="forced acceptance length (bench-only)")
     ap.add_argument("-c", "--n-ctx", type=int, default=4096)
     ap.add_argument("--batch-invariant", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="the AR step and the forwards only")
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args()
 
@@ -184,10 +185,13 @@ def main() -> int:
     steps = a.steps
     rows = [_measure("ar", ar, steps * 4)]
     # the drafter alone: a block at the same position (chain: argmax only; DDTree: + top-K)
-    rows += [_measure("draft_chain", drafting(False), steps), _measure("draft_tree", drafting(True), steps)]
+    if not a.quick:
+        rows.append(_measure("draft_chain", drafting(False), steps))
+        rows.append(_measure("draft_tree", drafting(True), steps))
     rows += [_measure(f"forward{n}+captures", forward(n), steps) for n in ns]
-    rows.append(_measure("chain_step", session(0), steps))
-    rows += [_measure(f"ddtree_b{b}_step", session(b), steps) for b in budgets]
+    if not a.quick:
+        rows.append(_measure("chain_step", session(0), steps))
+        rows += [_measure(f"ddtree_b{b}_step", session(b), steps) for b in budgets]
     doc = {
         "bench": "kernel_profile",
         "command": "python3 tools/device/kernel_profile.py " + " ".join(__import__("sys").argv[1:]),
