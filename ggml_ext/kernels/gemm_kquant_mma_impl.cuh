@@ -784,11 +784,11 @@ template <ActLayout L, int kBlock>
 void launch_quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, int np,
                          cudaStream_t stream) {
     if (quantize_values_per_thread(np) == 1) {
-        DFLASH_LAUNCH_PDL(kQuantize, quantize_act_grid(k, np, 1), kQk, 0, stream, quantize_act_k_kernel<L, kBlock, 1>)(
-            x, qs, d, sums, k, ncols, np / 8);
+        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(np), quantize_act_grid(k, np, 1), kQk, 0, stream,
+                          quantize_act_k_kernel<L, kBlock, 1>)(x, qs, d, sums, k, ncols, np / 8);
     } else {
-        DFLASH_LAUNCH_PDL(kQuantize, quantize_act_grid(k, np, 8), kQk, 0, stream, quantize_act_k_kernel<L, kBlock, 8>)(
-            x, qs, d, sums, k, ncols, np / 8);
+        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(np), quantize_act_grid(k, np, 8), kQk, 0, stream,
+                          quantize_act_k_kernel<L, kBlock, 8>)(x, qs, d, sums, k, ncols, np / 8);
     }
 }
 
@@ -826,7 +826,7 @@ void launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
     const int nb = k / kQk;
     constexpr int kSt = kStages > 0 ? fit_stages<F, W, R>(kStages) : 0;
 #define GEMM_KQ_LAUNCH(NT)                                                                  \
-    DFLASH_LAUNCH_PDL(kGemm, grid, block, 0, stream,                                        \
+    DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(8 * NT), grid, block, 0, stream,                \
                       gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes>)( \
         w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res)
     if (ncols <= 8) {

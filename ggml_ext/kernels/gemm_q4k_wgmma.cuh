@@ -359,8 +359,8 @@ bool launch_q4k_wgmma(const char * w, const int8_t * qs, const float * yd, const
                 return false;
             attr = true;
         }
-        DFLASH_LAUNCH_PDL(kGemm, grid, block, kBytes, stream, kernel)(w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes,
-                                                                      ncols, stride_col_dst, lbo, sbo);
+        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
+            w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, lbo, sbo);
         return true;
     };
     switch (np) {

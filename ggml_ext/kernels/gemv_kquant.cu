@@ -74,7 +74,7 @@ void ggml_ext_gemv_quantize(const ActSource & x, int64_t k, int64_t ncols, int8_
                             cudaStream_t stream) {
     const int64_t k_pad = GGML_PAD(k, kQk);
     const dim3 grid((unsigned)(k_pad / kQk), (unsigned)ncols, 1);
-    DFLASH_LAUNCH_PDL(kQuantize, grid, kQk, 0, stream, gemv::quantize_act_kernel)(x, qs, d, (int)k, (int)k_pad);
+    DFLASH_LAUNCH_PDL(dflash_pdl::kGemv, grid, kQk, 0, stream, gemv::quantize_act_kernel)(x, qs, d, (int)k, (int)k_pad);
 }
 
 GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows) {

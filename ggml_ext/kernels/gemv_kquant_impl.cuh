@@ -479,15 +479,15 @@ inline dim3 gemv_grid(int nrows, int rows_per_warp, int split) {
 
 template <int ncols, int rows_per_warp, int split>
 void launch_q6k_staged(const GemvArgs & a, cudaStream_t stream) {
-    DFLASH_LAUNCH_PDL(kGemv, gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0, stream,
-                      gemv_q6k_staged_kernel<ncols, rows_per_warp, split>)(
+    DFLASH_LAUNCH_PDL(dflash_pdl::kGemv, gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0,
+                      stream, gemv_q6k_staged_kernel<ncols, rows_per_warp, split>)(
         a.w, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
 }
 
 template <typename T, int ncols, int rows_per_warp, int split, bool gated, int unroll>
 void launch(const GemvArgs & a, cudaStream_t stream) {
-    DFLASH_LAUNCH_PDL(kGemv, gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0, stream,
-                      gemv_kquant_kernel<T, ncols, rows_per_warp, split, gated, unroll>)(
+    DFLASH_LAUNCH_PDL(dflash_pdl::kGemv, gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0,
+                      stream, gemv_kquant_kernel<T, ncols, rows_per_warp, split, gated, unroll>)(
         a.w, a.w_gate, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
 }
 

@@ -12,8 +12,14 @@
 // - pdl_trigger() once the kernel no longer needs the GPU to itself: the next PDL kernel may then
 //   launch and wait for this one in its own pdl_wait().
 // ggml-cuda's own kernels follow the same contract (ggml_cuda_pdl_sync / ggml_cuda_pdl_lc), so any
-// order of theirs and ours is safe. DFLASH_PDL=0 launches them as plain kernels; DFLASH_PDL=MASK
-// enrolls the kinds of dflash_pdl::Kind in MASK only (benches).
+// order of theirs and ours is safe.
+//
+// Where it is on (dflash_pdl::kDefaultKinds), from the 27B's kernels a step on the H200 with each
+// kind alone and together (bench/results/h200-s26-27b-kernels-pdl-*.json, time some kernel runs):
+// the decode step 7.55 ms against 7.77 without PDL, the 16-token forward 9.25 against 9.35; the
+// GEMM above 16 columns was slower with it (32 tokens 13.54 against 12.88 with the GEMM enrolled,
+// 13.97 with its quantizer too; 64 tokens 18.81 against 19.10 with the GEMM alone, 19.81 with
+// both), so it is left out there. DFLASH_PDL=MASK enrolls the kinds in MASK instead (0: none).
 #pragma once
 
 #include "launch.cuh"
@@ -37,14 +43,20 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+namespace dflash_pdl {
+// The kernels DFLASH_LAUNCH_PDL launches, by kind (DFLASH_PDL's bits): the GEMV and its quantizer
+// (1..8 columns), the GEMM and its quantizer up to 16 padded columns, and above.
+enum Kind : unsigned { kGemv = 1, kGemmNarrow = 2, kGemmWide = 4 };
+constexpr unsigned kDefaultKinds = kGemv | kGemmNarrow;
+
+// The GEMM's kind for np padded columns.
+inline unsigned gemm_kind(int np) { return np <= 16 ? kGemmNarrow : kGemmWide; }
+}  // namespace dflash_pdl
+
 #ifdef DFLASH_CUDA_EMU
 #define DFLASH_LAUNCH_PDL(kind, grid, block, smem, stream, ...) DFLASH_LAUNCH(grid, block, smem, stream, __VA_ARGS__)
 #else
 namespace dflash_pdl {
-
-// The kernels DFLASH_LAUNCH_PDL launches, by kind (DFLASH_PDL's bits).
-enum Kind : unsigned { kQuantize = 1, kGemv = 2, kGemm = 4 };
-constexpr unsigned kDefaultKinds = kQuantize | kGemv | kGemm;
 
 inline bool env_enabled(unsigned kind) {
     static const unsigned mask = [] {
@@ -66,8 +78,9 @@ inline bool kernel_has_pdl(const void * kernel) {
     const auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     cudaFuncAttributes attr = {};
-    const bool ok =
-        cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
+    const bool got = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess;
+    if (!got) (void)cudaGetLastError();  // not left for the next error check: the plain launch reports it
+    const bool ok = got && attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
     cache.emplace(key, ok);
     return ok;
 }
@@ -85,6 +98,7 @@ struct Launch {
 
         template <typename... A>
         void operator()(A &&... args) const {
+#if CUDART_VERSION >= 12030  // the launch attribute and griddepcontrol's PTX
             if (env_enabled(l.kind) && kernel_has_pdl(reinterpret_cast<const void *>(kernel))) {
                 cudaLaunchAttribute attr[1];
                 attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -99,6 +113,7 @@ struct Launch {
                 cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
                 return;
             }
+#endif
             // clang-format off
             kernel<<<l.grid, l.block, l.smem, l.stream>>>(std::forward<A>(args)...);
             // clang-format on
@@ -115,5 +130,5 @@ struct Launch {
 
 // DFLASH_LAUNCH's form for kernels that keep the contract above.
 #define DFLASH_LAUNCH_PDL(kind, grid, block, smem, stream, ...) \
-    ::dflash_pdl::Launch{::dflash_pdl::kind, dim3(grid), dim3(block), (size_t)(smem), (stream)}(__VA_ARGS__)
+    ::dflash_pdl::Launch{(kind), dim3(grid), dim3(block), (size_t)(smem), (stream)}(__VA_ARGS__)
 #endif

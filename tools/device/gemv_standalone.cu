@@ -1248,6 +1248,27 @@ int main(int argc, char ** argv) {
         }
     }
 #endif
+    if (what == "profile_engine") {  // the forms the engine runs at 32 and 64 columns, one launch each (ncu)
+        profile_mma(W::q4_K, 34816, 5120, gen, {1000102}, {32});  // [gate; up]: two row tiles a warp at 32
+        profile_mma(W::q4_K, 5120, 17408, gen, {102}, {32, 64});  // ffn_down
+        profile_mma(W::q6_K, 5120, 17408, gen, {2}, {32, 64});
+        profile_mma(W::q4_K, 5120, 6144, gen, {102}, {32, 64});  // ssm_out
+#if !defined(DFLASH_CUDA_EMU)
+        const int rows = 34816, k = 5120;  // [gate; up] through wgmma at 32 (not the engine's) and 64 columns
+        const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(W::q4_K);
+        char * dw = weight_copies(W::q4_K, rows, k, (size_t)rows * row_bytes, 1, gen);
+        for (int ncols : {32, 64}) {
+            MmaBuffers b;
+            b.alloc(k, ncols, rows);
+            CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
+            gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
+            gemm_kq::launch_q4k_wgmma(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
+            CK(cudaDeviceSynchronize());
+            b.free_all();
+        }
+        cudaFree(dw);
+#endif
+    }
     if (what == "profile_codes") {  // [gate; up] at 16 and 64 columns, the codes of argv[2] ("102,1000102")
         std::vector<int> codes;
         for (const char * p = argc > 2 ? argv[2] : "102"; *p;) {

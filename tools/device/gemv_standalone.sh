@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU: ggml_ext's k-quant GEMV and its tensor-core GEMM on their own (tools/device/gemv_standalone.cu;
-# argument: all, check, bench, q6, q5q8, mma, long, rows, tiles, check_mma or wgmma): the binary carried
+# argument: all, check, bench, q6, q5q8, mma, long, rows, tiles, check_mma, wgmma or profile_engine): the binary carried
 # gzipped as .carry/gemv_standalone.gz (built here with nvcc -O3 for sm_90a; gzip keeps the
 # carry under 64 MiB; -DGEMV_STANDALONE_SLIM keeps the engine's forms only and, stripped, makes it
 # ~3 MB gzipped: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM,
