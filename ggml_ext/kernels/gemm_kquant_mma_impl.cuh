@@ -206,6 +206,19 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
         auto load16 = [](const char * p) { return smem ? *reinterpret_cast<const uint4 *>(p) : load_stream_16(p); };
         auto load8 = [](const char * p) { return smem ? *reinterpret_cast<const uint2 *>(p) : load_stream_8(p); };
         const int lane = 4 * g + t;
+        // kAhead: the B operands of every column tile loaded a sub-block ahead of their mmas. Loaded
+        // right before them, they were what these kernels waited on most (ncu on the H200 at 32 and
+        // 64 columns: long scoreboard ~3 of ~7 cycles an issued instruction, against ~0.8 of ~4.4 in
+        // Q6K, which loads a sub-block's tiles together: bench/results/h200-s26-ncu-gemm-stalls.txt).
+        // Ahead, one row tile a warp ran 1-9% faster (ffn_down 34.4 / 39.4 against 36.1 / 43.3 us at
+        // 32 / 48 columns), two ran no faster at 32..48 columns and up to 3.5% slower at 16 (their
+        // 168 registers), so two keep the loads in place (h200-s26-mma-standalone-ahead.json).
+        constexpr bool kAhead = R == 1;
+        int2 y_cur[ncol_tiles], y_next[ncol_tiles];
+        if constexpr (kAhead) {
+#pragma unroll
+            for (int nt = 0; nt < ncol_tiles; ++nt) y_cur[nt] = act_q_lane(yq, kb, 0, nt, lane, ncol_tiles);
+        }
         uint4 h0[R], h1[R];
         uint2 e0[R], e1[R];  // Q5_K: qh[8t..8t+7], the fifth bits of values 8t..8t+7
 #pragma unroll
@@ -230,6 +243,11 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int j = 2 * c + h, sh = 4 * h;
+                if (kAhead && j + 1 < 8) {
+#pragma unroll
+                    for (int nt = 0; nt < ncol_tiles; ++nt)
+                        y_next[nt] = act_q_lane(yq, kb, j + 1, nt, lane, ncol_tiles);
+                }
                 int a[R][4], sc0[R], sc1[R];
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
@@ -247,8 +265,8 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                 }
 #pragma unroll
                 for (int nt = 0; nt < ncol_tiles; ++nt) {
-                    const int2 yv = act_q_lane(yq, kb, j, nt, lane, ncol_tiles);  // B: column g of the tile
-                    const int b[2] = {yv.x, yv.y};
+                    const int2 yv = kAhead ? y_cur[nt] : act_q_lane(yq, kb, j, nt, lane, ncol_tiles);
+                    const int b[2] = {yv.x, yv.y};  // B: column g of the tile
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
                         int cj[4] = {0, 0, 0, 0};
@@ -258,6 +276,10 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
                         cs[r][nt][2] += sc1[r] * cj[2];
                         cs[r][nt][3] += sc1[r] * cj[3];
                     }
+                }
+                if constexpr (kAhead) {
+#pragma unroll
+                    for (int nt = 0; nt < ncol_tiles; ++nt) y_cur[nt] = y_next[nt];
                 }
             }
         }
