@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <tuple>
@@ -1013,6 +1014,28 @@ void profile_mma(W t, int rows, int k, std::mt19937 & gen, const std::vector<int
 }
 
 #if !defined(DFLASH_CUDA_EMU)
+// One launch of the Q4_K wgmma form on [gate; up] (34816 x 5120) per column count, after one of
+// the engine's code 102 when with_102, for a profiler (ncu): no repetitions, no timing.
+void profile_gate_up_wgmma(std::mt19937 & gen, std::initializer_list<int> ncols_list, bool with_102) {
+    const int rows = 34816, k = 5120;
+    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(W::q4_K);
+    char * dw = weight_copies(W::q4_K, rows, k, (size_t)rows * row_bytes, 1, gen);
+    for (int ncols : ncols_list) {
+        MmaBuffers b;
+        b.alloc(k, ncols, rows);
+        CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
+        if (with_102) {
+            b.quantize(W::q4_K, k, ncols);
+            run_mma(W::q4_K, 102, dw, b, rows, k, row_bytes, ncols);
+        }
+        gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
+        gemm_kq::launch_q4k_wgmma(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
+        CK(cudaDeviceSynchronize());
+        b.free_all();
+    }
+    cudaFree(dw);
+}
+
 // The Q4_K wgmma GEMM (gemm_q4k_wgmma.cuh, sm_90a) against the host reference ("swap": the
 // variant of 3 blocks a multiprocessor, 2 stages), then timed
 // against the engine's mma.sync forms (102; 1000102) on the 27B's Q4_K matrices.
@@ -1232,20 +1255,7 @@ int main(int argc, char ** argv) {
         for (const Shape & m : shapes) bench_wgmma(m.name, m.rows, m.k, gen);
     }
     if (what == "profile_wgmma") {  // one launch of 102 and of the wgmma form, [gate; up] at 16 and 64 columns
-        const int rows = 34816, k = 5120;
-        const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(W::q4_K);
-        char * dw = weight_copies(W::q4_K, rows, k, (size_t)rows * row_bytes, 1, gen);
-        for (int ncols : {16, 64}) {
-            MmaBuffers b;
-            b.alloc(k, ncols, rows);
-            CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
-            b.quantize(W::q4_K, k, ncols);
-            run_mma(W::q4_K, 102, dw, b, rows, k, row_bytes, ncols);
-            gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
-            gemm_kq::launch_q4k_wgmma(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
-            CK(cudaDeviceSynchronize());
-            b.free_all();
-        }
+        profile_gate_up_wgmma(gen, {16, 64}, true);
     }
 #endif
     if (what == "profile_engine") {  // the forms the engine runs at 32 and 64 columns, one launch each (ncu)
@@ -1254,19 +1264,7 @@ int main(int argc, char ** argv) {
         profile_mma(W::q6_K, 5120, 17408, gen, {2}, {32, 64});
         profile_mma(W::q4_K, 5120, 6144, gen, {102}, {32, 64});  // ssm_out
 #if !defined(DFLASH_CUDA_EMU)
-        const int rows = 34816, k = 5120;  // [gate; up] through wgmma at 32 (not the engine's) and 64 columns
-        const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(W::q4_K);
-        char * dw = weight_copies(W::q4_K, rows, k, (size_t)rows * row_bytes, 1, gen);
-        for (int ncols : {32, 64}) {
-            MmaBuffers b;
-            b.alloc(k, ncols, rows);
-            CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
-            gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
-            gemm_kq::launch_q4k_wgmma(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
-            CK(cudaDeviceSynchronize());
-            b.free_all();
-        }
-        cudaFree(dw);
+        profile_gate_up_wgmma(gen, {32, 64}, false);  // the wgmma form at 32 (not the engine's) and 64 columns
 #endif
     }
     if (what == "profile_codes") {  // [gate; up] at 16 and 64 columns, the codes of argv[2] ("102,1000102")
