@@ -270,8 +270,9 @@ fi
 
 # `gpu_bench.sh r2` (session 25's last call, a fresh machine, SETUP_TARGETS=_core): the quantizer
 # with both forms (a value a thread up to 16 columns): the whole CUDA suite while the 27B-shaped
-# files are written, then the 27B's kernels a step (forwards of 1, 16, 32, 64 tokens).
-if [ "$stage" = r2 ]; then
+# files are written, then the 27B's kernels a step (forwards of 1, 16, 32, 64 tokens). `e1` (session
+# 26: programmatic dependent launch, kernels/pdl.cuh) is the same stage.
+if [ "$stage" = r2 ] || [ "$stage" = e1 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
   run_cuda_suite 150
@@ -281,22 +282,9 @@ if [ "$stage" = r2 ]; then
   exit 0
 fi
 
-# `gpu_bench.sh e1` (session 26, a fresh machine, SETUP_TARGETS=_core): programmatic dependent
-# launch for the GEMV / GEMM kernels and their quantizers (kernels/pdl.cuh). The whole CUDA suite
-# while the 27B-shaped files are written, then the 27B's kernels a step (forwards of 1, 16, 32, 64).
-# `gpu_bench.sh e2` (a fresh machine): the 27B's AR step and forwards (kernel_profile.py --quick)
-# with each DFLASH_PDL mask of E2_MASKS (0: off; bits: 1 quantizers, 2 GEMV, 4 GEMM), then the AR
-# next to libllama with E2_AR_MASK when set.
-if [ "$stage" = e1 ]; then
-  trap "pack_out $stage" EXIT
-  start_27b_synth
-  export KP_ARGS="--forwards 1,16,32,64"
-  run_cuda_suite 150
-  wait_27b 80
-  [ "$(left)" -ge 75 ] && kernel_profile "$(( $(left) - 5 ))"
-  grep -E "wall" "$OUT"/h200-27b-kernels*.log | cut -c1-220
-  exit 0
-fi
+# `gpu_bench.sh e2` (session 26, a fresh machine, SETUP_TARGETS=_core): the 27B's AR step and
+# forwards (kernel_profile.py --quick) with each DFLASH_PDL mask of E2_MASKS (0: none; the bits of
+# kernels/pdl.cuh's dflash_pdl::Kind), then the AR next to libllama with E2_AR_MASK when set.
 if [ "$stage" = e2 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
