@@ -225,28 +225,38 @@ def test_cuda_wgmma_gemm_matches_the_mma_gemm(n: int, rows: int, mma_restored: N
     assert np.abs(got - x.astype(np.float64) @ dense.T.astype(np.float64)).max() <= 3e-2 * scale
 
 
+@pytest.fixture
+def add_limit_restored() -> Iterator[None]:
+    was = _core.fuse_add_max_columns()
+    yield
+    _core.set_fuse_add_max_columns(was)
+
+
 @needs_gpu
 @pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
-@pytest.mark.parametrize("n", [2, 9, 16, 33, 48, 64])
+@pytest.mark.parametrize("n", [2, 9, 16, 33, 48, 64, 100])
+@pytest.mark.parametrize("limit", [48, 64])
 def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
-    wtype: str, n: int, mma_restored: None
+    wtype: str, n: int, limit: int, mma_restored: None, add_limit_restored: None
 ) -> None:
-    """w x + residual, the engine's residual shape (patches/0008): up to 48 columns the GEMM adds
-    the residual as it writes (the fusion counter moves), bit for bit what the add node gives its
-    output (one float addition: the product plus the residual in numpy's float32); at 64 columns,
-    or switched off, ggml's add node gives the same."""
+    """w x + residual, the engine's residual shape (patches/0008): up to the limit (48 or 64
+    columns, fuse_add_max_columns) the GEMM adds the residual as it writes (the fusion counter
+    moves), bit for bit what the add node gives its output (one float addition: the product plus
+    the residual in numpy's float32); above it, or switched off, ggml's add node gives the same."""
     rows, k = 1000, 1024
     w, _ = _weights(wtype, rows, k, seed=16)
     rng = np.random.default_rng(17)
     x = rng.standard_normal((n, k)).astype(np.float32)
     res = rng.standard_normal((n, rows)).astype(np.float32)
     _core.set_mma_enabled(True)
+    _core.set_fuse_add_max_columns(limit)
+    assert _core.fuse_add_max_columns() == limit
     want = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True) + res
     for fused in (True, False):
         _core.set_fuse_add_enabled(fused)
         before = _core.mul_mat_add_fusions()
         got = _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
-        assert _core.mul_mat_add_fusions() - before == (1 if fused and n <= 48 else 0)
+        assert _core.mul_mat_add_fusions() - before == (1 if fused and n <= limit else 0)
         np.testing.assert_array_equal(got, want, err_msg=f"{wtype}, {n} columns, fused={fused}")
 
 
@@ -281,6 +291,12 @@ def test_swiglu_product_is_the_product_of_the_swiglu(invariant: bool) -> None:
 
 def test_glu_fusion_switch_is_on_with_cuda_by_default() -> None:
     assert _core.fuse_glu_enabled() == (GPU and os.environ.get("DFLASH_FUSE_GLU") != "0")
+
+
+def test_add_fusion_limit_is_48_columns_with_cuda_by_default() -> None:
+    """48 unless DFLASH_FUSE_ADD_MAX_COLUMNS asks for 64; 0 (no fusion) without CUDA."""
+    asked = os.environ.get("DFLASH_FUSE_ADD_MAX_COLUMNS", "48")
+    assert _core.fuse_add_max_columns() == ((64 if int(asked) >= 64 else 48) if GPU else 0)
 
 
 @needs_gpu

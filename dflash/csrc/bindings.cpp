@@ -479,6 +479,10 @@ PYBIND11_MODULE(_core, m) {
           "ggml-cuda's mul_mat + add fusion for the tensor-core GEMM's products (the residual added as it writes; "
           "on by default; DFLASH_FUSE_ADD=0 starts it off); no effect without CUDA");
     m.def("fuse_add_enabled", &ggml_ext::fuse_add_enabled);
+    m.def("set_fuse_add_max_columns", &ggml_ext::set_fuse_add_max_columns, py::arg("n"),
+          "the most columns of a product the mul_mat + add fusion takes: 48 (the default; "
+          "DFLASH_FUSE_ADD_MAX_COLUMNS) or 64; 0 without CUDA");
+    m.def("fuse_add_max_columns", &ggml_ext::fuse_add_max_columns);
     m.def("mul_mat_add_fusions", &ggml_ext::mul_mat_add_fusions,
           "how many mul_mat + add pairs the GEMM took fused in this process (0 without CUDA)");
     m.def("set_fuse_glu_enabled", &ggml_ext::set_fuse_glu_enabled, py::arg("on"),

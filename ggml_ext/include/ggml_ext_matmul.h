@@ -80,12 +80,15 @@ bool wgmma_enabled();
 bool wgmma_built();
 int64_t wgmma_launches();
 
-// ggml-cuda's mul_mat + add fusion for the GEMM's products of up to 48 columns (patches/0008): the
-// residual added as the GEMM writes its outputs, the same float addition as the add node's. On by default
-// (DFLASH_FUSE_ADD=0 starts it off); mul_mat_add_fusions counts the adds it took (tests). No
-// effect without CUDA.
+// ggml-cuda's mul_mat + add fusion for the GEMM's products of up to fuse_add_max_columns() columns
+// (patches/0008): the residual added as the GEMM writes its outputs, the same float addition as the
+// add node's. On by default (DFLASH_FUSE_ADD=0 starts it off); mul_mat_add_fusions counts the adds
+// it took (tests). The column limit: 48 or 64 (DFLASH_FUSE_ADD_MAX_COLUMNS; default 48). No effect
+// without CUDA (0).
 void set_fuse_add_enabled(bool on);
 bool fuse_add_enabled();
+void set_fuse_add_max_columns(int n);
+int fuse_add_max_columns();
 int64_t mul_mat_add_fusions();
 
 // A SwiGLU node read only by the engine's tagged matmul after it is skipped, that matmul's

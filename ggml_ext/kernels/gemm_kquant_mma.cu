@@ -60,6 +60,15 @@ int mma_max_columns_flag = [] {
     return n == 16 || n == 32 || n == 64 || n == 128 ? n : 256;
 }();
 
+// The most columns of a product that takes its residual (DFLASH_FUSE_ADD_MAX_COLUMNS: 48 or 64).
+// 48 by default: at 64 the Q6_K kernel with the residual spilled 48 bytes and the fused forward of
+// 64 tokens was no faster than the add node (22.94 against 22.94 ms of kernels, session 17); since
+// session 18 the residual is a template parameter and that kernel no longer spills.
+int fuse_add_max_columns_flag = [] {
+    const char * e = std::getenv("DFLASH_FUSE_ADD_MAX_COLUMNS");
+    return e && std::atoi(e) >= 64 ? 64 : 48;
+}();
+
 bool mma_q80_flag = [] {
     const char * e = std::getenv("DFLASH_MMA_Q80");
     return !(e && e[0] == '0');
@@ -174,6 +183,8 @@ void set_mma_max_columns(int n) {
     mma_max_columns_flag = n <= 16 ? 16 : n <= 32 ? 32 : n <= 64 ? 64 : n <= 128 ? 128 : 256;
 }
 int mma_max_columns() { return mma_max_columns_flag; }
+void set_fuse_add_max_columns(int n) { fuse_add_max_columns_flag = n >= 64 ? 64 : 48; }
+int fuse_add_max_columns() { return fuse_add_max_columns_flag; }
 void set_wgmma_enabled(bool on) { wgmma_flag = kWgmmaBuilt && on; }
 bool wgmma_enabled() { return wgmma_flag; }
 bool wgmma_built() { return kWgmmaBuilt; }
@@ -208,11 +219,9 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
         dst->ne[2] != 1 || dst->ne[3] != 1) {
         return false;
     }
-    // the residual of a fused add: the output's shape, f32 rows; up to 48 columns (at 64 the Q6_K
-    // kernel with the residual spills 48 bytes; on the H200 the fused forward of 64 tokens was no
-    // faster than the add node: 22.94 against 22.94 ms of kernels, session 17)
-    if (res && (n > 48 || res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) || res->ne[0] != dst->ne[0] ||
-                res->ne[1] != dst->ne[1] || res->ne[2] != 1 || res->ne[3] != 1)) {
+    // the residual of a fused add: the output's shape, f32 rows; up to fuse_add_max_columns_flag columns
+    if (res && (n > fuse_add_max_columns_flag || res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) ||
+                res->ne[0] != dst->ne[0] || res->ne[1] != dst->ne[1] || res->ne[2] != 1 || res->ne[3] != 1)) {
         return false;
     }
     cudaStream_t stream = ctx.stream();

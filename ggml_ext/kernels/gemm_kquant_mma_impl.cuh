@@ -806,10 +806,10 @@ template <ActLayout L, int kBlock>
 void launch_quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, int np,
                          cudaStream_t stream) {
     if (quantize_values_per_thread(np) == 1) {
-        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(np), quantize_act_grid(k, np, 1), kQk, 0, stream,
+        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), quantize_act_grid(k, np, 1), kQk, 0, stream,
                           quantize_act_k_kernel<L, kBlock, 1>)(x, qs, d, sums, k, ncols, np / 8);
     } else {
-        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(np), quantize_act_grid(k, np, 8), kQk, 0, stream,
+        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), quantize_act_grid(k, np, 8), kQk, 0, stream,
                           quantize_act_k_kernel<L, kBlock, 8>)(x, qs, d, sums, k, ncols, np / 8);
     }
 }

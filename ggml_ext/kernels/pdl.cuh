@@ -17,9 +17,10 @@
 // Where it is on (dflash_pdl::kDefaultKinds), from the 27B's kernels a step on the H200 with each
 // kind alone and together (bench/results/h200-s26-27b-kernels-pdl-*.json, time some kernel runs):
 // the decode step 7.55 ms against 7.77 without PDL, the 16-token forward 9.25 against 9.35; the
-// GEMM above 16 columns was slower with it (32 tokens 13.54 against 12.88 with the GEMM enrolled,
-// 13.97 with its quantizer too; 64 tokens 18.81 against 19.10 with the GEMM alone, 19.81 with
-// both), so it is left out there. DFLASH_PDL=MASK enrolls the kinds in MASK instead (0: none).
+// GEMM above 16 columns was slower with it at 32 tokens (13.54 against 12.88 with the GEMM
+// enrolled, 13.97 with its quantizer too) and at 64 faster with the GEMM alone (18.81 against
+// 19.10; 19.81 with its quantizer too). Session 27 split those kinds (17..32 and 33..64 columns,
+// the quantizers apart) to measure each. DFLASH_PDL=MASK enrolls the kinds in MASK instead (0: none).
 #pragma once
 
 #include "launch.cuh"
@@ -45,12 +46,15 @@ __device__ __forceinline__ void pdl_trigger() {
 
 namespace dflash_pdl {
 // The kernels DFLASH_LAUNCH_PDL launches, by kind (DFLASH_PDL's bits): the GEMV and its quantizer
-// (1..8 columns), the GEMM and its quantizer up to 16 padded columns, and above.
-enum Kind : unsigned { kGemv = 1, kGemmNarrow = 2, kGemmWide = 4 };
+// (1..8 columns), the GEMM and its quantizer up to 16 padded columns, the GEMM of 17..32 and of
+// 33..64 padded columns, and the quantizers of those.
+enum Kind : unsigned { kGemv = 1, kGemmNarrow = 2, kGemmMid = 4, kGemmWide = 8, kQuantWide = 16 };
 constexpr unsigned kDefaultKinds = kGemv | kGemmNarrow;
 
-// The GEMM's kind for np padded columns.
-inline unsigned gemm_kind(int np) { return np <= 16 ? kGemmNarrow : kGemmWide; }
+// The GEMM kernel's kind for np padded columns.
+inline unsigned gemm_kind(int np) { return np <= 16 ? kGemmNarrow : np <= 32 ? kGemmMid : kGemmWide; }
+// The kind of the GEMM's activation quantizer for np padded columns.
+inline unsigned quant_kind(int np) { return np <= 16 ? kGemmNarrow : kQuantWide; }
 }  // namespace dflash_pdl
 
 #ifdef DFLASH_CUDA_EMU

@@ -51,6 +51,8 @@ void set_mmq_tiles_enabled(bool) {}
 bool mmq_tiles_enabled() { return false; }
 void set_fuse_add_enabled(bool) {}
 bool fuse_add_enabled() { return false; }
+void set_fuse_add_max_columns(int) {}
+int fuse_add_max_columns() { return 0; }
 int64_t mul_mat_add_fusions() { return 0; }
 void set_fuse_glu_enabled(bool) {}
 bool fuse_glu_enabled() { return false; }

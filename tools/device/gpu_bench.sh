@@ -299,6 +299,29 @@ if [ "$stage" = e2 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh f1` (session 27, a fresh machine, SETUP_TARGETS=_core): the GEMM's CUDA tests
+# (F1_TESTS, a pytest -k expression) while the 27B-shaped files are written, then the 27B's AR step
+# and forwards (kernel_profile.py --quick) with the defaults and with each of F1_VARS (a
+# VAR=VALUE[,VAR=VALUE] set each; default: session 27's DFLASH_PDL kinds and the residual fused at
+# 64 columns).
+if [ "$stage" = f1 ]; then
+  trap "pack_out $stage" EXIT
+  start_27b_synth
+  run_cuda_suite 100 -k "${F1_TESTS:-residual or fusion or wgmma or mma_gemm}"
+  export KP_ARGS="--forwards 1,16,32,64 --quick"
+  wait_27b 100
+  kernel_profile 45 "h200-27b-kernels-default.json"
+  grep -E "wall" "$OUT/h200-27b-kernels-default.log" | cut -c1-150
+  for vs in ${F1_VARS:-DFLASH_PDL=11 DFLASH_PDL=15 DFLASH_PDL=27 DFLASH_FUSE_ADD_MAX_COLUMNS=64 DFLASH_PDL=11,DFLASH_FUSE_ADD_MAX_COLUMNS=64}; do
+    [ "$(left)" -ge 45 ] || break
+    name=$(echo "$vs" | sed 's/DFLASH_//g; s/MAX_COLUMNS//g' | tr 'A-Z_=,' 'a-z---')
+    # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
+    kernel_profile 40 "h200-27b-kernels-$name.json" $(echo "$vs" | tr ',' ' ')
+    grep -E "wall" "$OUT/h200-27b-kernels-$name.log" | cut -c1-150
+  done
+  exit 0
+fi
+
 # `gpu_bench.sh q1` (session 24, a fresh machine, SETUP_TARGETS=_core): the RMSNorm read by the
 # GEMM's quantizer (patches/0010) and two row tiles a warp by the wave count up to 16 columns. After
 # the build the 27B's kernels a step (forwards of 1, 16, 32, 64 tokens) with both, then with each

@@ -35,7 +35,7 @@ def _kernel_table(prof: Any, steps: int) -> dict[str, Any]:
     runtime: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])  # CUDA runtime calls (host side)
     n_kernels = n_copies = 0
     kernel_us = copy_us = 0.0
-    spans: list[tuple[float, float]] = []  # the kernels' device intervals (us)
+    spans: list[tuple[float, float, str]] = []  # the kernels' device intervals (us)
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA:
             if e.name.startswith("cuda"):
@@ -49,17 +49,21 @@ def _kernel_table(prof: Any, steps: int) -> dict[str, Any]:
             continue
         n_kernels += 1
         kernel_us += us
-        spans.append((e.time_range.start, e.time_range.end))
+        spans.append((e.time_range.start, e.time_range.end, e.name))
         per_name[e.name][0] += 1
         per_name[e.name][1] += us
-    top = sorted(per_name.items(), key=lambda kv: -kv[1][1])[:25]
-    # the time some kernel runs: with programmatic dependent launch (kernels/pdl.cuh) a kernel starts
-    # before the one ahead of it ends, and the sum of kernel times counts the overlap twice
+    # the time some kernel runs: with programmatic dependent launch (kernels/pdl.cuh; ggml-cuda's
+    # own kernels too) a kernel starts before the one ahead of it ends, and the sum of kernel times
+    # counts the overlap twice. Each kernel's share of that union is its time past the latest end
+    # before it ("busy"): a kernel waiting on its predecessor is charged only for its own tail.
     busy_us, end = 0.0, float("-inf")
-    for a, b in sorted(spans):
+    busy_by_name: dict[str, float] = defaultdict(float)
+    for a, b, name in sorted(spans):
         if b > end:
             busy_us += b - max(a, end)
+            busy_by_name[name] += b - max(a, end)
             end = b
+    top = sorted(per_name.items(), key=lambda kv: -busy_by_name[kv[0]])[:25]
     return {
         "kernels_per_step": n_kernels / steps,
         "kernel_ms_per_step": kernel_us / steps / 1000,
@@ -67,7 +71,13 @@ def _kernel_table(prof: Any, steps: int) -> dict[str, Any]:
         "copies_per_step": n_copies / steps,
         "copy_ms_per_step": copy_us / steps / 1000,
         "top": [
-            {"kernel": name[:160], "per_step": c / steps, "us_per_step": us / steps} for name, (c, us) in top
+            {
+                "kernel": name[:160],
+                "per_step": c / steps,
+                "us_per_step": us / steps,
+                "busy_us_per_step": busy_by_name[name] / steps,
+            }
+            for name, (c, us) in top
         ],
         # which calls the host makes a step (a replayed CUDA graph is one cudaGraphLaunch; direct
         # launches are cudaLaunchKernel each; input uploads cudaMemcpyAsync + a synchronisation)
@@ -113,8 +123,12 @@ def _measure(name: str, setup: Callable[[], Callable[[], None]], steps: int) -> 
         f"{n} {c['per_step']:.1f}x {c['us_per_step']:.0f}us" for n, c in row["runtime_calls"].items()
     )
     print(f"{'':>20}host calls: {calls or '(none recorded)'}", flush=True)
-    for t in row["top"][:6]:
-        print(f"{'':>20}{t['us_per_step']:9.1f} us {t['per_step']:6.1f}x  {t['kernel'][:90]}", flush=True)
+    for t in row["top"][:10]:
+        print(
+            f"{'':>20}{t['busy_us_per_step']:9.1f} us busy ({t['us_per_step']:9.1f}) {t['per_step']:6.1f}x  "
+            f"{t['kernel'][:90]}",
+            flush=True,
+        )
     return row
 
 
