@@ -745,16 +745,21 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
     constexpr int kThreadsPerSuper = kQk / V;
     const int col = blockIdx.y, r = threadIdx.x % kThreadsPerSuper;
     const int kb = blockIdx.x * (kQk / kThreadsPerSuper) + threadIdx.x / kThreadsPerSuper;
-    const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // col: the same for the block
-    if (kb * kQk >= k) return;                                             // the same for a super-block's threads
-    const int j = V == 8 ? r / 4 : r / WARP_SIZE, t = r % 4;               // sub-block j
-    auto value_index = [&](int i) {                                        // in sub-block j, of the thread's value i
+    const int j = V == 8 ? r / 4 : r / WARP_SIZE, t = r % 4;  // sub-block j
+    auto value_index = [&](int i) {                           // in sub-block j, of the thread's value i
         if constexpr (V == 1) return r % WARP_SIZE;
         return L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
     };
+    // the thread's values loaded first: in flight with column_scale's loads
+    const bool live = col < ncols && kb * kQk < k;
+    ActSource::Raw raw[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) raw[i] = live ? x.load(col, kb * kQk + 32 * j + value_index(i)) : ActSource::Raw{};
+    const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // col: the same for the block
+    if (kb * kQk >= k) return;                                             // the same for a super-block's threads
     float v[V];
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = col < ncols ? x(col, kb * kQk + 32 * j + value_index(i), scale) : 0.0f;
+    for (int i = 0; i < V; ++i) v[i] = col < ncols ? x.value(raw[i], scale) : 0.0f;
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(v[i]));

@@ -20,7 +20,11 @@
 // GEMM above 16 columns was slower with it at 32 tokens (13.54 against 12.88 with the GEMM
 // enrolled, 13.97 with its quantizer too) and at 64 faster with the GEMM alone (18.81 against
 // 19.10; 19.81 with its quantizer too). Session 27 split those kinds (17..32 and 33..64 columns,
-// the quantizers apart) to measure each. DFLASH_PDL=MASK enrolls the kinds in MASK instead (0: none).
+// the quantizers apart; h200-s27-27b-kernels-f1-*-4ed7d11.json, one run): with the GEMM of 33..64
+// columns enrolled the 64-token forward took 18.62 ms against 18.98 (32 tokens 12.73 against
+// 12.73), with the 17..32 one too 32 tokens took 13.22, with the wide quantizers too 64 tokens took
+// 19.69. So the GEMV, the GEMM up to 16 columns and the GEMM kernel of 33..64 columns.
+// DFLASH_PDL=MASK enrolls the kinds in MASK instead (0: none).
 #pragma once
 
 #include "launch.cuh"
@@ -49,7 +53,7 @@ namespace dflash_pdl {
 // (1..8 columns), the GEMM and its quantizer up to 16 padded columns, the GEMM of 17..32 and of
 // 33..64 padded columns, and the quantizers of those.
 enum Kind : unsigned { kGemv = 1, kGemmNarrow = 2, kGemmMid = 4, kGemmWide = 8, kQuantWide = 16 };
-constexpr unsigned kDefaultKinds = kGemv | kGemmNarrow;
+constexpr unsigned kDefaultKinds = kGemv | kGemmNarrow | kGemmWide;
 
 // The GEMM kernel's kind for np padded columns.
 inline unsigned gemm_kind(int np) { return np <= 16 ? kGemmNarrow : np <= 32 ? kGemmMid : kGemmWide; }

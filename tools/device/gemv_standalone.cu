@@ -843,12 +843,14 @@ __global__ void rms_norm_mul_kernel(const float * x, const float * w, float * ds
 
 // The GEMM's quantizer reading an RMSNorm's input and weight (act_source.cuh's column_scale;
 // rms_norm_fusion.cu) writes the bytes it writes for the norm node's output: ggml's 256-thread
-// norm (k = 768) and its 1024-thread one (k = 2304), 5 columns, the Q4_K, Q6_K and Q8_0 layouts.
+// norm (k = 768) and its 1024-thread one (k = 2304; the 27B's 5120), 5 columns (a value a quantizer
+// thread) and 40 (8 a thread), the Q4_K, Q6_K and Q8_0 layouts.
 void check_rms_norm_source(std::mt19937 & gen) {
-    const int ncols = 5;
     std::normal_distribution<float> normal(0.0f, 2.0f);
-    for (const auto & [what, k] :
-         {std::pair{"q4_K", 768}, std::pair{"q4_K", 2304}, std::pair{"q6_K", 2304}, std::pair{"q8_0", 768}}) {
+    for (const auto & [what, k, ncols] :
+         {std::tuple{"q4_K", 768, 5}, std::tuple{"q4_K", 2304, 5}, std::tuple{"q6_K", 2304, 5},
+          std::tuple{"q8_0", 768, 5}, std::tuple{"q4_K", 768, 40}, std::tuple{"q4_K", 5120, 40},
+          std::tuple{"q6_K", 5120, 5}, std::tuple{"q6_K", 2304, 40}}) {
         const W t = what[1] == '4' ? W::q4_K : what[1] == '6' ? W::q6_K : W::q8_0;
         std::vector<float> xs((size_t)ncols * k), ws(k);
         std::uniform_real_distribution<float> octaves(-6.0f, 6.0f);  // magnitudes far apart: the sum order shows
@@ -886,7 +888,8 @@ void check_rms_norm_source(std::mt19937 & gen) {
         fused.free_all();
         cudaFree(d_x);
         cudaFree(d_w);
-        std::printf("{\"check_rms_norm_source\": \"%s\", \"k\": %d, \"ok\": %s}\n", what, k, ok ? "true" : "false");
+        std::printf("{\"check_rms_norm_source\": \"%s\", \"k\": %d, \"ncols\": %d, \"ok\": %s}\n", what, k, ncols,
+                    ok ? "true" : "false");
     }
 }
 

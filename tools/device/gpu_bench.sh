@@ -314,7 +314,7 @@ if [ "$stage" = f1 ]; then
   grep -E "wall" "$OUT/h200-27b-kernels-default.log" | cut -c1-150
   for vs in ${F1_VARS:-DFLASH_PDL=11 DFLASH_PDL=15 DFLASH_PDL=27 DFLASH_FUSE_ADD_MAX_COLUMNS=64 DFLASH_PDL=11,DFLASH_FUSE_ADD_MAX_COLUMNS=64}; do
     [ "$(left)" -ge 45 ] || break
-    name=$(echo "$vs" | sed 's/DFLASH_//g; s/MAX_COLUMNS//g' | tr 'A-Z_=,' 'a-z---')
+    name=$(echo "$vs" | sed 's/DFLASH_//g; s/_MAX_COLUMNS//g' | tr 'A-Z_=,' 'a-z---')
     # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
     kernel_profile 40 "h200-27b-kernels-$name.json" $(echo "$vs" | tr ',' ' ')
     grep -E "wall" "$OUT/h200-27b-kernels-$name.log" | cut -c1-150
