@@ -300,14 +300,18 @@ if [ "$stage" = e2 ]; then
 fi
 
 # `gpu_bench.sh f1` (session 27, a fresh machine, SETUP_TARGETS=_core): the GEMM's CUDA tests
-# (F1_TESTS, a pytest -k expression) while the 27B-shaped files are written, then the 27B's AR step
+# (F1_TESTS, a pytest -k expression; `all`: the whole suite) while the 27B-shaped files are written, then the 27B's AR step
 # and forwards (kernel_profile.py --quick) with the defaults and with each of F1_VARS (a
 # VAR=VALUE[,VAR=VALUE] set each; default: session 27's DFLASH_PDL kinds and the residual fused at
 # 64 columns).
 if [ "$stage" = f1 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
-  run_cuda_suite 100 -k "${F1_TESTS:-residual or fusion or wgmma or mma_gemm}"
+  if [ "${F1_TESTS-}" = all ]; then
+    run_cuda_suite 160
+  else
+    run_cuda_suite 100 -k "${F1_TESTS:-residual or fusion or wgmma or mma_gemm}"
+  fi
   export KP_ARGS="--forwards 1,16,32,64 --quick"
   wait_27b 100
   kernel_profile 45 "h200-27b-kernels-default.json"
