@@ -31,20 +31,9 @@ struct ActSource {
 
     // Value i of column col; scale: the column's column_scale (used with a norm only).
     __device__ __forceinline__ float operator()(int64_t col, int64_t i, float scale = 1.0f) const {
-        return value(load(col, i), scale);
-    }
-
-    // What value i of column col is computed from: loaded (all of a thread's at once, before
-    // column_scale's loads, so they share one trip to memory), then value() of them.
-    struct Raw {
-        float v, w;  // x's float, and the norm's weight or SwiGLU's second operand
-    };
-    __device__ __forceinline__ Raw load(int64_t col, int64_t i) const {
-        return {x[col * sx + i], norm_w ? norm_w[i] : up ? up[col * sup + i] : 0.0f};
-    }
-    __device__ __forceinline__ float value(const Raw r, float scale = 1.0f) const {
-        if (norm_w) return scale * r.v * r.w;  // rms_norm_f32's (scale * x) * mul
-        return up ? ggml_cuda_op_silu_single(r.v) * r.w : r.v;
+        const float v = x[col * sx + i];
+        if (norm_w) return scale * v * norm_w[i];  // rms_norm_f32's (scale * x) * mul
+        return up ? ggml_cuda_op_silu_single(v) * up[col * sup + i] : v;
     }
 
     // RMSNorm's scale of column col of k values, rsqrt(mean(x^2) + eps), with ggml's rms_norm_f32
@@ -73,30 +62,19 @@ struct ActSource {
     }
 
     // The warp sums of ggml's threads vt = tid + kThreads m (m < NV) into warp_sums[vt / 32].
-    // Values past k enter as 0 * 0, which leaves a sum of squares as it is. The loads of kRounds
-    // rounds (a width of 8192 in one) are all issued before the first sum: one trip to memory,
-    // where `#pragma unroll 4` took two for the 27B's 5120 (session 27).
+    // Values past k enter as 0 * 0, which leaves a sum of squares as it is.
     template <int kThreads, int NV>
     static __device__ __forceinline__ void sum_squares(const float * xc, int k, float * warp_sums) {
-        constexpr int kRounds = 8192 / (NV * kThreads);
         const int tid = threadIdx.x;
         float tmp[NV];
 #pragma unroll
         for (int m = 0; m < NV; ++m) tmp[m] = 0.0f;
-        for (int c0 = tid; c0 < k; c0 += kRounds * NV * kThreads) {
-            float xs[kRounds][NV];
+#pragma unroll 4
+        for (int c = tid; c < k; c += NV * kThreads) {
 #pragma unroll
-            for (int r = 0; r < kRounds; ++r) {
-#pragma unroll
-                for (int m = 0; m < NV; ++m) {
-                    const int c = c0 + r * NV * kThreads + m * kThreads;
-                    xs[r][m] = c < k ? xc[c] : 0.0f;
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < kRounds; ++r) {
-#pragma unroll
-                for (int m = 0; m < NV; ++m) tmp[m] += xs[r][m] * xs[r][m];
+            for (int m = 0; m < NV; ++m) {
+                const float xi = c + m * kThreads < k ? xc[c + m * kThreads] : 0.0f;
+                tmp[m] += xi * xi;
             }
         }
 #pragma unroll

@@ -734,11 +734,7 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
 // a 16-token one from 0.82 to 0.91 (48 blocks for 16 columns of 5120), so up to 16 columns V = 1
 // (quantize_values_per_thread). The maximum and the integer sums do not depend on the order they
 // are taken in: both give the same bytes.
-// kNorm: x is an RMSNorm's source (x.norm_w set). Its own kernel: the column's loads held at once
-// take registers (49 a thread against 31 at V = 1, 64 against 32-38 at V = 8), and with them the
-// SwiGLU quantizer of ffn_down (k = 17408: 1088 blocks at 16 columns) ran in two waves and cost
-// the 27B's 16-token forward 0.25 ms more in the GEMM after it (session 27, H200).
-template <ActLayout L, int kBlock, int V, bool kNorm>
+template <ActLayout L, int kBlock, int V>
 static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
                                              int * __restrict__ sums, const int k, const int ncols,
                                              const int ncol_tiles) {
@@ -749,22 +745,16 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
     constexpr int kThreadsPerSuper = kQk / V;
     const int col = blockIdx.y, r = threadIdx.x % kThreadsPerSuper;
     const int kb = blockIdx.x * (kQk / kThreadsPerSuper) + threadIdx.x / kThreadsPerSuper;
-    const int j = V == 8 ? r / 4 : r / WARP_SIZE, t = r % 4;  // sub-block j
-    auto value_index = [&](int i) {                           // in sub-block j, of the thread's value i
+    const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // col: the same for the block
+    if (kb * kQk >= k) return;                                             // the same for a super-block's threads
+    const int j = V == 8 ? r / 4 : r / WARP_SIZE, t = r % 4;               // sub-block j
+    auto value_index = [&](int i) {                                        // in sub-block j, of the thread's value i
         if constexpr (V == 1) return r % WARP_SIZE;
         return L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
     };
-    // the thread's values loaded first: in flight with column_scale's loads
-    const bool live = col < ncols && kb * kQk < k;
-    ActSource::Raw raw[V];
-#pragma unroll
-    for (int i = 0; i < V; ++i) raw[i] = live ? x.load(col, kb * kQk + 32 * j + value_index(i)) : ActSource::Raw{};
-    float scale = 1.0f;
-    if constexpr (kNorm) scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // col: the same for the block
-    if (kb * kQk >= k) return;  // the same for a super-block's threads
     float v[V];
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = col < ncols ? x.value(raw[i], scale) : 0.0f;
+    for (int i = 0; i < V; ++i) v[i] = col < ncols ? x(col, kb * kQk + 32 * j + value_index(i), scale) : 0.0f;
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -815,19 +805,12 @@ inline dim3 quantize_act_grid(int k, int np, int V) {
 template <ActLayout L, int kBlock>
 void launch_quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, int np,
                          cudaStream_t stream) {
-    auto go = [&](auto v_tag, auto norm_tag) {
-        constexpr int V = decltype(v_tag)::value;
-        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), quantize_act_grid(k, np, V), kQk, 0, stream,
-                          quantize_act_k_kernel<L, kBlock, V, decltype(norm_tag)::value>)(x, qs, d, sums, k, ncols,
-                                                                                          np / 8);
-    };
-    using One = std::integral_constant<int, 1>;
-    using Eight = std::integral_constant<int, 8>;
-    const bool norm = x.norm_w != nullptr;
     if (quantize_values_per_thread(np) == 1) {
-        norm ? go(One{}, std::true_type{}) : go(One{}, std::false_type{});
+        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), quantize_act_grid(k, np, 1), kQk, 0, stream,
+                          quantize_act_k_kernel<L, kBlock, 1>)(x, qs, d, sums, k, ncols, np / 8);
     } else {
-        norm ? go(Eight{}, std::true_type{}) : go(Eight{}, std::false_type{});
+        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), quantize_act_grid(k, np, 8), kQk, 0, stream,
+                          quantize_act_k_kernel<L, kBlock, 8>)(x, qs, d, sums, k, ncols, np / 8);
     }
 }
 

@@ -644,9 +644,8 @@ bool quantize_bytes_match(int k, int ncols, std::mt19937 & gen) {
     MmaBuffers b;
     b.alloc(k, ncols, 1);
     CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-    DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np, V), 256, 0, nullptr,
-                  gemm_kq::quantize_act_k_kernel<L, kBlock, V, false>)(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols,
-                                                                       nt);
+    DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np, V), 256, 0, nullptr, gemm_kq::quantize_act_k_kernel<L, kBlock, V>)(
+        act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nt);
     CK(cudaDeviceSynchronize());
     std::vector<int8_t> q((size_t)np * k);
     std::vector<float> dv((size_t)np * k / 32);
