@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -208,7 +210,9 @@ def main() -> int:
         rows += [_measure(f"ddtree_b{b}_step", session(b), steps) for b in budgets]
     doc = {
         "bench": "kernel_profile",
-        "command": "python3 tools/device/kernel_profile.py " + " ".join(__import__("sys").argv[1:]),
+        "command": "python3 tools/device/kernel_profile.py " + " ".join(sys.argv[1:]),
+        # the switches of this run (DFLASH_PDL, DFLASH_FUSE_*, ...): the command line alone does not say
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("DFLASH_")},
         "machine": _machine(),
         "commit": _git_commit(),
         "label": a.label,
