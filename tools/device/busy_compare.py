@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 from pathlib import Path
 
 
@@ -32,6 +33,7 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=90, help="characters of a kernel's name")
     ap.add_argument("files", nargs="+", type=Path)
     a = ap.parse_args()
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
     tables = [_rows(f, a.scenario) for f in a.files]
     for f, (busy, _) in zip(a.files, tables, strict=True):
         print(f"{busy * 1000:9.0f} us busy  {f.name}")
