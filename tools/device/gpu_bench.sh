@@ -290,7 +290,7 @@ if [ "$stage" = e2 ]; then
   start_27b_synth
   export KP_ARGS="--forwards 1,16,32,64 --quick"
   wait_27b 100
-  for m in ${E2_MASKS:-0 7 2 4 1 6}; do
+  for m in ${E2_MASKS:-0 3 11 15 27}; do  # pdl.cuh's kinds since session 27 (session 26's bits differ)
     [ "$(left)" -ge 45 ] || break
     kernel_profile 40 "h200-27b-kernels-pdl-$m.json" DFLASH_PDL=$m
     grep -E "wall" "$OUT/h200-27b-kernels-pdl-$m.log" | cut -c1-150
@@ -302,8 +302,8 @@ fi
 # `gpu_bench.sh f1` (session 27, a fresh machine, SETUP_TARGETS=_core): the GEMM's CUDA tests
 # (F1_TESTS, a pytest -k expression; `all`: the whole suite) while the 27B-shaped files are written, then the 27B's AR step
 # and forwards (kernel_profile.py --quick) with the defaults and with each of F1_VARS (a
-# VAR=VALUE[,VAR=VALUE] set each; default: session 27's DFLASH_PDL kinds and the residual fused at
-# 64 columns).
+# VAR=VALUE[,VAR=VALUE] set each; default: other DFLASH_PDL masks and the residual fused at 64
+# columns).
 if [ "$stage" = f1 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
@@ -316,7 +316,7 @@ if [ "$stage" = f1 ]; then
   wait_27b 100
   kernel_profile 45 "h200-27b-kernels-default.json"
   grep -E "wall" "$OUT/h200-27b-kernels-default.log" | cut -c1-150
-  for vs in ${F1_VARS:-DFLASH_PDL=11 DFLASH_PDL=15 DFLASH_PDL=27 DFLASH_FUSE_ADD_MAX_COLUMNS=64 DFLASH_PDL=11,DFLASH_FUSE_ADD_MAX_COLUMNS=64}; do
+  for vs in ${F1_VARS:-DFLASH_PDL=3 DFLASH_PDL=15 DFLASH_FUSE_ADD_MAX_COLUMNS=64}; do
     [ "$(left)" -ge 45 ] || break
     name=$(echo "$vs" | sed 's/DFLASH_//g; s/_MAX_COLUMNS//g' | tr 'A-Z_=,' 'a-z---')
     # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
