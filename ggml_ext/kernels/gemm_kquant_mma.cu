@@ -61,9 +61,9 @@ int mma_max_columns_flag = [] {
 }();
 
 // The most columns of a product that takes its residual (DFLASH_FUSE_ADD_MAX_COLUMNS: 48 or 64).
-// 48 by default: at 64 the Q6_K kernel with the residual spilled 48 bytes and the fused forward of
-// 64 tokens was no faster than the add node (22.94 against 22.94 ms of kernels, session 17); since
-// session 18 the residual is a template parameter and that kernel no longer spills.
+// 48 by default: on the H200 the 27B's 64-token forward took 19.57 ms of kernels fused at 64
+// against 18.98 (the Q6_K kernel with the residual 2919 us for its 32 launches against 1838 + ~85
+// of add nodes; session 27, bench/results/h200-s27-27b-kernels-f1-fuse-add-64-4ed7d11.json).
 int fuse_add_max_columns_flag = [] {
     const char * e = std::getenv("DFLASH_FUSE_ADD_MAX_COLUMNS");
     return e && std::atoi(e) >= 64 ? 64 : 48;
