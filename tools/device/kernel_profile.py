@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from busy_time import busy_shares  # tools/device, the script's folder
 from torch.profiler import ProfilerActivity, profile
 
 from dflash import _core
@@ -54,18 +55,10 @@ def _kernel_table(prof: Any, steps: int) -> dict[str, Any]:
         spans.append((e.time_range.start, e.time_range.end, e.name))
         per_name[e.name][0] += 1
         per_name[e.name][1] += us
-    # the time some kernel runs: with programmatic dependent launch (kernels/pdl.cuh; ggml-cuda's
-    # own kernels too) a kernel starts before the one ahead of it ends, and the sum of kernel times
-    # counts the overlap twice. Each kernel's share of that union is its time past the latest end
-    # before it ("busy"): a kernel waiting on its predecessor is charged only for its own tail.
-    busy_us, end = 0.0, float("-inf")
-    busy_by_name: dict[str, float] = defaultdict(float)
-    for a, b, name in sorted(spans):
-        if b > end:
-            busy_us += b - max(a, end)
-            busy_by_name[name] += b - max(a, end)
-            end = b
-    top = sorted(per_name.items(), key=lambda kv: -busy_by_name[kv[0]])[:25]
+    # the time some kernel runs, and each kernel's share of it (busy_time.py: with programmatic
+    # dependent launch, ours and ggml-cuda's, a kernel's interval includes its wait)
+    busy_us, busy_by_name = busy_shares(spans)
+    top = sorted(per_name.items(), key=lambda kv: -busy_by_name.get(kv[0], 0.0))[:25]
     return {
         "kernels_per_step": n_kernels / steps,
         "kernel_ms_per_step": kernel_us / steps / 1000,
@@ -77,7 +70,7 @@ def _kernel_table(prof: Any, steps: int) -> dict[str, Any]:
                 "kernel": name[:160],
                 "per_step": c / steps,
                 "us_per_step": us / steps,
-                "busy_us_per_step": busy_by_name[name] / steps,
+                "busy_us_per_step": busy_by_name.get(name, 0.0) / steps,
             }
             for name, (c, us) in top
         ],
