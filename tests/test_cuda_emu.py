@@ -314,27 +314,30 @@ def test_emulated_chain_delta_rule_columns_and_tree_kernel_agree(ops: Path, buil
     _close(runs[0][n * hv * s :].reshape(hv, s, s), want_state, 2e-5, f"chain delta rule's state, S {s}")
 
 
-# (form, S, tokens, columns, decay): form 1 the chunked form (100 tokens: a full chunk and a
+# (form, S, tokens, columns, decay, lanes): form 1 the chunked form (100 tokens: a full chunk and a
 # partial one, the state carried between them), 2 the one-round kernel (1, 2 or 4 columns a lane,
-# 0: by the form;
-# 40 tokens: three staged chunks, both buffers reused); decay: the log gates times this, one gate
-# zero (the one-round kernel folds the gates' product into the state below 1e-20)
+# 0: by the form; 8 or 16 lanes a column, 0: the default; 40 tokens: three staged chunks, both
+# buffers reused); decay: the log gates times this, one gate zero (the one-round kernel folds the
+# gates' product into the state below 1e-20)
 REORDERED_CHAINS = [
-    (1, 64, 1, 0, 1.0),
-    (1, 64, 23, 0, 1.0),
-    (1, 128, 64, 0, 1.0),
-    (1, 128, 100, 0, 1.0),
-    (2, 64, 2, 1, 1.0),
-    (2, 64, 23, 2, 1.0),
-    (2, 128, 16, 4, 1.0),
-    (2, 128, 40, 0, 1.0),
-    (2, 128, 40, 2, 30.0),
+    (1, 64, 1, 0, 1.0, 0),
+    (1, 64, 23, 0, 1.0, 0),
+    (1, 128, 64, 0, 1.0, 0),
+    (1, 128, 100, 0, 1.0, 0),
+    (2, 64, 2, 1, 1.0, 0),
+    (2, 64, 23, 2, 1.0, 0),
+    (2, 128, 16, 4, 1.0, 0),
+    (2, 128, 40, 0, 1.0, 0),
+    (2, 128, 40, 2, 30.0, 0),
+    (2, 64, 23, 1, 1.0, 16),
+    (2, 128, 40, 2, 30.0, 16),
+    (2, 128, 17, 4, 1.0, 16),
 ]
 
 
-@pytest.mark.parametrize(("form", "s", "n", "columns", "decay"), REORDERED_CHAINS)
+@pytest.mark.parametrize(("form", "s", "n", "columns", "decay", "lanes"), REORDERED_CHAINS)
 def test_emulated_reordered_chain_equals_the_chain_kernel(
-    ops: Path, build_dir: Path, form: int, s: int, n: int, columns: int, decay: float
+    ops: Path, build_dir: Path, form: int, s: int, n: int, columns: int, decay: float, lanes: int
 ) -> None:
     """A marked chain's reordered sums (gdn_chunked.cu: 64 tokens at a time as matrix products;
     gdn_chain_one_round.cu: the output from the state before the update, one butterfly a token)
@@ -348,11 +351,11 @@ def test_emulated_reordered_chain_equals_the_chain_kernel(
         arrays["g"] *= np.float32(decay)
         arrays["g"][n // 2] = -1e4  # a zero gate
     chain = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, 0, 1, 0], arrays)
-    got = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, columns, 1, form], arrays)
+    got = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, columns, 1, form, lanes], arrays)
     out, state = n * hv * s, hv * s * s
     assert got.shape == (out + state,)
     assert not np.array_equal(got, chain), "the reordered form gave the chain kernel's bits"
-    what = f"form {form}, S {s}, {n} tokens"
+    what = f"form {form}, S {s}, {n} tokens, {lanes} lanes"
     _close(got[:out], chain[:out], 1e-5, f"outputs, {what}")
     _close(got[out:], chain[out:], 1e-5, f"state, {what}")
     a = arrays
@@ -361,21 +364,24 @@ def test_emulated_reordered_chain_equals_the_chain_kernel(
     _close(got[out:].reshape(hv, s, s), want_state, 2e-5, f"state against the CPU op, {what}")
 
 
-# (form, S, nodes, chance of a chain link, seed, columns): form 1 the chunked form (up to 64 nodes),
-# 2 the one-round kernel (columns a lane, 0: by the form; 40 and 120 nodes: several staged chunks)
+# (form, S, nodes, chance of a chain link, seed, columns, lanes): form 1 the chunked form (up to 64
+# nodes), 2 the one-round kernel (columns a lane, 0: by the form; lanes a column, 0: the default; 40
+# and 120 nodes: several staged chunks)
 REORDERED_TREES = [
-    (1, 64, 5, 0.5, 0, 0),
-    (1, 128, 33, 0.6, 1, 0),
-    (1, 128, 64, 0.3, 2, 0),
-    (2, 64, 5, 0.5, 0, 0),
-    (2, 128, 40, 0.6, 1, 2),
-    (2, 128, 120, 0.3, 2, 4),
+    (1, 64, 5, 0.5, 0, 0, 0),
+    (1, 128, 33, 0.6, 1, 0, 0),
+    (1, 128, 64, 0.3, 2, 0, 0),
+    (2, 64, 5, 0.5, 0, 0, 0),
+    (2, 128, 40, 0.6, 1, 2, 0),
+    (2, 128, 120, 0.3, 2, 4, 0),
+    (2, 64, 21, 0.5, 3, 1, 16),
+    (2, 128, 40, 0.6, 1, 2, 16),
 ]
 
 
-@pytest.mark.parametrize(("form", "s", "n", "chain", "seed", "columns"), REORDERED_TREES)
+@pytest.mark.parametrize(("form", "s", "n", "chain", "seed", "columns", "lanes"), REORDERED_TREES)
 def test_emulated_reordered_tree_delta_rule_equals_the_walk(
-    ops: Path, build_dir: Path, form: int, s: int, n: int, chain: float, seed: int, columns: int
+    ops: Path, build_dir: Path, form: int, s: int, n: int, chain: float, seed: int, columns: int, lanes: int
 ) -> None:
     """A marked tree node's reordered sums (the chunked form over a tree's ancestors; the one-round
     kernel in preorder, states saved on a per-depth stack where a node's child is not next), a
@@ -391,9 +397,9 @@ def test_emulated_reordered_tree_delta_rule_equals_the_walk(
     arrays["k"] = (arrays["k"] / np.linalg.norm(arrays["k"], axis=-1, keepdims=True)).astype(np.float32)
     base = [s, hk, hv, n, int(tree[2].max())]
     walk = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, 0, 1, 0], arrays)
-    got = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, columns, 1, form], arrays)
+    got = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, columns, 1, form, lanes], arrays)
     assert not np.array_equal(walk, got), "the marked node took the walk"
-    _close(got, walk, 1e-5, f"reordered form {form}, tree, S {s}, {n} nodes")
+    _close(got, walk, 1e-5, f"reordered form {form}, tree, S {s}, {n} nodes, {lanes} lanes")
 
 
 @pytest.mark.parametrize("s", [32, 128])

@@ -73,9 +73,11 @@ def gdn_switches_restored():  # noqa: ANN201
     )
     chunked, chunked_min = _core.gdn_chunked(), _core.gdn_chunked_min_tokens()
     one_round, one_round_columns = _core.gdn_one_round(), _core.gdn_one_round_columns()
+    one_round_lanes = _core.gdn_one_round_lanes()
     yield
     _core.set_gdn_one_round(one_round)
     _core.set_gdn_one_round_columns(one_round_columns)
+    _core.set_gdn_one_round_lanes(one_round_lanes)
     _core.set_gdn_chunked(chunked)
     _core.set_gdn_chunked_min_tokens(chunked_min)
     _core.set_gdn_columns(cols)
@@ -136,17 +138,21 @@ def test_cuda_chunked_delta_rule_matches_the_equations(s: int, n: int, gdn_switc
 @pytest.mark.parametrize("s", [64, 128])
 @pytest.mark.parametrize("n", [1, 2, 16, 17, 64, 200])
 @pytest.mark.parametrize("columns", [1, 2, 4])
+@pytest.mark.parametrize("lanes", [8, 16])
 def test_cuda_one_round_chain_matches_the_equations(
-    s: int, n: int, columns: int, gdn_switches_restored: None
+    s: int, n: int, columns: int, lanes: int, gdn_switches_restored: None
 ) -> None:
     """The chain with one reduction round a token (kernels/gdn_chain_one_round.cu; on by default for
-    marked nodes of 2 tokens or more, 2 columns a lane for a chain; 17 and 200 tokens: staged chunks after a
-    full one; 200 with strongly decaying gates); one token keeps the chain kernel's bits."""
+    marked nodes of 2 tokens or more, 2 columns a lane for a chain; 8 or 16 lanes a column; 17 and 200
+    tokens: staged chunks after a full one; 200 with strongly decaying gates); one token keeps the chain
+    kernel's bits."""
     assert _core.gdn_one_round() == (os.environ.get("DFLASH_GDN_ONE_ROUND") != "0")
     assert _core.gdn_one_round_columns() == int(os.environ.get("DFLASH_GDN_ONE_ROUND_COLUMNS", "0"))
+    assert _core.gdn_one_round_lanes() == int(os.environ.get("DFLASH_GDN_ONE_ROUND_LANES", "0"))
     _core.set_gdn_chunked(False)
     _core.set_gdn_one_round(True)
     _core.set_gdn_one_round_columns(columns)
+    _core.set_gdn_one_round_lanes(lanes)
     args = gdn_inputs(np.random.default_rng(11 * s + n), n, s=s, hk=2, hv=6)
     if n == 200:  # strong decay and a zero gate: the gates' product is folded into the state
         args[3][:] *= 30
@@ -158,8 +164,9 @@ def test_cuda_one_round_chain_matches_the_equations(
 @pytest.mark.parametrize("s", [64, 128])
 @pytest.mark.parametrize("n", [2, 21, 64, 65, 300])
 @pytest.mark.parametrize("columns", [1, 2, 4])
+@pytest.mark.parametrize("lanes", [8, 16])
 def test_cuda_one_round_tree_matches_the_cpu_op(
-    s: int, n: int, columns: int, gdn_switches_restored: None
+    s: int, n: int, columns: int, lanes: int, gdn_switches_restored: None
 ) -> None:
     """The one-round kernel over a tree in preorder (two roots; states saved on a per-depth stack)
     on a marked node: the CPU op's values within 2e-5 of their scale, not the walk's bits."""
@@ -169,6 +176,7 @@ def test_cuda_one_round_tree_matches_the_cpu_op(
     _core.set_gdn_chunked(False)
     _core.set_gdn_one_round(True)
     _core.set_gdn_one_round_columns(columns)
+    _core.set_gdn_one_round_lanes(lanes)
     got = _core.op_tree_gated_delta_net(*args, parents, gpu=True, reordered=True)
     want = _core.op_tree_gated_delta_net(*args, parents)
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, float(np.abs(want).max())))

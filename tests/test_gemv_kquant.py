@@ -181,8 +181,10 @@ def test_cuda_mma_gemm_equals_ggml_and_numpy(
 
 def test_wgmma_gemm_is_on_where_it_is_built() -> None:
     """The wgmma GEMM is on by default in an sm_90a CUDA build (DFLASH_WGMMA=0 starts it off) and
-    absent elsewhere (no CUDA, or an sm_90 build): then switching it on changes nothing."""
+    absent elsewhere (no CUDA, or an sm_90 build): then switching it on changes nothing. Its tail
+    split is on by default in CUDA builds (DFLASH_WGMMA_SPLIT=0 starts it off)."""
     assert _core.wgmma_enabled() == (_core.wgmma_built() and os.environ.get("DFLASH_WGMMA") != "0")
+    assert _core.wgmma_split_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_SPLIT") != "0")
     if not _core.wgmma_built():
         _core.set_wgmma_enabled(True)
         assert not _core.wgmma_enabled()
@@ -223,6 +225,33 @@ def test_cuda_wgmma_gemm_matches_the_mma_gemm(n: int, rows: int, mma_restored: N
     scale = float(np.abs(x.astype(np.float64) @ dense.T.astype(np.float64)).max())
     assert np.abs(got - ref).max() <= 1e-5 * scale
     assert np.abs(got - x.astype(np.float64) @ dense.T.astype(np.float64)).max() <= 3e-2 * scale
+
+
+@needs_gpu
+@pytest.mark.parametrize("n", [48, 64])
+def test_cuda_wgmma_tail_split_matches_whole_tiles(n: int, mma_restored: None) -> None:
+    """[gate; up]'s 34816 rows: 544 row tiles over 2 blocks a multiprocessor leave a last wave of a
+    few tiles on Hopper's 114 or 132 multiprocessors, which the tail split runs as pieces of
+    consecutive super-blocks (k = 5120: 20 of them), added in piece order by the last piece. Against
+    the same kernel without the split: within float rounding (1e-5 of the scale); the launch counted.
+    Run twice, so the tile counters are back at zero after a launch."""
+    k, rows = 5120, 34816
+    w, dense = _weights("q4_K", rows, k, seed=21)
+    x = np.random.default_rng(22).standard_normal((n, k)).astype(np.float32)
+    was = _core.wgmma_split_enabled()
+    try:
+        _core.set_wgmma_split_enabled(False)
+        ref = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
+        _core.set_wgmma_split_enabled(True)
+        before = _core.wgmma_split_launches()
+        got = [_core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True) for _ in range(2)]
+        splits = _core.wgmma_split_launches() - before
+    finally:
+        _core.set_wgmma_split_enabled(was)
+    assert splits == (2 if _core.wgmma_built() and _gpu_is_sm90() else 0)
+    assert np.array_equal(got[0], got[1]), "the split's sums depend on the order the pieces finished"
+    scale = float(np.abs(x.astype(np.float64) @ dense.T.astype(np.float64)).max())
+    assert np.abs(got[0] - ref).max() <= 1e-5 * scale
 
 
 @pytest.fixture

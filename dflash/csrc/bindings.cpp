@@ -455,6 +455,9 @@ PYBIND11_MODULE(_core, m) {
           "state columns a lane of the one-round kernel: 1, 2 or 4 (DFLASH_GDN_ONE_ROUND_COLUMNS); 0, the default: "
           "by the form (a chain 2, a tree 1)");
     m.def("gdn_one_round_columns", &ggml_ext::gdn_one_round_columns);
+    m.def("set_gdn_one_round_lanes", &ggml_ext::set_gdn_one_round_lanes, py::arg("lanes"),
+          "lanes a state column of the one-round kernel: 8 or 16 (DFLASH_GDN_ONE_ROUND_LANES); 0, the default (8)");
+    m.def("gdn_one_round_lanes", &ggml_ext::gdn_one_round_lanes);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
           "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K / Q8_0 x 2..mma_max_columns() columns on CUDA instead of "
           "ggml's mmq (on by default; DFLASH_MMA=0 starts it off)");
@@ -472,6 +475,12 @@ PYBIND11_MODULE(_core, m) {
     m.def("wgmma_enabled", &ggml_ext::wgmma_enabled);
     m.def("wgmma_built", &ggml_ext::wgmma_built, "whether this build has the wgmma GEMM (CUDA for sm_90a)");
     m.def("wgmma_launches", &ggml_ext::wgmma_launches, "launches of the wgmma GEMM so far (tests)");
+    m.def("set_wgmma_split_enabled", &ggml_ext::set_wgmma_split_enabled, py::arg("on"),
+          "the wgmma GEMM's last wave of row tiles split along K where it holds few tiles (on by default; "
+          "DFLASH_WGMMA_SPLIT=0 starts it off)");
+    m.def("wgmma_split_enabled", &ggml_ext::wgmma_split_enabled);
+    m.def("wgmma_split_launches", &ggml_ext::wgmma_split_launches,
+          "launches of the wgmma GEMM with a split tail so far (tests)");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

@@ -100,8 +100,8 @@ int main(int argc, char ** argv) {
         dst.op = GGML_OP_TREE_SSM_CONV;
         dst.src[0] = &tx, dst.src[1] = &tc, dst.src[2] = &tw, dst.src[3] = &tt;
         ggml_ext_cuda_tree_ssm_conv(ctx, &dst);
-    } else if (op == "gated_delta_net") {  // meta: S Hk Hv n columns [staged [form: 1 chunked, 2 one round]] (a
-                                           // chain; outputs, then the final state)
+    } else if (op == "gated_delta_net") {  // meta: S Hk Hv n columns [staged [form: 1 chunked, 2 one round
+                                           // [lanes]]] (a chain; outputs, then the final state)
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
         ggml_ext::set_gdn_columns((int)m[4]);
         ggml_ext::set_gdn_staged(m.size() > 5 && m[5] != 0);
@@ -124,6 +124,7 @@ int main(int argc, char ** argv) {
         } else if (form == 2) {  // columns: the one-round kernel's columns a lane
             ggml_ext::set_gdn_one_round(true);
             ggml_ext::set_gdn_one_round_columns((int)m[4]);
+            ggml_ext::set_gdn_one_round_lanes(m.size() > 7 ? (int)m[7] : 0);
             if (!ggml_ext_cuda_gated_delta_net_one_round(args, nullptr)) {
                 std::fprintf(stderr, "ops_emu: the one-round chain does not take S = %lld\n", (long long)S);
                 return 2;
@@ -132,8 +133,8 @@ int main(int argc, char ** argv) {
             std::fprintf(stderr, "ops_emu: gated_delta_net does not take S = %lld\n", (long long)S);
             return 2;
         }
-    } else if (op ==
-               "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth [columns [form: 1 walk, 2 paths [reordered]]]
+    } else if (op == "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth [columns [form: 1 walk, 2 paths [reordered
+                                                // [lanes]]]]
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
         ggml_ext::set_gdn_columns(m.size() > 5 ? (int)m[5] : 0);
         ggml_ext::set_tree_gdn_mode(m.size() > 6 ? (int)m[6] : 0);
@@ -153,6 +154,7 @@ int main(int argc, char ** argv) {
             ggml_ext::set_gdn_chunked_min_tokens(1);
             ggml_ext::set_gdn_one_round(m[7] == 2);
             ggml_ext::set_gdn_one_round_columns(m.size() > 5 ? (int)m[5] : 0);
+            ggml_ext::set_gdn_one_round_lanes(m.size() > 8 ? (int)m[8] : 0);
             ggml_ext::allow_reordered_delta_rule(&dst);
         }
         ggml_ext_cuda_tree_gated_delta_net(ctx, &dst);

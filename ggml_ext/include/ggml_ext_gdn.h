@@ -96,5 +96,9 @@ bool gdn_one_round();
 // by the form (a chain 2, a tree 1)
 void set_gdn_one_round_columns(int columns);
 int gdn_one_round_columns();
+// lanes a state column of the one-round kernel: 8 or 16 (DFLASH_GDN_ONE_ROUND_LANES); 0, the default
+// (8)
+void set_gdn_one_round_lanes(int lanes);
+int gdn_one_round_lanes();
 
 }  // namespace ggml_ext

@@ -79,6 +79,12 @@ void set_wgmma_enabled(bool on);
 bool wgmma_enabled();
 bool wgmma_built();
 int64_t wgmma_launches();
+// The wgmma form's last wave of row tiles split along K (kernels/gemm_q4k_wgmma.cuh, WgSplit) where
+// the grid runs more than one wave and its last holds few tiles: on by default (DFLASH_WGMMA_SPLIT=0
+// starts it off); wgmma_split_launches counts the launches that split (tests).
+void set_wgmma_split_enabled(bool on);
+bool wgmma_split_enabled();
+int64_t wgmma_split_launches();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to fuse_add_max_columns() columns
 // (patches/0008): the residual added as the GEMM writes its outputs, the same float addition as the

@@ -45,11 +45,11 @@
 
 namespace {
 
-constexpr int kOrLanes = 8;        // lanes a state column (each S / 8 of its rows)
-constexpr int kOrColumns = 16;     // state columns a block
-constexpr int kOrChunk = 16;       // tokens staged at a time
-constexpr int kOrMaxNodes = 1024;  // a tree's nodes (its index staged in shared memory)
-constexpr int kOrMinTokens = 2;    // one token (a decode step, a replay of one) keeps the chain kernel's bits
+constexpr int kOrDefaultLanes = 8;  // lanes a state column (each S / L of its rows): 8 or 16
+constexpr int kOrColumns = 16;      // state columns a block
+constexpr int kOrChunk = 16;        // tokens staged at a time
+constexpr int kOrMaxNodes = 1024;   // a tree's nodes (its index staged in shared memory)
+constexpr int kOrMinTokens = 2;     // one token (a decode step, a replay of one) keeps the chain kernel's bits
 
 // Columns a lane (CL; a warp 4 CL columns, a block 4 / CL warps): each lane's k and q reads serve
 // CL columns. By the form (0): 2 for a chain, 1 for a tree (the H200's faster ones, the numbers
@@ -58,6 +58,14 @@ int valid_columns(int c) { return c == 1 || c == 2 || c == 4 ? c : 0; }
 int or_columns_flag = [] {
     const char * e = std::getenv("DFLASH_GDN_ONE_ROUND_COLUMNS");
     return valid_columns(e ? std::atoi(e) : 0);
+}();
+
+// Lanes a state column (L): 8 by default, or DFLASH_GDN_ONE_ROUND_LANES=16 (each lane S / 16 rows:
+// twice the warps on the same state, a shuffle level more a token); 0 is the default.
+int valid_lanes(int l) { return l == 8 || l == 16 ? l : 0; }
+int or_lanes_flag = [] {
+    const char * e = std::getenv("DFLASH_GDN_ONE_ROUND_LANES");
+    return valid_lanes(e ? std::atoi(e) : 0);
 }();
 
 bool or_enabled_flag = [] {
@@ -85,8 +93,8 @@ template <>
 struct OrTree<false> {};
 
 // tree: the tree index (parents, preorder, depths; n each) with kTree, else null.
-template <int S, int CL, bool kTree>
-__global__ void __launch_bounds__(128 / CL)
+template <int S, int CL, int L, bool kTree>
+__global__ void __launch_bounds__(16 * L / CL)
     gdn_chain_one_round_kernel(const float * __restrict__ q, const float * __restrict__ k, const float * __restrict__ v,
                                const float * __restrict__ g, const float * __restrict__ beta,
                                const float * __restrict__ s0, float * __restrict__ dst, float * __restrict__ state,
@@ -94,8 +102,8 @@ __global__ void __launch_bounds__(128 / CL)
                                const int64_t sq1, const int64_t sq2, const int64_t sq3, const int64_t sv1,
                                const int64_t sv2, const int64_t sv3, const int64_t sb1, const int64_t sb2,
                                const int64_t sb3, const int64_t neqk1, const int64_t rq3, const float scale) {
-    constexpr int kThreads = 128 / CL;
-    constexpr int R4 = S / kOrLanes / 4;  // float4s of rows a lane: rows 32 i + 4 j .. + 3, i < R4
+    constexpr int kThreads = 16 * L / CL;  // kOrColumns columns of L lanes, CL a lane
+    constexpr int R4 = S / L / 4;          // float4s of rows a lane: rows 4 (L i + j) .. + 3, i < R4
     __shared__ __align__(16) float s_k[2][kOrChunk][S];
     __shared__ __align__(16) float s_q[2][kOrChunk][S];
     __shared__ __align__(16) float s_v[2][kOrChunk][kOrColumns];
@@ -104,8 +112,8 @@ __global__ void __launch_bounds__(128 / CL)
 
     const int64_t h = blockIdx.x, seq = blockIdx.y;
     const int64_t iq1 = h % neqk1, iq3 = seq / rq3;
-    const int tid = threadIdx.x, lane = tid % 32, j = lane % kOrLanes;
-    const int c0 = ((tid / 32) * 4 + lane / kOrLanes) * CL;  // this lane's columns c0 .. c0 + CL - 1 of the block's
+    const int tid = threadIdx.x, lane = tid % 32, j = lane % L;
+    const int c0 = ((tid / 32) * (32 / L) + lane / L) * CL;  // this lane's columns c0 .. c0 + CL - 1 of the block's
     const int64_t col_block = (int64_t)blockIdx.z * kOrColumns;
 
     if constexpr (kTree) {
@@ -144,7 +152,7 @@ __global__ void __launch_bounds__(128 / CL)
 #pragma unroll
         for (int c = 0; c < CL; ++c) {
 #pragma unroll
-            for (int i = 0; i < R4; ++i) st[c][i] = init[c * (S / 4) + 8 * i + j];
+            for (int i = 0; i < R4; ++i) st[c][i] = init[c * (S / 4) + L * i + j];
         }
         G = 1.0f;
     };
@@ -222,8 +230,8 @@ __global__ void __launch_bounds__(128 / CL)
             float kv[CL][2] = {}, sq[CL][2] = {}, kq[2] = {0.0f, 0.0f};
 #pragma unroll
             for (int i = 0; i < R4; ++i) {
-                kr[i] = kp[8 * i + j];
-                const float4 qr = qp[8 * i + j];
+                kr[i] = kp[L * i + j];
+                const float4 qr = qp[L * i + j];
                 const int a = i & 1;  // two chains of sums: half the dependent depth
 #pragma unroll
                 for (int c = 0; c < CL; ++c) {
@@ -236,7 +244,7 @@ __global__ void __launch_bounds__(128 / CL)
 #pragma unroll
             for (int c = 0; c < CL; ++c) skv[c] = kv[c][0] + kv[c][1], ssq[c] = sq[c][0] + sq[c][1];
 #pragma unroll
-            for (int m = 1; m < kOrLanes; m <<= 1) {  // the column's 8 lanes, every sum at once
+            for (int m = 1; m < L; m <<= 1) {  // the column's L lanes, every sum at once
 #pragma unroll
                 for (int c = 0; c < CL; ++c) {
                     skv[c] += __shfl_xor_sync(0xffffffff, skv[c], m);
@@ -288,26 +296,35 @@ __global__ void __launch_bounds__(128 / CL)
 #pragma unroll
             for (int i = 0; i < R4; ++i) {
                 scale4(st[c][i], G);
-                st_out[c * (S / 4) + 8 * i + j] = st[c][i];
+                st_out[c * (S / 4) + L * i + j] = st[c][i];
             }
         }
     }
 }
 
-template <int S, int CL, bool kTree>
+template <int S, int CL, int L, bool kTree>
 void launch_one_round(const GdnChainArgs & a, cudaStream_t stream) {
     const dim3 grid((unsigned)a.H, (unsigned)a.n_seqs, (unsigned)(S / kOrColumns));
-    DFLASH_LAUNCH(grid, dim3(128 / CL), 0, stream, gdn_chain_one_round_kernel<S, CL, kTree>)(
+    DFLASH_LAUNCH(grid, dim3(16 * L / CL), 0, stream, gdn_chain_one_round_kernel<S, CL, L, kTree>)(
         a.q, a.k, a.v, a.g, a.beta, a.s0, a.dst, a.state, a.parents, a.H, a.n_tokens, a.sq1, a.sq2, a.sq3, a.sv1, a.sv2,
         a.sv3, a.sb1, a.sb2, a.sb3, a.neqk1, a.rq3, a.scale);
 }
 
-template <int S, int CL>
+template <int S, int CL, int L>
 void launch_form(const GdnChainArgs & a, cudaStream_t stream) {
     if (a.parents) {
-        launch_one_round<S, CL, true>(a, stream);
+        launch_one_round<S, CL, L, true>(a, stream);
     } else {
-        launch_one_round<S, CL, false>(a, stream);
+        launch_one_round<S, CL, L, false>(a, stream);
+    }
+}
+
+template <int S, int CL>
+void launch_or_lanes(const GdnChainArgs & a, cudaStream_t stream) {
+    if ((or_lanes_flag != 0 ? or_lanes_flag : kOrDefaultLanes) == 16) {
+        launch_form<S, CL, 16>(a, stream);
+    } else {
+        launch_form<S, CL, 8>(a, stream);
     }
 }
 
@@ -315,11 +332,11 @@ template <int S>
 void launch_or_columns(const GdnChainArgs & a, cudaStream_t stream) {
     switch (or_columns_flag != 0 ? or_columns_flag : a.parents ? 1 : 2) {
         case 1:
-            return launch_form<S, 1>(a, stream);
+            return launch_or_lanes<S, 1>(a, stream);
         case 4:
-            return launch_form<S, 4>(a, stream);
+            return launch_or_lanes<S, 4>(a, stream);
         default:
-            return launch_form<S, 2>(a, stream);
+            return launch_or_lanes<S, 2>(a, stream);
     }
 }
 
@@ -332,6 +349,8 @@ void set_gdn_one_round(bool on) { or_enabled_flag = on; }
 bool gdn_one_round() { return or_enabled_flag; }
 void set_gdn_one_round_columns(int columns) { or_columns_flag = valid_columns(columns); }
 int gdn_one_round_columns() { return or_columns_flag; }
+void set_gdn_one_round_lanes(int lanes) { or_lanes_flag = valid_lanes(lanes); }
+int gdn_one_round_lanes() { return or_lanes_flag; }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gated_delta_net_one_round(const GdnChainArgs & a, cudaStream_t stream) {

@@ -84,6 +84,13 @@ bool wgmma_flag = [] {
     return kWgmmaBuilt && !(e && e[0] == '0');
 }();
 std::atomic<int64_t> wgmma_count{0};
+// The wgmma form's tail split (gemm_q4k_wgmma.cuh's WgSplit): on by default, DFLASH_WGMMA_SPLIT=0
+// starts it off (benches).
+bool wgmma_split_flag = [] {
+    const char * e = std::getenv("DFLASH_WGMMA_SPLIT");
+    return !(e && e[0] == '0');
+}();
+std::atomic<int64_t> wgmma_split_count{0};
 
 // The shapes where the wgmma form beat the mma.sync forms on the H200 (session 19, standalone,
 // bench/results/h200-s19-wgmma-staging.json): [gdn q; k; v; z] (16480 rows) from 32 columns
@@ -123,13 +130,19 @@ void launch_with(const float * res, int stride_col_res, const char * w, const in
 // One launch of the GEMM for nc <= 64 columns: quantize x, then the kernel for type t.
 void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSource & x, const char * w,
                 int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
-                int nsm, bool hopper, cudaStream_t stream) {
+                int nsm, bool hopper, ggml_cuda_pool & pool, cudaStream_t stream) {
     constexpr int kS = gemm_kq::kDefaultStages;
     if (kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && r_ptr == nullptr &&
         wgmma_shape(rows, n)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
-        if (gemm_kq::launch_q4k_wgmma(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream)) {
+        const gemm_kq::WgSplit split =
+            wgmma_split_flag ? gemm_kq::wgmma_split_for(rows, k, n, nsm) : gemm_kq::WgSplit{};
+        ggml_cuda_pool_alloc<float> partials(pool);
+        if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats(split, n));
+        if (gemm_kq::launch_q4k_wgmma(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, 128, 256, split,
+                                      partials.ptr)) {
             ++wgmma_count;
+            if (split.pieces > 1) ++wgmma_split_count;
             return;
         }
     }
@@ -189,6 +202,9 @@ void set_wgmma_enabled(bool on) { wgmma_flag = kWgmmaBuilt && on; }
 bool wgmma_enabled() { return wgmma_flag; }
 bool wgmma_built() { return kWgmmaBuilt; }
 int64_t wgmma_launches() { return wgmma_count.load(); }
+void set_wgmma_split_enabled(bool on) { wgmma_split_flag = on; }
+bool wgmma_split_enabled() { return wgmma_split_flag; }
+int64_t wgmma_split_launches() { return wgmma_split_count.load(); }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
@@ -245,7 +261,7 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
         const float * r_ptr = res ? (const float *)res->data + c0 * sr : nullptr;
         gemm_chunk(t, mins_int, nc, rows, (int)k, x.columns_from(c0), w, (int64_t)src0->nb[1], out, sd, r_ptr, sr,
                    qs.get(), d.get(), sums.get(), ggml_cuda_info().devices[ctx.device].nsm, cc == GGML_CUDA_CC_HOPPER,
-                   stream);
+                   ctx.pool(), stream);
     }
     CUDA_CHECK(cudaGetLastError());
     return true;

@@ -158,13 +158,47 @@ struct WgPlan {
     static constexpr int kStageBytes = kWBytes + kBBytes + kSumBytes + kDBytes;
 };
 
+// The last wave's row tiles split along K (a tail split): a grid of T row tiles over P block slots
+// (blocks a multiprocessor x multiprocessors) runs ceil(T / P) waves, and a last wave of a few
+// tiles costs a whole tile's time: the 27B's [gate; up] at 64 columns, 544 tiles over 264 slots,
+// kept the multiprocessors 77% busy (ncu, session 26). Here the first full_tiles tiles run whole
+// and each of the `tail` tiles after them runs as `pieces` blocks of consecutive super-blocks
+// (blocks full_tiles + tail_index * pieces + piece). Each piece writes its sums to partials; the
+// last to arrive (a counter a tile) adds them in piece order, so the result does not depend on
+// which finished last, and resets the counter for the next launch.
+struct WgSplit {
+    int full_tiles = 0, tail = 0, pieces = 1;  // pieces == 1: no split
+    int grid() const { return full_tiles + tail * pieces; }
+};
+constexpr int kWgMaxSplitTiles = 1024;  // counters (a tail is under one wave of blocks)
+constexpr int kWgMinPieceBlocks = 4;    // super-blocks a piece at least
+// Zero at load; the last piece of a tile puts its counter back to 0. Launches on one device are
+// ordered (a stream; under PDL a GEMM touches them only after its griddepcontrol.wait).
+static __device__ unsigned int wg_tile_arrivals[kWgMaxSplitTiles];
+
+// The split for `tiles` row tiles of `nblocks` super-blocks over `slots` block slots: none when
+// they fit one wave or fill their last, else the tail in pieces that fit the slots and keep
+// kWgMinPieceBlocks super-blocks each.
+inline WgSplit wg_split_plan(int tiles, int nblocks, int slots) {
+    WgSplit p;
+    p.full_tiles = tiles;
+    const int tail = slots > 0 ? tiles % slots : 0;
+    if (tiles <= slots || tail == 0 || tail > kWgMaxSplitTiles) return p;
+    const int pieces = std::min(slots / tail, nblocks / kWgMinPieceBlocks);
+    if (pieces < 2) return p;
+    p.full_tiles = tiles - tail, p.tail = tail, p.pieces = pieces;
+    return p;
+}
+
 // N: padded columns (16, 24, 32, 48, 64); S: stages; WG: warpgroups a block (each its 64 rows; one
 // copy of the activations for all); MB: blocks a multiprocessor should hold (registers). Block (32, 4 WG).
+// full_tiles, pieces, partials: the tail split (WgSplit; pieces 1 and full_tiles = the grid without).
 template <int N, int S, int WG, int MB>
 __global__ void __launch_bounds__(128 * WG, MB)
     gemm_q4k_wgmma_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
                           float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
-                          const int ncols, const int stride_col_dst, const int lbo, const int sbo) {
+                          const int ncols, const int stride_col_dst, const int lbo, const int sbo, const int full_tiles,
+                          const int pieces, float * partials) {
 #if defined(DFLASH_WGMMA)
     using P = WgPlan<N, WG>;
     constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows;
@@ -172,7 +206,16 @@ __global__ void __launch_bounds__(128 * WG, MB)
     extern __shared__ __align__(128) char wg_smem[];
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
     const int g = lane >> 2, t = lane & 3;
-    const int row_base = blockIdx.x * kBlockRows;
+    // this block's row tile and super-blocks [kb_begin, kb_end): all of them, or a piece of a tail tile
+    const bool split = (int)blockIdx.x >= full_tiles;
+    int tile = blockIdx.x, piece = 0, kb_begin = 0, kb_end = nblocks;
+    if (split) {
+        const int p = blockIdx.x - full_tiles;
+        tile = full_tiles + p / pieces, piece = p % pieces;
+        kb_begin = piece * nblocks / pieces, kb_end = (piece + 1) * nblocks / pieces;
+    }
+    const int nkb = kb_end - kb_begin;
+    const int row_base = tile * kBlockRows;
     const int wq = warp & 3, wrow = 64 * (warp >> 2) + 16 * wq;  // the warp's rank in its warpgroup, first row
     // This thread's 16-byte chunks of the block's 144-byte weight rows, addressed once (super-block
     // 0; a super-block adds 144): the staging is a few adds and cp.asyncs a super-block.
@@ -218,23 +261,23 @@ __global__ void __launch_bounds__(128 * WG, MB)
     // the first stages' weights, then (pdl.cuh) the wait for the kernel that wrote the activations
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        if (s < nblocks) stage_w(s, s);
+        if (s < nkb) stage_w(s, kb_begin + s);
     }
     pdl_wait();
     pdl_trigger();
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {  // group 0 holds every prologue weight copy: waited for first
-        if (s < nblocks) stage_act(s, s);
+        if (s < nkb) stage_act(s, kb_begin + s);
         cp_async_commit();
     }
     float acc[NT][4] = {};
-    for (int kb = 0; kb < nblocks; ++kb) {
+    for (int i = 0; i < nkb; ++i) {
         cp_async_wait<S - 2>();
         fence_proxy_async();  // this thread's cp.async bytes, visible to the wgmma's async reads
-        __syncthreads();      // every thread's; the stage of kb - 1 is free (its wgmmas waited)
-        if (kb + S - 1 < nblocks) stage_in((kb + S - 1) % S, kb + S - 1);
+        __syncthreads();      // every thread's; the stage of i - 1 is free (its wgmmas waited)
+        if (i + S - 1 < nkb) stage_in((i + S - 1) % S, kb_begin + i + S - 1);
         cp_async_commit();
-        const char * st = wg_smem + (kb % S) * P::kStageBytes;
+        const char * st = wg_smem + (i % S) * P::kStageBytes;
         const char * s0 = st + (wrow + g) * 144;
         const char * s1 = s0 + 8 * 144;
         const uint4 h0 = *reinterpret_cast<const uint4 *>(s0);
@@ -318,6 +361,34 @@ __global__ void __launch_bounds__(128 * WG, MB)
         }
     }
     cp_async_wait<0>();
+    if (split) {  // this piece's sums out; the tile's last piece adds every piece's in piece order
+        const int slot = tile - full_tiles;
+        auto piece_sums = [&](int p) {
+            return reinterpret_cast<float4 *>(partials) + ((int64_t)(slot * pieces + p) * kThreads + tid) * NT;
+        };
+        float4 * mine = piece_sums(piece);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mine[nt] = make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
+        __threadfence();
+        __syncthreads();  // every thread's sums written before the count
+        const bool last =
+            __syncthreads_or(tid == 0 && atomicAdd(&wg_tile_arrivals[slot], 1u) == (unsigned)(pieces - 1));
+        if (!last) return;
+        __threadfence();
+        for (int p = 0; p < pieces; ++p) {
+            const float4 * sums = piece_sums(p);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const float4 v = __ldcg(sums + nt);
+                if (p == 0) {
+                    acc[nt][0] = v.x, acc[nt][1] = v.y, acc[nt][2] = v.z, acc[nt][3] = v.w;
+                } else {
+                    acc[nt][0] += v.x, acc[nt][1] += v.y, acc[nt][2] += v.z, acc[nt][3] += v.w;
+                }
+            }
+        }
+        if (tid == 0) wg_tile_arrivals[slot] = 0u;
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -342,39 +413,78 @@ inline void quantize_act_wgmma(const ActSource & x, int8_t * qs, float * d, int 
     launch_quantize_act<ActLayout::kWgmma, kQk>(x, qs, d, sums, k, ncols, np, stream);
 }
 
-// Returns false when the kernel cannot run here (the smem opt-in failed).
+// The kernel's instance for np padded columns (16, 24, 32, 48 or 64) and its dynamic shared memory,
+// opted in once; null when the opt-in failed.
+template <int S, int WG, int MB, int N>
+auto wgmma_kernel_ready() -> decltype(&gemm_q4k_wgmma_kernel<N, S, WG, MB>) {
+    constexpr int kBytes = S * WgPlan<N, WG>::kStageBytes;
+    auto kernel = gemm_q4k_wgmma_kernel<N, S, WG, MB>;
+    static const bool ok =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) == cudaSuccess;
+    return ok ? kernel : nullptr;
+}
+
+template <typename Fn>
+auto wg_for_columns(int np, Fn && fn) {
+    switch (np) {
+        case 16:
+            return fn(std::integral_constant<int, 16>{});
+        case 24:
+            return fn(std::integral_constant<int, 24>{});
+        case 32:
+            return fn(std::integral_constant<int, 32>{});
+        case 48:
+            return fn(std::integral_constant<int, 48>{});
+        default:
+            return fn(std::integral_constant<int, 64>{});
+    }
+}
+
+// The tail split (WgSplit) of a launch of nrows x k at ncols columns on nsm multiprocessors: the
+// block slots from the occupancy of its instance (asked once an instance).
+template <int S = 4, int WG = 1, int MB = 1>
+WgSplit wgmma_split_for(int nrows, int k, int ncols, int nsm) {
+    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
+        constexpr int N = decltype(n_tag)::value;
+        static const int per_sm = [] {
+            int b = 0;
+            auto kernel = wgmma_kernel_ready<S, WG, MB, N>();
+            if (!kernel || cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                               &b, kernel, 128 * WG, S * WgPlan<N, WG>::kStageBytes) != cudaSuccess) {
+                (void)cudaGetLastError();
+                return 0;
+            }
+            return b;
+        }();
+        return wg_split_plan((nrows + WG * kWgRows - 1) / (WG * kWgRows), k / kQk, per_sm * nsm);
+    });
+}
+
+// Floats of the pieces' sums a split needs (partials).
+template <int WG = 1>
+inline size_t wgmma_split_floats(const WgSplit & sp, int ncols) {
+    return sp.pieces > 1 ? (size_t)sp.tail * sp.pieces * WG * kWgRows * wg_padded_columns(ncols) : 0;
+}
+
+// Returns false when the kernel cannot run here (the smem opt-in failed). split / partials: a tail
+// split from wgmma_split_for and wgmma_split_floats(split) floats for it; by default none.
 template <int S = 4, int WG = 1, int MB = 1>
 bool launch_q4k_wgmma(const char * w, const int8_t * qs, const float * yd, const int * ysum, float * dst, int nrows,
                       int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, int lbo = 128,
-                      int sbo = 256) {
-    const int np = wg_padded_columns(ncols);
-    const dim3 grid((nrows + WG * kWgRows - 1) / (WG * kWgRows), 1, 1), block(WARP_SIZE, 4 * WG, 1);
-    auto go = [&](auto n_tag) {
+                      int sbo = 256, WgSplit split = {}, float * partials = nullptr) {
+    const int tiles = (nrows + WG * kWgRows - 1) / (WG * kWgRows);
+    if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
+    const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, 4 * WG, 1);
+    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         constexpr int kBytes = S * WgPlan<N, WG>::kStageBytes;
-        auto kernel = gemm_q4k_wgmma_kernel<N, S, WG, MB>;
-        static bool attr = false;
-        if (!attr) {
-            if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) != cudaSuccess)
-                return false;
-            attr = true;
-        }
+        auto kernel = wgmma_kernel_ready<S, WG, MB, N>();
+        if (!kernel) return false;
         DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
-            w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, lbo, sbo);
+            w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, lbo, sbo, split.full_tiles,
+            split.pieces, partials);
         return true;
-    };
-    switch (np) {
-        case 16:
-            return go(std::integral_constant<int, 16>{});
-        case 24:
-            return go(std::integral_constant<int, 24>{});
-        case 32:
-            return go(std::integral_constant<int, 32>{});
-        case 48:
-            return go(std::integral_constant<int, 48>{});
-        default:
-            return go(std::integral_constant<int, 64>{});
-    }
+    });
 }
 
 }  // namespace gemm_kq

@@ -97,6 +97,8 @@ void set_gdn_one_round(bool) {}
 bool gdn_one_round() { return false; }
 void set_gdn_one_round_columns(int) {}
 int gdn_one_round_columns() { return 0; }
+void set_gdn_one_round_lanes(int) {}
+int gdn_one_round_lanes() { return 0; }
 #endif
 
 }  // namespace ggml_ext
