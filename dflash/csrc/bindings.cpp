@@ -476,8 +476,8 @@ PYBIND11_MODULE(_core, m) {
     m.def("wgmma_built", &ggml_ext::wgmma_built, "whether this build has the wgmma GEMM (CUDA for sm_90a)");
     m.def("wgmma_launches", &ggml_ext::wgmma_launches, "launches of the wgmma GEMM so far (tests)");
     m.def("set_wgmma_split_enabled", &ggml_ext::set_wgmma_split_enabled, py::arg("on"),
-          "the wgmma GEMM's last wave of row tiles split along K where it holds few tiles (on by default; "
-          "DFLASH_WGMMA_SPLIT=0 starts it off)");
+          "the wgmma GEMM's last wave of row tiles split along K where it holds few tiles (off by default until "
+          "measured; DFLASH_WGMMA_SPLIT=1 starts it on)");
     m.def("wgmma_split_enabled", &ggml_ext::wgmma_split_enabled);
     m.def("wgmma_split_launches", &ggml_ext::wgmma_split_launches,
           "launches of the wgmma GEMM with a split tail so far (tests)");

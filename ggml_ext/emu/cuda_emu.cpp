@@ -98,6 +98,7 @@ struct Block {
     int live = 0, arrived = 0;
     unsigned gen = 0;
     uint64_t progress = 0;
+    int or_acc = 0, or_result = 0;  // __syncthreads_or: this round's OR, and the last released round's
 };
 
 Block g_block;
@@ -200,6 +201,8 @@ void release_block_barrier_if_complete() {
     Block & b = g_block;
     if (b.arrived > 0 && b.arrived == b.live) {
         b.arrived = 0;
+        b.or_result = b.or_acc;  // read by the round's threads as they resume, before any next barrier
+        b.or_acc = 0;
         ++b.gen;
         ++b.progress;
     }
@@ -241,12 +244,12 @@ void start_fiber(Fiber & f) {
     std::memset(sp, 0, 72);
     std::memcpy(reinterpret_cast<char *>(sp), &fpucw, 2);
     std::memcpy(reinterpret_cast<char *>(sp) + 8, &mxcsr, 4);
-    sp[2] = 0;                                             // r15
-    sp[3] = 0;                                             // r14
-    sp[4] = reinterpret_cast<uint64_t>(&fiber_main);       // r13: the function
-    sp[5] = reinterpret_cast<uint64_t>(&f);                // r12: its argument
-    sp[6] = 0;                                             // rbx
-    sp[7] = 0;                                             // rbp
+    sp[2] = 0;                                                 // r15
+    sp[3] = 0;                                                 // r14
+    sp[4] = reinterpret_cast<uint64_t>(&fiber_main);           // r13: the function
+    sp[5] = reinterpret_cast<uint64_t>(&f);                    // r12: its argument
+    sp[6] = 0;                                                 // rbx
+    sp[7] = 0;                                                 // rbp
     sp[8] = reinterpret_cast<uint64_t>(&cuda_emu_trampoline);  // return address
     f.sp = sp;
 #else
@@ -292,7 +295,8 @@ int lane() {
 
 void cp_async_16(void * dst, const void * src) {
     if (!g_current) fail("cp.async outside a kernel");
-    if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) fail("cp.async of 16 bytes, unaligned");
+    if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15)
+        fail("cp.async of 16 bytes, unaligned");
     g_current->cp_open.push_back({dst, src});
 }
 
@@ -317,6 +321,12 @@ void syncthreads() {
     ++b.arrived;
     release_block_barrier_if_complete();
     wait_until([&] { return b.gen != gen; });
+}
+
+int syncthreads_or(int pred) {
+    g_block.or_acc |= pred != 0;
+    syncthreads();
+    return g_block.or_result;
 }
 
 namespace {
@@ -474,6 +484,44 @@ void mma_m16n8k16_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)
         double s = c[i];
         for (int k = 0; k < 16; ++k) s += (double)A(row, k) * (double)B(k, col);
         c[i] = (float)s;
+    }
+}
+
+uint32_t shared_offset(const void * p) {
+    const auto * c = static_cast<const unsigned char *>(p);
+    const unsigned char * base = g_dynamic_smem.data();
+    if (g_dynamic_smem.empty() || c < base || c >= base + g_dynamic_smem.size()) {
+        fail("a shared-space address outside the launch's dynamic shared memory");
+    }
+    return (uint32_t)(c - base);
+}
+
+void wgmma_m64k32_u8s8(int n, int * d, const int (&a)[4], uint64_t desc, bool accumulate) {
+    if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma: N must be a multiple of 8 up to 256");
+    struct Frag {
+        int a[4];
+    } mine{{a[0], a[1], a[2], a[3]}}, all[kWarpSize];
+    warp_all_gather(0xffffffffu, &mine, all, sizeof(Frag));
+    const size_t addr = (size_t)(desc & 0x3FFFu) << 4, lbo = (size_t)((desc >> 16) & 0x3FFFu) << 4,
+                 sbo = (size_t)((desc >> 32) & 0x3FFFu) << 4;
+    const unsigned char * smem = g_dynamic_smem.data();
+    auto B = [&](int k, int col) {  // core matrix (k / 16, col / 8), its row col % 8, byte k % 16
+        const size_t off = addr + (size_t)(col / 8) * sbo + (size_t)(k / 16) * lbo + (size_t)(col % 8) * 16 + k % 16;
+        if (off >= g_dynamic_smem.size()) fail("wgmma: B outside the dynamic shared memory");
+        return (int)(int8_t)smem[off];
+    };
+    auto A = [&](int row, int k) {  // row of this warp's 16, as mma_m16n8k32_s8's A; unsigned bytes
+        const int g = row % 8, t = (k % 16) / 4, reg = (row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0);
+        return (int)(uint8_t)((uint32_t)all[4 * g + t].a[reg] >> (8 * (k % 4)));
+    };
+    const int g = lane() / 4, t = lane() % 4;
+    for (int tile = 0; tile < n / 8; ++tile) {
+        for (int i = 0; i < 4; ++i) {
+            const int row = g + (i >= 2 ? 8 : 0), col = 8 * tile + 2 * t + (i & 1);
+            int s = 0;
+            for (int k = 0; k < 32; ++k) s += A(row, k) * B(k, col);
+            d[4 * tile + i] = (accumulate ? d[4 * tile + i] : 0) + s;
+        }
     }
 }
 

@@ -38,13 +38,27 @@
 #define __align__(n) __attribute__((aligned(n)))
 
 // ---- vector types --------------------------------------------------------------------------------
-struct alignas(8) int2 { int x, y; };
-struct alignas(16) int4 { int x, y, z, w; };
-struct alignas(8) uint2 { unsigned x, y; };
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-struct alignas(8) float2 { float x, y; };
-struct alignas(16) float4 { float x, y, z, w; };
-struct uint3 { unsigned x, y, z; };
+struct alignas(8) int2 {
+    int x, y;
+};
+struct alignas(16) int4 {
+    int x, y, z, w;
+};
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+struct alignas(8) float2 {
+    float x, y;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct uint3 {
+    unsigned x, y, z;
+};
 struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
@@ -177,6 +191,8 @@ dim3 & grid_dim();
 int lane();
 
 void syncthreads();
+// __syncthreads_or: a block barrier that returns whether any thread's pred was nonzero
+int syncthreads_or(int pred);
 void syncwarp(unsigned mask);
 // All-gather among the lanes of `mask` (the caller's lane included): each writes `bytes` (<= 64)
 // of `mine`; afterwards all[l] holds lane l's bytes for every l in mask. A warp barrier on both
@@ -242,6 +258,16 @@ void mma_m16n8k16_s8(int (&c)[4], const int (&a)[2], int b);
 // m16n8k16 f16 -> f32: A a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 8+2t..), a3 (g+8, 8+2t..);
 // B b0 (k 2t..2t+1, n g), b1 (k 8+2t.., n g); C as above. Products summed in double, then rounded.
 void mma_m16n8k16_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+// Hopper's wgmma.mma_async m64nNk32 .s32.u8.s8 with A (u8) in registers and B (s8) in the dynamic
+// shared memory (gemm_q4k_wgmma.cuh's uses): warp w of the warpgroup holds rows 16w.. in
+// mma_m16n8k32_s8's A layout; desc is PTX's matrix descriptor without swizzle (bits 0-13 the
+// address / 16, 16-29 the leading (K) byte offset / 16, 32-45 the stride (N) byte offset / 16), B
+// in core matrices of 8 columns x 16 bytes of K; d per 8-column tile i: d[4i..4i+3] in mma's C
+// layout. Run at the call, each warp for its own rows (the warpgroup's joint arrival, the async
+// completion and the fences are not modelled); accumulate false overwrites d.
+void wgmma_m64k32_u8s8(int n, int * d, const int (&a)[4], uint64_t desc, bool accumulate);
+// The offset of p in the launch's dynamic shared memory (what a shared-space address is there).
+uint32_t shared_offset(const void * p);
 
 }  // namespace cuda_emu
 
@@ -251,6 +277,20 @@ void mma_m16n8k16_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)
 #define gridDim (::cuda_emu::grid_dim())
 
 inline void __syncthreads() { cuda_emu::syncthreads(); }
+inline int __syncthreads_or(int pred) { return cuda_emu::syncthreads_or(pred); }
+inline void __threadfence() {}  // fibers take turns on one OS thread: memory is always in order
+template <typename T>
+T __ldcg(const T * p) {
+    return *p;
+}
+// atomics: a fiber runs until it reaches a barrier, so a read-modify-write is never interleaved
+template <typename T>
+T atomicAdd(T * p, T v) {
+    const T old = *p;
+    *p = old + v;
+    return old;
+}
+inline size_t __cvta_generic_to_shared(const void * p) { return cuda_emu::shared_offset(p); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { cuda_emu::syncwarp(mask); }
 
 template <typename T>

@@ -1,7 +1,8 @@
 // Self-test of the CUDA emulator (cuda_emu.h), driven by tests/test_cuda_emu.py:
 //   emu_selftest half       : every float read from stdin (one per line) -> its binary16 bits
-//   emu_selftest warp       : shuffles, block barriers with exited threads, cp.async groups and
-//                             the three mma shapes against plain loops; prints "ok" or what failed
+//   emu_selftest warp       : shuffles, block barriers with exited threads, cp.async groups, the
+//                             three mma shapes, __syncthreads_or and wgmma (u8 x s8 through a
+//                             shared-memory descriptor) against plain loops; prints "ok" or what failed
 //   emu_selftest deadlock   : a __syncwarp that one lane skips (the emulator must abort)
 #include "cuda_emu.h"
 #include "launch.cuh"
@@ -72,6 +73,41 @@ __global__ void mma_kernel(const int8_t * a, const int8_t * b, const uint16_t * 
     for (int i = 0; i < 4; ++i) cf[l * 4 + i] = accf[i];
 }
 
+// __syncthreads_or over rounds: round r's predicate is true for thread r only (none in the last)
+__global__ void sync_or_kernel(int * out, int rounds) {
+    for (int r = 0; r < rounds; ++r) out[r * 64 + threadIdx.x] = __syncthreads_or((int)threadIdx.x == r);
+}
+
+// wgmma m64n24k32 u8 x s8: A (64 x 32 u8, row-major) in each warp's mma A layout of its 16 rows;
+// B (32 x 24 s8, column n at b + 32 n) staged into the dynamic shared memory as the descriptor
+// reads it: core matrix (k / 16, n / 8) at 64 + (n / 8) sbo + (k / 16) lbo, row n % 8, byte k % 16.
+constexpr int kWgN = 24, kWgLbo = 128, kWgSbo = 512;
+__global__ void wgmma_kernel(const uint8_t * a, const int8_t * b, int * d_out, int accumulate) {
+    char * smem = static_cast<char *>(cuda_emu::dynamic_smem());
+    const int tid = threadIdx.x, w = tid / 32, l = tid % 32, g = l / 4, t = l % 4;
+    for (int i = tid; i < 32 * kWgN; i += 128) {
+        const int k = i % 32, n = i / 32;
+        smem[64 + (n / 8) * kWgSbo + (k / 16) * kWgLbo + (n % 8) * 16 + k % 16] = (char)b[i];
+    }
+    __syncthreads();
+    auto pack4 = [](const uint8_t * p) {
+        uint32_t v = 0;
+        for (int i = 0; i < 4; ++i) v |= (uint32_t)p[i] << (8 * i);
+        return (int)v;
+    };
+    const uint8_t * ar = a + (16 * w) * 32;
+    const int fa[4] = {pack4(ar + g * 32 + 4 * t), pack4(ar + (g + 8) * 32 + 4 * t), pack4(ar + g * 32 + 16 + 4 * t),
+                       pack4(ar + (g + 8) * 32 + 16 + 4 * t)};
+    int d[kWgN / 2];
+    for (int i = 0; i < kWgN / 2; ++i) d[i] = 1000 * i + tid;
+    const uint64_t desc = (uint64_t)((cuda_emu::shared_offset(smem + 64) & 0x3FFFF) >> 4) |
+                          ((uint64_t)(kWgLbo >> 4) << 16) | ((uint64_t)(kWgSbo >> 4) << 32);
+    cuda_emu::wgmma_m64k32_u8s8(kWgN, d, fa, desc, accumulate != 0);
+    for (int i = 0; i < kWgN / 2; ++i) d_out[tid * (kWgN / 2) + i] = d[i];
+}
+
+__global__ void sync_none_kernel(int * out) { out[threadIdx.x] = __syncthreads_or(0); }
+
 __global__ void deadlock_kernel(int * out) {
     if (threadIdx.x != 0) __syncwarp();
     out[threadIdx.x] = 1;
@@ -99,7 +135,8 @@ void warp_tests() {
 
     std::vector<int> bar(256, -7);
     DFLASH_LAUNCH(dim3(2), dim3(256), 0, nullptr, barrier_kernel)(bar.data(), 200);
-    for (int i = 0; i < 200; ++i) expect(bar[i] == (199 - i) * 3, "barrier with exited threads, thread " + std::to_string(i));
+    for (int i = 0; i < 200; ++i)
+        expect(bar[i] == (199 - i) * 3, "barrier with exited threads, thread " + std::to_string(i));
     expect(bar[200] == -7, "an exited thread wrote");
 
     std::vector<int> src(128), cp(64, 0);
@@ -141,6 +178,36 @@ void warp_tests() {
             expect(c32[l * 4 + i] == s32, "mma m16n8k32 s8" + at);
             expect(c16[l * 4 + i] == s16, "mma m16n8k16 s8" + at);
             expect(cf[l * 4 + i] == (float)sf, "mma m16n8k16 f16" + at);
+        }
+    }
+
+    std::vector<int> sor(5 * 64, -1);
+    DFLASH_LAUNCH(1, 64, 0, nullptr, sync_or_kernel)(sor.data(), 5);
+    for (int r = 0; r < 5; ++r) {
+        for (int i = 0; i < 64; ++i) expect(sor[r * 64 + i] == 1, "__syncthreads_or round " + std::to_string(r));
+    }
+    std::vector<int> none(64, -1);
+    DFLASH_LAUNCH(1, 64, 0, nullptr, sync_none_kernel)(none.data());
+    for (int i = 0; i < 64; ++i) expect(none[i] == 0, "__syncthreads_or of no predicate");
+
+    std::uniform_int_distribution<int> ubyte(0, 255);
+    std::vector<uint8_t> wa(64 * 32);
+    std::vector<int8_t> wb(32 * kWgN);
+    for (auto & v : wa) v = (uint8_t)ubyte(gen);
+    for (auto & v : wb) v = (int8_t)byte(gen);
+    for (int accumulate = 0; accumulate < 2; ++accumulate) {
+        std::vector<int> d(128 * (kWgN / 2));
+        DFLASH_LAUNCH(1, 128, 64 + 3 * kWgSbo, nullptr, wgmma_kernel)(wa.data(), wb.data(), d.data(), accumulate);
+        for (int tid = 0; tid < 128; ++tid) {
+            const int w = tid / 32, l = tid % 32, g = l / 4, t = l % 4;
+            for (int i = 0; i < kWgN / 2; ++i) {
+                const int row = 16 * w + g + (i % 4 >= 2 ? 8 : 0), col = 8 * (i / 4) + 2 * t + (i & 1);
+                int want = accumulate ? 1000 * i + tid : 0;
+                for (int k = 0; k < 32; ++k) want += (int)wa[row * 32 + k] * (int)wb[col * 32 + k];
+                expect(d[tid * (kWgN / 2) + i] == want, "wgmma m64n24k32 u8 s8 thread " + std::to_string(tid) + " d" +
+                                                            std::to_string(i) + " accumulate " +
+                                                            std::to_string(accumulate));
+            }
         }
     }
     if (failures == 0) std::printf("ok\n");

@@ -80,8 +80,8 @@ bool wgmma_enabled();
 bool wgmma_built();
 int64_t wgmma_launches();
 // The wgmma form's last wave of row tiles split along K (kernels/gemm_q4k_wgmma.cuh, WgSplit) where
-// the grid runs more than one wave and its last holds few tiles: on by default (DFLASH_WGMMA_SPLIT=0
-// starts it off); wgmma_split_launches counts the launches that split (tests).
+// the grid runs more than one wave and its last holds few tiles: off by default until measured
+// (DFLASH_WGMMA_SPLIT=1 starts it on); wgmma_split_launches counts the launches that split (tests).
 void set_wgmma_split_enabled(bool on);
 bool wgmma_split_enabled();
 int64_t wgmma_split_launches();

@@ -28,7 +28,12 @@ namespace gemm_kq {
 
 constexpr int kWgRows = 64;  // rows per warpgroup: its m64
 
+// DFLASH_WGMMA: the kernel's body is compiled (sm_90a, or the CPU emulator, whose wgmma is
+// cuda_emu::wgmma_m64k32_u8s8); DFLASH_WGMMA_PTX: through the PTX instructions.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DFLASH_WGMMA 1
+#define DFLASH_WGMMA_PTX 1
+#elif defined(DFLASH_CUDA_EMU)
 #define DFLASH_WGMMA 1
 #endif
 
@@ -56,10 +61,17 @@ __device__ __forceinline__ uint64_t wg_desc(const void * smem, int lbo, int sbo)
 
 // d (+)= a (64 x 32 u8, registers: mma_s8's A layout, warp w rows 16w..) * B (32 x N s8, shared
 // memory at desc_b); accumulate = 0 overwrites d. d: mma's C layout per 8-column tile i, d[4i..].
+#if defined(DFLASH_CUDA_EMU)
+template <int N>
+void wgmma_u8s8(int (&d)[N / 2], const int (&a)[4], uint64_t desc_b, int accumulate) {
+    cuda_emu::wgmma_m64k32_u8s8(N, d, a, desc_b, accumulate != 0);
+}
+#else
 template <int N>
 __device__ __forceinline__ void wgmma_u8s8(int (&d)[N / 2], const int (&a)[4], uint64_t desc_b, int accumulate);
+#endif
 
-#if defined(DFLASH_WGMMA)
+#if defined(DFLASH_WGMMA_PTX)
 template <>
 __device__ __forceinline__ void wgmma_u8s8<16>(int (&d)[8], const int (&a)[4], uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -121,17 +133,17 @@ __device__ __forceinline__ void wgmma_u8s8<64>(int (&d)[32], const int (&a)[4], 
 #endif
 
 __device__ __forceinline__ void wg_fence() {
-#if defined(DFLASH_WGMMA)
+#if defined(DFLASH_WGMMA_PTX)
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void wg_commit() {
-#if defined(DFLASH_WGMMA)
+#if defined(DFLASH_WGMMA_PTX)
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void wg_wait0() {
-#if defined(DFLASH_WGMMA)
+#if defined(DFLASH_WGMMA_PTX)
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
 }
@@ -142,7 +154,7 @@ __device__ __forceinline__ void wg_pin(int (&d)[n]) {
     for (int i = 0; i < n; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
 __device__ __forceinline__ void fence_proxy_async() {
-#if defined(DFLASH_WGMMA)
+#if defined(DFLASH_WGMMA_PTX)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
@@ -203,7 +215,7 @@ __global__ void __launch_bounds__(128 * WG, MB)
     using P = WgPlan<N, WG>;
     constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows;
     constexpr int NT = N / 8;
-    extern __shared__ __align__(128) char wg_smem[];
+    DFLASH_DYNAMIC_SMEM_BYTES(wg_smem);
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
     const int g = lane >> 2, t = lane & 3;
     // this block's row tile and super-blocks [kb_begin, kb_end): all of them, or a piece of a tail tile

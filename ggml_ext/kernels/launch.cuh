@@ -11,8 +11,11 @@
 
 // DFLASH_DYNAMIC_SMEM(name): `float * name` over the block's dynamic shared memory (the launch's
 // smem bytes; 16-byte aligned).
+// DFLASH_DYNAMIC_SMEM_BYTES(name): `char * name` over it, 128-byte aligned on a GPU.
 #ifdef DFLASH_CUDA_EMU
 #define DFLASH_DYNAMIC_SMEM(name) float * name = static_cast<float *>(::cuda_emu::dynamic_smem())
+#define DFLASH_DYNAMIC_SMEM_BYTES(name) char * name = static_cast<char *>(::cuda_emu::dynamic_smem())
 #else
 #define DFLASH_DYNAMIC_SMEM(name) extern __shared__ __align__(16) float name[]
+#define DFLASH_DYNAMIC_SMEM_BYTES(name) extern __shared__ __align__(128) char name[]
 #endif

@@ -6,10 +6,8 @@
 // line on stdout; "check" lines carry max |gpu - ref| / max |ref|. It also builds for the CPU
 // emulator (ggml_ext/emu, -DDFLASH_CUDA_EMU), where tests/test_cuda_emu.py runs its checks.
 #include "gemm_kquant_mma_impl.cuh"
-#include "gemv_kquant_impl.cuh"
-#if !defined(DFLASH_CUDA_EMU)
 #include "gemm_q4k_wgmma.cuh"
-#endif
+#include "gemv_kquant_impl.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -1016,29 +1014,6 @@ void profile_mma(W t, int rows, int k, std::mt19937 & gen, const std::vector<int
     cudaFree(dw);
 }
 
-#if !defined(DFLASH_CUDA_EMU)
-// One launch of the Q4_K wgmma form on [gate; up] (34816 x 5120) per column count, after one of
-// the engine's code 102 when with_102, for a profiler (ncu): no repetitions, no timing.
-void profile_gate_up_wgmma(std::mt19937 & gen, std::initializer_list<int> ncols_list, bool with_102) {
-    const int rows = 34816, k = 5120;
-    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(W::q4_K);
-    char * dw = weight_copies(W::q4_K, rows, k, (size_t)rows * row_bytes, 1, gen);
-    for (int ncols : ncols_list) {
-        MmaBuffers b;
-        b.alloc(k, ncols, rows);
-        CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
-        if (with_102) {
-            b.quantize(W::q4_K, k, ncols);
-            run_mma(W::q4_K, 102, dw, b, rows, k, row_bytes, ncols);
-        }
-        gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
-        gemm_kq::launch_q4k_wgmma(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
-        CK(cudaDeviceSynchronize());
-        b.free_all();
-    }
-    cudaFree(dw);
-}
-
 // The Q4_K wgmma GEMM (gemm_q4k_wgmma.cuh, sm_90a) against the host reference ("swap": the
 // variant of 3 blocks a multiprocessor, 2 stages), then timed
 // against the engine's mma.sync forms (102; 1000102) on the 27B's Q4_K matrices.
@@ -1078,6 +1053,29 @@ void check_wgmma(int rows, int k, std::mt19937 & gen) {
         }
         b.free_all();
     }
+}
+
+#if !defined(DFLASH_CUDA_EMU)
+// One launch of the Q4_K wgmma form on [gate; up] (34816 x 5120) per column count, after one of
+// the engine's code 102 when with_102, for a profiler (ncu): no repetitions, no timing.
+void profile_gate_up_wgmma(std::mt19937 & gen, std::initializer_list<int> ncols_list, bool with_102) {
+    const int rows = 34816, k = 5120;
+    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(W::q4_K);
+    char * dw = weight_copies(W::q4_K, rows, k, (size_t)rows * row_bytes, 1, gen);
+    for (int ncols : ncols_list) {
+        MmaBuffers b;
+        b.alloc(k, ncols, rows);
+        CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
+        if (with_102) {
+            b.quantize(W::q4_K, k, ncols);
+            run_mma(W::q4_K, 102, dw, b, rows, k, row_bytes, ncols);
+        }
+        gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
+        gemm_kq::launch_q4k_wgmma(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
+        CK(cudaDeviceSynchronize());
+        b.free_all();
+    }
+    cudaFree(dw);
 }
 
 void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
@@ -1159,6 +1157,57 @@ struct Shape {
     int rows, k;
 };
 
+// The wgmma form's tail split (gemm_q4k_wgmma.cuh's WgSplit) for `slots` block slots: against the
+// same kernel unsplit (float rounding: 1e-5 of the scale), the host reference (5e-4) and itself on
+// a second launch (the same bits: the tile counters are back at zero, the pieces summed in order).
+void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
+    const CheckWeights cw(W::q4_K, rows, k, gen);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int tiles = (rows + gemm_kq::kWgRows - 1) / gemm_kq::kWgRows;
+    const gemm_kq::WgSplit split = gemm_kq::wg_split_plan(tiles, k / 256, slots);
+    for (int ncols : {16, 40, 64}) {
+        std::vector<float> x((size_t)ncols * k);
+        for (auto & v : x) v = normal(gen);
+        std::vector<double> ref;
+        const double ref_max = reference_products(cw.wf, x, rows, k, ncols, 256, ref);
+        MmaBuffers b;
+        b.alloc(k, ncols, rows);
+        float * partials = nullptr;
+        CK(cudaMalloc(&partials, std::max<size_t>(1, gemm_kq::wgmma_split_floats(split, ncols)) * sizeof(float)));
+        CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
+        std::vector<float> whole((size_t)ncols * rows), got[2];
+        bool ran =
+            gemm_kq::launch_q4k_wgmma(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, nullptr);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(whole.data(), b.dst, whole.size() * 4, cudaMemcpyDeviceToHost));
+        for (auto & g : got) {
+            CK(cudaMemset(b.dst, 0, whole.size() * 4));
+            ran = ran && gemm_kq::launch_q4k_wgmma(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols,
+                                                   rows, nullptr, 128, 256, split, partials);
+            CK(cudaDeviceSynchronize());
+            g.resize(whole.size());
+            CK(cudaMemcpy(g.data(), b.dst, g.size() * 4, cudaMemcpyDeviceToHost));
+        }
+        double err_whole = 0, err_ref = 0;
+        for (size_t i = 0; i < whole.size(); ++i) {
+            err_whole = std::fmax(err_whole, std::fabs((double)got[0][i] - whole[i]));
+            err_ref = std::fmax(err_ref, std::fabs(got[0][i] - ref[i]));
+        }
+        const bool same = std::memcmp(got[0].data(), got[1].data(), whole.size() * 4) == 0;
+        std::printf(
+            "{\"check_wgmma_split\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"slots\": %d, "
+            "\"full_tiles\": %d, \"tail\": %d, \"pieces\": %d, \"vs_whole\": %.3g, \"rel_err\": %.3g, "
+            "\"relaunch_same\": %s, \"ok\": %s}\n",
+            rows, k, ncols, slots, split.full_tiles, split.tail, split.pieces, err_whole / ref_max, err_ref / ref_max,
+            same ? "true" : "false",
+            ran && same && split.pieces > 1 && err_whole / ref_max <= 1e-5 && err_ref / ref_max <= 5e-4 ? "true"
+                                                                                                        : "false");
+        CK(cudaFree(partials));
+        b.free_all();
+    }
+}
+
 int main(int argc, char ** argv) {
     const std::string what = argc > 1 ? argv[1] : "all";
     std::mt19937 gen(1);
@@ -1181,6 +1230,10 @@ int main(int argc, char ** argv) {
         check_mma(W::q5_K, 37, 768, gen);
         check_mma(W::q8_0, 37, 768, gen);
         check_wgmma_layout(gen);
+        check_wgmma(70, 1024, gen);  // 2 row tiles, the second 58 rows short
+        check_wgmma_split(300, 2304, 2,
+                          gen);  // 5 tiles over 2 slots: 4 whole, the last (20 rows short) in pieces of 4 and 5
+        check_wgmma_split(64 * 7, 3072, 3, gen);  // 7 over 3: 6 whole, the last in 3 pieces of 4
         check_quantize_bytes(gen);
         check_swiglu_source(gen);
         check_rms_norm_source(gen);
