@@ -20,6 +20,8 @@
 // instructions against 44.8 M, the tensor pipe the busiest (26%), issue slots 31% busy with 2 warps a scheduler (214
 // registers): latency with too few warps. Next: fewer registers, TMA bulk staging, the min term as a wgmma, split-K for
 // the short matrices.
+// Session 28: the last wave's row tiles split along K (WgSplit below; DFLASH_WGMMA_SPLIT=1, not yet timed), and the
+// kernel runs on the CPU emulator (cuda_emu::wgmma_m64k32_u8s8), where CI checks it against a host reference.
 #pragma once
 
 #include "gemm_kquant_mma_impl.cuh"
