@@ -254,6 +254,33 @@ def test_cuda_wgmma_tail_split_matches_whole_tiles(n: int, mma_restored: None) -
     assert np.abs(got[0] - ref).max() <= 1e-5 * scale
 
 
+@needs_gpu
+@pytest.mark.parametrize("n", [2, 9, 16])
+def test_cuda_q6k_long_rows_on_8_warps_match_4(n: int, mma_restored: None) -> None:
+    """Q6_K rows of 24 super-blocks (k = 6144, the 27B's ssm_out and attn_output length; its
+    ffn_down has 68) at up to 16 columns with DFLASH_MMA_Q6K_LONG_8's 8 warps a block (the stages
+    in dynamic shared memory) against the 4-warp kernel: the same integer sums added in another
+    warp order, so within float rounding (1e-5 of the scale), and numpy within 3e-2. Off by default
+    (DFLASH_MMA_Q6K_LONG_8=1 starts it on)."""
+    assert _core.mma_q6k_long_8() == (GPU and os.environ.get("DFLASH_MMA_Q6K_LONG_8") == "1")
+    k, rows = 6144, 1000
+    w, dense = _weights("q6_K", rows, k, seed=23)
+    x = np.random.default_rng(24).standard_normal((n, k)).astype(np.float32)
+    was = _core.mma_q6k_long_8()
+    try:
+        _core.set_mma_q6k_long_8(False)
+        ref = _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True)
+        _core.set_mma_q6k_long_8(True)
+        got = _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True)
+    finally:
+        _core.set_mma_q6k_long_8(was)
+    want = x.astype(np.float64) @ dense.T.astype(np.float64)
+    scale = float(np.abs(want).max())
+    assert not np.array_equal(got, ref), "the 8-warp form did not run (its warps add in another order)"
+    assert np.abs(got - ref).max() <= 1e-5 * scale
+    assert np.abs(got - want).max() <= 3e-2 * scale
+
+
 @pytest.fixture
 def add_limit_restored() -> Iterator[None]:
     was = _core.fuse_add_max_columns()

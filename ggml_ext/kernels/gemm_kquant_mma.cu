@@ -13,7 +13,8 @@
 // - Rows of 24 super-blocks or more (ffn_down, ssm_out, attn_output) run 8 warps a block up to 16
 //   columns: Q4_K ffn_down 27.6 against 32.3 us at 16 columns, 22.7 against 28.9 at 8, but 42.1
 //   against 34.4 at 24 (h200-s10-mma-standalone-long.json). Q6_K's 2 stages of 8 warps do not fit
-//   48 KB (6 warps were slower).
+//   48 KB (6 warps were slower): they run from dynamic shared memory with DFLASH_MMA_Q6K_LONG_8=1
+//   (session 28; not yet timed).
 // DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS (16, 32,
 // 64) sets the range and DFLASH_MMA_MINS_INT=1 keeps the integer min sums (exact), for benches.
 // tools/device/gemv_standalone.sh mma checks and times it.
@@ -26,6 +27,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <type_traits>
 
 namespace {
 
@@ -42,6 +44,14 @@ bool long_rows_8_warps() {
     }();
     return v;
 }
+
+// Long rows of Q6_K (whose 2 stages of 8 warps need 56 KB, over the static 48 KB) with 8 warps, the
+// stages in dynamic shared memory: off until measured on the H200; DFLASH_MMA_Q6K_LONG_8=1 starts
+// it on (where the device's opt-in shared memory allows it).
+bool q6k_long_8_flag = [] {
+    const char * e = std::getenv("DFLASH_MMA_Q6K_LONG_8");
+    return e && e[0] == '1';
+}();
 
 // 16-row tiles per warp (gemm_kq's R): 2 where it pays (below), or DFLASH_MMA_ROW_TILES=1 (benches).
 int mma_row_tiles() {
@@ -115,23 +125,24 @@ bool two_tiles_fill(int rows, int n, int nsm) {
 }
 
 // gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
-template <typename F, int kStages, bool kOccupancy = true, int W = gemm_kq::kWarps, bool kSplitK = true, int R = 1>
-void launch_with(const float * res, int stride_col_res, const char * w, const int8_t * yq, const float * yd,
+// kDynSmem: the stages in dynamic shared memory (false when its opt-in failed: nothing launched).
+template <typename F, int kStages, bool kOccupancy = true, int W = gemm_kq::kWarps, bool kSplitK = true, int R = 1,
+          bool kDynSmem = false>
+bool launch_with(const float * res, int stride_col_res, const char * w, const int8_t * yq, const float * yd,
                  const int * ysum, float * dst, int nrows, int k, int64_t row_bytes, int ncols, int stride_col_dst,
                  cudaStream_t stream) {
     if (res) {
-        gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true>(w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols,
-                                                                     stride_col_dst, stream, res, stride_col_res);
-    } else {
-        gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R>(w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols,
-                                                               stride_col_dst, stream);
+        return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true, kDynSmem>(
+            w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res, stride_col_res);
     }
+    return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, false, kDynSmem>(
+        w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream);
 }
 
 // One launch of the GEMM for nc <= 64 columns: quantize x, then the kernel for type t.
 void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSource & x, const char * w,
                 int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
-                int nsm, bool hopper, ggml_cuda_pool & pool, cudaStream_t stream) {
+                int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
     constexpr int kS = gemm_kq::kDefaultStages;
     if (kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && r_ptr == nullptr &&
         wgmma_shape(rows, n)) {
@@ -165,6 +176,13 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
         if constexpr (gemm_kq::fit_stages<F, 8>(kS) == kS) {
             if (long_rows) {
                 launch_with<F, kS, true, 8>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
+                return;
+            }
+        } else if constexpr (std::is_same_v<F, gemm_kq::Q6K> && gemm_kq::fit_stages<F, 8, 1, true>(kS) == kS) {
+            constexpr size_t kBytes = gemm_kq::Smem<F, 2, kS, 8, 1>::kBytes;  // the most at up to 16 columns
+            if (long_rows && q6k_long_8_flag && smem_optin >= kBytes &&
+                launch_with<F, kS, true, 8, true, 1, true>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd,
+                                                           stream)) {
                 return;
             }
         }
@@ -206,6 +224,8 @@ int64_t wgmma_launches() { return wgmma_count.load(); }
 void set_wgmma_split_enabled(bool on) { wgmma_split_flag = on; }
 bool wgmma_split_enabled() { return wgmma_split_flag; }
 int64_t wgmma_split_launches() { return wgmma_split_count.load(); }
+void set_mma_q6k_long_8(bool on) { q6k_long_8_flag = on; }
+bool mma_q6k_long_8() { return q6k_long_8_flag; }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
@@ -262,7 +282,7 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
         const float * r_ptr = res ? (const float *)res->data + c0 * sr : nullptr;
         gemm_chunk(t, mins_int, nc, rows, (int)k, x.columns_from(c0), w, (int64_t)src0->nb[1], out, sd, r_ptr, sr,
                    qs.get(), d.get(), sums.get(), ggml_cuda_info().devices[ctx.device].nsm, cc == GGML_CUDA_CC_HOPPER,
-                   ctx.pool(), stream);
+                   ggml_cuda_info().devices[ctx.device].smpbo, ctx.pool(), stream);
     }
     CUDA_CHECK(cudaGetLastError());
     return true;

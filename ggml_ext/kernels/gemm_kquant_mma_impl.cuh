@@ -558,13 +558,18 @@ struct Smem {
 };
 
 constexpr int kMaxStaticSmem = 48 * 1024;  // a kernel's static shared memory, on every arch
+// A kDynSmem kernel's pipeline (dynamic shared memory, opted in): two such blocks a Hopper or
+// A100 multiprocessor; one on the RTX 30x0 / 40x0 (100 KB).
+constexpr int kMaxDynamicSmem = 96 * 1024;
 
 // The most stages up to `stages` whose pipeline of W warps of R row tiles fits the static shared
 // memory (with 4 warps Q8_0's 272-byte super-blocks fit 2, the others 3; with 8 Q4_K's and Q5_K's
-// fit 2; with 2 row tiles Q4_K's fit 2 stages of 4 warps, Q6_K's of 2).
-template <typename F, int W = kWarps, int R = 1>
+// fit 2; with 2 row tiles Q4_K's fit 2 stages of 4 warps, Q6_K's of 2), or kMaxDynamicSmem.
+template <typename F, int W = kWarps, int R = 1, bool kDynSmem = false>
 constexpr int fit_stages(int stages) {
-    while (stages > 1 && W * stages * R * kRows * F::kStageRow > kMaxStaticSmem) --stages;
+    while (stages > 1 && W * stages * R * kRows * F::kStageRow > (kDynSmem ? kMaxDynamicSmem : kMaxStaticSmem)) {
+        --stages;
+    }
     return stages;
 }
 
@@ -598,17 +603,26 @@ constexpr int min_blocks(int ncol_tiles) {
 // kRes: res (stride_col_res floats a column) is added to each output as it is written (a fused
 // residual add); a template parameter so that the kernels without it keep their code (a run-time
 // branch made the 64-column Q6_K kernel spill 48 bytes, 22% slower on the H200, session 17).
+// kDynSmem: the stages in dynamic shared memory (up to kMaxDynamicSmem; Q6_K's 2 stages of 8 warps
+// take 56 KB, over the 48 KB of static shared memory).
 template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1,
-          bool kRes = false>
+          bool kRes = false, bool kDynSmem = false>
 __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R>(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * yq, const float * yd, const int * ysum,
                            float * dst, const int nrows, const int nblocks, const int64_t row_bytes, const int ncols,
                            const int stride_col_dst, const float * res, const int stride_col_res) {
     using S = Smem<F, ncol_tiles, kStages, W, R>;
-    static_assert(S::kBytes <= kMaxStaticSmem, "static shared memory over 48 KB: see fit_stages");
+    static_assert(S::kBytes <= (kDynSmem ? kMaxDynamicSmem : kMaxStaticSmem), "shared memory over budget: fit_stages");
     static_assert(kStages != 1, "a pipeline needs 2 stages (0: direct loads)");
     constexpr int kTileRows = R * kRows;
-    __shared__ __align__(16) char smem[S::kBytes];
+    char * smem;
+    if constexpr (kDynSmem) {
+        DFLASH_DYNAMIC_SMEM_BYTES(dyn_smem);
+        smem = dyn_smem;
+    } else {
+        __shared__ __align__(16) char static_smem[S::kBytes];
+        smem = static_smem;
+    }
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int g = lane >> 2, t = lane & 3;
     const int row_base = (kSplitK ? blockIdx.x : blockIdx.x * W + warp) * kTileRows;
@@ -838,19 +852,38 @@ constexpr int kDefaultStages = 2;
 // warps per block; kSplitK: see the kernel; R: 16-row tiles per warp. The activations were
 // quantized by quantize_act<F> for the same ncols. kRes: res (may be dst itself) is a residual
 // added to each output as it is written (ggml's mul_mat + add fused: the same float addition).
+// A kDynSmem kernel's dynamic shared memory, opted in once an instance (false when that failed:
+// the launch must not run).
+template <typename F, int NT, int kStages, bool kOccupancy, int W, bool kSplitK, int R, bool kRes>
+bool dyn_smem_ready() {
+    static const bool ok =
+        cudaFuncSetAttribute(gemm_kquant_mma_kernel<F, NT, kStages, kOccupancy, W, kSplitK, R, kRes, true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             Smem<F, NT, kStages, W, R>::kBytes) == cudaSuccess;
+    return ok;
+}
+
+// kDynSmem: the stages in dynamic shared memory (kMaxDynamicSmem; the caller checks the device's
+// opt-in limit); false when its opt-in failed (nothing launched).
 template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1,
-          bool kRes = false>
-void launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
+          bool kRes = false, bool kDynSmem = false>
+bool launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, const float * res = nullptr,
             int stride_col_res = 0) {
     const int tile_rows = (kSplitK ? kRows : kRows * W) * R;
     const dim3 grid((nrows + tile_rows - 1) / tile_rows, 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
-    constexpr int kSt = kStages > 0 ? fit_stages<F, W, R>(kStages) : 0;
-#define GEMM_KQ_LAUNCH(NT)                                                                  \
-    DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(8 * NT), grid, block, 0, stream,                \
-                      gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes>)( \
-        w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res)
+    constexpr int kSt = kStages > 0 ? fit_stages<F, W, R, kDynSmem>(kStages) : 0;
+#define GEMM_KQ_LAUNCH(NT)                                                                           \
+    do {                                                                                             \
+        auto kernel = gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kDynSmem>; \
+        constexpr int kBytes = kDynSmem ? Smem<F, NT, kSt, W, R>::kBytes : 0;                        \
+        if constexpr (kDynSmem) {                                                                    \
+            if (!dyn_smem_ready<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes>()) return false;        \
+        }                                                                                            \
+        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(8 * NT), grid, block, kBytes, stream, kernel)(       \
+            w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res); \
+    } while (0)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);
     } else if (ncols <= 16) {
@@ -865,6 +898,7 @@ void launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
         GEMM_KQ_LAUNCH(8);
     }
 #undef GEMM_KQ_LAUNCH
+    return true;
 }
 
 // Warps a block of R row tiles runs with: W, or fewer until 2 stages fit the static shared memory

@@ -16,6 +16,7 @@
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <tuple>
 #include <vector>
 
@@ -452,6 +453,9 @@ void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, bool two_ti
     } else if (warps == 8) {
         if constexpr (warps_fit<F, 8>()) {
             gemm_kq::launch<F, 2, true, 8>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+        } else if constexpr (std::is_same_v<F, gemm_kq::Q6K>) {  // its stages in dynamic shared memory
+            gemm_kq::launch<F, 2, true, 8, true, 1, false, true>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes,
+                                                                 ncols, rows, 0);
         }
     } else {
         gemm_kq::launch<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
@@ -468,6 +472,11 @@ void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, bool two_ti
         if constexpr (warps_fit<F, 8>()) {
             if (warps == 8) {
                 gemm_kq::launch<F, 2, true, 8>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+            }
+        } else if constexpr (std::is_same_v<F, gemm_kq::Q6K>) {  // its stages in dynamic shared memory
+            if (warps == 8) {
+                gemm_kq::launch<F, 2, true, 8, true, 1, false, true>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes,
+                                                                     ncols, rows, 0);
             }
         }
         if constexpr (warps_fit<F, 6>()) {
@@ -509,7 +518,8 @@ int stages_run(W t, int code) {
 // block, 20000 for 6 (2 stages, the hint) + 100000 for each warp its own rows (4 warps, 2 or 3
 // stages, the hint) + 1000000 for 2 row tiles a warp (2 stages, the hint; 4 warps, 2 for Q6_K and
 // Q8_0: gemm_kq::fit_warps). The engine's: 102 for Q4_K / Q5_K, 2 for Q6_K / Q8_0; rows of
-// gemm_kq::kLongRowBlocks or more up to 16 columns: 10102 for Q4_K / Q5_K; tall matrices 1000102
+// gemm_kq::kLongRowBlocks or more up to 16 columns: 10102 for Q4_K / Q5_K (10002 for Q6_K, its stages in
+// dynamic shared memory, with DFLASH_MMA_Q6K_LONG_8=1); tall matrices 1000102
 // for Q4_K / Q5_K, 1000002 for Q6_K / Q8_0.
 bool code_two_tiles(int code) { return code >= 1000000; }
 
@@ -553,7 +563,7 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
     }
 }
 
-constexpr int kMmaCodes[] = {0,     2,     3,      1002,   102,    103,    1102,    10102,
+constexpr int kMmaCodes[] = {0,     2,     3,      1002,   102,    103,    1102,    10102,  10002,
                              20102, 20002, 100002, 100003, 100102, 100103, 1000002, 1000102};
 
 bool mins_mma_code(int code) { return code % 1000 >= 100; }
@@ -564,14 +574,15 @@ bool code_runs(W t, int code) {
     if (t == W::q5_K || (t == W::q4_K && !mins_mma_code(code))) return false;
 #endif
     if (t != W::q4_K && t != W::q5_K && mins_mma_code(code)) return false;
+    if (code == 10002 && t != W::q6_K) return false;  // 8 warps without the f16 min term: Q6_K's alone
     if (code_two_tiles(code)) return true;
     const int warps = code_warps(t, code);
     if (warps == 4) return true;
     switch (t) {
         case W::q8_0:
             return warps == 8 ? warps_fit<gemm_kq::Q80, 8>() : warps_fit<gemm_kq::Q80, 6>();
-        case W::q6_K:
-            return warps == 8 ? warps_fit<gemm_kq::Q6K, 8>() : warps_fit<gemm_kq::Q6K, 6>();
+        case W::q6_K:  // 8 warps: the stages in dynamic shared memory (the engine's DFLASH_MMA_Q6K_LONG_8)
+            return warps == 8 || warps_fit<gemm_kq::Q6K, 6>();
         case W::q5_K:
             return warps == 8 ? warps_fit<gemm_kq::Q5K, 8>() : warps_fit<gemm_kq::Q5K, 6>();
         default:

@@ -302,21 +302,21 @@ fi
 # `gpu_bench.sh f1` (session 27, a fresh machine, SETUP_TARGETS=_core): the GEMM's CUDA tests
 # (F1_TESTS, a pytest -k expression; `all`: the whole suite) while the 27B-shaped files are written, then the 27B's AR step
 # and forwards (kernel_profile.py --quick) with the defaults and with each of F1_VARS (a
-# VAR=VALUE[,VAR=VALUE] set each; default: session 28's switches, the wgmma tail split and the
-# one-round delta rule's 16 lanes a column).
+# VAR=VALUE[,VAR=VALUE] set each; default: session 28's switches, the wgmma tail split, the
+# one-round delta rule's 16 lanes a column and Q6_K's long rows on 8 warps).
 if [ "$stage" = f1 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
   if [ "${F1_TESTS-}" = all ]; then
     run_cuda_suite 160
   else
-    run_cuda_suite 100 -k "${F1_TESTS:-wgmma or one_round}"
+    run_cuda_suite 100 -k "${F1_TESTS:-wgmma or one_round or q6k_long}"
   fi
   export KP_ARGS="--forwards 1,16,32,64 --quick"
   wait_27b 100
   kernel_profile 45 "h200-27b-kernels-default.json"
   grep -E "wall" "$OUT/h200-27b-kernels-default.log" | cut -c1-150
-  for vs in ${F1_VARS:-DFLASH_WGMMA_SPLIT=1 DFLASH_GDN_ONE_ROUND_LANES=16 DFLASH_GDN_ONE_ROUND_LANES=16,DFLASH_GDN_ONE_ROUND_COLUMNS=1 DFLASH_GDN_ONE_ROUND_LANES=16,DFLASH_WGMMA_SPLIT=1}; do
+  for vs in ${F1_VARS:-DFLASH_WGMMA_SPLIT=1 DFLASH_GDN_ONE_ROUND_LANES=16 DFLASH_MMA_Q6K_LONG_8=1 DFLASH_GDN_ONE_ROUND_LANES=16,DFLASH_GDN_ONE_ROUND_COLUMNS=1 DFLASH_GDN_ONE_ROUND_LANES=16,DFLASH_WGMMA_SPLIT=1,DFLASH_MMA_Q6K_LONG_8=1}; do
     [ "$(left)" -ge 45 ] || break
     name=$(echo "$vs" | sed 's/DFLASH_//g; s/_MAX_COLUMNS//g' | tr 'A-Z_=,' 'a-z---')
     # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
