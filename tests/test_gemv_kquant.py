@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -198,6 +199,17 @@ def _gpu_is_sm90() -> bool:
     return r.returncode == 0 and r.stdout.split()[:1] == ["9.0"]
 
 
+@contextmanager
+def _switched(get: Callable[[], bool], set_: Callable[[bool], None], on: bool) -> Iterator[None]:
+    """A _core switch set to `on` for the block, then back to what it was."""
+    was = get()
+    set_(on)
+    try:
+        yield
+    finally:
+        set_(was)
+
+
 @needs_gpu
 @pytest.mark.parametrize("n", [24, 25, 32, 33, 48, 64, 100])
 @pytest.mark.parametrize("rows", [16500, 34816])
@@ -210,16 +222,13 @@ def test_cuda_wgmma_gemm_matches_the_mma_gemm(n: int, rows: int, mma_restored: N
     k = 2304
     w, dense = _weights("q4_K", rows, k, seed=18)
     x = np.random.default_rng(19).standard_normal((n, k)).astype(np.float32)
-    was = _core.wgmma_enabled()
-    try:
-        _core.set_wgmma_enabled(False)
+    switch = (_core.wgmma_enabled, _core.set_wgmma_enabled)
+    with _switched(*switch, False):
         ref = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
-        _core.set_wgmma_enabled(True)
+    with _switched(*switch, True):
         before = _core.wgmma_launches()
         got = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
         launches = _core.wgmma_launches() - before
-    finally:
-        _core.set_wgmma_enabled(was)
     takes = [c for c in (min(n, 64), n - 64) if c > (32 if rows >= 32768 else 24)]
     assert launches == (len(takes) if _core.wgmma_built() and _gpu_is_sm90() else 0)
     scale = float(np.abs(x.astype(np.float64) @ dense.T.astype(np.float64)).max())
@@ -238,16 +247,13 @@ def test_cuda_wgmma_tail_split_matches_whole_tiles(n: int, mma_restored: None) -
     k, rows = 5120, 34816
     w, dense = _weights("q4_K", rows, k, seed=21)
     x = np.random.default_rng(22).standard_normal((n, k)).astype(np.float32)
-    was = _core.wgmma_split_enabled()
-    try:
-        _core.set_wgmma_split_enabled(False)
+    switch = (_core.wgmma_split_enabled, _core.set_wgmma_split_enabled)
+    with _switched(*switch, False):
         ref = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
-        _core.set_wgmma_split_enabled(True)
+    with _switched(*switch, True):
         before = _core.wgmma_split_launches()
         got = [_core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True) for _ in range(2)]
         splits = _core.wgmma_split_launches() - before
-    finally:
-        _core.set_wgmma_split_enabled(was)
     assert splits == (2 if _core.wgmma_built() and _gpu_is_sm90() else 0)
     assert np.array_equal(got[0], got[1]), "the split's sums depend on the order the pieces finished"
     scale = float(np.abs(x.astype(np.float64) @ dense.T.astype(np.float64)).max())
@@ -266,14 +272,11 @@ def test_cuda_q6k_long_rows_on_8_warps_match_4(n: int, mma_restored: None) -> No
     k, rows = 6144, 1000
     w, dense = _weights("q6_K", rows, k, seed=23)
     x = np.random.default_rng(24).standard_normal((n, k)).astype(np.float32)
-    was = _core.mma_q6k_long_8()
-    try:
-        _core.set_mma_q6k_long_8(False)
+    switch = (_core.mma_q6k_long_8, _core.set_mma_q6k_long_8)
+    with _switched(*switch, False):
         ref = _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True)
-        _core.set_mma_q6k_long_8(True)
+    with _switched(*switch, True):
         got = _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True)
-    finally:
-        _core.set_mma_q6k_long_8(was)
     want = x.astype(np.float64) @ dense.T.astype(np.float64)
     scale = float(np.abs(want).max())
     assert not np.array_equal(got, ref), "the 8-warp form did not run (its warps add in another order)"
