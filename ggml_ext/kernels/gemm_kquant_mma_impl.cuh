@@ -848,10 +848,6 @@ void quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k
 // beat 3 for every type at 16 columns on the H200 (session 8).
 constexpr int kDefaultStages = 2;
 
-// kStages: asked for; what runs is fit_stages<F, W, R>(kStages) (0 stays 0: direct loads). W:
-// warps per block; kSplitK: see the kernel; R: 16-row tiles per warp. The activations were
-// quantized by quantize_act<F> for the same ncols. kRes: res (may be dst itself) is a residual
-// added to each output as it is written (ggml's mul_mat + add fused: the same float addition).
 // A kDynSmem kernel's dynamic shared memory, opted in once an instance (false when that failed:
 // the launch must not run).
 template <typename F, int NT, int kStages, bool kOccupancy, int W, bool kSplitK, int R, bool kRes>
@@ -863,6 +859,10 @@ bool dyn_smem_ready() {
     return ok;
 }
 
+// kStages: asked for; what runs is fit_stages<F, W, R>(kStages) (0 stays 0: direct loads). W:
+// warps per block; kSplitK: see the kernel; R: 16-row tiles per warp. The activations were
+// quantized by quantize_act<F> for the same ncols. kRes: res (may be dst itself) is a residual
+// added to each output as it is written (ggml's mul_mat + add fused: the same float addition).
 // kDynSmem: the stages in dynamic shared memory (kMaxDynamicSmem; the caller checks the device's
 // opt-in limit); false when its opt-in failed (nothing launched).
 template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1,
