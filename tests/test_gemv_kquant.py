@@ -200,10 +200,10 @@ def _gpu_is_sm90() -> bool:
 
 
 @contextmanager
-def _switched(get: Callable[[], bool], set_: Callable[[bool], None], on: bool) -> Iterator[None]:
-    """A _core switch set to `on` for the block, then back to what it was."""
+def _switched(get: Callable[[], int], set_: Callable[[int], None], value: int) -> Iterator[None]:
+    """A _core switch set to `value` for the block, then back to what it was."""
     was = get()
-    set_(on)
+    set_(value)
     try:
         yield
     finally:
@@ -262,20 +262,22 @@ def test_cuda_wgmma_tail_split_matches_whole_tiles(n: int, mma_restored: None) -
 
 @needs_gpu
 @pytest.mark.parametrize("n", [2, 9, 16])
-def test_cuda_q6k_long_rows_on_8_warps_match_4(n: int, mma_restored: None) -> None:
+@pytest.mark.parametrize("mode", [1, 2])
+def test_cuda_q6k_long_rows_on_8_warps_match_4(n: int, mode: int, mma_restored: None) -> None:
     """Q6_K rows of 24 super-blocks (k = 6144, the 27B's ssm_out and attn_output length; its
     ffn_down has 68) at up to 16 columns with DFLASH_MMA_Q6K_LONG_8's 8 warps a block (the stages
-    in dynamic shared memory) against the 4-warp kernel: the same integer sums added in another
-    warp order, so within float rounding (1e-5 of the scale), and numpy within 3e-2. Off by default
-    (DFLASH_MMA_Q6K_LONG_8=1 starts it on)."""
-    assert _core.mma_q6k_long_8() == (GPU and os.environ.get("DFLASH_MMA_Q6K_LONG_8") == "1")
+    in dynamic shared memory; mode 1 at 3 blocks a multiprocessor, 2 with the compiler's registers)
+    against the 4-warp kernel: the same integer sums added in another warp order, so within float
+    rounding (1e-5 of the scale), and numpy within 3e-2. Off (0) by default."""
+    want_mode = int(os.environ.get("DFLASH_MMA_Q6K_LONG_8", "0"))
+    assert _core.mma_q6k_long_8() == (want_mode if GPU and want_mode in (1, 2) else 0)
     k, rows = 6144, 1000
     w, dense = _weights("q6_K", rows, k, seed=23)
     x = np.random.default_rng(24).standard_normal((n, k)).astype(np.float32)
     switch = (_core.mma_q6k_long_8, _core.set_mma_q6k_long_8)
-    with _switched(*switch, False):
+    with _switched(*switch, 0):
         ref = _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True)
-    with _switched(*switch, True):
+    with _switched(*switch, mode):
         got = _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True)
     want = x.astype(np.float64) @ dense.T.astype(np.float64)
     scale = float(np.abs(want).max())

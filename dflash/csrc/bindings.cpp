@@ -479,9 +479,10 @@ PYBIND11_MODULE(_core, m) {
           "the wgmma GEMM's last wave of row tiles split along K where it holds few tiles (off by default until "
           "measured; DFLASH_WGMMA_SPLIT=1 starts it on)");
     m.def("wgmma_split_enabled", &ggml_ext::wgmma_split_enabled);
-    m.def("set_mma_q6k_long_8", &ggml_ext::set_mma_q6k_long_8, py::arg("on"),
+    m.def("set_mma_q6k_long_8", &ggml_ext::set_mma_q6k_long_8, py::arg("mode"),
           "CUDA: Q6_K rows of 24 super-blocks or more at up to 16 columns with 8 warps a block, the stages in dynamic "
-          "shared memory (off by default until measured; DFLASH_MMA_Q6K_LONG_8=1 starts it on)");
+          "shared memory: 0 off (the default until measured), 1 at 3 blocks a multiprocessor, 2 with the compiler's "
+          "registers (DFLASH_MMA_Q6K_LONG_8)");
     m.def("mma_q6k_long_8", &ggml_ext::mma_q6k_long_8);
     m.def("wgmma_split_launches", &ggml_ext::wgmma_split_launches,
           "launches of the wgmma GEMM with a split tail so far (tests)");

@@ -86,10 +86,11 @@ void set_wgmma_split_enabled(bool on);
 bool wgmma_split_enabled();
 int64_t wgmma_split_launches();
 // Long rows (24 super-blocks or more: the 27B's ffn_down) of Q6_K at up to 16 columns with 8 warps
-// a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): off by default
-// until measured (DFLASH_MMA_Q6K_LONG_8=1 starts it on); Q4_K and Q5_K already take 8 warps there.
-void set_mma_q6k_long_8(bool on);
-bool mma_q6k_long_8();
+// a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): 0 off (the
+// default until measured), 1 at 3 blocks a multiprocessor (80 registers), 2 with the compiler's
+// registers (2 blocks); DFLASH_MMA_Q6K_LONG_8 sets it. Q4_K and Q5_K already take 8 warps there.
+void set_mma_q6k_long_8(int mode);
+int mma_q6k_long_8();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to fuse_add_max_columns() columns
 // (patches/0008): the residual added as the GEMM writes its outputs, the same float addition as the

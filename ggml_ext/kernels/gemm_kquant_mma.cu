@@ -14,7 +14,7 @@
 //   columns: Q4_K ffn_down 27.6 against 32.3 us at 16 columns, 22.7 against 28.9 at 8, but 42.1
 //   against 34.4 at 24 (h200-s10-mma-standalone-long.json). Q6_K's 2 stages of 8 warps do not fit
 //   48 KB (6 warps were slower): they run from dynamic shared memory with DFLASH_MMA_Q6K_LONG_8=1
-//   (session 28; not yet timed).
+//   or 2 (session 28; not yet timed).
 // DFLASH_MMA=0 (or ggml_ext::set_mma_enabled(false)) turns it off; DFLASH_MMA_MAX_COLUMNS (16, 32,
 // 64) sets the range and DFLASH_MMA_MINS_INT=1 keeps the integer min sums (exact), for benches.
 // tools/device/gemv_standalone.sh mma checks and times it.
@@ -46,11 +46,14 @@ bool long_rows_8_warps() {
 }
 
 // Long rows of Q6_K (whose 2 stages of 8 warps need 56 KB, over the static 48 KB) with 8 warps, the
-// stages in dynamic shared memory: off until measured on the H200; DFLASH_MMA_Q6K_LONG_8=1 starts
-// it on (where the device's opt-in shared memory allows it).
-bool q6k_long_8_flag = [] {
+// stages in dynamic shared memory: 0 off (the default until measured on the H200); 1 with
+// gemm_kq::min_blocks' 3 blocks a multiprocessor (80 registers: the 27B's ffn_down in one wave);
+// 2 with the compiler's registers (123: 2 blocks, 1.2 waves). DFLASH_MMA_Q6K_LONG_8 sets it; where
+// the device's opt-in shared memory allows it.
+int q6k_long_8_mode = [] {
     const char * e = std::getenv("DFLASH_MMA_Q6K_LONG_8");
-    return e && e[0] == '1';
+    const int m = e ? std::atoi(e) : 0;
+    return m == 1 || m == 2 ? m : 0;
 }();
 
 // 16-row tiles per warp (gemm_kq's R): 2 where it pays (below), or DFLASH_MMA_ROW_TILES=1 (benches).
@@ -180,9 +183,11 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
             }
         } else if constexpr (std::is_same_v<F, gemm_kq::Q6K> && gemm_kq::fit_stages<F, 8, 1, true>(kS) == kS) {
             constexpr size_t kBytes = gemm_kq::Smem<F, 2, kS, 8, 1>::kBytes;  // the most at up to 16 columns
-            if (long_rows && q6k_long_8_flag && smem_optin >= kBytes &&
-                launch_with<F, kS, true, 8, true, 1, true>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd,
-                                                           stream)) {
+            if (long_rows && q6k_long_8_mode != 0 && smem_optin >= kBytes &&
+                (q6k_long_8_mode == 1 ? launch_with<F, kS, true, 8, true, 1, true>(r_ptr, sr, w, qs, d, sums, out, rows,
+                                                                                   k, row_bytes, n, sd, stream)
+                                      : launch_with<F, kS, false, 8, true, 1, true>(
+                                            r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream))) {
                 return;
             }
         }
@@ -224,8 +229,8 @@ int64_t wgmma_launches() { return wgmma_count.load(); }
 void set_wgmma_split_enabled(bool on) { wgmma_split_flag = on; }
 bool wgmma_split_enabled() { return wgmma_split_flag; }
 int64_t wgmma_split_launches() { return wgmma_split_count.load(); }
-void set_mma_q6k_long_8(bool on) { q6k_long_8_flag = on; }
-bool mma_q6k_long_8() { return q6k_long_8_flag; }
+void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
+int mma_q6k_long_8() { return q6k_long_8_mode; }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,

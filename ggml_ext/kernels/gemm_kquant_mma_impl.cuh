@@ -582,9 +582,12 @@ constexpr int kLongRowBlocks = 24;
 // kMinBlocks16 (Q4_K-like 6, a register budget of 80: 24 warps; Q6_K 4: at 80 registers its
 // ffn_down took 46.6 us at 16 columns against 40.1 with the compiler's 137, h200-s9-mma-standalone-*),
 // 24..32 columns 4, more 3 (more column tiles need more accumulators). R row tiles hold R times
-// the accumulators: 4 / 3 / 2 blocks of 4 warps (128 / 168 / 255 registers).
+// the accumulators: 4 / 3 / 2 blocks of 4 warps (128 / 168 / 255 registers). 8 warps up to 16
+// columns (long rows): 3 blocks (24 warps, 85 registers), so the 27B's 320 row tiles of ffn_down
+// fit one wave of 132 multiprocessors (Q6_K's 4 a multiprocessor at 4 warps would give 2).
 template <typename F, int W = kWarps, int R = 1>
 constexpr int min_blocks(int ncol_tiles) {
+    if (W == 8 && R == 1 && ncol_tiles <= 2) return 3;
     const int m = R > 1 ? (ncol_tiles <= 2   ? 4
                            : ncol_tiles <= 4 ? 3
                                              : 2)

@@ -50,8 +50,8 @@ int64_t wgmma_launches() { return 0; }
 void set_wgmma_split_enabled(bool) {}
 bool wgmma_split_enabled() { return false; }
 int64_t wgmma_split_launches() { return 0; }
-void set_mma_q6k_long_8(bool) {}
-bool mma_q6k_long_8() { return false; }
+void set_mma_q6k_long_8(int) {}
+int mma_q6k_long_8() { return 0; }
 void set_mmq_tiles_enabled(bool) {}
 bool mmq_tiles_enabled() { return false; }
 void set_fuse_add_enabled(bool) {}

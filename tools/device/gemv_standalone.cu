@@ -439,6 +439,19 @@ constexpr bool warps_fit() {
     return gemm_kq::fit_stages<F, W>(2) == 2;
 }
 
+// Q6_K on 8 warps a block, its stages in dynamic shared memory (the engine's DFLASH_MMA_Q6K_LONG_8:
+// 1 with the occupancy hint, 3 blocks a multiprocessor; 2 without).
+void run_q6k_8_warps(bool occupancy, const char * w, const MmaBuffers & b, int rows, int k, int64_t row_bytes,
+                     int ncols) {
+    if (occupancy) {
+        gemm_kq::launch<gemm_kq::Q6K, 2, true, 8, true, 1, false, true>(w, b.yq, b.yd, b.ysum, b.dst, rows, k,
+                                                                        row_bytes, ncols, rows, 0);
+    } else {
+        gemm_kq::launch<gemm_kq::Q6K, 2, false, 8, true, 1, false, true>(w, b.yq, b.yd, b.ysum, b.dst, rows, k,
+                                                                         row_bytes, ncols, rows, 0);
+    }
+}
+
 // The tensor-core GEMM with `stages` super-blocks in flight per warp (0: direct loads); with
 // the occupancy hint (gemm_kq::min_blocks, the engine's) or without; 2 stages with the hint also
 // with 6 or 8 warps a block (`warps`; the engine's for long rows); `own_rows`: 2 or 3 stages, each
@@ -454,8 +467,7 @@ void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, bool two_ti
         if constexpr (warps_fit<F, 8>()) {
             gemm_kq::launch<F, 2, true, 8>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
         } else if constexpr (std::is_same_v<F, gemm_kq::Q6K>) {  // its stages in dynamic shared memory
-            gemm_kq::launch<F, 2, true, 8, true, 1, false, true>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes,
-                                                                 ncols, rows, 0);
+            run_q6k_8_warps(occupancy, w, b, rows, k, row_bytes, ncols);
         }
     } else {
         gemm_kq::launch<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
@@ -474,10 +486,7 @@ void run_mma_t(int stages, bool occupancy, int warps, bool own_rows, bool two_ti
                 gemm_kq::launch<F, 2, true, 8>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
             }
         } else if constexpr (std::is_same_v<F, gemm_kq::Q6K>) {  // its stages in dynamic shared memory
-            if (warps == 8) {
-                gemm_kq::launch<F, 2, true, 8, true, 1, false, true>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes,
-                                                                     ncols, rows, 0);
-            }
+            if (warps == 8) run_q6k_8_warps(occupancy, w, b, rows, k, row_bytes, ncols);
         }
         if constexpr (warps_fit<F, 6>()) {
             if (warps == 6) {
@@ -519,7 +528,7 @@ int stages_run(W t, int code) {
 // stages, the hint) + 1000000 for 2 row tiles a warp (2 stages, the hint; 4 warps, 2 for Q6_K and
 // Q8_0: gemm_kq::fit_warps). The engine's: 102 for Q4_K / Q5_K, 2 for Q6_K / Q8_0; rows of
 // gemm_kq::kLongRowBlocks or more up to 16 columns: 10102 for Q4_K / Q5_K (10002 for Q6_K, its stages in
-// dynamic shared memory, with DFLASH_MMA_Q6K_LONG_8=1); tall matrices 1000102
+// dynamic shared memory: DFLASH_MMA_Q6K_LONG_8=1; 11002 without the hint: =2); tall matrices 1000102
 // for Q4_K / Q5_K, 1000002 for Q6_K / Q8_0.
 bool code_two_tiles(int code) { return code >= 1000000; }
 
@@ -563,8 +572,8 @@ void run_mma(W t, int code, const char * w, const MmaBuffers & b, int rows, int 
     }
 }
 
-constexpr int kMmaCodes[] = {0,     2,     3,      1002,   102,    103,    1102,    10102,  10002,
-                             20102, 20002, 100002, 100003, 100102, 100103, 1000002, 1000102};
+constexpr int kMmaCodes[] = {0,     2,     3,     1002,   102,    103,    1102,   10102,   10002,
+                             11002, 20102, 20002, 100002, 100003, 100102, 100103, 1000002, 1000102};
 
 bool mins_mma_code(int code) { return code % 1000 >= 100; }
 
@@ -574,7 +583,7 @@ bool code_runs(W t, int code) {
     if (t == W::q5_K || (t == W::q4_K && !mins_mma_code(code))) return false;
 #endif
     if (t != W::q4_K && t != W::q5_K && mins_mma_code(code)) return false;
-    if (code == 10002 && t != W::q6_K) return false;  // 8 warps without the f16 min term: Q6_K's alone
+    if ((code == 10002 || code == 11002) && t != W::q6_K) return false;  // 8 warps, no f16 min term: Q6_K's
     if (code_two_tiles(code)) return true;
     const int warps = code_warps(t, code);
     if (warps == 4) return true;

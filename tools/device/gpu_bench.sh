@@ -316,7 +316,7 @@ if [ "$stage" = f1 ]; then
   wait_27b 100
   kernel_profile 45 "h200-27b-kernels-default.json"
   grep -E "wall" "$OUT/h200-27b-kernels-default.log" | cut -c1-150
-  for vs in ${F1_VARS:-DFLASH_MMA_Q6K_LONG_8=1 DFLASH_GDN_ONE_ROUND_LANES=16 DFLASH_WGMMA_SPLIT=1 DFLASH_GDN_ONE_ROUND_LANES=16,DFLASH_WGMMA_SPLIT=1,DFLASH_MMA_Q6K_LONG_8=1 DFLASH_GDN_ONE_ROUND_LANES=16,DFLASH_GDN_ONE_ROUND_COLUMNS=1}; do
+  for vs in ${F1_VARS:-DFLASH_MMA_Q6K_LONG_8=1 DFLASH_MMA_Q6K_LONG_8=2 DFLASH_GDN_ONE_ROUND_LANES=16 DFLASH_WGMMA_SPLIT=1 DFLASH_GDN_ONE_ROUND_LANES=16,DFLASH_WGMMA_SPLIT=1,DFLASH_MMA_Q6K_LONG_8=1}; do
     [ "$(left)" -ge 45 ] || break
     name=$(echo "$vs" | sed 's/DFLASH_//g; s/_MAX_COLUMNS//g' | tr 'A-Z_=,' 'a-z---')
     # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
