@@ -11,12 +11,15 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import numpy as np
 import pytest
 from test_mul_mat_invariant import _weights
 
 from dflash import _core
+
+T = TypeVar("T")
 
 GPU = _core.gpu_backend_available()
 REQUIRE_GPU = os.environ.get("DFLASH_REQUIRE_CUDA") == "1"
@@ -210,6 +213,23 @@ def _switched(get: Callable[[], int], set_: Callable[[int], None], value: int) -
         set_(was)
 
 
+def _a_b(
+    switch: tuple[Callable[[], int], Callable[[int], None]],
+    values: tuple[int, int],
+    run: Callable[[], T],
+    launches: Callable[[], int] | None = None,
+) -> tuple[T, T, int]:
+    """run() with the switch at values[0], then at values[1], and how far launches() counted in
+    the second run (0 without a counter)."""
+    with _switched(*switch, values[0]):
+        a = run()
+    with _switched(*switch, values[1]):
+        before = launches() if launches else 0
+        b = run()
+        counted = launches() - before if launches else 0
+    return a, b, counted
+
+
 @needs_gpu
 @pytest.mark.parametrize("n", [24, 25, 32, 33, 48, 64, 100])
 @pytest.mark.parametrize("rows", [16500, 34816])
@@ -222,13 +242,12 @@ def test_cuda_wgmma_gemm_matches_the_mma_gemm(n: int, rows: int, mma_restored: N
     k = 2304
     w, dense = _weights("q4_K", rows, k, seed=18)
     x = np.random.default_rng(19).standard_normal((n, k)).astype(np.float32)
-    switch = (_core.wgmma_enabled, _core.set_wgmma_enabled)
-    with _switched(*switch, False):
-        ref = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
-    with _switched(*switch, True):
-        before = _core.wgmma_launches()
-        got = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
-        launches = _core.wgmma_launches() - before
+    ref, got, launches = _a_b(
+        (_core.wgmma_enabled, _core.set_wgmma_enabled),
+        (False, True),
+        lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True),
+        _core.wgmma_launches,
+    )
     takes = [c for c in (min(n, 64), n - 64) if c > (32 if rows >= 32768 else 24)]
     assert launches == (len(takes) if _core.wgmma_built() and _gpu_is_sm90() else 0)
     scale = float(np.abs(x.astype(np.float64) @ dense.T.astype(np.float64)).max())
@@ -247,13 +266,17 @@ def test_cuda_wgmma_tail_split_matches_whole_tiles(n: int, mma_restored: None) -
     k, rows = 5120, 34816
     w, dense = _weights("q4_K", rows, k, seed=21)
     x = np.random.default_rng(22).standard_normal((n, k)).astype(np.float32)
-    switch = (_core.wgmma_split_enabled, _core.set_wgmma_split_enabled)
-    with _switched(*switch, False):
-        ref = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
-    with _switched(*switch, True):
-        before = _core.wgmma_split_launches()
-        got = [_core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True) for _ in range(2)]
-        splits = _core.wgmma_split_launches() - before
+
+    def twice() -> list[np.ndarray]:
+        return [_core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True) for _ in range(2)]
+
+    whole, got, splits = _a_b(
+        (_core.wgmma_split_enabled, _core.set_wgmma_split_enabled),
+        (False, True),
+        twice,
+        _core.wgmma_split_launches,
+    )
+    ref = whole[0]
     assert splits == (2 if _core.wgmma_built() and _gpu_is_sm90() else 0)
     assert np.array_equal(got[0], got[1]), "the split's sums depend on the order the pieces finished"
     scale = float(np.abs(x.astype(np.float64) @ dense.T.astype(np.float64)).max())
@@ -274,11 +297,11 @@ def test_cuda_q6k_long_rows_on_8_warps_match_4(n: int, mode: int, mma_restored: 
     k, rows = 6144, 1000
     w, dense = _weights("q6_K", rows, k, seed=23)
     x = np.random.default_rng(24).standard_normal((n, k)).astype(np.float32)
-    switch = (_core.mma_q6k_long_8, _core.set_mma_q6k_long_8)
-    with _switched(*switch, 0):
-        ref = _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True)
-    with _switched(*switch, mode):
-        got = _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True)
+    ref, got, _ = _a_b(
+        (_core.mma_q6k_long_8, _core.set_mma_q6k_long_8),
+        (0, mode),
+        lambda: _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True),
+    )
     want = x.astype(np.float64) @ dense.T.astype(np.float64)
     scale = float(np.abs(want).max())
     assert not np.array_equal(got, ref), "the 8-warp form did not run (its warps add in another order)"
