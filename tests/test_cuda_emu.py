@@ -135,12 +135,19 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # its output (the GEMV's, the GEMM's Q4_K, Q6_K and Q8_0 layouts: glu_fusion.cu's bits), the
     # GEMM's quantizer reading an RMSNorm's input against quantizing ggml's norm kernel's output
     # (rms_norm_fusion.cu's bits; 8 lines: 5 and 40 columns), the Q4_K wgmma GEMM through the
-    # emulator's wgmma (7 column counts x 2 forms) and its tail split along K (2 splits x 3 column
-    # counts: against the unsplit kernel, the host reference and a second launch)
-    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 3 * 8 + 8 * 6 + 2 * 8 + 1 + 1 + 4 + 8 + 14 + 6
+    # emulator's asynchronous wgmma (7 column counts x 4 forms, and one super-block: 2 x 4; the
+    # pipelined forms must give the first form's bits) and its tail split along K (2 splits x 3
+    # column counts: against the unsplit kernel, the host reference, a second launch and the
+    # pipelined kernel split the same way)
+    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 3 * 8 + 8 * 6 + 2 * 8 + 1 + 1 + 4 + 8 + 36 + 6
     assert any("check_wgmma_layout" in r for r in rows)
-    assert sum("check_wgmma" in r for r in rows) == 14
-    assert sorted({r["pieces"] for r in rows if "check_wgmma_split" in r}) == [2, 3]
+    wgmma = [r for r in rows if "check_wgmma" in r]
+    assert len(wgmma) == 36
+    assert sorted({r["swap"] for r in wgmma}) == [0, 1, 2, 3]
+    assert all(r["same_bits"] for r in wgmma if r["swap"] >= 2)
+    splits = [r for r in rows if "check_wgmma_split" in r]
+    assert sorted({r["pieces"] for r in splits}) == [2, 3]
+    assert all(r["pipe_same"] for r in splits)
     assert any("check_quantize_bytes" in r for r in rows)
     assert sum("check_rms_norm_source" in r for r in rows) == 8
     assert sorted(r["check_swiglu_source"] for r in rows if "check_swiglu_source" in r) == [

@@ -186,9 +186,12 @@ def test_cuda_mma_gemm_equals_ggml_and_numpy(
 def test_wgmma_gemm_is_on_where_it_is_built() -> None:
     """The wgmma GEMM is on by default in an sm_90a CUDA build (DFLASH_WGMMA=0 starts it off) and
     absent elsewhere (no CUDA, or an sm_90 build): then switching it on changes nothing. Its tail
-    split is off by default until measured (DFLASH_WGMMA_SPLIT=1 starts it on in CUDA builds)."""
+    split and its pipelined kernel are off by default until measured (DFLASH_WGMMA_SPLIT=1,
+    DFLASH_WGMMA_PIPE=1 or 2 start them in CUDA builds)."""
     assert _core.wgmma_enabled() == (_core.wgmma_built() and os.environ.get("DFLASH_WGMMA") != "0")
     assert _core.wgmma_split_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_SPLIT") == "1")
+    pipe = os.environ.get("DFLASH_WGMMA_PIPE", "0")
+    assert _core.wgmma_pipe() == (int(pipe) if GPU and pipe in ("1", "2") else 0)
     if not _core.wgmma_built():
         _core.set_wgmma_enabled(True)
         assert not _core.wgmma_enabled()
@@ -248,7 +251,8 @@ def test_cuda_wgmma_gemm_matches_the_mma_gemm(n: int, rows: int, mma_restored: N
         lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True),
         _core.wgmma_launches,
     )
-    takes = [c for c in (min(n, 64), n - 64) if c > (32 if rows >= 32768 else 24)]
+    least = 32 if rows >= 32768 and _core.wgmma_pipe() != 2 else 24  # the columns it starts above
+    takes = [c for c in (min(n, 64), n - 64) if c > least]
     assert launches == (len(takes) if _core.wgmma_built() and _gpu_is_sm90() else 0)
     scale = float(np.abs(x.astype(np.float64) @ dense.T.astype(np.float64)).max())
     assert np.abs(got - ref).max() <= 1e-5 * scale
@@ -281,6 +285,53 @@ def test_cuda_wgmma_tail_split_matches_whole_tiles(n: int, mma_restored: None) -
     assert np.array_equal(got[0], got[1]), "the split's sums depend on the order the pieces finished"
     scale = float(np.abs(x.astype(np.float64) @ dense.T.astype(np.float64)).max())
     assert np.abs(got[0] - ref).max() <= 1e-5 * scale
+
+
+@needs_gpu
+@pytest.mark.parametrize(("rows", "n"), [(16480, 25), (16480, 32), (34816, 48), (34816, 64), (34816, 100)])
+@pytest.mark.parametrize("split", [False, True])
+def test_cuda_wgmma_pipelined_gives_the_same_bits(rows: int, n: int, split: bool, mma_restored: None) -> None:
+    """The pipelined wgmma kernel (DFLASH_WGMMA_PIPE=1: a super-block's float step while the next
+    one's wgmmas run) does the unpipelined kernel's float operations in the same order: the same
+    bits, with and without the tail split (which [gate; up]'s 34816 rows take on an H200), on
+    [gdn q; k; v; z]'s 16480 rows (wgmma from 25 columns) and [gate; up]'s (from 33; 100: launches
+    of 64 and 36). k = 2816: 11 super-blocks, an odd count (the loop runs them in pairs). Off (0)
+    by default; each launch counted."""
+    want_mode = int(os.environ.get("DFLASH_WGMMA_PIPE", "0"))
+    assert _core.wgmma_pipe() == (want_mode if GPU and want_mode in (1, 2) else 0)
+    k = 2816
+    w, _ = _weights("q4_K", rows, k, seed=25)
+    x = np.random.default_rng(26).standard_normal((n, k)).astype(np.float32)
+    with _switched(_core.wgmma_split_enabled, _core.set_wgmma_split_enabled, split):
+        ref, got, pipes = _a_b(
+            (_core.wgmma_pipe, _core.set_wgmma_pipe),
+            (0, 1),
+            lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True),
+            _core.wgmma_pipe_launches,
+        )
+    assert pipes == ((2 if n > 64 else 1) if _core.wgmma_built() and _gpu_is_sm90() else 0)
+    assert np.array_equal(got, ref)
+
+
+@needs_gpu
+def test_cuda_wgmma_pipe_mode_2_takes_gate_up_at_32_columns(mma_restored: None) -> None:
+    """DFLASH_WGMMA_PIPE=2 also gives [gate; up] (34816 rows) at 25..32 columns to the pipelined
+    wgmma kernel, which mode 1 leaves to the mma.sync GEMM: the same integer sums, so within float
+    rounding (1e-5 of the scale), and numpy within 3e-2."""
+    k, rows, n = 2304, 34816, 32
+    w, dense = _weights("q4_K", rows, k, seed=27)
+    x = np.random.default_rng(28).standard_normal((n, k)).astype(np.float32)
+    ref, got, pipes = _a_b(
+        (_core.wgmma_pipe, _core.set_wgmma_pipe),
+        (1, 2),
+        lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True),
+        _core.wgmma_pipe_launches,
+    )
+    assert pipes == (1 if _core.wgmma_built() and _gpu_is_sm90() else 0)
+    want = x.astype(np.float64) @ dense.T.astype(np.float64)
+    scale = float(np.abs(want).max())
+    assert np.abs(got - ref).max() <= 1e-5 * scale
+    assert np.abs(got - want).max() <= 3e-2 * scale
 
 
 @needs_gpu

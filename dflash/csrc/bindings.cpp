@@ -486,6 +486,12 @@ PYBIND11_MODULE(_core, m) {
     m.def("mma_q6k_long_8", &ggml_ext::mma_q6k_long_8);
     m.def("wgmma_split_launches", &ggml_ext::wgmma_split_launches,
           "launches of the wgmma GEMM with a split tail so far (tests)");
+    m.def("set_wgmma_pipe", &ggml_ext::set_wgmma_pipe, py::arg("mode"),
+          "the wgmma GEMM pipelined (a super-block's float step while the next one's wgmmas run; the same bits): 0 "
+          "off (the default until measured), 1 on, 2 on and also for 25..32 columns of [gate; up] "
+          "(DFLASH_WGMMA_PIPE)");
+    m.def("wgmma_pipe", &ggml_ext::wgmma_pipe);
+    m.def("wgmma_pipe_launches", &ggml_ext::wgmma_pipe_launches, "launches of the pipelined wgmma GEMM so far (tests)");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

@@ -15,6 +15,7 @@
 #endif
 #endif
 #ifdef CUDA_EMU_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -84,6 +85,15 @@ struct Fiber {
     };
     std::vector<std::vector<Copy>> cp_groups;  // committed groups, oldest first
     std::vector<Copy> cp_open;                 // copies issued since the last commit
+    struct Wgmma {  // a wgmma.mma_async as issued: its registers are read and written when it runs
+        int n;
+        int * d;
+        const int * a;
+        uint64_t desc;
+        bool accumulate;
+    };
+    std::vector<std::vector<Wgmma>> wg_groups;  // committed wgmma groups, oldest first
+    std::vector<Wgmma> wg_open;                 // issued since the last commit
     void * asan_fake_stack = nullptr;
 };
 
@@ -213,6 +223,7 @@ void fiber_main(Fiber * f) {
     __sanitizer_finish_switch_fiber(nullptr, &g_sched_stack_bottom, &g_sched_stack_size);  // the first entry
 #endif
     (*g_body)();
+    if (!f->wg_open.empty() || !f->wg_groups.empty()) fail("a thread ended with wgmmas not waited for");
     f->done = true;
     --g_block.live;
     ++g_block.progress;
@@ -232,7 +243,13 @@ void start_fiber(Fiber & f) {
     f.done = false;
     f.cp_groups.clear();
     f.cp_open.clear();
+    f.wg_groups.clear();
+    f.wg_open.clear();
     if (f.stack.empty()) f.stack.resize(kStackBytes);
+#ifdef CUDA_EMU_ASAN
+    // the last fiber on this stack never returned from fiber_main: its frames' redzones are still poisoned
+    __asan_unpoison_memory_region(f.stack.data(), f.stack.size());
+#endif
 #if defined(__x86_64__)
     // the frame cuda_emu_switch pops: fpu cw + mxcsr (16 bytes), r15 r14 r13 r12 rbx rbp, return address
     uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack.data()) + f.stack.size()) & ~uintptr_t(15);
@@ -496,12 +513,15 @@ uint32_t shared_offset(const void * p) {
     return (uint32_t)(c - base);
 }
 
-void wgmma_m64k32_u8s8(int n, int * d, const int (&a)[4], uint64_t desc, bool accumulate) {
-    if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma: N must be a multiple of 8 up to 256");
+namespace {
+
+// One wgmma as the tensor cores run it: every lane of the warp at once (a warp exchange).
+void run_wgmma(const Fiber::Wgmma & op) {
     struct Frag {
         int a[4];
-    } mine{{a[0], a[1], a[2], a[3]}}, all[kWarpSize];
+    } mine{{op.a[0], op.a[1], op.a[2], op.a[3]}}, all[kWarpSize];
     warp_all_gather(0xffffffffu, &mine, all, sizeof(Frag));
+    const uint64_t desc = op.desc;
     const size_t addr = (size_t)(desc & 0x3FFFu) << 4, lbo = (size_t)((desc >> 16) & 0x3FFFu) << 4,
                  sbo = (size_t)((desc >> 32) & 0x3FFFu) << 4;
     const unsigned char * smem = g_dynamic_smem.data();
@@ -515,13 +535,36 @@ void wgmma_m64k32_u8s8(int n, int * d, const int (&a)[4], uint64_t desc, bool ac
         return (int)(uint8_t)((uint32_t)all[4 * g + t].a[reg] >> (8 * (k % 4)));
     };
     const int g = lane() / 4, t = lane() % 4;
-    for (int tile = 0; tile < n / 8; ++tile) {
+    for (int tile = 0; tile < op.n / 8; ++tile) {
         for (int i = 0; i < 4; ++i) {
             const int row = g + (i >= 2 ? 8 : 0), col = 8 * tile + 2 * t + (i & 1);
             int s = 0;
             for (int k = 0; k < 32; ++k) s += A(row, k) * B(k, col);
-            d[4 * tile + i] = (accumulate ? d[4 * tile + i] : 0) + s;
+            op.d[4 * tile + i] = (op.accumulate ? op.d[4 * tile + i] : 0) + s;
         }
+    }
+}
+
+}  // namespace
+
+void wgmma_m64k32_u8s8(int n, int * d, const int (&a)[4], uint64_t desc, bool accumulate) {
+    if (!g_current) fail("wgmma outside a kernel");
+    if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma: N must be a multiple of 8 up to 256");
+    g_current->wg_open.push_back({n, d, a, desc, accumulate});
+}
+
+void wgmma_commit() {
+    if (!g_current) fail("wgmma outside a kernel");
+    g_current->wg_groups.push_back(std::move(g_current->wg_open));
+    g_current->wg_open.clear();
+}
+
+void wgmma_wait(int n) {
+    if (!g_current) fail("wgmma outside a kernel");
+    auto & groups = g_current->wg_groups;
+    while ((int)groups.size() > n) {
+        for (const auto & op : groups.front()) run_wgmma(op);
+        groups.erase(groups.begin());
     }
 }
 

@@ -263,9 +263,15 @@ void mma_m16n8k16_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)
 // mma_m16n8k32_s8's A layout; desc is PTX's matrix descriptor without swizzle (bits 0-13 the
 // address / 16, 16-29 the leading (K) byte offset / 16, 32-45 the stride (N) byte offset / 16), B
 // in core matrices of 8 columns x 16 bytes of K; d per 8-column tile i: d[4i..4i+3] in mma's C
-// layout. Run at the call, each warp for its own rows (the warpgroup's joint arrival, the async
-// completion and the fences are not modelled); accumulate false overwrites d.
+// layout; accumulate false overwrites d. Asynchronous as on the GPU: the call only records the
+// product; wgmma_commit closes a group and wgmma_wait(n) runs the groups older than the newest n
+// (wgmma.wait_group n), each warp for its own rows, reading a, d and B then. So a kernel that reads
+// d, or changes a or B, before its wait computes something else here, as it would on the GPU;
+// a thread that ends with products not waited for fails. (The warpgroup's joint arrival and the
+// fences are not modelled.)
 void wgmma_m64k32_u8s8(int n, int * d, const int (&a)[4], uint64_t desc, bool accumulate);
+void wgmma_commit();
+void wgmma_wait(int n);
 // The offset of p in the launch's dynamic shared memory (what a shared-space address is there).
 uint32_t shared_offset(const void * p);
 

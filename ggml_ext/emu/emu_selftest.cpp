@@ -82,7 +82,7 @@ __global__ void sync_or_kernel(int * out, int rounds) {
 // B (32 x 24 s8, column n at b + 32 n) staged into the dynamic shared memory as the descriptor
 // reads it: core matrix (k / 16, n / 8) at 64 + (n / 8) sbo + (k / 16) lbo, row n % 8, byte k % 16.
 constexpr int kWgN = 24, kWgLbo = 128, kWgSbo = 512;
-__global__ void wgmma_kernel(const uint8_t * a, const int8_t * b, int * d_out, int accumulate) {
+__global__ void wgmma_kernel(const uint8_t * a, const int8_t * b, int * d_out, int * d_before_wait, int accumulate) {
     char * smem = static_cast<char *>(cuda_emu::dynamic_smem());
     const int tid = threadIdx.x, w = tid / 32, l = tid % 32, g = l / 4, t = l % 4;
     for (int i = tid; i < 32 * kWgN; i += 128) {
@@ -103,6 +103,9 @@ __global__ void wgmma_kernel(const uint8_t * a, const int8_t * b, int * d_out, i
     const uint64_t desc = (uint64_t)((cuda_emu::shared_offset(smem + 64) & 0x3FFFF) >> 4) |
                           ((uint64_t)(kWgLbo >> 4) << 16) | ((uint64_t)(kWgSbo >> 4) << 32);
     cuda_emu::wgmma_m64k32_u8s8(kWgN, d, fa, desc, accumulate != 0);
+    cuda_emu::wgmma_commit();
+    d_before_wait[tid] = d[0];  // the product runs at the wait, as the GPU's completes by then
+    cuda_emu::wgmma_wait(0);
     for (int i = 0; i < kWgN / 2; ++i) d_out[tid * (kWgN / 2) + i] = d[i];
 }
 
@@ -196,9 +199,11 @@ void warp_tests() {
     for (auto & v : wa) v = (uint8_t)ubyte(gen);
     for (auto & v : wb) v = (int8_t)byte(gen);
     for (int accumulate = 0; accumulate < 2; ++accumulate) {
-        std::vector<int> d(128 * (kWgN / 2));
-        DFLASH_LAUNCH(1, 128, 64 + 3 * kWgSbo, nullptr, wgmma_kernel)(wa.data(), wb.data(), d.data(), accumulate);
+        std::vector<int> d(128 * (kWgN / 2)), before(128);
+        DFLASH_LAUNCH(1, 128, 64 + 3 * kWgSbo, nullptr, wgmma_kernel)(wa.data(), wb.data(), d.data(), before.data(),
+                                                                      accumulate);
         for (int tid = 0; tid < 128; ++tid) {
+            expect(before[tid] == tid, "wgmma's d changed before its wait_group");
             const int w = tid / 32, l = tid % 32, g = l / 4, t = l % 4;
             for (int i = 0; i < kWgN / 2; ++i) {
                 const int row = 16 * w + g + (i % 4 >= 2 ? 8 : 0), col = 8 * (i / 4) + 2 * t + (i & 1);

@@ -85,6 +85,12 @@ int64_t wgmma_launches();
 void set_wgmma_split_enabled(bool on);
 bool wgmma_split_enabled();
 int64_t wgmma_split_launches();
+// The wgmma form pipelined (a super-block's float step while the next one's wgmmas run; the same
+// bits): 0 off (the default until measured), 1 on, 2 on and also for 25..32 columns of the
+// tallest matrices ([gate; up]); DFLASH_WGMMA_PIPE sets it. wgmma_pipe_launches counts (tests).
+void set_wgmma_pipe(int mode);
+int wgmma_pipe();
+int64_t wgmma_pipe_launches();
 // Long rows (24 super-blocks or more: the 27B's ffn_down) of Q6_K at up to 16 columns with 8 warps
 // a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): 0 off (the
 // default until measured), 1 at 3 blocks a multiprocessor (80 registers), 2 with the compiler's

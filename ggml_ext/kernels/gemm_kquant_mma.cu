@@ -105,12 +105,25 @@ bool wgmma_split_flag = [] {
     return e && e[0] == '1';
 }();
 std::atomic<int64_t> wgmma_split_count{0};
+// The pipelined wgmma kernel (gemm_q4k_wgmma.cuh's kPipe: a super-block's float step under the
+// next one's wgmmas; the same bits): 0 off (the default until measured on the H200), 1 on the
+// shapes of wgmma_shape, 2 also on 25..32 columns of every tall matrix ([gate; up] at 32 columns,
+// where the unpipelined kernel measured even with the mma.sync form: 59.0 against 58.5 us, session
+// 19). DFLASH_WGMMA_PIPE sets it.
+int wgmma_pipe_mode = [] {
+    const char * e = std::getenv("DFLASH_WGMMA_PIPE");
+    const int m = e ? std::atoi(e) : 0;
+    return m == 1 || m == 2 ? m : 0;
+}();
+std::atomic<int64_t> wgmma_pipe_count{0};
 
 // The shapes where the wgmma form beat the mma.sync forms on the H200 (session 19, standalone,
 // bench/results/h200-s19-wgmma-staging.json): [gdn q; k; v; z] (16480 rows) from 32 columns
 // (28.2 / 32.8 / 35.5 us at 32 / 48 / 64 against 31.1 / 38.5 / 48.0), [gate; up] (34816) from
 // 48 (74.4 / 88.4 against 83.5 / 96.4; even at 32). Slower on fewer rows and fewer columns.
-bool wgmma_shape(int rows, int ncols) { return rows >= 16384 && (ncols > 32 || (ncols > 24 && rows < 32768)); }
+bool wgmma_shape(int rows, int ncols) {
+    return rows >= 16384 && (ncols > 32 || (ncols > 24 && (rows < 32768 || wgmma_pipe_mode == 2)));
+}
 
 // Whether Q4_K / Q5_K rows of up to 16 columns take two row tiles a warp: when the grid of one
 // tile a warp needs more than one wave of gemm_kq::min_blocks blocks a multiprocessor and the grid
@@ -150,14 +163,20 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
     if (kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && r_ptr == nullptr &&
         wgmma_shape(rows, n)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
-        const gemm_kq::WgSplit split =
-            wgmma_split_flag ? gemm_kq::wgmma_split_for(rows, k, n, nsm) : gemm_kq::WgSplit{};
+        const bool pipe = wgmma_pipe_mode != 0;
+        const gemm_kq::WgSplit split = !wgmma_split_flag ? gemm_kq::WgSplit{}
+                                       : pipe            ? gemm_kq::wgmma_split_for<4, 1, 1, true>(rows, k, n, nsm)
+                                                         : gemm_kq::wgmma_split_for(rows, k, n, nsm);
         ggml_cuda_pool_alloc<float> partials(pool);
         if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats(split, n));
-        if (gemm_kq::launch_q4k_wgmma(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, 128, 256, split,
-                                      partials.ptr)) {
+        const bool ran = pipe ? gemm_kq::launch_q4k_wgmma<4, 1, 1, true>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
+                                                                         stream, 128, 256, split, partials.ptr)
+                              : gemm_kq::launch_q4k_wgmma(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, 128,
+                                                          256, split, partials.ptr);
+        if (ran) {
             ++wgmma_count;
             if (split.pieces > 1) ++wgmma_split_count;
+            if (pipe) ++wgmma_pipe_count;
             return;
         }
     }
@@ -229,6 +248,9 @@ int64_t wgmma_launches() { return wgmma_count.load(); }
 void set_wgmma_split_enabled(bool on) { wgmma_split_flag = on; }
 bool wgmma_split_enabled() { return wgmma_split_flag; }
 int64_t wgmma_split_launches() { return wgmma_split_count.load(); }
+void set_wgmma_pipe(int mode) { wgmma_pipe_mode = mode == 1 || mode == 2 ? mode : 0; }
+int wgmma_pipe() { return wgmma_pipe_mode; }
+int64_t wgmma_pipe_launches() { return wgmma_pipe_count.load(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
 }  // namespace ggml_ext

@@ -22,6 +22,16 @@
 // the short matrices.
 // Session 28: the last wave's row tiles split along K (WgSplit below; DFLASH_WGMMA_SPLIT=1, not yet timed), and the
 // kernel runs on the CPU emulator (cuda_emu::wgmma_m64k32_u8s8), where CI checks it against a host reference.
+// Session 29: gemm_q4k_wgmma_pipe_kernel (DFLASH_WGMMA_PIPE=1, not yet timed) takes the float step off
+// the tensor cores' critical path: above, a super-block's 16 wgmmas must all finish (wait_group 0)
+// before its float step, and the next super-block's first wgmma waits for that step and a barrier,
+// so with 2 warpgroups a multiprocessor the tensor pipe idles between super-blocks (ncu: 26% busy,
+// issue slots 44%). Pipelined, each chunk's wgmmas are committed as a group, the warp waits only
+// for the group before (wait_group 1), and the super-block before's float step runs a quarter at a
+// time between the chunks, on a second set of integer sums. Registers (sm_90a): 254 / 209 / 168 at
+// 64 / 48 / 32 columns against 215 / 193 / 163; no spills; the same blocks a multiprocessor (shared
+// memory). The emulator runs wgmma asynchronously (at the wait), so CI checks the pipeline's
+// waits: reading sums early or reusing an operand too soon changes the bits it checks.
 #pragma once
 
 #include "gemm_kquant_mma_impl.cuh"
@@ -142,13 +152,20 @@ __device__ __forceinline__ void wg_fence() {
 __device__ __forceinline__ void wg_commit() {
 #if defined(DFLASH_WGMMA_PTX)
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#elif defined(DFLASH_CUDA_EMU)
+    cuda_emu::wgmma_commit();
 #endif
 }
-__device__ __forceinline__ void wg_wait0() {
+// Until at most n committed groups of this warp's wgmmas are still running.
+template <int n>
+__device__ __forceinline__ void wg_wait() {
 #if defined(DFLASH_WGMMA_PTX)
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(n) : "memory");
+#elif defined(DFLASH_CUDA_EMU)
+    cuda_emu::wgmma_wait(n);
 #endif
 }
+__device__ __forceinline__ void wg_wait0() { wg_wait<0>(); }
 // The registers stay where the asm left them (no reads of d moved above the wait).
 template <int n>
 __device__ __forceinline__ void wg_pin(int (&d)[n]) {
@@ -204,19 +221,106 @@ inline WgSplit wg_split_plan(int tiles, int nblocks, int slots) {
     return p;
 }
 
+// Sub-blocks 2c and 2c + 1 of this lane's rows (g at s0, g + 8 at s1; their scale words h0, h1) as
+// the u8 operands of their wgmmas: al = q * lo, ah = q * hi for the scale split sc = 8 hi + lo
+// (from scale_min at 64 columns, scale_word's bytes below).
+template <int N>
+__device__ __forceinline__ void wg_operands(const char * s0, const char * s1, const uint4 & h0, const uint4 & h1,
+                                            const int c, const int t, int (&al)[2][4], int (&ah)[2][4]) {
+    const uint2 q0 = *reinterpret_cast<const uint2 *>(s0 + 16 + 32 * c + 8 * t);
+    const uint2 q1 = *reinterpret_cast<const uint2 *>(s1 + 16 + 32 * c + 8 * t);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int j = 2 * c + h, sh = 4 * h;
+        int sc0 = 0, sc1 = 0, m_;
+        uint32_t w0 = 0u, w1 = 0u;
+        if constexpr (N == 64) {
+            scale_min(h0.y, h0.z, h0.w, j, sc0, m_);
+            scale_min(h1.y, h1.z, h1.w, j, sc1, m_);
+        } else {
+            w0 = scale_word(h0.y, h0.w, j >> 2), w1 = scale_word(h1.y, h1.w, j >> 2);
+        }
+        const uint32_t lo0 = (q0.x >> sh) & 0x0F0F0F0F, hi0 = (q0.y >> sh) & 0x0F0F0F0F;
+        const uint32_t lo1 = (q1.x >> sh) & 0x0F0F0F0F, hi1 = (q1.y >> sh) & 0x0F0F0F0F;
+        uint32_t l0 = sc0 & 7, u0 = sc0 >> 3, l1 = sc1 & 7, u1 = sc1 >> 3;
+        if constexpr (N != 64) {
+            l0 = byte_at(w0 & 0x07070707u, j & 3), u0 = byte_at((w0 >> 3) & 0x07070707u, j & 3);
+            l1 = byte_at(w1 & 0x07070707u, j & 3), u1 = byte_at((w1 >> 3) & 0x07070707u, j & 3);
+        }
+        al[h][0] = (int)(lo0 * l0), al[h][1] = (int)(lo1 * l1), al[h][2] = (int)(hi0 * l0);
+        al[h][3] = (int)(hi1 * l1);
+        ah[h][0] = (int)(lo0 * u0), ah[h][1] = (int)(lo1 * u1), ah[h][2] = (int)(hi0 * u0);
+        ah[h][3] = (int)(hi1 * u1);
+    }
+}
+
+// A super-block's float step for this lane's rows: their d and dmin, and the mins as an f16 mma A.
+struct WgStep {
+    float2 dm0, dm1;
+    uint32_t a_min[4];
+};
+
+template <int N>
+__device__ __forceinline__ WgStep wg_step(const uint4 & h0, const uint4 & h1, const int t) {
+    WgStep s;
+    s.dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
+    s.dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
+    s.a_min[0] = s.a_min[1] = s.a_min[2] = s.a_min[3] = 0u;
+    if constexpr (N == 64) {
+        int s_, m_a, m_b;
+        scale_min(h0.y, h0.z, h0.w, 2 * t, s_, m_a);
+        scale_min(h0.y, h0.z, h0.w, 2 * t + 1, s_, m_b);
+        s.a_min[0] = half2_bits((float)m_a, (float)m_b);
+        scale_min(h1.y, h1.z, h1.w, 2 * t, s_, m_a);
+        scale_min(h1.y, h1.z, h1.w, 2 * t + 1, s_, m_b);
+        s.a_min[1] = half2_bits((float)m_a, (float)m_b);
+    } else {
+        s.a_min[0] = mins_half2(h0.z, h0.w, t), s.a_min[1] = mins_half2(h1.z, h1.w, t);
+    }
+    return s;
+}
+
+// Column tiles [nt0, nt1) of a super-block into acc: its integer sums (clo + 8 chi), less the min
+// term (an f16 mma of the mins and the columns' per-32 sums), scaled (Q4KT's float step).
+template <int N, int nt0, int nt1>
+__device__ __forceinline__ void wg_float_tiles(float (&acc)[N / 8][4], const int (&clo)[N / 2], const int (&chi)[N / 2],
+                                               const WgStep & s, const int * s_sums, const float * s_d, const int g,
+                                               const int t) {
+#pragma unroll
+    for (int nt = nt0; nt < nt1; ++nt) {
+        const int col0 = nt * 8 + 2 * t;
+        const int2 sv = *reinterpret_cast<const int2 *>(s_sums + (nt * 8 + g) * 8 + 2 * t);
+        const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
+        float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_f16(mc, s.a_min, b);
+        const float2 dy = *reinterpret_cast<const float2 *>(s_d + col0);
+        const int c0 = clo[4 * nt + 0] + 8 * chi[4 * nt + 0], c1 = clo[4 * nt + 1] + 8 * chi[4 * nt + 1];
+        const int c2 = clo[4 * nt + 2] + 8 * chi[4 * nt + 2], c3 = clo[4 * nt + 3] + 8 * chi[4 * nt + 3];
+        acc[nt][0] += dy.x * (s.dm0.x * (float)c0 - s.dm0.y * mc[0]);
+        acc[nt][1] += dy.y * (s.dm0.x * (float)c1 - s.dm0.y * mc[1]);
+        acc[nt][2] += dy.x * (s.dm1.x * (float)c2 - s.dm1.y * mc[2]);
+        acc[nt][3] += dy.y * (s.dm1.x * (float)c3 - s.dm1.y * mc[3]);
+    }
+}
+
 // N: padded columns (16, 24, 32, 48, 64); S: stages; WG: warpgroups a block (each its 64 rows; one
-// copy of the activations for all); MB: blocks a multiprocessor should hold (registers). Block (32, 4 WG).
+// copy of the activations for all). Block (32, 4 WG).
 // full_tiles, pieces, partials: the tail split (WgSplit; pieces 1 and full_tiles = the grid without).
-template <int N, int S, int WG, int MB>
-__global__ void __launch_bounds__(128 * WG, MB)
-    gemm_q4k_wgmma_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
-                          float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
-                          const int ncols, const int stride_col_dst, const int lbo, const int sbo, const int full_tiles,
-                          const int pieces, float * partials) {
-#if defined(DFLASH_WGMMA)
+// kPipe (gemm_q4k_wgmma_pipe_kernel): a super-block's float step runs while the next one's wgmmas
+// do, a quarter of its column tiles after each of that super-block's 4 wgmma groups (two sets of
+// integer sums; the stage of the super-block before stays, so S - 2 are staged ahead, not S - 1).
+// The same float operations in the same order: the same bits as without.
+template <int N, int S, int WG, bool kPipe>
+__device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, const int8_t * qs, const float * yd,
+                                                const int * ysum, float * __restrict__ dst, const int nrows,
+                                                const int nblocks, const int64_t row_bytes, const int ncols,
+                                                const int stride_col_dst, const int lbo, const int sbo,
+                                                const int full_tiles, const int pieces, float * partials) {
     using P = WgPlan<N, WG>;
     constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows;
     constexpr int NT = N / 8;
+    constexpr int kAhead = kPipe ? S - 2 : S - 1;  // super-blocks staged ahead of the one computed
+    static_assert(kAhead >= 1, "too few stages");
     DFLASH_DYNAMIC_SMEM_BYTES(wg_smem);
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
     const int g = lane >> 2, t = lane & 3;
@@ -234,14 +338,29 @@ __global__ void __launch_bounds__(128 * WG, MB)
     // This thread's 16-byte chunks of the block's 144-byte weight rows, addressed once (super-block
     // 0; a super-block adds 144): the staging is a few adds and cp.asyncs a super-block.
     constexpr int kWTotal = kBlockRows * 9, kWChunks = (kWTotal + kThreads - 1) / kThreads;
-    const char * wsrc[kWChunks];
+    // (The pipelined kernel keeps 32-bit offsets from the tile's first row, for registers: the tile's
+    // rows span kBlockRows * row_bytes bytes, under 4 GB for any K below 2^25.)
+    using WSrc = std::conditional_t<kPipe, uint32_t, const char *>;
+    const char * wtile = w + (int64_t)row_base * row_bytes;
+    WSrc wsrc[kWChunks];
     int wdst[kWChunks];
 #pragma unroll
     for (int i = 0; i < kWChunks; ++i) {
         const int c = min(tid + i * kThreads, kWTotal - 1), r = c / 9, ch = c - 9 * r;
-        wsrc[i] = w + (int64_t)min(row_base + r, nrows - 1) * row_bytes + 16 * ch;
+        if constexpr (kPipe) {
+            wsrc[i] = (uint32_t)((int64_t)(min(row_base + r, nrows - 1) - row_base) * row_bytes + 16 * ch);
+        } else {
+            wsrc[i] = w + (int64_t)min(row_base + r, nrows - 1) * row_bytes + 16 * ch;
+        }
         wdst[i] = r * 144 + 16 * ch;
     }
+    auto w_chunk = [&](int i) -> const char * {
+        if constexpr (kPipe) {
+            return wtile + wsrc[i];
+        } else {
+            return wsrc[i];
+        }
+    };
     // n 16-byte chunks from src to dst, spread over the block's threads (trip counts known here)
     auto copy_chunks = [&](char * dst, const char * src, auto n_tag) {
         constexpr int n = decltype(n_tag)::value;
@@ -255,7 +374,8 @@ __global__ void __launch_bounds__(128 * WG, MB)
         char * st = wg_smem + s * P::kStageBytes;
 #pragma unroll
         for (int i = 0; i < kWChunks; ++i) {
-            if (kWTotal % kThreads == 0 || tid + i * kThreads < kWTotal) cp_async_16(st + wdst[i], wsrc[i] + kb * 144);
+            if (kWTotal % kThreads == 0 || tid + i * kThreads < kWTotal)
+                cp_async_16(st + wdst[i], w_chunk(i) + kb * 144);
         }
     };
     auto stage_act = [&](int s, int kb) {
@@ -272,106 +392,127 @@ __global__ void __launch_bounds__(128 * WG, MB)
         stage_w(s, kb);
         stage_act(s, kb);
     };
+    auto stage_at = [&](int s) -> const char * { return wg_smem + s * P::kStageBytes; };
+    auto sums_of = [&](const char * st) { return reinterpret_cast<const int *>(st + P::kWBytes + P::kBBytes); };
+    auto d_of = [&](const char * st) {
+        return reinterpret_cast<const float *>(st + P::kWBytes + P::kBBytes + P::kSumBytes);
+    };
     // the first stages' weights, then (pdl.cuh) the wait for the kernel that wrote the activations
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) {
+    for (int s = 0; s < kAhead; ++s) {
         if (s < nkb) stage_w(s, kb_begin + s);
     }
     pdl_wait();
     pdl_trigger();
 #pragma unroll
-    for (int s = 0; s < S - 1; ++s) {  // group 0 holds every prologue weight copy: waited for first
+    for (int s = 0; s < kAhead; ++s) {  // group 0 holds every prologue weight copy: waited for first
         if (s < nkb) stage_act(s, kb_begin + s);
         cp_async_commit();
     }
-    float acc[NT][4] = {};
-    for (int i = 0; i < nkb; ++i) {
-        cp_async_wait<S - 2>();
-        fence_proxy_async();  // this thread's cp.async bytes, visible to the wgmma's async reads
-        __syncthreads();      // every thread's; the stage of i - 1 is free (its wgmmas waited)
-        if (i + S - 1 < nkb) stage_in((i + S - 1) % S, kb_begin + i + S - 1);
+    // super-block i's stage landed (every thread's copies, visible to the wgmma's async reads); the
+    // stage kAhead on is free (its wgmmas waited for, its float step done): stage it
+    auto next_stage = [&](int i) {
+        cp_async_wait<kAhead - 1>();
+        fence_proxy_async();
+        __syncthreads();
+        if (i + kAhead < nkb) stage_in((i + kAhead) % S, kb_begin + i + kAhead);
         cp_async_commit();
-        const char * st = wg_smem + (i % S) * P::kStageBytes;
-        const char * s0 = st + (wrow + g) * 144;
-        const char * s1 = s0 + 8 * 144;
-        const uint4 h0 = *reinterpret_cast<const uint4 *>(s0);
-        const uint4 h1 = *reinterpret_cast<const uint4 *>(s1);
-        int al[8][4], ah[8][4];
-        int clo[N / 2], chi[N / 2];
-        // two sub-blocks' operands, then their 4 wgmmas (the tensor cores start while the next two
-        // are unpacked; the fence orders this warp's operand writes before the wgmmas read them)
+    };
+    auto lane_row = [&](const char * st) { return st + (wrow + g) * 144; };  // this lane's first row in a stage
+    float acc[NT][4] = {};
+    if constexpr (!kPipe) {
+        for (int i = 0; i < nkb; ++i) {
+            next_stage(i);
+            const char * st = stage_at(i % S);
+            const char *s0 = lane_row(st), *s1 = s0 + 8 * 144;
+            const uint4 h0 = *reinterpret_cast<const uint4 *>(s0), h1 = *reinterpret_cast<const uint4 *>(s1);
+            int al[4][2][4], ah[4][2][4];
+            int clo[N / 2], chi[N / 2];
+            // two sub-blocks' operands, then their 4 wgmmas (the tensor cores start while the next two
+            // are unpacked; the fence orders this warp's operand writes before the wgmmas read them)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const uint2 q0 = *reinterpret_cast<const uint2 *>(s0 + 16 + 32 * c + 8 * t);
-            const uint2 q1 = *reinterpret_cast<const uint2 *>(s1 + 16 + 32 * c + 8 * t);
+            for (int c = 0; c < 4; ++c) {
+                wg_operands<N>(s0, s1, h0, h1, c, t, al[c], ah[c]);
+                wg_fence();
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int j = 2 * c + h, sh = 4 * h;
-                // the scales split sc = 8 hi + lo: from scale_min (64 columns) or scale_word's bytes
-                int sc0 = 0, sc1 = 0, m_;
-                uint32_t w0 = 0u, w1 = 0u;
-                if constexpr (N == 64) {
-                    scale_min(h0.y, h0.z, h0.w, j, sc0, m_);
-                    scale_min(h1.y, h1.z, h1.w, j, sc1, m_);
-                } else {
-                    w0 = scale_word(h0.y, h0.w, j >> 2), w1 = scale_word(h1.y, h1.w, j >> 2);
+                for (int h = 0; h < 2; ++h) {
+                    const int j = 2 * c + h;
+                    const uint64_t desc = wg_desc(st + P::kWBytes + j * N * 32, lbo, sbo);
+                    wgmma_u8s8<N>(clo, al[c][h], desc, j);
+                    wgmma_u8s8<N>(chi, ah[c][h], desc, j);
                 }
-                const uint32_t lo0 = (q0.x >> sh) & 0x0F0F0F0F, hi0 = (q0.y >> sh) & 0x0F0F0F0F;
-                const uint32_t lo1 = (q1.x >> sh) & 0x0F0F0F0F, hi1 = (q1.y >> sh) & 0x0F0F0F0F;
-                uint32_t l0 = sc0 & 7, u0 = sc0 >> 3, l1 = sc1 & 7, u1 = sc1 >> 3;
-                if constexpr (N != 64) {
-                    l0 = byte_at(w0 & 0x07070707u, j & 3), u0 = byte_at((w0 >> 3) & 0x07070707u, j & 3);
-                    l1 = byte_at(w1 & 0x07070707u, j & 3), u1 = byte_at((w1 >> 3) & 0x07070707u, j & 3);
-                }
-                al[j][0] = (int)(lo0 * l0), al[j][1] = (int)(lo1 * l1), al[j][2] = (int)(hi0 * l0);
-                al[j][3] = (int)(hi1 * l1);
-                ah[j][0] = (int)(lo0 * u0), ah[j][1] = (int)(lo1 * u1), ah[j][2] = (int)(hi0 * u0);
-                ah[j][3] = (int)(hi1 * u1);
             }
-            wg_fence();
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int j = 2 * c + h;
-                const uint64_t desc = wg_desc(st + P::kWBytes + j * N * 32, lbo, sbo);
-                wgmma_u8s8<N>(clo, al[j], desc, j);
-                wgmma_u8s8<N>(chi, ah[j], desc, j);
-            }
+            wg_commit();
+            const WgStep step = wg_step<N>(h0, h1, t);
+            wg_wait0();
+            wg_pin(clo);
+            wg_pin(chi);
+            wg_float_tiles<N, 0, NT>(acc, clo, chi, step, sums_of(st), d_of(st), g, t);
         }
-        wg_commit();
-        // the super-block's float step (Q4KT's, min term through an f16 mma)
-        const float2 dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
-        const float2 dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
-        uint32_t a_min[4] = {0u, 0u, 0u, 0u};
-        if constexpr (N == 64) {
-            int s_, m_a, m_b;
-            scale_min(h0.y, h0.z, h0.w, 2 * t, s_, m_a);
-            scale_min(h0.y, h0.z, h0.w, 2 * t + 1, s_, m_b);
-            a_min[0] = half2_bits((float)m_a, (float)m_b);
-            scale_min(h1.y, h1.z, h1.w, 2 * t, s_, m_a);
-            scale_min(h1.y, h1.z, h1.w, 2 * t + 1, s_, m_b);
-            a_min[1] = half2_bits((float)m_a, (float)m_b);
+    } else {
+        // sums of even super-blocks in x, of odd ones in y (registers: the loop runs in pairs)
+        int xlo[N / 2], xhi[N / 2], ylo[N / 2], yhi[N / 2];
+        // chunk c's operands in [c & 1], read by its wgmmas until its group is done: the last chunk's
+        // into the next super-block's first wait
+        int al[2][2][4], ah[2][2][4];
+        auto iteration = [&](int i, int (&clo)[N / 2], int (&chi)[N / 2], int (&plo)[N / 2], int (&phi)[N / 2]) {
+            next_stage(i);
+            const char * st = stage_at(i % S);
+            const char *s0 = lane_row(st), *s1 = s0 + 8 * 144;
+            const uint4 h0 = *reinterpret_cast<const uint4 *>(s0), h1 = *reinterpret_cast<const uint4 *>(s1);
+            const char * pst = stage_at((i + S - 1) % S);  // super-block i - 1's, kept for its float step
+            WgStep prev{};
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                wg_operands<N>(s0, s1, h0, h1, c, t, al[c & 1], ah[c & 1]);
+                wg_fence();
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int j = 2 * c + h;
+                    const uint64_t desc = wg_desc(st + P::kWBytes + j * N * 32, lbo, sbo);
+                    wgmma_u8s8<N>(clo, al[c & 1][h], desc, j);
+                    wgmma_u8s8<N>(chi, ah[c & 1][h], desc, j);
+                }
+                wg_commit();
+                wg_wait<1>();  // chunk c - 1 done; at c == 0 the whole of super-block i - 1
+                if (i > 0) {
+                    if (c == 0) {
+                        wg_pin(plo);
+                        wg_pin(phi);
+                        const char * p0 = lane_row(pst);
+                        prev = wg_step<N>(*reinterpret_cast<const uint4 *>(p0),
+                                          *reinterpret_cast<const uint4 *>(p0 + 8 * 144), t);
+                    }
+                    const int * ps = sums_of(pst);
+                    const float * pd = d_of(pst);
+                    if (c == 0) wg_float_tiles<N, 0, NT / 4>(acc, plo, phi, prev, ps, pd, g, t);
+                    if (c == 1) wg_float_tiles<N, NT / 4, NT / 2>(acc, plo, phi, prev, ps, pd, g, t);
+                    if (c == 2) wg_float_tiles<N, NT / 2, 3 * NT / 4>(acc, plo, phi, prev, ps, pd, g, t);
+                    if (c == 3) wg_float_tiles<N, 3 * NT / 4, NT>(acc, plo, phi, prev, ps, pd, g, t);
+                }
+            }
+        };
+        // the last super-block's float step, after its wgmmas
+        auto last = [&](int i, int (&clo)[N / 2], int (&chi)[N / 2]) {
+            wg_wait0();
+            wg_pin(clo);
+            wg_pin(chi);
+            const char * st = stage_at(i % S);
+            const char * s0 = lane_row(st);
+            const WgStep step =
+                wg_step<N>(*reinterpret_cast<const uint4 *>(s0), *reinterpret_cast<const uint4 *>(s0 + 8 * 144), t);
+            wg_float_tiles<N, 0, NT>(acc, clo, chi, step, sums_of(st), d_of(st), g, t);
+        };
+        int i = 0;
+        for (; i + 1 < nkb; i += 2) {
+            iteration(i, xlo, xhi, ylo, yhi);
+            iteration(i + 1, ylo, yhi, xlo, xhi);
+        }
+        if (i < nkb) {
+            iteration(i, xlo, xhi, ylo, yhi);
+            last(i, xlo, xhi);
         } else {
-            a_min[0] = mins_half2(h0.z, h0.w, t), a_min[1] = mins_half2(h1.z, h1.w, t);
-        }
-        const int * s_sums = reinterpret_cast<const int *>(st + P::kWBytes + P::kBBytes);
-        const float * s_d = reinterpret_cast<const float *>(st + P::kWBytes + P::kBBytes + P::kSumBytes);
-        wg_wait0();
-        wg_pin(clo);
-        wg_pin(chi);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            const int col0 = nt * 8 + 2 * t;
-            const int2 sv = *reinterpret_cast<const int2 *>(s_sums + (nt * 8 + g) * 8 + 2 * t);
-            const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
-            float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma_f16(mc, a_min, b);
-            const float2 dy = *reinterpret_cast<const float2 *>(s_d + col0);
-            const int c0 = clo[4 * nt + 0] + 8 * chi[4 * nt + 0], c1 = clo[4 * nt + 1] + 8 * chi[4 * nt + 1];
-            const int c2 = clo[4 * nt + 2] + 8 * chi[4 * nt + 2], c3 = clo[4 * nt + 3] + 8 * chi[4 * nt + 3];
-            acc[nt][0] += dy.x * (dm0.x * (float)c0 - dm0.y * mc[0]);
-            acc[nt][1] += dy.y * (dm0.x * (float)c1 - dm0.y * mc[1]);
-            acc[nt][2] += dy.x * (dm1.x * (float)c2 - dm1.y * mc[2]);
-            acc[nt][3] += dy.y * (dm1.x * (float)c3 - dm1.y * mc[3]);
+            last(nkb - 1, ylo, yhi);
         }
     }
     cp_async_wait<0>();
@@ -411,6 +552,32 @@ __global__ void __launch_bounds__(128 * WG, MB)
             if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[nt][i];
         }
     }
+}
+
+// MB: blocks a multiprocessor should hold (registers).
+template <int N, int S, int WG, int MB>
+__global__ void __launch_bounds__(128 * WG, MB)
+    gemm_q4k_wgmma_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
+                          float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
+                          const int ncols, const int stride_col_dst, const int lbo, const int sbo, const int full_tiles,
+                          const int pieces, float * partials) {
+#if defined(DFLASH_WGMMA)
+    wgmma_gemm_body<N, S, WG, false>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo, sbo,
+                                     full_tiles, pieces, partials);
+#else
+    NO_DEVICE_CODE;
+#endif
+}
+
+template <int N, int S, int WG, int MB>
+__global__ void __launch_bounds__(128 * WG, MB)
+    gemm_q4k_wgmma_pipe_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
+                               float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
+                               const int ncols, const int stride_col_dst, const int lbo, const int sbo,
+                               const int full_tiles, const int pieces, float * partials) {
+#if defined(DFLASH_WGMMA)
+    wgmma_gemm_body<N, S, WG, true>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo, sbo,
+                                    full_tiles, pieces, partials);
 #else
     NO_DEVICE_CODE;
 #endif
@@ -427,12 +594,17 @@ inline void quantize_act_wgmma(const ActSource & x, int8_t * qs, float * d, int 
     launch_quantize_act<ActLayout::kWgmma, kQk>(x, qs, d, sums, k, ncols, np, stream);
 }
 
-// The kernel's instance for np padded columns (16, 24, 32, 48 or 64) and its dynamic shared memory,
-// opted in once; null when the opt-in failed.
-template <int S, int WG, int MB, int N>
+// The kernel's instance for N padded columns (16, 24, 32, 48 or 64), pipelined or not, and its
+// dynamic shared memory, opted in once; null when the opt-in failed.
+template <int S, int WG, int MB, int N, bool kPipe = false>
 auto wgmma_kernel_ready() -> decltype(&gemm_q4k_wgmma_kernel<N, S, WG, MB>) {
     constexpr int kBytes = S * WgPlan<N, WG>::kStageBytes;
-    auto kernel = gemm_q4k_wgmma_kernel<N, S, WG, MB>;
+    decltype(&gemm_q4k_wgmma_kernel<N, S, WG, MB>) kernel = nullptr;
+    if constexpr (kPipe) {
+        kernel = gemm_q4k_wgmma_pipe_kernel<N, S, WG, MB>;
+    } else {
+        kernel = gemm_q4k_wgmma_kernel<N, S, WG, MB>;
+    }
     static const bool ok =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) == cudaSuccess;
     return ok ? kernel : nullptr;
@@ -456,13 +628,13 @@ auto wg_for_columns(int np, Fn && fn) {
 
 // The tail split (WgSplit) of a launch of nrows x k at ncols columns on nsm multiprocessors: the
 // block slots from the occupancy of its instance (asked once an instance).
-template <int S = 4, int WG = 1, int MB = 1>
+template <int S = 4, int WG = 1, int MB = 1, bool kPipe = false>
 WgSplit wgmma_split_for(int nrows, int k, int ncols, int nsm) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         static const int per_sm = [] {
             int b = 0;
-            auto kernel = wgmma_kernel_ready<S, WG, MB, N>();
+            auto kernel = wgmma_kernel_ready<S, WG, MB, N, kPipe>();
             if (!kernel || cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                                &b, kernel, 128 * WG, S * WgPlan<N, WG>::kStageBytes) != cudaSuccess) {
                 (void)cudaGetLastError();
@@ -481,8 +653,9 @@ inline size_t wgmma_split_floats(const WgSplit & sp, int ncols) {
 }
 
 // Returns false when the kernel cannot run here (the smem opt-in failed). split / partials: a tail
-// split from wgmma_split_for and wgmma_split_floats(split) floats for it; by default none.
-template <int S = 4, int WG = 1, int MB = 1>
+// split from wgmma_split_for and wgmma_split_floats(split) floats for it; by default none. kPipe:
+// gemm_q4k_wgmma_pipe_kernel (the float step overlapped with the next super-block's wgmmas).
+template <int S = 4, int WG = 1, int MB = 1, bool kPipe = false>
 bool launch_q4k_wgmma(const char * w, const int8_t * qs, const float * yd, const int * ysum, float * dst, int nrows,
                       int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, int lbo = 128,
                       int sbo = 256, WgSplit split = {}, float * partials = nullptr) {
@@ -492,7 +665,7 @@ bool launch_q4k_wgmma(const char * w, const int8_t * qs, const float * yd, const
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         constexpr int kBytes = S * WgPlan<N, WG>::kStageBytes;
-        auto kernel = wgmma_kernel_ready<S, WG, MB, N>();
+        auto kernel = wgmma_kernel_ready<S, WG, MB, N, kPipe>();
         if (!kernel) return false;
         DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
             w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, lbo, sbo, split.full_tiles,

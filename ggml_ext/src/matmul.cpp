@@ -50,6 +50,9 @@ int64_t wgmma_launches() { return 0; }
 void set_wgmma_split_enabled(bool) {}
 bool wgmma_split_enabled() { return false; }
 int64_t wgmma_split_launches() { return 0; }
+void set_wgmma_pipe(int) {}
+int wgmma_pipe() { return 0; }
+int64_t wgmma_pipe_launches() { return 0; }
 void set_mma_q6k_long_8(int) {}
 int mma_q6k_long_8() { return 0; }
 void set_mmq_tiles_enabled(bool) {}
