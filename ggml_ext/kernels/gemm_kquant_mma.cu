@@ -274,7 +274,7 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
     const ggml_type t = src0->type;
     const bool type_ok = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K ||
                          ((mma_q80_flag || ggml_ext::q80_enabled()) && t == GGML_TYPE_Q8_0);
-    if (!mma_enabled_flag || !type_ok || n < kMmaMinColumns || n > mma_max_columns_flag || k % 256 != 0 ||
+    if (!mma_enabled_flag || !type_ok || n < kMmaMinColumns || n > mma_max_columns_flag || k < 256 || k % 256 != 0 ||
         !GGML_CUDA_CC_IS_NVIDIA(cc) || ggml_cuda_highest_compiled_arch(cc) < GGML_CUDA_CC_AMPERE || src0->ne[2] != 1 ||
         src0->ne[3] != 1 || src0->nb[1] % (t == GGML_TYPE_Q6_K ? 2 : 16) != 0 ||
         reinterpret_cast<uintptr_t>(src0->data) % 16 != 0 ||

@@ -503,6 +503,8 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
                 wg_step<N>(*reinterpret_cast<const uint4 *>(s0), *reinterpret_cast<const uint4 *>(s0 + 8 * 144), t);
             wg_float_tiles<N, 0, NT>(acc, clo, chi, step, sums_of(st), d_of(st), g, t);
         };
+        // nkb >= 1 (the caller's k is 256 or more; a split piece has kWgMinPieceBlocks). A guard
+        // for nkb == 0 here made ptxas serialize the wgmmas (C7514), so there is none.
         int i = 0;
         for (; i + 1 < nkb; i += 2) {
             iteration(i, xlo, xhi, ylo, yhi);
