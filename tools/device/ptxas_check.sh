@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The tensor-core GEMM's kernels through ptxas for sm_90a without a GPU: registers, spills, and
+# ptxas's wgmma serialization advisories (C7514 / C7515: it waits after every wgmma, which
+# silently undoes a pipelined kernel). Needs nvcc (CUDA 13, as on the H200) and cuBLAS's headers
+# (ggml-cuda's common.cuh includes them): CUBLAS_INCLUDE, e.g. the include folder of an unzipped
+# `pip download --no-deps nvidia-cublas` wheel (nvidia/cu13/include). The patched upstream tree
+# comes from vendor/materialise.py.
+#
+#   CUBLAS_INCLUDE=/tmp/cublas/x/nvidia/cu13/include bash tools/device/ptxas_check.sh [regex]
+#
+# Prints one line a kernel whose mangled name matches regex (default: wgmma), then the advisories;
+# exits 1 when any kernel spills or is serialized. ~45 s.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+pattern=${1:-wgmma}
+: "${CUBLAS_INCLUDE:?the include folder holding cublas_v2.h}"
+tree=$(python3 vendor/materialise.py --dest "${DFLASH_PTXAS_TREE:-/tmp/dflash-ptxas-tree}")
+ggml="$tree/ggml"
+log=$(mktemp)
+nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -DDFLASH_HAVE_WGMMA=1 -DGGML_USE_CUDA -Xptxas -v \
+  -cubin -o /dev/null ggml_ext/kernels/gemm_kquant_mma.cu -I"$ggml/src" -I"$ggml/include" \
+  -I"$ggml/src/ggml-cuda" -Iggml_ext/include -Iggml_ext/kernels -I"$CUBLAS_INCLUDE" > "$log" 2>&1
+python3 - "$log" "$pattern" <<'EOF'
+import re
+import sys
+
+text = open(sys.argv[1]).read().splitlines()
+pattern = re.compile(sys.argv[2])
+bad = 0
+name = None
+for line in text:
+    m = re.search(r"Compiling entry function '(\S+)'", line)
+    if m:
+        name = m.group(1)
+    if not name or not pattern.search(name):
+        continue
+    if "registers" in line:
+        print(f"{line.split(':', 1)[1].strip():60s} {name}")
+    m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+    if m and (int(m.group(1)) or int(m.group(2))):
+        print(f"SPILL {line.strip()} {name}")
+        bad = 1
+for line in text:
+    if re.search(r"C751[45]", line) and pattern.search(line):
+        print(f"SERIALIZED {line.strip()}")
+        bad = 1
+sys.exit(bad)
+EOF
