@@ -492,6 +492,10 @@ PYBIND11_MODULE(_core, m) {
           "(DFLASH_WGMMA_PIPE)");
     m.def("wgmma_pipe", &ggml_ext::wgmma_pipe);
     m.def("wgmma_pipe_launches", &ggml_ext::wgmma_pipe_launches, "launches of the pipelined wgmma GEMM so far (tests)");
+    m.def("set_wgmma_short_enabled", &ggml_ext::set_wgmma_short_enabled, py::arg("on"),
+          "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM too, split along K to "
+          "fill the GPU (off by default until measured; DFLASH_WGMMA_SHORT=1 starts it on)");
+    m.def("wgmma_short_enabled", &ggml_ext::wgmma_short_enabled);
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

@@ -91,6 +91,11 @@ int64_t wgmma_split_launches();
 void set_wgmma_pipe(int mode);
 int wgmma_pipe();
 int64_t wgmma_pipe_launches();
+// Q4_K matrices of fewer than 16384 rows at 33..64 columns (no fused residual) through the wgmma
+// form as well, split along K to fill the GPU: off by default until measured
+// (DFLASH_WGMMA_SHORT=1 starts it on).
+void set_wgmma_short_enabled(bool on);
+bool wgmma_short_enabled();
 // Long rows (24 super-blocks or more: the 27B's ffn_down) of Q6_K at up to 16 columns with 8 warps
 // a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): 0 off (the
 // default until measured), 1 at 3 blocks a multiprocessor (80 registers), 2 with the compiler's

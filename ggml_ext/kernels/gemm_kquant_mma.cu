@@ -116,13 +116,24 @@ int wgmma_pipe_mode = [] {
     return m == 1 || m == 2 ? m : 0;
 }();
 std::atomic<int64_t> wgmma_pipe_count{0};
+// Q4_K matrices of fewer than 16384 rows at 33..64 columns (without a fused residual: the 27B's
+// ffn_down, ssm_out and attn_output at 64, attn_q, the GDN projections) through the wgmma form too,
+// a grid under one wave split along K into pieces that fill the resident blocks (WgSplit; 5120
+// rows are 80 tiles). Off until measured: session 25's stream-K form of the wgmma GEMM beat the
+// mma.sync GEMM on ffn_down at 64 columns (48.9 against 55.6 us) but was slower elsewhere, and was
+// not kept. DFLASH_WGMMA_SHORT=1 starts it on.
+bool wgmma_short_flag = [] {
+    const char * e = std::getenv("DFLASH_WGMMA_SHORT");
+    return e && e[0] == '1';
+}();
 
 // The shapes where the wgmma form beat the mma.sync forms on the H200 (session 19, standalone,
 // bench/results/h200-s19-wgmma-staging.json): [gdn q; k; v; z] (16480 rows) from 32 columns
 // (28.2 / 32.8 / 35.5 us at 32 / 48 / 64 against 31.1 / 38.5 / 48.0), [gate; up] (34816) from
 // 48 (74.4 / 88.4 against 83.5 / 96.4; even at 32). Slower on fewer rows and fewer columns.
 bool wgmma_shape(int rows, int ncols) {
-    return rows >= 16384 && (ncols > 32 || (ncols > 24 && (rows < 32768 || wgmma_pipe_mode == 2)));
+    if (rows < 16384) return wgmma_short_flag && ncols > 32;
+    return ncols > 32 || (ncols > 24 && (rows < 32768 || wgmma_pipe_mode == 2));
 }
 
 // Whether Q4_K / Q5_K rows of up to 16 columns take two row tiles a warp: when the grid of one
@@ -164,9 +175,10 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
         wgmma_shape(rows, n)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
         const bool pipe = wgmma_pipe_mode != 0;
-        const gemm_kq::WgSplit split = !wgmma_split_flag ? gemm_kq::WgSplit{}
-                                       : pipe            ? gemm_kq::wgmma_split_for<4, 1, 1, true>(rows, k, n, nsm)
-                                                         : gemm_kq::wgmma_split_for(rows, k, n, nsm);
+        const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_flag): always
+        const gemm_kq::WgSplit split = !split_on ? gemm_kq::WgSplit{}
+                                       : pipe    ? gemm_kq::wgmma_split_for<4, 1, 1, true>(rows, k, n, nsm)
+                                                 : gemm_kq::wgmma_split_for(rows, k, n, nsm);
         ggml_cuda_pool_alloc<float> partials(pool);
         if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats(split, n));
         const bool ran = pipe ? gemm_kq::launch_q4k_wgmma<4, 1, 1, true>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
@@ -251,6 +263,8 @@ int64_t wgmma_split_launches() { return wgmma_split_count.load(); }
 void set_wgmma_pipe(int mode) { wgmma_pipe_mode = mode == 1 || mode == 2 ? mode : 0; }
 int wgmma_pipe() { return wgmma_pipe_mode; }
 int64_t wgmma_pipe_launches() { return wgmma_pipe_count.load(); }
+void set_wgmma_short_enabled(bool on) { wgmma_short_flag = on; }
+bool wgmma_short_enabled() { return wgmma_short_flag; }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
 }  // namespace ggml_ext

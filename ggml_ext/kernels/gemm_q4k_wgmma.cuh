@@ -208,13 +208,14 @@ constexpr int kWgMinPieceBlocks = 4;    // super-blocks a piece at least
 static __device__ unsigned int wg_tile_arrivals[kWgMaxSplitTiles];
 
 // The split for `tiles` row tiles of `nblocks` super-blocks over `slots` block slots: none when
-// they fit one wave or fill their last, else the tail in pieces that fit the slots and keep
+// they fill their last wave; else the tiles of the last wave (all of them when there is only one:
+// a short matrix, the 27B's 5120 rows are 80 tiles) in pieces that fit the slots and keep
 // kWgMinPieceBlocks super-blocks each.
 inline WgSplit wg_split_plan(int tiles, int nblocks, int slots) {
     WgSplit p;
     p.full_tiles = tiles;
     const int tail = slots > 0 ? tiles % slots : 0;
-    if (tiles <= slots || tail == 0 || tail > kWgMaxSplitTiles) return p;
+    if (tail == 0 || tail > kWgMaxSplitTiles) return p;
     const int pieces = std::min(slots / tail, nblocks / kWgMinPieceBlocks);
     if (pieces < 2) return p;
     p.full_tiles = tiles - tail, p.tail = tail, p.pieces = pieces;

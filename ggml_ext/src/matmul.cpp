@@ -53,6 +53,8 @@ int64_t wgmma_split_launches() { return 0; }
 void set_wgmma_pipe(int) {}
 int wgmma_pipe() { return 0; }
 int64_t wgmma_pipe_launches() { return 0; }
+void set_wgmma_short_enabled(bool) {}
+bool wgmma_short_enabled() { return false; }
 void set_mma_q6k_long_8(int) {}
 int mma_q6k_long_8() { return 0; }
 void set_mmq_tiles_enabled(bool) {}

@@ -1269,6 +1269,7 @@ int main(int argc, char ** argv) {
         check_wgmma_split(300, 2304, 2,
                           gen);  // 5 tiles over 2 slots: 4 whole, the last (20 rows short) in pieces of 4 and 5
         check_wgmma_split(64 * 7, 3072, 3, gen);  // 7 over 3: 6 whole, the last in 3 pieces of 4
+        check_wgmma_split(130, 3072, 7, gen);     // 3 over 7 (a short matrix): every tile in 2 pieces of 6
         check_quantize_bytes(gen);
         check_swiglu_source(gen);
         check_rms_norm_source(gen);
