@@ -70,6 +70,32 @@ namespace {
 
 constexpr size_t kStackBytes = 256 * 1024;
 
+// Asynchronous operations a thread issued, in commit groups (cp.async's and wgmma's): they take
+// effect when a wait runs them, oldest group first.
+template <typename Op>
+struct AsyncGroups {
+    std::vector<std::vector<Op>> groups;  // committed, oldest first
+    std::vector<Op> open;                 // issued since the last commit
+
+    void commit() {
+        groups.push_back(std::move(open));
+        open.clear();
+    }
+    // Runs every committed group but the newest n (cp.async.wait_group n, wgmma.wait_group n).
+    template <typename Run>
+    void run_all_but(int n, Run && run) {
+        while ((int)groups.size() > n) {
+            for (const auto & op : groups.front()) run(op);
+            groups.erase(groups.begin());
+        }
+    }
+    bool empty() const { return open.empty() && groups.empty(); }
+    void clear() {
+        groups.clear();
+        open.clear();
+    }
+};
+
 struct Fiber {
     void * sp = nullptr;  // saved stack pointer (x86-64) ...
 #if !defined(__x86_64__)
@@ -83,8 +109,7 @@ struct Fiber {
         void * dst;
         const void * src;
     };
-    std::vector<std::vector<Copy>> cp_groups;  // committed groups, oldest first
-    std::vector<Copy> cp_open;                 // copies issued since the last commit
+    AsyncGroups<Copy> cp;
     struct Wgmma {  // a wgmma.mma_async as issued: its registers are read and written when it runs
         int n;
         int * d;
@@ -92,8 +117,7 @@ struct Fiber {
         uint64_t desc;
         bool accumulate;
     };
-    std::vector<std::vector<Wgmma>> wg_groups;  // committed wgmma groups, oldest first
-    std::vector<Wgmma> wg_open;                 // issued since the last commit
+    AsyncGroups<Wgmma> wg;
     void * asan_fake_stack = nullptr;
 };
 
@@ -223,7 +247,7 @@ void fiber_main(Fiber * f) {
     __sanitizer_finish_switch_fiber(nullptr, &g_sched_stack_bottom, &g_sched_stack_size);  // the first entry
 #endif
     (*g_body)();
-    if (!f->wg_open.empty() || !f->wg_groups.empty()) fail("a thread ended with wgmmas not waited for");
+    if (!f->wg.empty()) fail("a thread ended with wgmmas not waited for");
     f->done = true;
     --g_block.live;
     ++g_block.progress;
@@ -241,10 +265,8 @@ void fiber_entry_ucontext(int hi, int lo) {
 
 void start_fiber(Fiber & f) {
     f.done = false;
-    f.cp_groups.clear();
-    f.cp_open.clear();
-    f.wg_groups.clear();
-    f.wg_open.clear();
+    f.cp.clear();
+    f.wg.clear();
     if (f.stack.empty()) f.stack.resize(kStackBytes);
 #ifdef CUDA_EMU_ASAN
     // the last fiber on this stack never returned from fiber_main: its frames' redzones are still poisoned
@@ -314,22 +336,17 @@ void cp_async_16(void * dst, const void * src) {
     if (!g_current) fail("cp.async outside a kernel");
     if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15)
         fail("cp.async of 16 bytes, unaligned");
-    g_current->cp_open.push_back({dst, src});
+    g_current->cp.open.push_back({dst, src});
 }
 
 void cp_async_commit() {
     if (!g_current) fail("cp.async outside a kernel");
-    g_current->cp_groups.push_back(std::move(g_current->cp_open));
-    g_current->cp_open.clear();
+    g_current->cp.commit();
 }
 
 void cp_async_wait(int n) {
     if (!g_current) fail("cp.async outside a kernel");
-    auto & groups = g_current->cp_groups;
-    while ((int)groups.size() > n) {
-        for (const auto & c : groups.front()) std::memcpy(c.dst, c.src, 16);
-        groups.erase(groups.begin());
-    }
+    g_current->cp.run_all_but(n, [](const Fiber::Copy & c) { std::memcpy(c.dst, c.src, 16); });
 }
 
 void syncthreads() {
@@ -550,22 +567,17 @@ void run_wgmma(const Fiber::Wgmma & op) {
 void wgmma_m64k32_u8s8(int n, int * d, const int (&a)[4], uint64_t desc, bool accumulate) {
     if (!g_current) fail("wgmma outside a kernel");
     if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma: N must be a multiple of 8 up to 256");
-    g_current->wg_open.push_back({n, d, a, desc, accumulate});
+    g_current->wg.open.push_back({n, d, a, desc, accumulate});
 }
 
 void wgmma_commit() {
     if (!g_current) fail("wgmma outside a kernel");
-    g_current->wg_groups.push_back(std::move(g_current->wg_open));
-    g_current->wg_open.clear();
+    g_current->wg.commit();
 }
 
 void wgmma_wait(int n) {
     if (!g_current) fail("wgmma outside a kernel");
-    auto & groups = g_current->wg_groups;
-    while ((int)groups.size() > n) {
-        for (const auto & op : groups.front()) run_wgmma(op);
-        groups.erase(groups.begin());
-    }
+    g_current->wg.run_all_but(n, run_wgmma);
 }
 
 }  // namespace cuda_emu
