@@ -332,10 +332,16 @@ int lane() {
     return g_current->linear % kWarpSize;
 }
 
+constexpr unsigned char kCpAsyncPoison = 0x7B;  // 0x7B7B7B7B: 1.3e36 as a float
+
 void cp_async_16(void * dst, const void * src) {
     if (!g_current) fail("cp.async outside a kernel");
     if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15)
         fail("cp.async of 16 bytes, unaligned");
+    // In flight, the destination holds nothing defined: poisoned at issue (a finite float, int8 123),
+    // the data lands at the wait. So a read before the wait, or of a stage overwritten while its
+    // old data is still needed (a copy issued too soon), computes something else.
+    std::memset(dst, kCpAsyncPoison, 16);
     g_current->cp.open.push_back({dst, src});
 }
 

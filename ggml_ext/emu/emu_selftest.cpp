@@ -38,7 +38,7 @@ __global__ void cp_async_kernel(const int * src, int * out) {
     buf[4 * l] = -1;
     cuda_emu::cp_async_16(&buf[4 * l], &src[4 * l]);
     cuda_emu::cp_async_commit();
-    out[l] = buf[4 * l];  // before the wait: still -1
+    out[l] = buf[4 * l];  // before the wait: neither the old -1 nor the data (in flight: poisoned)
     cuda_emu::cp_async_wait(0);
     out[32 + l] = buf[4 * l];
 }
@@ -146,7 +146,7 @@ void warp_tests() {
     for (int i = 0; i < 128; ++i) src[i] = 1000 + i;
     DFLASH_LAUNCH(1, 32, 0, nullptr, cp_async_kernel)(src.data(), cp.data());
     for (int l = 0; l < 32; ++l) {
-        expect(cp[l] == -1, "cp.async landed before its wait");
+        expect(cp[l] == 0x7B7B7B7B, "cp.async's destination not poisoned before its wait");
         expect(cp[32 + l] == 1000 + 4 * l, "cp.async did not land at its wait");
     }
 

@@ -18,6 +18,23 @@ __device__ __forceinline__ void cp_async_16(void * smem_dst, const void * src) {
 #endif
 }
 
+// cp_async_16(smem_dst + kDstOff, src + kSrcOff) with the offsets as the instruction's immediates:
+// copies that share one address pair cost no address arithmetic each (ptxas does not always fold a
+// constant added to the pointers).
+template <int kDstOff, int kSrcOff>
+__device__ __forceinline__ void cp_async_16_at(void * smem_dst, const void * src) {
+#if defined(DFLASH_CUDA_EMU)
+    cuda_emu::cp_async_16(static_cast<char *>(smem_dst) + kDstOff, static_cast<const char *>(src) + kSrcOff);
+#elif __CUDA_ARCH__ >= 800
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%3], 16;" : : "r"(dst), "l"(src), "n"(kDstOff), "n"(kSrcOff));
+#else
+    GGML_UNUSED(smem_dst);
+    GGML_UNUSED(src);
+    NO_DEVICE_CODE;
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(DFLASH_CUDA_EMU)
     cuda_emu::cp_async_commit();

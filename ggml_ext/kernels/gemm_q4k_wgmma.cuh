@@ -32,6 +32,12 @@
 // 64 / 48 / 32 columns against 215 / 193 / 163; no spills; the same blocks a multiprocessor (shared
 // memory). The emulator runs wgmma asynchronously (at the wait), so CI checks the pipeline's
 // waits: reading sums early or reusing an operand too soon changes the bits it checks.
+// Session 30: the pipelined kernel issues the next stage's copies after a super-block's first
+// wgmma group, not between the barrier and it, each copy at an immediate offset from one address
+// pair (cp_async_16_at): sm_90a SASS (tools/device/sass_loops.py) at 64 columns, 1359 instructions
+// a warp per two super-blocks against 1486, and 57 from the stage barrier to the first wgmma against
+// 206; 246 registers (254). The emulator poisons a cp.async's destination until its wait, so CI
+// also catches a copy issued into a stage still being read.
 #pragma once
 
 #include "gemm_kquant_mma_impl.cuh"
@@ -255,6 +261,30 @@ __device__ __forceinline__ void wg_operands(const char * s0, const char * s1, co
     }
 }
 
+// The pipelined kernel's staging copies (wgmma_gemm_body's copy_chunks, stage_w): thread tid's
+// copies i = 0, 1, ... of a stage are its chunks c = tid + kThreads i, byte 16 c of their part of
+// the stage; dst and src are already at chunk tid, and each copy's offset is an immediate.
+// Contiguous chunks (the activations): copy i from src + 16 kThreads i.
+template <int kN, int kThreads, int i = 0>
+__device__ __forceinline__ void wg_copy_strided(char * dst, const char * src, const int tid) {
+    if constexpr (i * kThreads < kN) {
+        if (kN % kThreads == 0 || tid + i * kThreads < kN)
+            cp_async_16_at<16 * kThreads * i, 16 * kThreads * i>(dst, src);
+        wg_copy_strided<kN, kThreads, i + 1>(dst, src, tid);
+    }
+}
+
+// Weight rows (144 bytes, 9 chunks, so a row's chunks are contiguous in the stage too): copy i
+// from wk + off[i], the chunk's offset from the tile's first row in this super-block.
+template <int kN, int kThreads, int i = 0, int kCopies>
+__device__ __forceinline__ void wg_copy_rows(char * dst, const char * wk, const uint32_t (&off)[kCopies],
+                                             const int tid) {
+    if constexpr (i < kCopies) {
+        if (kN % kThreads == 0 || tid + i * kThreads < kN) cp_async_16_at<16 * kThreads * i, 0>(dst, wk + off[i]);
+        wg_copy_rows<kN, kThreads, i + 1>(dst, wk, off, tid);
+    }
+}
+
 // A super-block's float step for this lane's rows: their d and dmin, and the mins as an f16 mma A.
 struct WgStep {
     float2 dm0, dm1;
@@ -362,21 +392,34 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
             return wsrc[i];
         }
     };
-    // n 16-byte chunks from src to dst, spread over the block's threads (trip counts known here)
+    // n 16-byte chunks from src to dst, spread over the block's threads (trip counts known here).
+    // The pipelined kernel moves both pointers to this thread's first chunk once, so its copies take
+    // immediate offsets; the form below built a 64-bit address a copy (sm_90a SASS: ~115 of the
+    // ~740 instructions a warp spends on a super-block at 64 columns went to staging).
     auto copy_chunks = [&](char * dst, const char * src, auto n_tag) {
         constexpr int n = decltype(n_tag)::value;
+        if constexpr (kPipe) {
+            wg_copy_strided<n, kThreads>(dst + 16 * tid, src + 16 * tid, tid);
+        } else {
 #pragma unroll
-        for (int i = 0; i < (n + kThreads - 1) / kThreads; ++i) {
-            const int c = tid + i * kThreads;
-            if (n % kThreads == 0 || c < n) cp_async_16(dst + 16 * c, src + 16 * c);
+            for (int i = 0; i < (n + kThreads - 1) / kThreads; ++i) {
+                const int c = tid + i * kThreads;
+                if (n % kThreads == 0 || c < n) cp_async_16(dst + 16 * c, src + 16 * c);
+            }
         }
     };
     auto stage_w = [&](int s, int kb) {
         char * st = wg_smem + s * P::kStageBytes;
+        const char * wk = nullptr;  // the pipelined kernel's super-block base, once for its copies
+        if constexpr (kPipe) wk = wtile + (int64_t)kb * 144;
+        if constexpr (kPipe) {
+            wg_copy_rows<kWTotal, kThreads>(st + 16 * tid, wk, wsrc, tid);
+        } else {
 #pragma unroll
-        for (int i = 0; i < kWChunks; ++i) {
-            if (kWTotal % kThreads == 0 || tid + i * kThreads < kWTotal)
-                cp_async_16(st + wdst[i], w_chunk(i) + kb * 144);
+            for (int i = 0; i < kWChunks; ++i) {
+                if (kWTotal % kThreads == 0 || tid + i * kThreads < kWTotal)
+                    cp_async_16(st + wdst[i], w_chunk(i) + kb * 144);
+            }
         }
     };
     auto stage_act = [&](int s, int kb) {
@@ -412,12 +455,18 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
     }
     // super-block i's stage landed (every thread's copies, visible to the wgmma's async reads); the
     // stage kAhead on is free (its wgmmas waited for, its float step done): stage it
-    auto next_stage = [&](int i) {
+    auto stage_ready = [&]() {
         cp_async_wait<kAhead - 1>();
         fence_proxy_async();
         __syncthreads();
+    };
+    auto stage_ahead = [&](int i) {
         if (i + kAhead < nkb) stage_in((i + kAhead) % S, kb_begin + i + kAhead);
         cp_async_commit();
+    };
+    auto next_stage = [&](int i) {
+        stage_ready();
+        stage_ahead(i);
     };
     auto lane_row = [&](const char * st) { return st + (wrow + g) * 144; };  // this lane's first row in a stage
     float acc[NT][4] = {};
@@ -456,8 +505,10 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
         // chunk c's operands in [c & 1], read by its wgmmas until its group is done: the last chunk's
         // into the next super-block's first wait
         int al[2][2][4], ah[2][2][4];
+        // The copies of super-block i + kAhead go out after chunk 0's wgmmas (their stage is free
+        // from the barrier on), so the tensor cores start a super-block ~115 instructions sooner.
         auto iteration = [&](int i, int (&clo)[N / 2], int (&chi)[N / 2], int (&plo)[N / 2], int (&phi)[N / 2]) {
-            next_stage(i);
+            stage_ready();
             const char * st = stage_at(i % S);
             const char *s0 = lane_row(st), *s1 = s0 + 8 * 144;
             const uint4 h0 = *reinterpret_cast<const uint4 *>(s0), h1 = *reinterpret_cast<const uint4 *>(s1);
@@ -475,6 +526,7 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
                     wgmma_u8s8<N>(chi, ah[c & 1][h], desc, j);
                 }
                 wg_commit();
+                if (c == 0) stage_ahead(i);
                 wg_wait<1>();  // chunk c - 1 done; at c == 0 the whole of super-block i - 1
                 if (i > 0) {
                     if (c == 0) {

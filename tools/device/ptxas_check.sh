@@ -9,7 +9,10 @@
 #   CUBLAS_INCLUDE=/tmp/cublas/x/nvidia/cu13/include bash tools/device/ptxas_check.sh [regex]
 #
 # Prints one line a kernel whose mangled name matches regex (default: wgmma), then the advisories;
-# exits 1 when any kernel spills or is serialized. ~45 s.
+# exits 1 when any kernel spills or is serialized. ~45 s. With cuobjdump (CUOBJDUMP, or on PATH;
+# the nvidia-cuda-cuobjdump wheel has one) it also prints each kernel's hot loop from the SASS
+# (tools/device/sass_loops.py: instructions a trip, and from the stage barrier to the first
+# tensor-core product), and keeps the listing in SASS_OUT when that is set (for --before).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 pattern=${1:-wgmma}
@@ -18,9 +21,10 @@ tree=$(python3 vendor/materialise.py --dest "${DFLASH_PTXAS_TREE:-/tmp/dflash-pt
 ggml="$tree/ggml"
 log=$(mktemp)
 nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -DDFLASH_HAVE_WGMMA=1 -DGGML_USE_CUDA -Xptxas -v \
-  -cubin -o /dev/null ggml_ext/kernels/gemm_kquant_mma.cu -I"$ggml/src" -I"$ggml/include" \
+  -cubin -o "$log.cubin" ggml_ext/kernels/gemm_kquant_mma.cu -I"$ggml/src" -I"$ggml/include" \
   -I"$ggml/src/ggml-cuda" -Iggml_ext/include -Iggml_ext/kernels -I"$CUBLAS_INCLUDE" > "$log" 2>&1
-python3 - "$log" "$pattern" <<'EOF'
+status=0
+python3 - "$log" "$pattern" <<'EOF' || status=$?
 import re
 import sys
 
@@ -46,3 +50,10 @@ for line in text:
         bad = 1
 sys.exit(bad)
 EOF
+cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
+if [ -n "$cuobjdump" ]; then
+  sass=${SASS_OUT:-$log.sass}
+  "$cuobjdump" -sass "$log.cubin" > "$sass"
+  python3 tools/device/sass_loops.py "$sass" "$pattern" ${SASS_BEFORE:+--before "$SASS_BEFORE"} || true
+fi
+exit $status
