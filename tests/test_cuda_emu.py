@@ -135,20 +135,21 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # its output (the GEMV's, the GEMM's Q4_K, Q6_K and Q8_0 layouts: glu_fusion.cu's bits), the
     # GEMM's quantizer reading an RMSNorm's input against quantizing ggml's norm kernel's output
     # (rms_norm_fusion.cu's bits; 8 lines: 5 and 40 columns), the Q4_K wgmma GEMM through the
-    # emulator's asynchronous wgmma (7 column counts x 4 forms, and one super-block: 2 x 4; the
-    # pipelined forms must give the first form's bits) and its split along K (3 splits: a last wave
-    # of 1 tile, and a short matrix's every tile; x 3 column counts: against the unsplit kernel, the
-    # host reference, a second launch and the pipelined kernel split the same way)
-    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 3 * 8 + 8 * 6 + 2 * 8 + 1 + 1 + 4 + 8 + 36 + 9
+    # emulator's asynchronous wgmma (7 column counts x 5 forms, and one super-block: 2 x 5; the
+    # pipelined forms and the early-staging one must give the first form's bits) and its split along
+    # K (3 splits: a last wave of 1 tile, and a short matrix's every tile; x 3 column counts: against
+    # the unsplit kernel, the host reference, a second launch, and the pipelined and early-staging
+    # kernels split the same way)
+    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 3 * 8 + 8 * 6 + 2 * 8 + 1 + 1 + 4 + 8 + 45 + 9
     assert any("check_wgmma_layout" in r for r in rows)
     wgmma = [r for r in rows if "check_wgmma" in r]
-    assert len(wgmma) == 36
-    assert sorted({r["swap"] for r in wgmma}) == [0, 1, 2, 3]
+    assert len(wgmma) == 45
+    assert sorted({r["swap"] for r in wgmma}) == [0, 1, 2, 3, 4]
     assert all(r["same_bits"] for r in wgmma if r["swap"] >= 2)
     splits = [r for r in rows if "check_wgmma_split" in r]
     assert sorted({r["pieces"] for r in splits}) == [2, 3]
     assert any(r["full_tiles"] == 0 for r in splits)  # every tile in pieces
-    assert all(r["pipe_same"] for r in splits)
+    assert all(r["pipe_same"] and r["early_same"] for r in splits)
     assert any("check_quantize_bytes" in r for r in rows)
     assert sum("check_rms_norm_source" in r for r in rows) == 8
     assert sorted(r["check_swiglu_source"] for r in rows if "check_swiglu_source" in r) == [

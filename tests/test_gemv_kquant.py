@@ -187,12 +187,13 @@ def test_cuda_mma_gemm_equals_ggml_and_numpy(
 def test_wgmma_gemm_is_on_where_it_is_built() -> None:
     """The wgmma GEMM is on by default in an sm_90a CUDA build (DFLASH_WGMMA=0 starts it off) and
     absent elsewhere (no CUDA, or an sm_90 build): then switching it on changes nothing. Its tail
-    split and its pipelined kernel are off by default until measured (DFLASH_WGMMA_SPLIT=1,
-    DFLASH_WGMMA_PIPE=1 or 2 start them in CUDA builds)."""
+    split, its pipelined kernel and its early-staging one are off by default until measured
+    (DFLASH_WGMMA_SPLIT=1, DFLASH_WGMMA_PIPE=1 or 2, DFLASH_WGMMA_EARLY=1 start them in CUDA builds)."""
     assert _core.wgmma_enabled() == (_core.wgmma_built() and os.environ.get("DFLASH_WGMMA") != "0")
     assert _core.wgmma_split_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_SPLIT") == "1")
     pipe = os.environ.get("DFLASH_WGMMA_PIPE", "0")
     assert _core.wgmma_pipe() == (int(pipe) if GPU and pipe in ("1", "2") else 0)
+    assert _core.wgmma_early_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_EARLY") == "1")
     if not _core.wgmma_built():
         _core.set_wgmma_enabled(True)
         assert not _core.wgmma_enabled()
@@ -317,6 +318,31 @@ def test_cuda_wgmma_pipelined_gives_the_same_bits(rows: int, n: int, split: bool
             _core.wgmma_pipe_launches,
         )
     assert pipes == ((2 if n > 64 else 1) if _core.wgmma_built() and _gpu_is_sm90() else 0)
+    assert np.array_equal(got, ref)
+
+
+@needs_gpu
+@pytest.mark.parametrize(("rows", "n"), [(16480, 25), (34816, 64), (34816, 100)])
+@pytest.mark.parametrize("split", [False, True])
+def test_cuda_wgmma_early_staging_gives_the_same_bits(
+    rows: int, n: int, split: bool, mma_restored: None
+) -> None:
+    """DFLASH_WGMMA_EARLY=1 (the unpipelined wgmma kernel with the pipelined one's staging: the next
+    stage's copies after a super-block's first wgmmas) changes when the copies go out, not the
+    arithmetic: the same bits, with and without the tail split; each launch counted (100: 64 and
+    36). Off by default; the pipe mode (0 here) takes precedence."""
+    k = 2816
+    w = _q4k_tall(rows)
+    x = np.random.default_rng(31).standard_normal((n, k)).astype(np.float32)
+    with _switched(_core.wgmma_split_enabled, _core.set_wgmma_split_enabled, split):
+        with _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0):
+            ref, got, early = _a_b(
+                (_core.wgmma_early_enabled, _core.set_wgmma_early_enabled),
+                (False, True),
+                lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True),
+                _core.wgmma_early_launches,
+            )
+    assert early == ((2 if n > 64 else 1) if _core.wgmma_built() and _gpu_is_sm90() else 0)
     assert np.array_equal(got, ref)
 
 

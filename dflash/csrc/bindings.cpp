@@ -492,6 +492,13 @@ PYBIND11_MODULE(_core, m) {
           "(DFLASH_WGMMA_PIPE)");
     m.def("wgmma_pipe", &ggml_ext::wgmma_pipe);
     m.def("wgmma_pipe_launches", &ggml_ext::wgmma_pipe_launches, "launches of the pipelined wgmma GEMM so far (tests)");
+    m.def("set_wgmma_early_enabled", &ggml_ext::set_wgmma_early_enabled, py::arg("on"),
+          "the unpipelined wgmma GEMM with the pipelined one's staging (the next stage's copies after a "
+          "super-block's first wgmmas; the same bits), where the pipe mode is 0 (off by default until measured; "
+          "DFLASH_WGMMA_EARLY=1 starts it on)");
+    m.def("wgmma_early_enabled", &ggml_ext::wgmma_early_enabled);
+    m.def("wgmma_early_launches", &ggml_ext::wgmma_early_launches,
+          "launches of the early-staging wgmma GEMM so far (tests)");
     m.def("set_wgmma_short_enabled", &ggml_ext::set_wgmma_short_enabled, py::arg("on"),
           "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM too, split along K to "
           "fill the GPU (off by default until measured; DFLASH_WGMMA_SHORT=1 starts it on)");

@@ -91,6 +91,12 @@ int64_t wgmma_split_launches();
 void set_wgmma_pipe(int mode);
 int wgmma_pipe();
 int64_t wgmma_pipe_launches();
+// The unpipelined wgmma kernel with the pipelined one's staging (the next stage's copies after a
+// super-block's first wgmmas; the same bits), where the pipe mode is 0: off by default until
+// measured (DFLASH_WGMMA_EARLY=1 starts it on); wgmma_early_launches counts (tests).
+void set_wgmma_early_enabled(bool on);
+bool wgmma_early_enabled();
+int64_t wgmma_early_launches();
 // Q4_K matrices of fewer than 16384 rows at 33..64 columns (no fused residual) through the wgmma
 // form as well, split along K to fill the GPU: off by default until measured
 // (DFLASH_WGMMA_SHORT=1 starts it on).

@@ -116,6 +116,16 @@ int wgmma_pipe_mode = [] {
     return m == 1 || m == 2 ? m : 0;
 }();
 std::atomic<int64_t> wgmma_pipe_count{0};
+// The unpipelined wgmma kernel with the pipelined one's staging (gemm_q4k_wgmma.cuh's kEarly: the
+// next stage's copies after the super-block's first wgmmas, at immediate offsets; the same bits;
+// sm_90a SASS at 64 columns: 678 instructions a super-block against 702, 67 from the stage barrier
+// to the first wgmma against 200, 197 registers against 215). Off until measured on the H200;
+// DFLASH_WGMMA_EARLY=1 starts it on (where DFLASH_WGMMA_PIPE is 0).
+bool wgmma_early_flag = [] {
+    const char * e = std::getenv("DFLASH_WGMMA_EARLY");
+    return e && e[0] == '1';
+}();
+std::atomic<int64_t> wgmma_early_count{0};
 // Q4_K matrices of fewer than 16384 rows at 33..64 columns (without a fused residual: the 27B's
 // ffn_down, ssm_out and attn_output at 64, attn_q, the GDN projections) through the wgmma form too,
 // a grid under one wave split along K into pieces that fill the resident blocks (WgSplit; 5120
@@ -174,21 +184,28 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
     if (kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && r_ptr == nullptr &&
         wgmma_shape(rows, n)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
-        const bool pipe = wgmma_pipe_mode != 0;
+        const int form = wgmma_pipe_mode != 0 ? gemm_kq::kWgPipe
+                         : wgmma_early_flag   ? gemm_kq::kWgEarly
+                                              : gemm_kq::kWgPlain;
         const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_flag): always
-        const gemm_kq::WgSplit split = !split_on ? gemm_kq::WgSplit{}
-                                       : pipe    ? gemm_kq::wgmma_split_for<4, 1, 1, true>(rows, k, n, nsm)
-                                                 : gemm_kq::wgmma_split_for(rows, k, n, nsm);
         ggml_cuda_pool_alloc<float> partials(pool);
-        if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats(split, n));
-        const bool ran = pipe ? gemm_kq::launch_q4k_wgmma<4, 1, 1, true>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
-                                                                         stream, 128, 256, split, partials.ptr)
-                              : gemm_kq::launch_q4k_wgmma(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, 128,
-                                                          256, split, partials.ptr);
+        auto run = [&](auto form_tag) {
+            constexpr int kForm = decltype(form_tag)::value;
+            const gemm_kq::WgSplit split =
+                split_on ? gemm_kq::wgmma_split_for<4, 1, 1, kForm>(rows, k, n, nsm) : gemm_kq::WgSplit{};
+            if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats(split, n));
+            const bool ok = gemm_kq::launch_q4k_wgmma<4, 1, 1, kForm>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
+                                                                      stream, 128, 256, split, partials.ptr);
+            if (ok && split.pieces > 1) ++wgmma_split_count;
+            return ok;
+        };
+        const bool ran = form == gemm_kq::kWgPipe    ? run(std::integral_constant<int, gemm_kq::kWgPipe>{})
+                         : form == gemm_kq::kWgEarly ? run(std::integral_constant<int, gemm_kq::kWgEarly>{})
+                                                     : run(std::integral_constant<int, gemm_kq::kWgPlain>{});
         if (ran) {
             ++wgmma_count;
-            if (split.pieces > 1) ++wgmma_split_count;
-            if (pipe) ++wgmma_pipe_count;
+            if (form == gemm_kq::kWgPipe) ++wgmma_pipe_count;
+            if (form == gemm_kq::kWgEarly) ++wgmma_early_count;
             return;
         }
     }
@@ -263,6 +280,9 @@ int64_t wgmma_split_launches() { return wgmma_split_count.load(); }
 void set_wgmma_pipe(int mode) { wgmma_pipe_mode = mode == 1 || mode == 2 ? mode : 0; }
 int wgmma_pipe() { return wgmma_pipe_mode; }
 int64_t wgmma_pipe_launches() { return wgmma_pipe_count.load(); }
+void set_wgmma_early_enabled(bool on) { wgmma_early_flag = on; }
+bool wgmma_early_enabled() { return wgmma_early_flag; }
+int64_t wgmma_early_launches() { return wgmma_early_count.load(); }
 void set_wgmma_short_enabled(bool on) { wgmma_short_flag = on; }
 bool wgmma_short_enabled() { return wgmma_short_flag; }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }

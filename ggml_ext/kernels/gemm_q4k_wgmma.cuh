@@ -36,8 +36,11 @@
 // wgmma group, not between the barrier and it, each copy at an immediate offset from one address
 // pair (cp_async_16_at): sm_90a SASS (tools/device/sass_loops.py) at 64 columns, 1359 instructions
 // a warp per two super-blocks against 1486, and 57 from the stage barrier to the first wgmma against
-// 206; 246 registers (254). The emulator poisons a cp.async's destination until its wait, so CI
-// also catches a copy issued into a stage still being read.
+// 206; 246 registers (254). gemm_q4k_wgmma_early_kernel is the unpipelined kernel with that
+// staging (DFLASH_WGMMA_EARLY, off until timed): 678 instructions a super-block against 702, 67
+// to the first wgmma against 200, 197 registers against 215; the same bits. The emulator poisons a
+// cp.async's destination until its wait, so CI also catches a copy issued into a stage still
+// being read.
 #pragma once
 
 #include "gemm_kquant_mma_impl.cuh"
@@ -341,7 +344,9 @@ __device__ __forceinline__ void wg_float_tiles(float (&acc)[N / 8][4], const int
 // do, a quarter of its column tiles after each of that super-block's 4 wgmma groups (two sets of
 // integer sums; the stage of the super-block before stays, so S - 2 are staged ahead, not S - 1).
 // The same float operations in the same order: the same bits as without.
-template <int N, int S, int WG, bool kPipe>
+// kEarly (the pipelined kernel's, and gemm_q4k_wgmma_early_kernel's for the unpipelined loop): the
+// next stage's copies go out after the super-block's first wgmmas, each at an immediate offset.
+template <int N, int S, int WG, bool kPipe, bool kEarly = kPipe>
 __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, const int8_t * qs, const float * yd,
                                                 const int * ysum, float * __restrict__ dst, const int nrows,
                                                 const int nblocks, const int64_t row_bytes, const int ncols,
@@ -371,14 +376,14 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
     constexpr int kWTotal = kBlockRows * 9, kWChunks = (kWTotal + kThreads - 1) / kThreads;
     // (The pipelined kernel keeps 32-bit offsets from the tile's first row, for registers: the tile's
     // rows span kBlockRows * row_bytes bytes, under 4 GB for any K below 2^25.)
-    using WSrc = std::conditional_t<kPipe, uint32_t, const char *>;
+    using WSrc = std::conditional_t<kEarly, uint32_t, const char *>;
     const char * wtile = w + (int64_t)row_base * row_bytes;
     WSrc wsrc[kWChunks];
     int wdst[kWChunks];
 #pragma unroll
     for (int i = 0; i < kWChunks; ++i) {
         const int c = min(tid + i * kThreads, kWTotal - 1), r = c / 9, ch = c - 9 * r;
-        if constexpr (kPipe) {
+        if constexpr (kEarly) {
             wsrc[i] = (uint32_t)((int64_t)(min(row_base + r, nrows - 1) - row_base) * row_bytes + 16 * ch);
         } else {
             wsrc[i] = w + (int64_t)min(row_base + r, nrows - 1) * row_bytes + 16 * ch;
@@ -386,19 +391,19 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
         wdst[i] = r * 144 + 16 * ch;
     }
     auto w_chunk = [&](int i) -> const char * {
-        if constexpr (kPipe) {
+        if constexpr (kEarly) {
             return wtile + wsrc[i];
         } else {
             return wsrc[i];
         }
     };
     // n 16-byte chunks from src to dst, spread over the block's threads (trip counts known here).
-    // The pipelined kernel moves both pointers to this thread's first chunk once, so its copies take
+    // The early form moves both pointers to this thread's first chunk once, so its copies take
     // immediate offsets; the form below built a 64-bit address a copy (sm_90a SASS: ~115 of the
     // ~740 instructions a warp spends on a super-block at 64 columns went to staging).
     auto copy_chunks = [&](char * dst, const char * src, auto n_tag) {
         constexpr int n = decltype(n_tag)::value;
-        if constexpr (kPipe) {
+        if constexpr (kEarly) {
             wg_copy_strided<n, kThreads>(dst + 16 * tid, src + 16 * tid, tid);
         } else {
 #pragma unroll
@@ -410,9 +415,9 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
     };
     auto stage_w = [&](int s, int kb) {
         char * st = wg_smem + s * P::kStageBytes;
-        const char * wk = nullptr;  // the pipelined kernel's super-block base, once for its copies
-        if constexpr (kPipe) wk = wtile + (int64_t)kb * 144;
-        if constexpr (kPipe) {
+        const char * wk = nullptr;  // the early form's super-block base, once for its copies
+        if constexpr (kEarly) wk = wtile + (int64_t)kb * 144;
+        if constexpr (kEarly) {
             wg_copy_rows<kWTotal, kThreads>(st + 16 * tid, wk, wsrc, tid);
         } else {
 #pragma unroll
@@ -472,7 +477,11 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
     float acc[NT][4] = {};
     if constexpr (!kPipe) {
         for (int i = 0; i < nkb; ++i) {
-            next_stage(i);
+            if constexpr (kEarly) {
+                stage_ready();
+            } else {
+                next_stage(i);
+            }
             const char * st = stage_at(i % S);
             const char *s0 = lane_row(st), *s1 = s0 + 8 * 144;
             const uint4 h0 = *reinterpret_cast<const uint4 *>(s0), h1 = *reinterpret_cast<const uint4 *>(s1);
@@ -490,6 +499,9 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
                     const uint64_t desc = wg_desc(st + P::kWBytes + j * N * 32, lbo, sbo);
                     wgmma_u8s8<N>(clo, al[c][h], desc, j);
                     wgmma_u8s8<N>(chi, ah[c][h], desc, j);
+                }
+                if constexpr (kEarly) {
+                    if (c == 0) stage_ahead(i);
                 }
             }
             wg_commit();
@@ -624,6 +636,21 @@ __global__ void __launch_bounds__(128 * WG, MB)
 #endif
 }
 
+// The committed kernel with the pipelined one's staging (kEarly), for the standalone's A/B.
+template <int N, int S, int WG, int MB>
+__global__ void __launch_bounds__(128 * WG, MB)
+    gemm_q4k_wgmma_early_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
+                                float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
+                                const int ncols, const int stride_col_dst, const int lbo, const int sbo,
+                                const int full_tiles, const int pieces, float * partials) {
+#if defined(DFLASH_WGMMA)
+    wgmma_gemm_body<N, S, WG, false, true>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo,
+                                           sbo, full_tiles, pieces, partials);
+#else
+    NO_DEVICE_CODE;
+#endif
+}
+
 template <int N, int S, int WG, int MB>
 __global__ void __launch_bounds__(128 * WG, MB)
     gemm_q4k_wgmma_pipe_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
@@ -649,14 +676,20 @@ inline void quantize_act_wgmma(const ActSource & x, int8_t * qs, float * d, int 
     launch_quantize_act<ActLayout::kWgmma, kQk>(x, qs, d, sums, k, ncols, np, stream);
 }
 
-// The kernel's instance for N padded columns (16, 24, 32, 48 or 64), pipelined or not, and its
-// dynamic shared memory, opted in once; null when the opt-in failed.
-template <int S, int WG, int MB, int N, bool kPipe = false>
+// The kernel forms (kForm): the committed one, the pipelined one, the committed one with the
+// pipelined one's staging (kEarly; the standalone's A/B only).
+enum : int { kWgPlain = 0, kWgPipe = 1, kWgEarly = 2 };
+
+// The kernel's instance for N padded columns (16, 24, 32, 48 or 64) and form, and its dynamic
+// shared memory, opted in once; null when the opt-in failed.
+template <int S, int WG, int MB, int N, int kForm = kWgPlain>
 auto wgmma_kernel_ready() -> decltype(&gemm_q4k_wgmma_kernel<N, S, WG, MB>) {
     constexpr int kBytes = S * WgPlan<N, WG>::kStageBytes;
     decltype(&gemm_q4k_wgmma_kernel<N, S, WG, MB>) kernel = nullptr;
-    if constexpr (kPipe) {
+    if constexpr (kForm == kWgPipe) {
         kernel = gemm_q4k_wgmma_pipe_kernel<N, S, WG, MB>;
+    } else if constexpr (kForm == kWgEarly) {
+        kernel = gemm_q4k_wgmma_early_kernel<N, S, WG, MB>;
     } else {
         kernel = gemm_q4k_wgmma_kernel<N, S, WG, MB>;
     }
@@ -683,13 +716,13 @@ auto wg_for_columns(int np, Fn && fn) {
 
 // The tail split (WgSplit) of a launch of nrows x k at ncols columns on nsm multiprocessors: the
 // block slots from the occupancy of its instance (asked once an instance).
-template <int S = 4, int WG = 1, int MB = 1, bool kPipe = false>
+template <int S = 4, int WG = 1, int MB = 1, int kForm = kWgPlain>
 WgSplit wgmma_split_for(int nrows, int k, int ncols, int nsm) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         static const int per_sm = [] {
             int b = 0;
-            auto kernel = wgmma_kernel_ready<S, WG, MB, N, kPipe>();
+            auto kernel = wgmma_kernel_ready<S, WG, MB, N, kForm>();
             if (!kernel || cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                                &b, kernel, 128 * WG, S * WgPlan<N, WG>::kStageBytes) != cudaSuccess) {
                 (void)cudaGetLastError();
@@ -708,9 +741,10 @@ inline size_t wgmma_split_floats(const WgSplit & sp, int ncols) {
 }
 
 // Returns false when the kernel cannot run here (the smem opt-in failed). split / partials: a tail
-// split from wgmma_split_for and wgmma_split_floats(split) floats for it; by default none. kPipe:
-// gemm_q4k_wgmma_pipe_kernel (the float step overlapped with the next super-block's wgmmas).
-template <int S = 4, int WG = 1, int MB = 1, bool kPipe = false>
+// split from wgmma_split_for and wgmma_split_floats(split) floats for it; by default none. kForm:
+// kWgPipe runs gemm_q4k_wgmma_pipe_kernel (the float step overlapped with the next super-block's
+// wgmmas), kWgEarly gemm_q4k_wgmma_early_kernel.
+template <int S = 4, int WG = 1, int MB = 1, int kForm = kWgPlain>
 bool launch_q4k_wgmma(const char * w, const int8_t * qs, const float * yd, const int * ysum, float * dst, int nrows,
                       int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, int lbo = 128,
                       int sbo = 256, WgSplit split = {}, float * partials = nullptr) {
@@ -720,7 +754,7 @@ bool launch_q4k_wgmma(const char * w, const int8_t * qs, const float * yd, const
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         constexpr int kBytes = S * WgPlan<N, WG>::kStageBytes;
-        auto kernel = wgmma_kernel_ready<S, WG, MB, N, kPipe>();
+        auto kernel = wgmma_kernel_ready<S, WG, MB, N, kForm>();
         if (!kernel) return false;
         DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
             w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, lbo, sbo, split.full_tiles,

@@ -53,6 +53,9 @@ int64_t wgmma_split_launches() { return 0; }
 void set_wgmma_pipe(int) {}
 int wgmma_pipe() { return 0; }
 int64_t wgmma_pipe_launches() { return 0; }
+void set_wgmma_early_enabled(bool) {}
+bool wgmma_early_enabled() { return false; }
+int64_t wgmma_early_launches() { return 0; }
 void set_wgmma_short_enabled(bool) {}
 bool wgmma_short_enabled() { return false; }
 void set_mma_q6k_long_8(int) {}

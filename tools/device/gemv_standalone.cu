@@ -1034,11 +1034,12 @@ void profile_mma(W t, int rows, int k, std::mt19937 & gen, const std::vector<int
     cudaFree(dw);
 }
 
-// The Q4_K wgmma GEMM (gemm_q4k_wgmma.cuh, sm_90a) against the host reference, in four forms
+// The Q4_K wgmma GEMM (gemm_q4k_wgmma.cuh, sm_90a) against the host reference, in five forms
 // ("swap"): 0 the default (4 stages, 1 warpgroup), 1 3 blocks a multiprocessor and 2 stages, 2 and
 // 3 the pipelined kernel (the float step under the next super-block's wgmmas) with 4 and 5 stages,
-// which must give form 0's bits ("same_bits"); then timed against the engine's mma.sync forms
-// (102; 1000102) on the 27B's Q4_K matrices.
+// 4 the default with the pipelined kernel's staging (kWgEarly); 2..4 must give form 0's bits
+// ("same_bits"); then timed against the engine's mma.sync forms (102; 1000102) on the 27B's Q4_K
+// matrices.
 void check_wgmma(int rows, int k, std::mt19937 & gen,
                  std::initializer_list<int> ncols_list = {2, 9, 16, 23, 32, 40, 64}) {
     const W t = W::q4_K;
@@ -1057,27 +1058,33 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
         std::vector<float> form0;
-        for (int swap = 0; swap < 4; ++swap) {
+        for (int swap = 0; swap < 5; ++swap) {
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
-            auto launch = [&](auto s_tag, auto mb_tag, auto pipe_tag) {
+            auto launch = [&](auto s_tag, auto mb_tag, auto form_tag) {
                 return gemm_kq::launch_q4k_wgmma<decltype(s_tag)::value, 1, decltype(mb_tag)::value,
-                                                 decltype(pipe_tag)::value>(dw, b.yq, b.yd, b.ysum, b.dst, rows, k,
+                                                 decltype(form_tag)::value>(dw, b.yq, b.yd, b.ysum, b.dst, rows, k,
                                                                             row_bytes, ncols, rows, nullptr);
             };
+            constexpr std::integral_constant<int, gemm_kq::kWgPlain> kPlain{};
+            constexpr std::integral_constant<int, gemm_kq::kWgPipe> kPipe{};
             bool ran = false;
             switch (swap) {
                 case 0:
-                    ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, std::false_type{});
+                    ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, kPlain);
                     break;
                 case 1:
-                    ran = launch(std::integral_constant<int, 2>{}, std::integral_constant<int, 3>{}, std::false_type{});
+                    ran = launch(std::integral_constant<int, 2>{}, std::integral_constant<int, 3>{}, kPlain);
                     break;
                 case 2:
-                    ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, std::true_type{});
+                    ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, kPipe);
+                    break;
+                case 3:
+                    ran = launch(std::integral_constant<int, 5>{}, std::integral_constant<int, 1>{}, kPipe);
                     break;
                 default:
-                    ran = launch(std::integral_constant<int, 5>{}, std::integral_constant<int, 1>{}, std::true_type{});
+                    ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{},
+                                 std::integral_constant<int, gemm_kq::kWgEarly>{});
             }
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
@@ -1128,10 +1135,11 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
-        // 90000000 + 1000 pipelined + 100 blocks a multiprocessor + 10 warpgroups + stages: the
-        // committed form (14) and the pipelined one with 4 and 5 stages; the other forms session 19
-        // measured (2 stages, 2 warpgroups, 3-4 blocks) lost everywhere (h200-s19-wgmma-staging.json)
-        for (int code : {102, 1000102, 90000014, 90001014, 90001015}) {
+        // 90000000 + 1000 form (1 pipelined, 2 the committed one with the pipelined staging) + 100
+        // blocks a multiprocessor + 10 warpgroups + stages: the committed form (14), the pipelined
+        // one with 4 and 5 stages, and 90002014; the other forms session 19 measured (2 stages, 2
+        // warpgroups, 3-4 blocks) lost everywhere (h200-s19-wgmma-staging.json)
+        for (int code : {102, 1000102, 90000014, 90001014, 90001015, 90002014}) {
             const bool wg = code >= 90000000;
             if (wg) {
                 gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
@@ -1143,12 +1151,16 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
                     const char * wc = dw + bytes * c;
                     switch (code % 10000) {
                         case 1014:
-                            gemm_kq::launch_q4k_wgmma<4, 1, 1, true>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes,
-                                                                     ncols, rows, nullptr);
+                            gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgPipe>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k,
+                                                                                 row_bytes, ncols, rows, nullptr);
                             break;
                         case 1015:
-                            gemm_kq::launch_q4k_wgmma<5, 1, 1, true>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes,
-                                                                     ncols, rows, nullptr);
+                            gemm_kq::launch_q4k_wgmma<5, 1, 1, gemm_kq::kWgPipe>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k,
+                                                                                 row_bytes, ncols, rows, nullptr);
+                            break;
+                        case 2014:
+                            gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgEarly>(wc, b.yq, b.yd, b.ysum, b.dst, rows,
+                                                                                  k, row_bytes, ncols, rows, nullptr);
                             break;
                         default:
                             gemm_kq::launch_q4k_wgmma<4, 1>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
@@ -1186,8 +1198,9 @@ struct Shape {
 
 // The wgmma form's tail split (gemm_q4k_wgmma.cuh's WgSplit) for `slots` block slots: against the
 // same kernel unsplit (float rounding: 1e-5 of the scale), the host reference (5e-4), itself on a
-// second launch (the same bits: the tile counters are back at zero, the pieces summed in order) and
-// the pipelined kernel split the same way (the same bits: "pipe_same").
+// second launch (the same bits: the tile counters are back at zero, the pieces summed in order), and
+// the pipelined kernel and the early-staging one split the same way (the same bits: "pipe_same",
+// "early_same").
 void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
     const CheckWeights cw(W::q4_K, rows, k, gen);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -1204,19 +1217,22 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
         CK(cudaMalloc(&partials, std::max<size_t>(1, gemm_kq::wgmma_split_floats(split, ncols)) * sizeof(float)));
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
-        std::vector<float> whole((size_t)ncols * rows), got[3];
+        std::vector<float> whole((size_t)ncols * rows), got[4];
         bool ran =
             gemm_kq::launch_q4k_wgmma(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, nullptr);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(whole.data(), b.dst, whole.size() * 4, cudaMemcpyDeviceToHost));
-        for (int form = 0; form < 3; ++form) {
+        for (int form = 0; form < 4; ++form) {
             std::vector<float> & g = got[form];
             CK(cudaMemset(b.dst, 0, whole.size() * 4));
-            ran = ran && (form < 2 ? gemm_kq::launch_q4k_wgmma(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes,
-                                                               ncols, rows, nullptr, 128, 256, split, partials)
-                                   : gemm_kq::launch_q4k_wgmma<4, 1, 1, true>(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows,
-                                                                              k, cw.row_bytes, ncols, rows, nullptr,
-                                                                              128, 256, split, partials));
+            auto launch = [&](auto form_tag) {
+                return gemm_kq::launch_q4k_wgmma<4, 1, 1, decltype(form_tag)::value>(
+                    cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, nullptr, 128, 256, split,
+                    partials);
+            };
+            ran = ran && (form < 2    ? launch(std::integral_constant<int, gemm_kq::kWgPlain>{})
+                          : form == 2 ? launch(std::integral_constant<int, gemm_kq::kWgPipe>{})
+                                      : launch(std::integral_constant<int, gemm_kq::kWgEarly>{}));
             CK(cudaDeviceSynchronize());
             g.resize(whole.size());
             CK(cudaMemcpy(g.data(), b.dst, g.size() * 4, cudaMemcpyDeviceToHost));
@@ -1228,13 +1244,15 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
         }
         const bool same = std::memcmp(got[0].data(), got[1].data(), whole.size() * 4) == 0;
         const bool pipe_same = std::memcmp(got[0].data(), got[2].data(), whole.size() * 4) == 0;
+        const bool early_same = std::memcmp(got[0].data(), got[3].data(), whole.size() * 4) == 0;
         std::printf(
             "{\"check_wgmma_split\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"slots\": %d, "
             "\"full_tiles\": %d, \"tail\": %d, \"pieces\": %d, \"vs_whole\": %.3g, \"rel_err\": %.3g, "
-            "\"relaunch_same\": %s, \"pipe_same\": %s, \"ok\": %s}\n",
+            "\"relaunch_same\": %s, \"pipe_same\": %s, \"early_same\": %s, \"ok\": %s}\n",
             rows, k, ncols, slots, split.full_tiles, split.tail, split.pieces, err_whole / ref_max, err_ref / ref_max,
-            same ? "true" : "false", pipe_same ? "true" : "false",
-            ran && same && pipe_same && split.pieces > 1 && err_whole / ref_max <= 1e-5 && err_ref / ref_max <= 5e-4
+            same ? "true" : "false", pipe_same ? "true" : "false", early_same ? "true" : "false",
+            ran && same && pipe_same && early_same && split.pieces > 1 && err_whole / ref_max <= 1e-5 &&
+                    err_ref / ref_max <= 5e-4
                 ? "true"
                 : "false");
         CK(cudaFree(partials));
