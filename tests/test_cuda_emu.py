@@ -85,6 +85,15 @@ def test_a_lane_missing_at_a_barrier_is_reported(selftest: Path) -> None:
     assert r.returncode != 0 and "deadlock" in r.stderr, (r.returncode, r.stdout, r.stderr)
 
 
+def test_wgmma_reading_unfenced_cp_async_bytes_is_reported(selftest: Path) -> None:
+    """cp.async then wgmma needs fence.proxy.async between them (the copy writes through the generic
+    proxy, wgmma reads through the async one): with it the product is right, without it the
+    emulator aborts (on a GPU the read may see stale bytes)."""
+    r = subprocess.run([str(selftest), "unfenced"], capture_output=True, text=True, timeout=120)
+    assert "fenced ok" in r.stdout, (r.stdout, r.stderr)
+    assert r.returncode != 0 and "fence.proxy.async" in r.stderr, (r.returncode, r.stdout, r.stderr)
+
+
 def test_emulated_half_matches_numpy(selftest: Path) -> None:
     rng = np.random.default_rng(0)
     scales = (1e-8, 1e-6, 1e-4, 1.0, 100.0, 1e4, 6e4)

@@ -3,6 +3,8 @@
 #include "cuda_emu.h"
 
 #include <chrono>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 // Under AddressSanitizer (the CI's memcheck of the kernels: tests/test_cuda_emu.py) every switch
@@ -110,6 +112,7 @@ struct Fiber {
         const void * src;
     };
     AsyncGroups<Copy> cp;
+    std::unordered_set<uintptr_t> unfenced;  // 16-byte chunks its landed copies wrote since its last proxy fence
     struct Wgmma {  // a wgmma.mma_async as issued: its registers are read and written when it runs
         int n;
         int * d;
@@ -132,7 +135,8 @@ struct Block {
     int live = 0, arrived = 0;
     unsigned gen = 0;
     uint64_t progress = 0;
-    int or_acc = 0, or_result = 0;  // __syncthreads_or: this round's OR, and the last released round's
+    int or_acc = 0, or_result = 0;                // __syncthreads_or: this round's OR, and the last released round's
+    std::unordered_map<uintptr_t, int> unfenced;  // chunk -> threads whose copy there is not yet fenced
 };
 
 Block g_block;
@@ -267,6 +271,7 @@ void start_fiber(Fiber & f) {
     f.done = false;
     f.cp.clear();
     f.wg.clear();
+    f.unfenced.clear();
     if (f.stack.empty()) f.stack.resize(kStackBytes);
 #ifdef CUDA_EMU_ASAN
     // the last fiber on this stack never returned from fiber_main: its frames' redzones are still poisoned
@@ -352,7 +357,20 @@ void cp_async_commit() {
 
 void cp_async_wait(int n) {
     if (!g_current) fail("cp.async outside a kernel");
-    g_current->cp.run_all_but(n, [](const Fiber::Copy & c) { std::memcpy(c.dst, c.src, 16); });
+    g_current->cp.run_all_but(n, [](const Fiber::Copy & c) {
+        std::memcpy(c.dst, c.src, 16);
+        if (g_current->unfenced.insert(reinterpret_cast<uintptr_t>(c.dst)).second)
+            ++g_block.unfenced[reinterpret_cast<uintptr_t>(c.dst)];
+    });
+}
+
+void fence_proxy_async() {
+    if (!g_current) fail("fence.proxy.async outside a kernel");
+    for (uintptr_t chunk : g_current->unfenced) {
+        auto it = g_block.unfenced.find(chunk);
+        if (--it->second == 0) g_block.unfenced.erase(it);
+    }
+    g_current->unfenced.clear();
 }
 
 void syncthreads() {
@@ -432,6 +450,7 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()> & body) {
             for (unsigned bx = 0; bx < grid.x; ++bx) {
                 g_block_idx = {bx, by, bz};
                 std::fill(g_dynamic_smem.begin(), g_dynamic_smem.end(), (unsigned char)0xFF);
+                b.unfenced.clear();
                 b.live = nthreads;
                 b.arrived = 0;
                 for (int i = 0; i < nthreads; ++i) {
@@ -548,6 +567,15 @@ void run_wgmma(const Fiber::Wgmma & op) {
     const size_t addr = (size_t)(desc & 0x3FFFu) << 4, lbo = (size_t)((desc >> 16) & 0x3FFFu) << 4,
                  sbo = (size_t)((desc >> 32) & 0x3FFFu) << 4;
     const unsigned char * smem = g_dynamic_smem.data();
+    if (lane() == 0 && !g_block.unfenced.empty()) {  // B's 16-byte rows: each core matrix row, both K halves
+        for (int col = 0; col < op.n; ++col) {
+            for (int kh = 0; kh < 2; ++kh) {
+                const size_t off = addr + (size_t)(col / 8) * sbo + (size_t)kh * lbo + (size_t)(col % 8) * 16;
+                if (off < g_dynamic_smem.size() && g_block.unfenced.count(reinterpret_cast<uintptr_t>(smem + off)))
+                    fail("wgmma read shared memory a cp.async wrote, with no fence.proxy.async after it");
+            }
+        }
+    }
     auto B = [&](int k, int col) {  // core matrix (k / 16, col / 8), its row col % 8, byte k % 16
         const size_t off = addr + (size_t)(col / 8) * sbo + (size_t)(k / 16) * lbo + (size_t)(col % 8) * 16 + k % 16;
         if (off >= g_dynamic_smem.size()) fail("wgmma: B outside the dynamic shared memory");

@@ -211,11 +211,16 @@ T shuffle(unsigned mask, T v, int src_lane) {
 [[noreturn]] void fail(const char * what);
 
 // cp.async of 16 bytes into shared memory: queued in the calling thread's open group; commit
-// closes the group; wait(n) lands every group but the newest n (then, not at the issue, so a
-// read before its wait sees stale bytes, as it may on a GPU).
+// closes the group; wait(n) lands every group but the newest n. Until then the destination holds
+// poison (0x7B bytes), so a read before the wait, or of a stage a copy was issued into too soon,
+// computes something else, as it may on a GPU.
 void cp_async_16(void * dst, const void * src);
 void cp_async_commit();
 void cp_async_wait(int n);
+// fence.proxy.async: the calling thread's landed cp.async writes become visible to the async proxy
+// (wgmma's reads of B). A wgmma that reads 16 bytes a cp.async wrote, before the thread that
+// issued the copy fenced after its wait, fails (on a GPU it may read stale bytes).
+void fence_proxy_async();
 
 // Runs kernel(args...) over grid x block threads, blocks one after another.
 void run_grid(dim3 grid, dim3 block, const std::function<void()> & body);
@@ -267,8 +272,9 @@ void mma_m16n8k16_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)
 // product; wgmma_commit closes a group and wgmma_wait(n) runs the groups older than the newest n
 // (wgmma.wait_group n), each warp for its own rows, reading a, d and B then. So a kernel that reads
 // d, or changes a or B, before its wait computes something else here, as it would on the GPU;
-// a thread that ends with products not waited for fails. (The warpgroup's joint arrival and the
-// fences are not modelled.)
+// a thread that ends with products not waited for fails; so does one that reads B bytes a cp.async
+// wrote with no fence_proxy_async by its issuer since (wgmma.fence and the warpgroup's joint
+// arrival are not modelled).
 void wgmma_m64k32_u8s8(int n, int * d, const int (&a)[4], uint64_t desc, bool accumulate);
 void wgmma_commit();
 void wgmma_wait(int n);

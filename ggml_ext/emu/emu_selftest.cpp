@@ -4,6 +4,8 @@
 //                             three mma shapes, __syncthreads_or and wgmma (u8 x s8 through a
 //                             shared-memory descriptor) against plain loops; prints "ok" or what failed
 //   emu_selftest deadlock   : a __syncwarp that one lane skips (the emulator must abort)
+//   emu_selftest unfenced   : wgmma reading B that cp.async staged, first with fence.proxy.async
+//                             (prints "fenced ok"), then without (the emulator must abort)
 #include "cuda_emu.h"
 #include "launch.cuh"
 
@@ -81,13 +83,23 @@ __global__ void sync_or_kernel(int * out, int rounds) {
 // wgmma m64n24k32 u8 x s8: A (64 x 32 u8, row-major) in each warp's mma A layout of its 16 rows;
 // B (32 x 24 s8, column n at b + 32 n) staged into the dynamic shared memory as the descriptor
 // reads it: core matrix (k / 16, n / 8) at 64 + (n / 8) sbo + (k / 16) lbo, row n % 8, byte k % 16.
-constexpr int kWgN = 24, kWgLbo = 128, kWgSbo = 512;
-__global__ void wgmma_kernel(const uint8_t * a, const int8_t * b, int * d_out, int * d_before_wait, int accumulate) {
+// staging 0: plain stores; 1: cp.async of the shared-memory image (b_image) in 16-byte chunks, then
+// fence.proxy.async; 2: the same without the fence (wgmma must not read such bytes).
+constexpr int kWgN = 24, kWgLbo = 128, kWgSbo = 512, kWgSmem = 64 + 3 * kWgSbo;
+__global__ void wgmma_kernel(const uint8_t * a, const int8_t * b, const int8_t * b_image, int * d_out,
+                             int * d_before_wait, int accumulate, int staging) {
     char * smem = static_cast<char *>(cuda_emu::dynamic_smem());
     const int tid = threadIdx.x, w = tid / 32, l = tid % 32, g = l / 4, t = l % 4;
-    for (int i = tid; i < 32 * kWgN; i += 128) {
-        const int k = i % 32, n = i / 32;
-        smem[64 + (n / 8) * kWgSbo + (k / 16) * kWgLbo + (n % 8) * 16 + k % 16] = (char)b[i];
+    if (staging == 0) {
+        for (int i = tid; i < 32 * kWgN; i += 128) {
+            const int k = i % 32, n = i / 32;
+            smem[64 + (n / 8) * kWgSbo + (k / 16) * kWgLbo + (n % 8) * 16 + k % 16] = (char)b[i];
+        }
+    } else {
+        for (int c = tid; c < kWgSmem / 16; c += 128) cuda_emu::cp_async_16(smem + 16 * c, b_image + 16 * c);
+        cuda_emu::cp_async_commit();
+        cuda_emu::cp_async_wait(0);
+        if (staging == 1) cuda_emu::fence_proxy_async();
     }
     __syncthreads();
     auto pack4 = [](const uint8_t * p) {
@@ -110,6 +122,16 @@ __global__ void wgmma_kernel(const uint8_t * a, const int8_t * b, int * d_out, i
 }
 
 __global__ void sync_none_kernel(int * out) { out[threadIdx.x] = __syncthreads_or(0); }
+
+// B (32 x kWgN, column n at b + 32 n) laid out as wgmma_kernel's shared memory holds it.
+std::vector<int8_t> wgmma_b_image(const std::vector<int8_t> & b) {
+    std::vector<int8_t> image(kWgSmem, 0);
+    for (int i = 0; i < 32 * kWgN; ++i) {
+        const int k = i % 32, n = i / 32;
+        image[64 + (n / 8) * kWgSbo + (k / 16) * kWgLbo + (n % 8) * 16 + k % 16] = b[i];
+    }
+    return image;
+}
 
 __global__ void deadlock_kernel(int * out) {
     if (threadIdx.x != 0) __syncwarp();
@@ -198,10 +220,12 @@ void warp_tests() {
     std::vector<int8_t> wb(32 * kWgN);
     for (auto & v : wa) v = (uint8_t)ubyte(gen);
     for (auto & v : wb) v = (int8_t)byte(gen);
-    for (int accumulate = 0; accumulate < 2; ++accumulate) {
+    const std::vector<int8_t> image = wgmma_b_image(wb);
+    for (int run = 0; run < 4; ++run) {
+        const int accumulate = run % 2, staging = run / 2;  // plain stores, then cp.async and the fence
         std::vector<int> d(128 * (kWgN / 2)), before(128);
-        DFLASH_LAUNCH(1, 128, 64 + 3 * kWgSbo, nullptr, wgmma_kernel)(wa.data(), wb.data(), d.data(), before.data(),
-                                                                      accumulate);
+        DFLASH_LAUNCH(1, 128, kWgSmem, nullptr, wgmma_kernel)(wa.data(), wb.data(), image.data(), d.data(),
+                                                              before.data(), accumulate, staging);
         for (int tid = 0; tid < 128; ++tid) {
             expect(before[tid] == tid, "wgmma's d changed before its wait_group");
             const int w = tid / 32, l = tid % 32, g = l / 4, t = l % 4;
@@ -209,9 +233,9 @@ void warp_tests() {
                 const int row = 16 * w + g + (i % 4 >= 2 ? 8 : 0), col = 8 * (i / 4) + 2 * t + (i & 1);
                 int want = accumulate ? 1000 * i + tid : 0;
                 for (int k = 0; k < 32; ++k) want += (int)wa[row * 32 + k] * (int)wb[col * 32 + k];
-                expect(d[tid * (kWgN / 2) + i] == want, "wgmma m64n24k32 u8 s8 thread " + std::to_string(tid) + " d" +
-                                                            std::to_string(i) + " accumulate " +
-                                                            std::to_string(accumulate));
+                expect(d[tid * (kWgN / 2) + i] == want,
+                       "wgmma m64n24k32 u8 s8 thread " + std::to_string(tid) + " d" + std::to_string(i) +
+                           " accumulate " + std::to_string(accumulate) + " staging " + std::to_string(staging));
             }
         }
     }
@@ -232,6 +256,20 @@ int main(int argc, char ** argv) {
                 return 1;
             }
         }
+        return 0;
+    }
+    if (what == "unfenced") {
+        std::vector<uint8_t> a(64 * 32, 1);
+        std::vector<int8_t> b(32 * kWgN, 2);
+        const std::vector<int8_t> image = wgmma_b_image(b);
+        std::vector<int> d(128 * (kWgN / 2)), before(128);
+        DFLASH_LAUNCH(1, 128, kWgSmem, nullptr, wgmma_kernel)(a.data(), b.data(), image.data(), d.data(), before.data(),
+                                                              0, 1);
+        std::printf("fenced %s\n", d[0] == 64 ? "ok" : "wrong");
+        std::fflush(stdout);
+        DFLASH_LAUNCH(1, 128, kWgSmem, nullptr, wgmma_kernel)(a.data(), b.data(), image.data(), d.data(), before.data(),
+                                                              0, 2);
+        std::printf("no missing fence reported\n");
         return 0;
     }
     if (what == "deadlock") {

@@ -184,6 +184,8 @@ __device__ __forceinline__ void wg_pin(int (&d)[n]) {
 __device__ __forceinline__ void fence_proxy_async() {
 #if defined(DFLASH_WGMMA_PTX)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#elif defined(DFLASH_CUDA_EMU)
+    cuda_emu::fence_proxy_async();  // the emulator checks that wgmma reads only fenced copies
 #endif
 }
 
