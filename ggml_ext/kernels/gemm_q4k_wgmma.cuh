@@ -684,10 +684,13 @@ enum : int { kWgPlain = 0, kWgPipe = 1, kWgEarly = 2 };
 
 // The kernel's instance for N padded columns (16, 24, 32, 48 or 64) and form, and its dynamic
 // shared memory, opted in once; null when the opt-in failed.
+using WgKernel = void (*)(const char *, const int8_t *, const float *, const int *, float *, int, int, int64_t, int,
+                          int, int, int, int, int, float *);
+
 template <int S, int WG, int MB, int N, int kForm = kWgPlain>
-auto wgmma_kernel_ready() -> decltype(&gemm_q4k_wgmma_kernel<N, S, WG, MB>) {
+WgKernel wgmma_kernel_ready() {
     constexpr int kBytes = S * WgPlan<N, WG>::kStageBytes;
-    decltype(&gemm_q4k_wgmma_kernel<N, S, WG, MB>) kernel = nullptr;
+    WgKernel kernel = nullptr;
     if constexpr (kForm == kWgPipe) {
         kernel = gemm_q4k_wgmma_pipe_kernel<N, S, WG, MB>;
     } else if constexpr (kForm == kWgEarly) {
