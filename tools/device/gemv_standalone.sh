@@ -4,7 +4,8 @@
 # gzipped as .carry/gemv_standalone.gz (built here with nvcc -O3 for sm_90a; gzip keeps the
 # carry under 64 MiB; -DGEMV_STANDALONE_SLIM keeps the engine's forms only and, stripped, makes it
 # ~3 MB gzipped: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM,
-# sm_90a for the wgmma form), or built there from the carried upstream headers when it does not start. CALL_LEFT: seconds the caller has left. JSON lines in $OUT/gemv-standalone.jsonl.
+# sm_90a for the wgmma form; write its commit to .carry/gemv_standalone.commit), or built there from
+# the carried upstream headers when it does not start. CALL_LEFT: seconds the caller has left. JSON lines in $OUT/gemv-standalone.jsonl.
 cd "$(dirname "$0")/../.." || exit 1
 mkdir -p "$OUT"
 BIN=/tmp/gemv_standalone_carried
@@ -16,6 +17,13 @@ if ! "$BIN" none > /dev/null 2>&1; then
   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/gemv_standalone tools/device/gemv_standalone.cu -I$T/src -I$T/include \
     -I$T/src/ggml-cuda -Iggml_ext/include -Iggml_ext/kernels -DGGML_USE_CUDA 2>&1 | grep -E "error" | head
   BIN=/tmp/gemv_standalone
+fi
+# which binary ran: the carried one names its commit (.carry/gemv_standalone.commit, written when it
+# is built); a binary older than the kernels it should time measures old code
+if [ "$BIN" = /tmp/gemv_standalone_carried ]; then
+  echo "binary: carried, built at $(cat .carry/gemv_standalone.commit 2>/dev/null || echo 'an unknown commit')"
+else
+  echo "binary: built here from this tree"
 fi
 timeout "$(( ${CALL_LEFT:-160} - 10 ))" "$BIN" "${1:-all}" > "$OUT/gemv-standalone.jsonl" 2>&1
 echo "rc=$?"
