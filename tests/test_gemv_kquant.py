@@ -190,10 +190,10 @@ def test_wgmma_gemm_is_on_where_it_is_built() -> None:
     split, its pipelined kernel and its early-staging one are off by default until measured
     (DFLASH_WGMMA_SPLIT=1, DFLASH_WGMMA_PIPE=1 or 2, DFLASH_WGMMA_EARLY=1 start them in CUDA builds)."""
     assert _core.wgmma_enabled() == (_core.wgmma_built() and os.environ.get("DFLASH_WGMMA") != "0")
-    assert _core.wgmma_split_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_SPLIT") == "1")
+    assert _core.wgmma_split_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_SPLIT") != "0")
     pipe = os.environ.get("DFLASH_WGMMA_PIPE", "0")
     assert _core.wgmma_pipe() == (int(pipe) if GPU and pipe in ("1", "2") else 0)
-    assert _core.wgmma_early_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_EARLY") == "1")
+    assert _core.wgmma_early_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_EARLY") != "0")
     if not _core.wgmma_built():
         _core.set_wgmma_enabled(True)
         assert not _core.wgmma_enabled()

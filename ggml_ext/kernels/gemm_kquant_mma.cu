@@ -102,7 +102,7 @@ std::atomic<int64_t> wgmma_count{0};
 // DFLASH_WGMMA_SPLIT=1 starts it on.
 bool wgmma_split_flag = [] {
     const char * e = std::getenv("DFLASH_WGMMA_SPLIT");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
 }();
 std::atomic<int64_t> wgmma_split_count{0};
 // The pipelined wgmma kernel (gemm_q4k_wgmma.cuh's kPipe: a super-block's float step under the
@@ -123,7 +123,7 @@ std::atomic<int64_t> wgmma_pipe_count{0};
 // DFLASH_WGMMA_EARLY=1 starts it on (where DFLASH_WGMMA_PIPE is 0).
 bool wgmma_early_flag = [] {
     const char * e = std::getenv("DFLASH_WGMMA_EARLY");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
 }();
 std::atomic<int64_t> wgmma_early_count{0};
 // Q4_K matrices of fewer than 16384 rows at 33..64 columns (without a fused residual: the 27B's
