@@ -187,8 +187,9 @@ def test_cuda_mma_gemm_equals_ggml_and_numpy(
 def test_wgmma_gemm_is_on_where_it_is_built() -> None:
     """The wgmma GEMM is on by default in an sm_90a CUDA build (DFLASH_WGMMA=0 starts it off) and
     absent elsewhere (no CUDA, or an sm_90 build): then switching it on changes nothing. Its tail
-    split, its pipelined kernel and its early-staging one are off by default until measured
-    (DFLASH_WGMMA_SPLIT=1, DFLASH_WGMMA_PIPE=1 or 2, DFLASH_WGMMA_EARLY=1 start them in CUDA builds)."""
+    split and its early-staging kernel are on by default in CUDA builds (session 30's H200 runs;
+    DFLASH_WGMMA_SPLIT=0, DFLASH_WGMMA_EARLY=0 turn them off), its pipelined kernel off
+    (DFLASH_WGMMA_PIPE=1 or 2 start it)."""
     assert _core.wgmma_enabled() == (_core.wgmma_built() and os.environ.get("DFLASH_WGMMA") != "0")
     assert _core.wgmma_split_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_SPLIT") != "0")
     pipe = os.environ.get("DFLASH_WGMMA_PIPE", "0")
@@ -330,7 +331,7 @@ def test_cuda_wgmma_early_staging_gives_the_same_bits(
     """DFLASH_WGMMA_EARLY=1 (the unpipelined wgmma kernel with the pipelined one's staging: the next
     stage's copies after a super-block's first wgmmas) changes when the copies go out, not the
     arithmetic: the same bits, with and without the tail split; each launch counted (100: 64 and
-    36). Off by default; the pipe mode (0 here) takes precedence."""
+    36). On by default; the pipe mode (0 here) takes precedence."""
     k = 2816
     w = _q4k_tall(rows)
     x = np.random.default_rng(31).standard_normal((n, k)).astype(np.float32)

@@ -476,8 +476,8 @@ PYBIND11_MODULE(_core, m) {
     m.def("wgmma_built", &ggml_ext::wgmma_built, "whether this build has the wgmma GEMM (CUDA for sm_90a)");
     m.def("wgmma_launches", &ggml_ext::wgmma_launches, "launches of the wgmma GEMM so far (tests)");
     m.def("set_wgmma_split_enabled", &ggml_ext::set_wgmma_split_enabled, py::arg("on"),
-          "the wgmma GEMM's last wave of row tiles split along K where it holds few tiles (off by default until "
-          "measured; DFLASH_WGMMA_SPLIT=1 starts it on)");
+          "the wgmma GEMM's last wave of row tiles split along K where it holds few tiles (on by default; "
+          "DFLASH_WGMMA_SPLIT=0 turns it off)");
     m.def("wgmma_split_enabled", &ggml_ext::wgmma_split_enabled);
     m.def("set_mma_q6k_long_8", &ggml_ext::set_mma_q6k_long_8, py::arg("mode"),
           "CUDA: Q6_K rows of 24 super-blocks or more at up to 16 columns with 8 warps a block, the stages in dynamic "
@@ -494,8 +494,8 @@ PYBIND11_MODULE(_core, m) {
     m.def("wgmma_pipe_launches", &ggml_ext::wgmma_pipe_launches, "launches of the pipelined wgmma GEMM so far (tests)");
     m.def("set_wgmma_early_enabled", &ggml_ext::set_wgmma_early_enabled, py::arg("on"),
           "the unpipelined wgmma GEMM with the pipelined one's staging (the next stage's copies after a "
-          "super-block's first wgmmas; the same bits), where the pipe mode is 0 (off by default until measured; "
-          "DFLASH_WGMMA_EARLY=1 starts it on)");
+          "super-block's first wgmmas; the same bits), where the pipe mode is 0 (on by default; "
+          "DFLASH_WGMMA_EARLY=0 turns it off)");
     m.def("wgmma_early_enabled", &ggml_ext::wgmma_early_enabled);
     m.def("wgmma_early_launches", &ggml_ext::wgmma_early_launches,
           "launches of the early-staging wgmma GEMM so far (tests)");

@@ -80,8 +80,9 @@ bool wgmma_enabled();
 bool wgmma_built();
 int64_t wgmma_launches();
 // The wgmma form's last wave of row tiles split along K (kernels/gemm_q4k_wgmma.cuh, WgSplit) where
-// the grid runs more than one wave and its last holds few tiles: off by default until measured
-// (DFLASH_WGMMA_SPLIT=1 starts it on); wgmma_split_launches counts the launches that split (tests).
+// the grid runs more than one wave and its last holds few tiles
+// (on by default since session 30; DFLASH_WGMMA_SPLIT=0 turns it off); wgmma_split_launches counts
+// the launches that split (tests).
 void set_wgmma_split_enabled(bool on);
 bool wgmma_split_enabled();
 int64_t wgmma_split_launches();
@@ -92,8 +93,8 @@ void set_wgmma_pipe(int mode);
 int wgmma_pipe();
 int64_t wgmma_pipe_launches();
 // The unpipelined wgmma kernel with the pipelined one's staging (the next stage's copies after a
-// super-block's first wgmmas; the same bits), where the pipe mode is 0: off by default until
-// measured (DFLASH_WGMMA_EARLY=1 starts it on); wgmma_early_launches counts (tests).
+// super-block's first wgmmas; the same bits), where the pipe mode is 0: on by default since
+// session 30 (DFLASH_WGMMA_EARLY=0 turns it off); wgmma_early_launches counts (tests).
 void set_wgmma_early_enabled(bool on);
 bool wgmma_early_enabled();
 int64_t wgmma_early_launches();

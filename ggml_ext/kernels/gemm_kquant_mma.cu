@@ -97,9 +97,10 @@ bool wgmma_flag = [] {
     return kWgmmaBuilt && !(e && e[0] == '0');
 }();
 std::atomic<int64_t> wgmma_count{0};
-// The wgmma form's tail split (gemm_q4k_wgmma.cuh's WgSplit): off until measured on the H200 (its
-// logic is checked on the emulator: tools/device/gemv_standalone.cu check_wgmma_split);
-// DFLASH_WGMMA_SPLIT=1 starts it on.
+// The wgmma form's tail split (gemm_q4k_wgmma.cuh's WgSplit; its logic is checked on the emulator:
+// tools/device/gemv_standalone.cu check_wgmma_split). On by default since session 30: on the H200
+// the 27B's 64-token forward spent 5705 us in the wgmma GEMM against 6223 unsplit (kernel_profile,
+// bench/results/h200-s30-f2-*); DFLASH_WGMMA_SPLIT=0 turns it off.
 bool wgmma_split_flag = [] {
     const char * e = std::getenv("DFLASH_WGMMA_SPLIT");
     return !(e && e[0] == '0');
@@ -109,7 +110,9 @@ std::atomic<int64_t> wgmma_split_count{0};
 // next one's wgmmas; the same bits): 0 off (the default until measured on the H200), 1 on the
 // shapes of wgmma_shape, 2 also on 25..32 columns of every tall matrix ([gate; up] at 32 columns,
 // where the unpipelined kernel measured even with the mma.sync form: 59.0 against 58.5 us, session
-// 19). DFLASH_WGMMA_PIPE sets it.
+// 19). DFLASH_WGMMA_PIPE sets it. Measured in session 30 (h200-s30-f1-*): no faster at 64 columns
+// (6222 against 6223 us a 64-token forward) and slower at 32 with mode 2 (12.95 against 12.81 ms
+// a 32-token forward), so it stays off; the early staging below is what gained.
 int wgmma_pipe_mode = [] {
     const char * e = std::getenv("DFLASH_WGMMA_PIPE");
     const int m = e ? std::atoi(e) : 0;
@@ -119,8 +122,10 @@ std::atomic<int64_t> wgmma_pipe_count{0};
 // The unpipelined wgmma kernel with the pipelined one's staging (gemm_q4k_wgmma.cuh's kEarly: the
 // next stage's copies after the super-block's first wgmmas, at immediate offsets; the same bits;
 // sm_90a SASS at 64 columns: 678 instructions a super-block against 702, 67 from the stage barrier
-// to the first wgmma against 200, 197 registers against 215). Off until measured on the H200;
-// DFLASH_WGMMA_EARLY=1 starts it on (where DFLASH_WGMMA_PIPE is 0).
+// to the first wgmma against 200, 197 registers against 215). On by default since session 30: on
+// the H200 6066 against 6223 us a 64-token forward, 5520 against 5705 with the split (the forward
+// 17.98 against 18.67 ms of kernels, h200-s30-f2-*); DFLASH_WGMMA_EARLY=0 turns it off (the pipe
+// mode, when set, takes precedence).
 bool wgmma_early_flag = [] {
     const char * e = std::getenv("DFLASH_WGMMA_EARLY");
     return !(e && e[0] == '0');
@@ -131,7 +136,8 @@ std::atomic<int64_t> wgmma_early_count{0};
 // a grid under one wave split along K into pieces that fill the resident blocks (WgSplit; 5120
 // rows are 80 tiles). Off until measured: session 25's stream-K form of the wgmma GEMM beat the
 // mma.sync GEMM on ffn_down at 64 columns (48.9 against 55.6 us) but was slower elsewhere, and was
-// not kept. DFLASH_WGMMA_SHORT=1 starts it on.
+// not kept. DFLASH_WGMMA_SHORT=1 starts it on. Measured in session 30 with the pipelined kernel:
+// slower (a 64-token forward 19.27 against 18.62 ms, h200-s30-f1-*), so it stays off.
 bool wgmma_short_flag = [] {
     const char * e = std::getenv("DFLASH_WGMMA_SHORT");
     return e && e[0] == '1';

@@ -20,7 +20,7 @@
 // instructions against 44.8 M, the tensor pipe the busiest (26%), issue slots 31% busy with 2 warps a scheduler (214
 // registers): latency with too few warps. Next: fewer registers, TMA bulk staging, the min term as a wgmma, split-K for
 // the short matrices.
-// Session 28: the last wave's row tiles split along K (WgSplit below; DFLASH_WGMMA_SPLIT=1, not yet timed), and the
+// Session 28: the last wave's row tiles split along K (WgSplit below; DFLASH_WGMMA_SPLIT, on since session 30), and the
 // kernel runs on the CPU emulator (cuda_emu::wgmma_m64k32_u8s8), where CI checks it against a host reference.
 // Session 29: gemm_q4k_wgmma_pipe_kernel (DFLASH_WGMMA_PIPE=1, not yet timed) takes the float step off
 // the tensor cores' critical path: above, a super-block's 16 wgmmas must all finish (wait_group 0)
@@ -37,8 +37,11 @@
 // pair (cp_async_16_at): sm_90a SASS (tools/device/sass_loops.py) at 64 columns, 1359 instructions
 // a warp per two super-blocks against 1486, and 57 from the stage barrier to the first wgmma against
 // 206; 246 registers (254). gemm_q4k_wgmma_early_kernel is the unpipelined kernel with that
-// staging (DFLASH_WGMMA_EARLY, off until timed): 678 instructions a super-block against 702, 67
-// to the first wgmma against 200, 197 registers against 215; the same bits. The emulator poisons a
+// staging (DFLASH_WGMMA_EARLY): 678 instructions a super-block against 702, 67 to the first
+// wgmma against 200, 197 registers against 215; the same bits. On the H200 (the 27B's 64-token
+// forward, 88 launches): 6223 us unpipelined, 6222 pipelined, 6066 early; with the tail split
+// 5705 / 5679 / 5520 (bench/results/h200-s30-f1-*, -f2-*). The early form with the split is the
+// default since; the pipelined kernel stays off (its float-step overlap bought nothing). The emulator poisons a
 // cp.async's destination until its wait, so CI also catches a copy issued into a stage still
 // being read.
 #pragma once

@@ -303,11 +303,9 @@ fi
 # (F1_TESTS, a pytest -k expression; `all`: the whole suite) while the 27B-shaped files are written, then the 27B's AR step
 # and forwards (kernel_profile.py --quick) with the defaults and with each of F1_VARS (a
 # VAR=VALUE[,VAR=VALUE] set each; default, most telling first (the call's time cuts the list, ~27 s
-# a profile): session 29's pipelined wgmma GEMM (2: also [gate; up] at 25..32 columns); session 30's
-# unpipelined one with the pipelined staging (DFLASH_WGMMA_EARLY: one change at a time); session 28's
-# 16-token candidates together (Q6_K's long rows on 8 warps and the one-round delta rule's 16 lanes
-# a column touch different kernels, so busy_compare.py tells them apart); the short Q4_K matrices
-# through the wgmma form (DFLASH_WGMMA_SHORT); the tail split; all of them; then one at a time).
+# a profile): by default session 30's new defaults switched off (the wgmma GEMM's early staging and
+# tail split), then the pipelined kernel (it tied at 64 columns: bench/results/h200-s30-*); set
+# F1_VARS to time new switches).
 if [ "$stage" = f1 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
@@ -320,7 +318,7 @@ if [ "$stage" = f1 ]; then
   wait_27b 100
   kernel_profile 45 "h200-27b-kernels-default.json"
   grep -E "wall" "$OUT/h200-27b-kernels-default.log" | cut -c1-150
-  for vs in ${F1_VARS:-DFLASH_WGMMA_PIPE=2 DFLASH_WGMMA_EARLY=1 DFLASH_MMA_Q6K_LONG_8=1,DFLASH_GDN_ONE_ROUND_LANES=16 DFLASH_WGMMA_PIPE=2,DFLASH_WGMMA_SHORT=1 DFLASH_WGMMA_PIPE=2,DFLASH_WGMMA_SPLIT=1 DFLASH_WGMMA_PIPE=2,DFLASH_WGMMA_SPLIT=1,DFLASH_WGMMA_SHORT=1,DFLASH_MMA_Q6K_LONG_8=1,DFLASH_GDN_ONE_ROUND_LANES=16 DFLASH_WGMMA_PIPE=1 DFLASH_MMA_Q6K_LONG_8=2 DFLASH_GDN_ONE_ROUND_LANES=16}; do
+  for vs in ${F1_VARS:-DFLASH_WGMMA_EARLY=0,DFLASH_WGMMA_SPLIT=0 DFLASH_WGMMA_PIPE=1}; do
     [ "$(left)" -ge 45 ] || break
     name=$(echo "$vs" | sed 's/DFLASH_//g; s/_MAX_COLUMNS//g' | tr 'A-Z_=,' 'a-z---')
     # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
