@@ -342,8 +342,9 @@ def test_emulated_chain_delta_rule_columns_and_tree_kernel_agree(ops: Path, buil
 # (form, S, tokens, columns, decay, lanes): form 1 the chunked form (100 tokens: a full chunk and a
 # partial one, the state carried between them), 2 the one-round kernel (1, 2 or 4 columns a lane,
 # 0: by the form; 8 or 16 lanes a column, 0: the default; 40 tokens: three staged chunks, both
-# buffers reused); decay: the log gates times this, one gate zero (the one-round kernel folds the
-# gates' product into the state below 1e-20)
+# buffers reused), 3 the gram kernel (16 tokens at a time; 23, 40, 47: a padded last chunk);
+# decay: the log gates times this, one gate zero (the one-round kernel folds the gates' product into
+# the state below 1e-20)
 REORDERED_CHAINS = [
     (1, 64, 1, 0, 1.0, 0),
     (1, 64, 23, 0, 1.0, 0),
@@ -357,6 +358,11 @@ REORDERED_CHAINS = [
     (2, 64, 23, 1, 1.0, 16),
     (2, 128, 40, 2, 30.0, 16),
     (2, 128, 17, 4, 1.0, 16),
+    (3, 64, 2, 0, 1.0, 0),
+    (3, 64, 23, 0, 1.0, 0),
+    (3, 128, 16, 0, 1.0, 0),
+    (3, 128, 40, 0, 30.0, 0),
+    (3, 128, 47, 0, 1.0, 0),
 ]
 
 

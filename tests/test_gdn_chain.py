@@ -73,8 +73,9 @@ def gdn_switches_restored():  # noqa: ANN201
     )
     chunked, chunked_min = _core.gdn_chunked(), _core.gdn_chunked_min_tokens()
     one_round, one_round_columns = _core.gdn_one_round(), _core.gdn_one_round_columns()
-    one_round_lanes = _core.gdn_one_round_lanes()
+    one_round_lanes, gram = _core.gdn_one_round_lanes(), _core.gdn_gram()
     yield
+    _core.set_gdn_gram(gram)
     _core.set_gdn_one_round(one_round)
     _core.set_gdn_one_round_columns(one_round_columns)
     _core.set_gdn_one_round_lanes(one_round_lanes)
@@ -158,6 +159,31 @@ def test_cuda_one_round_chain_matches_the_equations(
         args[3][:] *= 30
         args[3][77] = -1e4
     _check_reordered_chain(args, n > 1)
+
+
+@needs_gpu
+@pytest.mark.parametrize("s", [64, 128])
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 64, 200])
+def test_cuda_gram_chain_matches_the_equations(s: int, n: int, gdn_switches_restored: None) -> None:
+    """A marked chain 16 tokens at a time in parallel (kernels/gdn_chain_gram.cu; DFLASH_GDN_GRAM=1,
+    off by default; 15 and 17: a padded chunk; 200 with strongly decaying gates and a zero gate);
+    one token keeps the chain kernel's bits."""
+    assert _core.gdn_gram() == (os.environ.get("DFLASH_GDN_GRAM") == "1")
+    _core.set_gdn_chunked(False)
+    _core.set_gdn_one_round(True)
+    _core.set_gdn_gram(True)
+    args = gdn_inputs(np.random.default_rng(13 * s + n), n, s=s, hk=2, hv=6)
+    if n == 200:
+        args[3][:] *= 30
+        args[3][77] = -1e4
+    _check_reordered_chain(args, n > 1)
+    if n > 1:  # not the one-round kernel's bits either
+        _core.set_gdn_gram(False)
+        _core.set_gdn_one_round(True)
+        one_round, _ = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
+        _core.set_gdn_gram(True)
+        gram, _ = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
+        assert not np.array_equal(gram, one_round), "the gram kernel did not take the marked chain"
 
 
 @needs_gpu

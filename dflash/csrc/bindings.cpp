@@ -458,6 +458,10 @@ PYBIND11_MODULE(_core, m) {
     m.def("set_gdn_one_round_lanes", &ggml_ext::set_gdn_one_round_lanes, py::arg("lanes"),
           "lanes a state column of the one-round kernel: 8 or 16 (DFLASH_GDN_ONE_ROUND_LANES); 0, the default (8)");
     m.def("gdn_one_round_lanes", &ggml_ext::gdn_one_round_lanes);
+    m.def("set_gdn_gram", &ggml_ext::set_gdn_gram, py::arg("on"),
+          "CUDA: marked chains of 2 tokens or more take 16 tokens at a time in parallel (gdn_chain_gram.cu) in place "
+          "of the one-round kernel, which must be on (off by default; DFLASH_GDN_GRAM=1 starts it on)");
+    m.def("gdn_gram", &ggml_ext::gdn_gram);
     m.def("set_mma_enabled", &ggml_ext::set_mma_enabled, py::arg("on"),
           "ggml_ext's tensor-core GEMM for Q4_K / Q5_K / Q6_K / Q8_0 x 2..mma_max_columns() columns on CUDA instead of "
           "ggml's mmq (on by default; DFLASH_MMA=0 starts it off)");

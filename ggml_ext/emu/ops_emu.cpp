@@ -17,6 +17,7 @@
 #include "../kernels/attn_paths.cu"
 #include "../kernels/gdn_chain.cu"
 #include "../kernels/gdn_chain_one_round.cu"
+#include "../kernels/gdn_chain_gram.cu"
 #include "../kernels/gdn_chunked.cu"
 #include "../kernels/gdn_decode.cu"
 #include "../kernels/top_k_rows.cu"
@@ -100,7 +101,7 @@ int main(int argc, char ** argv) {
         dst.op = GGML_OP_TREE_SSM_CONV;
         dst.src[0] = &tx, dst.src[1] = &tc, dst.src[2] = &tw, dst.src[3] = &tt;
         ggml_ext_cuda_tree_ssm_conv(ctx, &dst);
-    } else if (op == "gated_delta_net") {  // meta: S Hk Hv n columns [staged [form: 1 chunked, 2 one round
+    } else if (op == "gated_delta_net") {  // meta: S Hk Hv n columns [staged [form: 1 chunked, 2 one round, 3 gram
                                            // [lanes]]] (a chain; outputs, then the final state)
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
         ggml_ext::set_gdn_columns((int)m[4]);
@@ -123,10 +124,17 @@ int main(int argc, char ** argv) {
             }
         } else if (form == 2) {  // columns: the one-round kernel's columns a lane
             ggml_ext::set_gdn_one_round(true);
+            ggml_ext::set_gdn_gram(false);
             ggml_ext::set_gdn_one_round_columns((int)m[4]);
             ggml_ext::set_gdn_one_round_lanes(m.size() > 7 ? (int)m[7] : 0);
             if (!ggml_ext_cuda_gated_delta_net_one_round(args, nullptr)) {
                 std::fprintf(stderr, "ops_emu: the one-round chain does not take S = %lld\n", (long long)S);
+                return 2;
+            }
+        } else if (form == 3) {  // 16 tokens at a time in parallel
+            ggml_ext::set_gdn_gram(true);
+            if (!ggml_ext_cuda_gated_delta_net_gram(args, nullptr)) {
+                std::fprintf(stderr, "ops_emu: the gram chain does not take S = %lld\n", (long long)S);
                 return 2;
             }
         } else if (!ggml_ext_cuda_gated_delta_net(args, nullptr)) {

@@ -360,6 +360,7 @@ bool ggml_ext_cuda_gated_delta_net_one_round(const GdnChainArgs & a, cudaStream_
     // a tree: one sequence, its index in shared memory, outputs only
     const bool tree_ok = a.parents == nullptr || (a.n_seqs == 1 && a.n_tokens <= kOrMaxNodes && !a.write_state);
     if (!or_enabled_flag || !tree_ok || !rows16 || a.n_tokens < kOrMinTokens) return false;
+    if (a.parents == nullptr && ggml_ext_cuda_gated_delta_net_gram(a, stream)) return true;  // DFLASH_GDN_GRAM
     switch (a.S) {
         case 64:
             launch_or_columns<64>(a, stream);

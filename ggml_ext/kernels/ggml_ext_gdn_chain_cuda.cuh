@@ -43,3 +43,8 @@ bool ggml_ext_cuda_gated_delta_net_chunked(const GdnChainArgs & args, ggml_backe
 // when it ran (S of 64 or 128, 16-byte aligned rows, switched on); false leaves the node to the
 // chain kernel.
 bool ggml_ext_cuda_gated_delta_net_one_round(const GdnChainArgs & args, cudaStream_t stream);
+
+// A chunk of 16 tokens at a time in parallel (gdn_chain_gram.cu) for a marked chain: true when it ran
+// (switched on, a chain of 2 tokens or more, S of 64 or 128, 16-byte aligned rows); the one-round
+// kernel tries it first.
+bool ggml_ext_cuda_gated_delta_net_gram(const GdnChainArgs & args, cudaStream_t stream);
