@@ -63,20 +63,27 @@ __device__ __forceinline__ float dot_rows(const float4 (&a)[R4], const float4 (&
     return s0 + s1;
 }
 
+// One halving level: lanes with bit M of j keep the upper half of x[0 .. 2H), the others the
+// lower, each adding its partner's (lane ^ M) copy of the half it keeps, into x[0 .. H).
+template <int M, int H, int N>
+__device__ __forceinline__ void halve(float (&x)[N], const int j) {
+    const bool upper = (j & M) != 0;
+#pragma unroll
+    for (int e = 0; e < H; ++e) {
+        const float keep = upper ? x[H + e] : x[e], send = upper ? x[e] : x[H + e];
+        x[e] = keep + __shfl_xor_sync(0xffffffff, send, M);
+    }
+}
+
 // The column group's 8 lanes (lane % 8 = j) sum x[0..N) and lane j keeps the sums of
-// x[j N / 8 .. (j + 1) N / 8), in x[0 .. N / 8): three halving levels of xor shuffles.
+// x[j N / 8 .. (j + 1) N / 8), in x[0 .. N / 8): three halving levels of xor shuffles (template
+// arguments, so that x stays in registers).
 template <int N>
 __device__ __forceinline__ void reduce_scatter8(float (&x)[N], const int j) {
     static_assert(N % 8 == 0, "eight lanes' shares");
-#pragma unroll
-    for (int m = 4, h = N / 2; m > 0; m >>= 1, h >>= 1) {
-        const bool upper = (j & m) != 0;
-#pragma unroll
-        for (int e = 0; e < h; ++e) {
-            const float keep = upper ? x[h + e] : x[e], send = upper ? x[e] : x[h + e];
-            x[e] = keep + __shfl_xor_sync(0xffffffff, send, m);
-        }
-    }
+    halve<4, N / 2>(x, j);
+    halve<2, N / 4>(x, j);
+    halve<1, N / 8>(x, j);
 }
 
 // rows 4 (L i + j) .. + 3 of a row of S floats in shared memory
