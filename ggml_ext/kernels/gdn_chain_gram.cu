@@ -20,7 +20,8 @@
 //
 // A block: 16 state columns of one head (8 lane groups of 8 lanes, 2 columns a lane, S / 8 rows a
 // lane), 64 threads; each lane group also forms two rows of the chunk's Gram matrices (rows g and
-// 15 - g: 32 entries each way). Tokens staged 16 at a time with cp.async, the next chunk in flight
+// 15 - g: 32 entries each way); 16 threads put the chunk's segment sums seg(i, t) in a table first,
+// each summed in registers from t down. Tokens staged 16 at a time with cp.async, the next chunk in flight
 // during the current one; a partial chunk is padded with zero tokens (zero k, q, v, beta and log
 // gate: they add nothing). Chains only (trees keep the one-round kernel); S of 64 or 128.
 #include "async_copy.cuh"
@@ -110,6 +111,7 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ __align__(16) float s_w[kT][kT];  // W[i][t] (0 unless i < t)
     __shared__ __align__(16) float s_p[kT][kT];  // P[i][t] (0 unless i <= t)
     __shared__ float s_gam[kT], s_e[kT];         // Gam_t, E_t
+    __shared__ float s_seg[kT][kT];              // seg(i, t) for i < t
 
     const int64_t h = blockIdx.x, seq = blockIdx.y;
     const int64_t iq1 = h % neqk1, iq3 = seq / rq3;
@@ -191,11 +193,23 @@ __global__ void __launch_bounds__(kThreads)
         const float * lg = s_l[buf];
         const float * bt = s_b[buf];
 
-        if (tid < kT) {  // Gam_t and E_t
-            float a = 0.0f, e = 0.0f;
-            for (int u = 0; u <= tid; ++u) a += lg[u];
-            for (int u = tid + 1; u < kT; ++u) e += lg[u];
-            s_gam[tid] = expf(a);
+        if (tid < kT) {  // thread t: seg(i, t) for i < t (summed from t down), Gam_t and E_t
+            float l[kT];
+#pragma unroll
+            for (int u = 0; u < kT; ++u) l[u] = lg[u];
+            float seg = 0.0f, e = 0.0f;
+#pragma unroll
+            for (int i = kT - 2; i >= 0; --i) {
+                if (i < tid) {
+                    seg += l[i + 1];
+                    s_seg[i][tid] = seg;
+                }
+            }
+#pragma unroll
+            for (int u = kT - 1; u > 0; --u) {
+                if (u > tid) e += l[u];
+            }
+            s_gam[tid] = expf(seg + l[0]);
             s_e[tid] = expf(e);
         }
 
@@ -219,17 +233,15 @@ __global__ void __launch_bounds__(kThreads)
                 }
             }
             reduce_scatter8(gram, j);
+            __syncthreads();  // seg is in shared memory
             // lane j holds entries 8j .. 8j + 7: row (j / 4 ? b : a), k . k or k . q ((j / 2) % 2),
             // tokens 8 (j % 2) .. + 7
             const int i = (j & 4) ? rb : ra, tb = 8 * (j & 1);
             const bool kq = (j & 2) != 0;
-            float seg = 0.0f;  // seg(i, t), summed from i + 1 on
-            for (int u = i + 1; u < tb; ++u) seg += lg[u];
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
                 const int t = tb + e;
-                if (t > i) seg += lg[t];
-                const float dec = expf(seg);  // 1 at t = i
+                const float dec = t > i ? expf(s_seg[i][t]) : 1.0f;  // 1 at t = i
                 if (kq) {
                     s_p[i][t] = t >= i ? dec * gram[e] : 0.0f;
                 } else {
