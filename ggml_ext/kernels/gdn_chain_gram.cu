@@ -25,6 +25,7 @@
 // during the current one; a partial chunk is padded with zero tokens (zero k, q, v, beta and log
 // gate: they add nothing). Chains only (trees keep the one-round kernel); S of 64 or 128.
 #include "async_copy.cuh"
+#include "gdn_chunk_walk.cuh"
 #include "ggml-cuda/common.cuh"
 #include "ggml_ext_gdn.h"
 #include "ggml_ext_gdn_chain_cuda.cuh"
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(kThreads)
 
     float * out = dst + (seq * n_tokens * H + h) * S + col_block + c0;  // + token S H
     {
-        const int tn = (int)(n_tokens < kT ? n_tokens : kT);
+        const int tn = gdn_chunk_tokens<kT>(n_tokens, 0);
         stage(0, 0, tn);
         float lv, bv;
         gate_beta(0, tn, lv, bv);
@@ -178,17 +179,14 @@ __global__ void __launch_bounds__(kThreads)
 
     for (int64_t t0 = 0, ci = 0; t0 < n_tokens; t0 += kT, ++ci) {
         const int buf = (int)(ci & 1);
-        const int tn = (int)(n_tokens - t0 < kT ? n_tokens - t0 : kT);
+        const int tn = gdn_chunk_tokens<kT>(n_tokens, t0);
         const int64_t t1 = t0 + kT;
-        const int tn1 = (int)(n_tokens - t1 < kT ? n_tokens - t1 : kT);
+        const int tn1 = gdn_chunk_tokens<kT>(n_tokens, t1);
         float lv1 = 0.0f, bv1 = 0.0f;
-        if (tn1 > 0) {  // the next chunk in flight while this one is applied
+        gdn_stage_next_wait_this(tn1, [&] {
             stage(buf ^ 1, t1, tn1);
             gate_beta(t1, tn1, lv1, bv1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        });
         __syncthreads();  // this chunk's rows, gates and betas are in shared memory
         const float * lg = s_l[buf];
         const float * bt = s_b[buf];
@@ -359,8 +357,6 @@ void launch(const GdnChainArgs & a, cudaStream_t stream) {
         a.sb1, a.sb2, a.sb3, a.neqk1, a.rq3, a.scale);
 }
 
-bool aligned16(const void * p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace gdn_gram
 
 namespace ggml_ext {
@@ -370,10 +366,10 @@ bool gdn_gram() { return gdn_gram::enabled_flag; }
 
 bool ggml_ext_cuda_gated_delta_net_gram(const GdnChainArgs & a, cudaStream_t stream) {
     using namespace gdn_gram;
-    const bool rows16 = a.sq1 % 4 == 0 && a.sq2 % 4 == 0 && a.sq3 % 4 == 0 && a.sv1 % 4 == 0 && a.sv2 % 4 == 0 &&
-                        a.sv3 % 4 == 0 && aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.s0) &&
-                        aligned16(a.state);
-    if (!enabled_flag || a.parents != nullptr || !a.write_state || !rows16 || a.n_tokens < kMinTokens) return false;
+    if (!enabled_flag || a.parents != nullptr || !a.write_state || !gdn_rows_aligned16(a, true) ||
+        a.n_tokens < kMinTokens) {
+        return false;
+    }
     switch (a.S) {
         case 64:
             launch<64>(a, stream);

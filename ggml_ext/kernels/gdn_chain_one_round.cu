@@ -34,6 +34,7 @@
 // node just visited continues from its parent's state saved on a per-depth stack (only nodes with
 // a child that is not next in preorder save theirs); outputs only, no state out.
 #include "async_copy.cuh"
+#include "gdn_chunk_walk.cuh"
 #include "ggml-cuda/common.cuh"
 #include "ggml_ext_gdn.h"
 #include "ggml_ext_gdn_chain_cuda.cuh"
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(16 * L / CL)
 
     float * out = dst + (seq * n_tokens * H + h) * S + col_block + c0;  // + node S H
     {
-        const int tn = (int)(n_tokens < kOrChunk ? n_tokens : kOrChunk);
+        const int tn = gdn_chunk_tokens<kOrChunk>(n_tokens, 0);
         stage(0, 0, tn);
         float gv = 0.0f, bv = 0.0f;
         gate_beta(0, tn, gv, bv);
@@ -195,17 +196,14 @@ __global__ void __launch_bounds__(16 * L / CL)
     }
     for (int64_t t0 = 0, ci = 0; t0 < n_tokens; t0 += kOrChunk, ++ci) {
         const int buf = (int)(ci & 1);
-        const int tn = (int)(n_tokens - t0 < kOrChunk ? n_tokens - t0 : kOrChunk);
+        const int tn = gdn_chunk_tokens<kOrChunk>(n_tokens, t0);
         const int64_t t1 = t0 + kOrChunk;
-        const int tn1 = (int)(n_tokens - t1 < kOrChunk ? n_tokens - t1 : kOrChunk);
+        const int tn1 = gdn_chunk_tokens<kOrChunk>(n_tokens, t1);
         float gv = 0.0f, bv = 0.0f;
-        if (tn1 > 0) {  // the next chunk in flight while this one is applied
+        gdn_stage_next_wait_this(tn1, [&] {
             stage(buf ^ 1, t1, tn1);
             gate_beta(t1, tn1, gv, bv);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        });
         __syncthreads();  // this chunk's rows, gates and betas are in shared memory
 
         for (int t = 0; t < tn; ++t) {
@@ -340,8 +338,6 @@ void launch_or_columns(const GdnChainArgs & a, cudaStream_t stream) {
     }
 }
 
-bool rows_aligned16(const void * p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 }  // namespace
 
 namespace ggml_ext {
@@ -354,9 +350,7 @@ int gdn_one_round_lanes() { return or_lanes_flag; }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gated_delta_net_one_round(const GdnChainArgs & a, cudaStream_t stream) {
-    const bool rows16 = a.sq1 % 4 == 0 && a.sq2 % 4 == 0 && a.sq3 % 4 == 0 && a.sv1 % 4 == 0 && a.sv2 % 4 == 0 &&
-                        a.sv3 % 4 == 0 && rows_aligned16(a.q) && rows_aligned16(a.k) && rows_aligned16(a.v) &&
-                        rows_aligned16(a.s0) && (a.parents != nullptr || rows_aligned16(a.state));
+    const bool rows16 = gdn_rows_aligned16(a, a.parents == nullptr);
     // a tree: one sequence, its index in shared memory, outputs only
     const bool tree_ok = a.parents == nullptr || (a.n_seqs == 1 && a.n_tokens <= kOrMaxNodes && !a.write_state);
     if (!or_enabled_flag || !tree_ok || !rows16 || a.n_tokens < kOrMinTokens) return false;
