@@ -140,16 +140,19 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # variants for Q4_K and Q5_K, 1 for Q6_K and Q8_0)
     # ... and the GEMM with a residual (Q4_K, Q6_K x 8 column counts), the wgmma form's activation
     # layout against Q4_K's (one line), the GEMM's quantizer byte for byte against a host reference of
-    # its rule for every layout (one line), the quantizers reading a SwiGLU's inputs against quantizing
+    # its rule for every layout (one line) and for two layouts from one launch (one line: a pair of
+    # products, rms_norm_fusion.cu), the quantizers reading a SwiGLU's inputs against quantizing
     # its output (the GEMV's, the GEMM's Q4_K, Q6_K and Q8_0 layouts: glu_fusion.cu's bits), the
     # GEMM's quantizer reading an RMSNorm's input against quantizing ggml's norm kernel's output
-    # (rms_norm_fusion.cu's bits; 8 lines: 5 and 40 columns), the Q4_K wgmma GEMM through the
+    # (rms_norm_fusion.cu's bits; 8 lines: 5 and 40 columns) and reading a per-head RMSNorm's input
+    # and its SwiGLU's gate against ggml's norm kernel, then the SwiGLU (9 lines: heads of 32..256
+    # values), the Q4_K wgmma GEMM through the
     # emulator's asynchronous wgmma (7 column counts x 5 forms, and one super-block: 2 x 5; the
     # pipelined forms and the early-staging one must give the first form's bits) and its split along
     # K (3 splits: a last wave of 1 tile, and a short matrix's every tile; x 3 column counts: against
     # the unsplit kernel, the host reference, a second launch, and the pipelined and early-staging
     # kernels split the same way)
-    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 3 * 8 + 8 * 6 + 2 * 8 + 1 + 1 + 4 + 8 + 45 + 9
+    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 3 * 8 + 8 * 6 + 2 * 8 + 1 + 2 + 4 + 8 + 9 + 45 + 9
     assert any("check_wgmma_layout" in r for r in rows)
     wgmma = [r for r in rows if "check_wgmma" in r]
     assert len(wgmma) == 45
@@ -159,8 +162,13 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     assert sorted({r["pieces"] for r in splits}) == [2, 3]
     assert any(r["full_tiles"] == 0 for r in splits)  # every tile in pieces
     assert all(r["pipe_same"] and r["early_same"] for r in splits)
-    assert any("check_quantize_bytes" in r for r in rows)
+    assert sorted(r["check_quantize_bytes"] for r in rows if "check_quantize_bytes" in r) == [
+        "all layouts",
+        "two layouts",
+    ]
     assert sum("check_rms_norm_source" in r for r in rows) == 8
+    heads = [r for r in rows if "check_head_norm_source" in r]
+    assert sorted({r["head"] for r in heads}) == [32, 64, 128, 256] and len(heads) == 9
     assert sorted(r["check_swiglu_source"] for r in rows if "check_swiglu_source" in r) == [
         "gemv",
         "q4_K",

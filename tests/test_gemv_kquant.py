@@ -425,6 +425,15 @@ def test_cuda_q6k_long_rows_on_8_warps_match_4(n: int, mode: int, mma_restored: 
     assert np.abs(got - want).max() <= 3e-2 * scale
 
 
+def _residual_inputs(wtype: str, n: int, rows: int, seed: int) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Weights of rows x 1024, n random columns and a residual [n, rows]."""
+    k = 1024
+    w, _ = _weights(wtype, rows, k, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    return w, x, rng.standard_normal((n, rows)).astype(np.float32)
+
+
 @pytest.fixture
 def add_limit_restored() -> Iterator[None]:
     was = _core.fuse_add_max_columns()
@@ -443,11 +452,8 @@ def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
     columns, fuse_add_max_columns) the GEMM adds the residual as it writes (the fusion counter
     moves), bit for bit what the add node gives its output (one float addition: the product plus
     the residual in numpy's float32); above it, or switched off, ggml's add node gives the same."""
-    rows, k = 1000, 1024
-    w, _ = _weights(wtype, rows, k, seed=16)
-    rng = np.random.default_rng(17)
-    x = rng.standard_normal((n, k)).astype(np.float32)
-    res = rng.standard_normal((n, rows)).astype(np.float32)
+    rows = 1000
+    w, x, res = _residual_inputs(wtype, n, rows, seed=16)
     _core.set_mma_enabled(True)
     _core.set_fuse_add_max_columns(limit)
     assert _core.fuse_add_max_columns() == limit
@@ -458,6 +464,38 @@ def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
         got = _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
         assert _core.mul_mat_add_fusions() - before == (1 if fused and n <= limit else 0)
         np.testing.assert_array_equal(got, want, err_msg=f"{wtype}, {n} columns, fused={fused}")
+
+
+@pytest.fixture
+def add_wide_restored() -> Iterator[None]:
+    was = _core.fuse_add_wide()
+    yield
+    _core.set_fuse_add_wide(was)
+
+
+def test_wide_add_fusion_is_off_unless_asked() -> None:
+    assert _core.fuse_add_wide() == (GPU and os.environ.get("DFLASH_FUSE_ADD_WIDE") == "1")
+
+
+@needs_gpu
+@pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
+@pytest.mark.parametrize("n", [33, 48, 49, 64])
+def test_cuda_wide_add_fusion_takes_64_columns_but_q6k(
+    wtype: str, n: int, mma_restored: None, add_limit_restored: None, add_wide_restored: None
+) -> None:
+    """With the wide add fusion (limit 48) every type but Q6_K takes its residual up to 64
+    columns; the outputs are the add node's bit for bit either way."""
+    rows = 1000
+    w, x, res = _residual_inputs(wtype, n, rows, seed=18)
+    _core.set_mma_enabled(True)
+    _core.set_fuse_add_enabled(True)
+    _core.set_fuse_add_max_columns(48)
+    _core.set_fuse_add_wide(True)
+    want = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True) + res
+    before = _core.mul_mat_add_fusions()
+    got = _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
+    assert _core.mul_mat_add_fusions() - before == (1 if n <= 48 or wtype != "q6_K" else 0)
+    np.testing.assert_array_equal(got, want, err_msg=f"{wtype}, {n} columns")
 
 
 @pytest.fixture
@@ -607,21 +645,26 @@ def test_cuda_rms_norm_read_by_the_quantizer_gives_the_unfused_bits(
 
 
 @needs_gpu
-@pytest.mark.parametrize("fusion,seed", [("glu", 5), ("rms_norm", 6)])
-def test_cuda_fusion_changes_no_logit_of_the_engine(
-    synth_model, fusion: str, seed: int, glu_restored: None, rms_norm_restored: None
-) -> None:
+@pytest.mark.parametrize("fusion,seed", [("glu", 5), ("rms_norm", 6), ("rms_norm_pair", 7), ("head_norm", 8)])
+def test_cuda_fusion_changes_no_logit_of_the_engine(synth_model, fusion: str, seed: int) -> None:
     """The engine's forwards with a fusion on against off: glu, the SwiGLU nodes read by the
     matmuls' quantizers (the FFN's stacked [gate; up] on CUDA, the delta rule's gated outputs);
     rms_norm, the norms before the FFN and the GDN layers' stacked input projections read by the
-    GEMMs' quantizers (the 16-token forwards). Some are taken, and no logit changes."""
+    GEMMs' quantizers (the 16-token forwards); rms_norm_pair, the norms read by a layer's Q6_K
+    projection and the Q4_K stack of its others (one quantizer for both); head_norm, the delta
+    rule's per-head output norms read by ssm_out's quantizer (test_norm_fusions.py). Some are
+    taken, and no logit changes."""
     set_enabled = getattr(_core, f"set_fuse_{fusion}_enabled")
+    was = getattr(_core, f"fuse_{fusion}_enabled")()
     fusions = getattr(_core, f"mul_mat_{fusion}_fusions")
     path = str(synth_model("small", "q4_K_M"))
-    set_enabled(False)
-    plain = _engine_logits(path, seed)
-    set_enabled(True)
-    before = fusions()
-    fused = _engine_logits(path, seed)
+    try:
+        set_enabled(False)
+        plain = _engine_logits(path, seed)
+        set_enabled(True)
+        before = fusions()
+        fused = _engine_logits(path, seed)
+    finally:
+        set_enabled(was)
     assert fusions() > before
     np.testing.assert_array_equal(fused, plain)

@@ -334,18 +334,32 @@ PYBIND11_MODULE(_core, m) {
         "op_mul_mat_fused",
         [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & x,
             const std::optional<py::bytes> & gate, const std::optional<F32Array> & residual,
-            const std::optional<F32Array> & norm, float eps, bool gpu, int n_threads) {
+            const std::optional<F32Array> & norm, float eps, bool gpu, int n_threads, const std::string & gate_type) {
             const std::string raw = w, raw_gate = gate ? std::string(*gate) : std::string();
             std::vector<uint8_t> wb(raw.begin(), raw.end()), gb(raw_gate.begin(), raw_gate.end());
             auto r = run_mul_mat_fused(wb, gb, w_type, rows, op_input(x), residual ? op_input(*residual) : OpInput{},
-                                       norm ? op_input(*norm) : OpInput{}, eps, gpu, n_threads);
+                                       norm ? op_input(*norm) : OpInput{}, eps, gpu, n_threads, gate_type);
             return shaped(std::move(r), {x.shape(0), (py::ssize_t)rows});
         },
         py::arg("w"), py::arg("w_type"), py::arg("rows"), py::arg("x"), py::arg("gate") = py::none(),
         py::arg("residual") = py::none(), py::arg("norm") = py::none(), py::arg("eps") = 1e-6f, py::arg("gpu") = false,
-        py::arg("n_threads") = 2,
+        py::arg("n_threads") = 2, py::arg("gate_type") = "",
         "swiglu(gate @ x', w @ x') (+ residual [n, rows]), x' = rms_norm(x, eps) * norm when norm [k] is given, "
-        "else x: the engine's norm / FFN / residual shapes");
+        "else x: the engine's norm / FFN / residual shapes; gate_type: the gate's type (default w_type)");
+    m.def(
+        "op_gated_norm_mul_mat",
+        [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & o, const F32Array & z,
+            const F32Array & norm, float eps, const std::optional<F32Array> & residual, bool gpu, int n_threads) {
+            const std::string raw = w;
+            std::vector<uint8_t> wb(raw.begin(), raw.end());
+            auto r = run_gated_norm_mul_mat(wb, w_type, rows, op_input(o), op_input(z), op_input(norm), eps,
+                                            residual ? op_input(*residual) : OpInput{}, gpu, n_threads);
+            return shaped(std::move(r), {o.shape(0), (py::ssize_t)rows});
+        },
+        py::arg("w"), py::arg("w_type"), py::arg("rows"), py::arg("o"), py::arg("z"), py::arg("norm"),
+        py::arg("eps") = 1e-6f, py::arg("residual") = py::none(), py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "w @ (silu(z) * (rms_norm(o per head of S, eps) * norm)) (+ residual [n, rows]), o and z [n, Hv * S], norm "
+        "[S]: the delta rule's gated output before ssm_out");
     m.def(
         "op_swiglu_mul_mat",
         [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & gate_up,
@@ -518,6 +532,10 @@ PYBIND11_MODULE(_core, m) {
           "the most columns of a product the mul_mat + add fusion takes: 48 (the default; "
           "DFLASH_FUSE_ADD_MAX_COLUMNS) or 64; 0 without CUDA");
     m.def("fuse_add_max_columns", &ggml_ext::fuse_add_max_columns);
+    m.def("set_fuse_add_wide", &ggml_ext::set_fuse_add_wide, py::arg("on"),
+          "every type but Q6_K takes its residual up to 64 columns whatever fuse_add_max_columns (off until "
+          "timed; DFLASH_FUSE_ADD_WIDE=1 starts it on); no effect without CUDA");
+    m.def("fuse_add_wide", &ggml_ext::fuse_add_wide);
     m.def("mul_mat_add_fusions", &ggml_ext::mul_mat_add_fusions,
           "how many mul_mat + add pairs the GEMM took fused in this process (0 without CUDA)");
     m.def("set_fuse_glu_enabled", &ggml_ext::set_fuse_glu_enabled, py::arg("on"),
@@ -534,6 +552,20 @@ PYBIND11_MODULE(_core, m) {
     m.def("fuse_rms_norm_enabled", &ggml_ext::fuse_rms_norm_enabled);
     m.def("mul_mat_rms_norm_fusions", &ggml_ext::mul_mat_rms_norm_fusions,
           "how many RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
+    m.def("set_fuse_rms_norm_pair_enabled", &ggml_ext::set_fuse_rms_norm_pair_enabled, py::arg("on"),
+          "an RMSNorm and its weight read by exactly two tagged matmuls right after them (2..64 columns): one "
+          "quantizer for both products computes the norm (the same outputs; off until timed; "
+          "DFLASH_FUSE_RMS_NORM_PAIR=1 starts it on); no effect without CUDA");
+    m.def("fuse_rms_norm_pair_enabled", &ggml_ext::fuse_rms_norm_pair_enabled);
+    m.def("mul_mat_rms_norm_pair_fusions", &ggml_ext::mul_mat_rms_norm_pair_fusions,
+          "how many RMSNorm nodes the quantizers of matmul pairs took in this process (0 without CUDA)");
+    m.def("set_fuse_head_norm_enabled", &ggml_ext::set_fuse_head_norm_enabled, py::arg("on"),
+          "a per-head RMSNorm (and weight) whose SwiGLU feeds a tagged matmul (2..256 columns: the delta rule's "
+          "gated output) is computed by that matmul's quantizer with the SwiGLU (the same outputs; off until "
+          "timed; DFLASH_FUSE_HEAD_NORM=1 starts it on); no effect without CUDA");
+    m.def("fuse_head_norm_enabled", &ggml_ext::fuse_head_norm_enabled);
+    m.def("mul_mat_head_norm_fusions", &ggml_ext::mul_mat_head_norm_fusions,
+          "how many per-head RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
 
     m.def(
         "build_tree",
@@ -622,6 +654,27 @@ PYBIND11_MODULE(_core, m) {
                                    d["fused_gdn_inputs"] = e.fused_gdn_inputs();
                                    return d;
                                })
+        .def_property_readonly(
+            "layer_products",
+            [](const TargetEngine & e) {
+                py::list out;
+                for (const auto & L : e.model().layers) {
+                    out.append(py::make_tuple(L.input_products(), L.ffn_gate_up ? 1 : 2, L.wqkv != nullptr));
+                }
+                return out;
+            },
+            "per layer: (products reading its normed input with stacked projections, products of its FFN's "
+            "gate and up, whether it is a Gated DeltaNet layer)")
+        .def(
+            "norm_fusion_patterns",
+            [](const TargetEngine & e, int n, bool verify) {
+                const auto c = e.norm_fusion_patterns(n, verify);
+                return py::dict(py::arg("single") = c.single, py::arg("pair") = c.pair, py::arg("head") = c.head);
+            },
+            py::arg("n"), py::arg("verify") = false,
+            "the RMS_NORM nodes of the forward graph a CUDA engine builds for n tokens in each form ggml_ext's "
+            "norm fusion takes: read by one product (single), by two (pair), per-head norms of a gated output "
+            "(head); built on a throwaway context, on any backend")
         .def("eval_logits",
              [](TargetEngine & e, const std::vector<int32_t> & tokens) {
                  std::vector<float> v;

@@ -301,13 +301,15 @@ std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string
 
 std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::vector<uint8_t> & gate,
                                      const std::string & w_type, int64_t rows, const OpInput & x,
-                                     const OpInput & residual, const OpInput & norm, float eps, bool gpu,
-                                     int n_threads) {
+                                     const OpInput & residual, const OpInput & norm, float eps, bool gpu, int n_threads,
+                                     const std::string & gate_type) {
     const ggml_type type = weight_type(w_type);
+    const ggml_type gtype = gate_type.empty() ? type : weight_type(gate_type);
     if (x.ne.size() != 2 || rows < 1) throw InvalidParameter("mul_mat: x must be [n, k] and rows >= 1");
     const int64_t k = x.ne[0], n = x.ne[1];
     const size_t w_bytes = ggml_row_size(type, k) * rows;
-    if (k % ggml_blck_size(type) != 0 || w.size() != w_bytes || (!gate.empty() && gate.size() != w_bytes)) {
+    if (k % ggml_blck_size(type) != 0 || k % ggml_blck_size(gtype) != 0 || w.size() != w_bytes ||
+        (!gate.empty() && gate.size() != ggml_row_size(gtype, k) * rows)) {
         throw InvalidParameter("mul_mat: w (and gate) must hold rows x k values of its type");
     }
     const bool has_residual = check_residual(residual, rows, n, "mul_mat");
@@ -320,7 +322,7 @@ std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::
     ggml_init_params p = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, true};
     ggml_context * ctx = ggml_init(p);
     ggml_tensor * tw = ggml_new_tensor_2d(ctx, type, k, rows);
-    ggml_tensor * tg = gate.empty() ? nullptr : ggml_new_tensor_2d(ctx, type, k, rows);
+    ggml_tensor * tg = gate.empty() ? nullptr : ggml_new_tensor_2d(ctx, gtype, k, rows);
     ggml_tensor * tx = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
     ggml_tensor * tr = has_residual ? ggml_new_tensor_2d(ctx, GGML_TYPE_F32, rows, n) : nullptr;
     ggml_tensor * tn = has_norm ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, k) : nullptr;
@@ -333,6 +335,38 @@ std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::
     return compute_op(
         be.main, ctx, out,
         {{tw, w.data()}, {tg, gate.data()}, {tx, x.data.data()}, {tr, residual.data.data()}, {tn, norm.data.data()}});
+}
+
+std::vector<float> run_gated_norm_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
+                                          const OpInput & o, const OpInput & z, const OpInput & norm, float eps,
+                                          const OpInput & residual, bool gpu, int n_threads) {
+    const ggml_type type = weight_type(w_type);
+    if (o.ne.size() != 2 || z.ne != o.ne || norm.ne.size() != 1 || norm.ne[0] < 1 || o.ne[0] % norm.ne[0] != 0 ||
+        rows < 1 || !(eps > 0.0f)) {
+        throw InvalidParameter("gated_norm_mul_mat: o and z must be [n, Hv * S], norm [S], rows >= 1 and eps > 0");
+    }
+    const int64_t k = o.ne[0], n = o.ne[1], S = norm.ne[0];
+    if (k % ggml_blck_size(type) != 0 || w.size() != ggml_row_size(type, k) * rows) {
+        throw InvalidParameter("gated_norm_mul_mat: w must hold rows x k values of its type");
+    }
+    const bool has_residual = check_residual(residual, rows, n, "gated_norm_mul_mat");
+    Backends be(gpu ? 99 : 0, n_threads);
+    if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
+    ggml_init_params p = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(p);
+    ggml_tensor * tw = ggml_new_tensor_2d(ctx, type, k, rows);
+    ggml_tensor * to = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+    ggml_tensor * tz = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+    ggml_tensor * tn = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, S);
+    ggml_tensor * tr = has_residual ? ggml_new_tensor_2d(ctx, GGML_TYPE_F32, rows, n) : nullptr;
+    // qwen35_graph.cpp's gated_output: the norm over heads of S, then the SwiGLU with z
+    ggml_tensor * normed = rms_norm_mul(ctx, ggml_reshape_3d(ctx, to, S, k / S, n), tn, eps);
+    ggml_tensor * gated = ggml_swiglu_split(ctx, tz, ggml_reshape_2d(ctx, normed, k, n));
+    ggml_tensor * out = ggml_ext::mul_mat_tiles(ctx, tw, gated);
+    if (tr) out = ggml_add(ctx, out, tr);
+    return compute_op(
+        be.main, ctx, out,
+        {{tw, w.data()}, {to, o.data.data()}, {tz, z.data.data()}, {tn, norm.data.data()}, {tr, residual.data.data()}});
 }
 
 std::vector<float> run_swiglu_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,

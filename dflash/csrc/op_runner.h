@@ -54,10 +54,19 @@ std::vector<float> run_mul_mat(const std::vector<uint8_t> & w, const std::string
 // (rms_norm(x, eps) * norm), swiglu(gate x, w x) when gate is given, + residual (ne [rows, n])
 // when given; ggml-cuda fuses them into the matmul for one column, ggml_ext the norm for more
 // (patches/0010).
+// gate_type: the gate's weight type when it differs from w's (empty: w_type); a norm read by
+// both products is what ggml_ext's pairs take (rms_norm_fusion.cu).
 std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::vector<uint8_t> & gate,
                                      const std::string & w_type, int64_t rows, const OpInput & x,
-                                     const OpInput & residual, const OpInput & norm, float eps, bool gpu,
-                                     int n_threads);
+                                     const OpInput & residual, const OpInput & norm, float eps, bool gpu, int n_threads,
+                                     const std::string & gate_type = "");
+// w times silu(z) * (rms_norm(o per head of S values) * norm) (+ residual [n, rows]): the delta
+// rule's gated output before ssm_out (qwen35_graph.cpp's gated_output), o and z [n, Hv * S], norm
+// [S], the matmul tagged mul_mat_tiles; on CUDA its quantizer may compute the norm and the SwiGLU
+// (rms_norm_fusion.cu's head norms, ggml_ext::set_fuse_head_norm_enabled).
+std::vector<float> run_gated_norm_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
+                                          const OpInput & o, const OpInput & z, const OpInput & norm, float eps,
+                                          const OpInput & residual, bool gpu, int n_threads);
 // w times swiglu(gate, up) (+ residual [n, rows]), gate and up the halves of gate_up [n, 2k] (the
 // engine's stacked FFN), the matmul built the `tag` way: on CUDA the SwiGLU is read by the matmul's
 // quantizer (patches/0009) unless ggml_ext::set_fuse_glu_enabled(false).

@@ -87,6 +87,13 @@ struct Qwen35Layer {
     std::vector<ggml_tensor *> input_projections() const {
         return wqkv ? std::vector<ggml_tensor *>{wqkv, wgate, w_beta, w_alpha} : std::vector<ggml_tensor *>{wq, wk, wv};
     }
+    // Products reading the layer's normed input when they are stacked: one a stack, one each
+    // projection left apart.
+    int input_products() const {
+        int n = (int)input_projections().size();
+        for (const auto & s : stacked) n -= s.count - 1;
+        return n;
+    }
 };
 
 class Qwen35Model {

@@ -513,4 +513,22 @@ bool TargetEngine::fused_gdn_inputs() const {
 
 int TargetEngine::stacked_projections() const { return cfg_.stack_projections ? model_->n_stacked() : 0; }
 
+ggml_ext::NormFusionCounts TargetEngine::norm_fusion_patterns(int n, bool verify) const {
+    if (n < 1 || n > cfg_.n_batch) throw InvalidParameter("norm_fusion_patterns: n must be in [1, n_batch]");
+    ForwardSpec spec;  // run_forward's, with the choices a CUDA engine makes
+    spec.n_tokens = n;
+    spec.n_past = cache_->n_past;
+    spec.all_logits = verify;
+    spec.features = features_;
+    spec.batch_invariant = cfg_.batch_invariant;
+    spec.stack_projections = cfg_.stack_projections;
+    spec.stack_tokens = cfg_.stack_projections;
+    const int64_t S = model_->hp.ssm_d_state;
+    spec.fused_gdn_inputs = cfg_.fuse_gdn_inputs && S % 32 == 0 && S <= 256;
+    spec.defer_recurrent = verify;
+    std::vector<uint8_t> mem(graph_mem_.size());  // graph_mem_ holds the cached graph
+    GraphCtx c(mem);
+    return ggml_ext::count_norm_fusion_patterns(build_qwen35_forward(c.ctx, *model_, *cache_, spec).gf);
+}
+
 }  // namespace dflash

@@ -119,6 +119,10 @@ void set_fuse_add_enabled(bool on);
 bool fuse_add_enabled();
 void set_fuse_add_max_columns(int n);
 int fuse_add_max_columns();
+// With `wide` every type but Q6_K takes its residual up to 64 columns whatever that limit
+// (DFLASH_FUSE_ADD_WIDE=1; off until timed on the H200). No effect without CUDA.
+void set_fuse_add_wide(bool on);
+bool fuse_add_wide();
 int64_t mul_mat_add_fusions();
 
 // A SwiGLU node read only by the engine's tagged matmul after it is skipped, that matmul's
@@ -137,6 +141,31 @@ int64_t mul_mat_glu_fusions();
 void set_fuse_rms_norm_enabled(bool on);
 bool fuse_rms_norm_enabled();
 int64_t mul_mat_rms_norm_fusions();
+
+// Two more forms of that fusion (rms_norm_fusion.cu), off until timed on the H200:
+// - pairs: an RMSNorm and its weight read by exactly two tagged matmuls right after them (the
+//   27B's layers whose attn_qkv / attn_v is Q6_K beside the Q4_K stack of their other input
+//   projections): one quantizer launch for both products (both types' layouts), the norm node
+//   skipped. DFLASH_FUSE_RMS_NORM_PAIR=1 starts it on; mul_mat_rms_norm_pair_fusions counts them.
+// - head norms: the delta rule's gated output, silu(z) * (rms_norm(o per head) * w), before
+//   ssm_out: the GEMM's quantizer computes each head's norm too, so the norm node is skipped with
+//   the SwiGLU (and the residual add after the product is taken as glu_fusion.cu takes it).
+//   DFLASH_FUSE_HEAD_NORM=1 starts it on; mul_mat_head_norm_fusions counts them.
+// Both give the unfused graph's bits (the same float operations). No effect without CUDA.
+void set_fuse_rms_norm_pair_enabled(bool on);
+bool fuse_rms_norm_pair_enabled();
+int64_t mul_mat_rms_norm_pair_fusions();
+void set_fuse_head_norm_enabled(bool on);
+bool fuse_head_norm_enabled();
+int64_t mul_mat_head_norm_fusions();
+
+// The RMS_NORM nodes of graph g in each form that fusion takes, as far as the graph's structure
+// and shapes decide it (kernels/norm_fusion_patterns.h; the products' types and column counts are
+// judged on CUDA): a norm read by one product, by two, and per-head norms of a gated output.
+struct NormFusionCounts {
+    int single = 0, pair = 0, head = 0;
+};
+NormFusionCounts count_norm_fusion_patterns(const ggml_cgraph * g);
 
 // ggml_ext's mmq launch policy for tagged products (kernels/mmq_tiles.cu: one block per output
 // tile where the stream-k fixup would cost more). Off: ggml's own launch for every product (the

@@ -20,6 +20,13 @@ struct ActSource {
     const float * norm_w = nullptr;  // RMSNorm's weight (k floats), or null: no norm
     float norm_eps = 0.0f;
     int norm_threads = 0;  // the block of ggml's rms_norm_f32 for these rows (256 or 1024): its sum order
+    // Or (the GEMM's quantizer only) up is a per-head RMSNorm's input: the value is silu(x) *
+    // ((s up) * head_w), s the norm scale of the head of `head` values (32, 64, 128 or 256) holding
+    // it, as ggml's rms_norm_f32<256> computes it for rows of `head` (the delta rule's gated output,
+    // qwen35_graph.cpp's gated_output; rms_norm_fusion.cu). The quantizer computes s (head_scale_*).
+    const float * head_w = nullptr;
+    int head = 0;
+    float head_eps = 0.0f;
 
     // The source past the first c0 columns.
     ActSource columns_from(int64_t c0) const {
@@ -34,6 +41,40 @@ struct ActSource {
         const float v = x[col * sx + i];
         if (norm_w) return scale * v * norm_w[i];  // rms_norm_f32's (scale * x) * mul
         return up ? ggml_cuda_op_silu_single(v) * up[col * sup + i] : v;
+    }
+
+    // silu(x) * ((s up) * head_w): the SwiGLU of a per-head norm's output, s its head's scale.
+    __device__ __forceinline__ float gated_head_normed(int64_t col, int64_t i, float s) const {
+        return ggml_cuda_op_silu_single(x[col * sx + i]) * (s * up[col * sup + i] * head_w[i % head]);
+    }
+
+    // The head norm's scale rsqrt(mean(up^2) + eps) from the head's sums of squares per 32 values,
+    // w[0..head/32), added as ggml's block_reduce adds its warps' sums: a butterfly over 32 lanes
+    // that hold them in lanes 0..head/32-1 and zeros elsewhere (x + 0 is x: the first levels
+    // change nothing), so pairs m, m + o for o = head/64, ..., 1.
+    __device__ __forceinline__ float head_scale_from(float * w) const {
+        for (int o = head / 64; o >= 1; o >>= 1) {
+            for (int m = 0; m < o; ++m) w[m] = w[m] + w[m + o];
+        }
+        return rsqrtf(w[0] / head + head_eps);
+    }
+
+    // The sum of squares of 32 values in ggml's warp_reduce_sum order (lane i holds value i; a
+    // butterfly over offsets 16, 8, 4, 2, 1) where this lane holds values 8t..8t+7 (t = lane % 4)
+    // of a sub-block spread over lanes 4j..4j+3: offsets 16 and 8 are lanes t ^ 2 and t ^ 1, 4, 2
+    // and 1 are within the lane. Every lane of the four gets the same bits (x + y is y + x).
+    static __device__ __forceinline__ float sum_squares_of_quad(const float (&v)[8]) {
+        float q[8];
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+            q[m] = v[m] * v[m];
+            q[m] += __shfl_xor_sync(0xffffffff, q[m], 2);
+            q[m] += __shfl_xor_sync(0xffffffff, q[m], 1);
+        }
+        float r[4];
+#pragma unroll
+        for (int m = 0; m < 4; ++m) r[m] = q[m] + q[m + 4];
+        return (r[0] + r[2]) + (r[1] + r[3]);
     }
 
     // RMSNorm's scale of column col of k values, rsqrt(mean(x^2) + eps), with ggml's rms_norm_f32

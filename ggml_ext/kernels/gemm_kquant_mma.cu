@@ -82,6 +82,18 @@ int fuse_add_max_columns_flag = [] {
     return e && std::atoi(e) >= 64 ? 64 : 48;
 }();
 
+// DFLASH_FUSE_ADD_WIDE=1: every type but Q6_K takes its residual up to 64 columns whatever the
+// limit above (the 27B's Q4_K ffn_down, ssm_out and attn_output at 64 tokens: ~100 of the 128 add
+// nodes of a 64-token forward, 332 us of kernels on the H200, h200-s30-f3-*), Q6_K's kernel having
+// been the one slower with it (session 27, above). Off until timed.
+bool fuse_add_wide_flag = [] {
+    const char * e = std::getenv("DFLASH_FUSE_ADD_WIDE");
+    return e && e[0] == '1';
+}();
+
+// The most columns of a product of type t that takes its residual.
+int fuse_add_limit(ggml_type t) { return fuse_add_wide_flag && t != GGML_TYPE_Q6_K ? 64 : fuse_add_max_columns_flag; }
+
 bool mma_q80_flag = [] {
     const char * e = std::getenv("DFLASH_MMA_Q80");
     return !(e && e[0] == '0');
@@ -182,39 +194,24 @@ bool launch_with(const float * res, int stride_col_res, const char * w, const in
         w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream);
 }
 
-// One launch of the GEMM for nc <= 64 columns: quantize x, then the kernel for type t.
-void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSource & x, const char * w,
-                int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
-                int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
+// Whether a product of type t, rows x n, takes the wgmma form (gemm_chunk).
+bool takes_wgmma(ggml_type t, bool mins_int, int rows, int n, bool hopper, bool has_res) {
+    return kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && !has_res && wgmma_shape(rows, n);
+}
+
+// The mma.sync forms' activation layout for type t (its F::kLayout), and whether their scales are
+// per 256 values (all but Q8_0's).
+gemm_kq::ActLayout mma_layout(ggml_type t) {
+    return t == GGML_TYPE_Q6_K || t == GGML_TYPE_Q8_0 ? gemm_kq::ActLayout::kHalves : gemm_kq::ActLayout::kRun;
+}
+bool mma_scales_per_256(ggml_type t) { return t != GGML_TYPE_Q8_0; }
+
+// The mma.sync forms of one launch for nc <= 64 columns: quantize x (when quantize; else qs, d and
+// sums already hold x in type t's layout), then the kernel for type t.
+void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k, const ActSource & x, const char * w,
+              int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
+              int nsm, size_t smem_optin, cudaStream_t stream) {
     constexpr int kS = gemm_kq::kDefaultStages;
-    if (kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && r_ptr == nullptr &&
-        wgmma_shape(rows, n)) {
-        gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
-        const int form = wgmma_pipe_mode != 0 ? gemm_kq::kWgPipe
-                         : wgmma_early_flag   ? gemm_kq::kWgEarly
-                                              : gemm_kq::kWgPlain;
-        const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_flag): always
-        ggml_cuda_pool_alloc<float> partials(pool);
-        auto run = [&](auto form_tag) {
-            constexpr int kForm = decltype(form_tag)::value;
-            const gemm_kq::WgSplit split =
-                split_on ? gemm_kq::wgmma_split_for<4, 1, 1, kForm>(rows, k, n, nsm) : gemm_kq::WgSplit{};
-            if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats(split, n));
-            const bool ok = gemm_kq::launch_q4k_wgmma<4, 1, 1, kForm>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
-                                                                      stream, 128, 256, split, partials.ptr);
-            if (ok && split.pieces > 1) ++wgmma_split_count;
-            return ok;
-        };
-        const bool ran = form == gemm_kq::kWgPipe    ? run(std::integral_constant<int, gemm_kq::kWgPipe>{})
-                         : form == gemm_kq::kWgEarly ? run(std::integral_constant<int, gemm_kq::kWgEarly>{})
-                                                     : run(std::integral_constant<int, gemm_kq::kWgPlain>{});
-        if (ran) {
-            ++wgmma_count;
-            if (form == gemm_kq::kWgPipe) ++wgmma_pipe_count;
-            if (form == gemm_kq::kWgEarly) ++wgmma_early_count;
-            return;
-        }
-    }
     // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
     // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
     // shared memory); two row tiles a warp (each activation load feeds two mmas) for Q4_K / Q5_K
@@ -229,7 +226,11 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                            (n > 16 ? n <= 32 && rows >= 2 * 32 * nsm : two_tiles_fill(rows, n, nsm));
     auto run = [&](auto f) {
         using F = decltype(f);
-        gemm_kq::quantize_act<F>(x, qs, d, sums, k, n, stream);
+        static_assert(F::kLayout == (std::is_same_v<F, gemm_kq::Q6K> || std::is_same_v<F, gemm_kq::Q80>
+                                         ? gemm_kq::ActLayout::kHalves
+                                         : gemm_kq::ActLayout::kRun),
+                      "mma_layout names F's layout");
+        if (quantize) gemm_kq::quantize_act<F>(x, qs, d, sums, k, n, stream);
         if constexpr (gemm_kq::fit_stages<F, 8>(kS) == kS) {
             if (long_rows) {
                 launch_with<F, kS, true, 8>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
@@ -263,6 +264,40 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
     }
 }
 
+// One launch of the GEMM for nc <= 64 columns: quantize x, then the kernel for type t.
+void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSource & x, const char * w,
+                int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
+                int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
+    if (takes_wgmma(t, mins_int, rows, n, hopper, r_ptr != nullptr)) {
+        gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
+        const int form = wgmma_pipe_mode != 0 ? gemm_kq::kWgPipe
+                         : wgmma_early_flag   ? gemm_kq::kWgEarly
+                                              : gemm_kq::kWgPlain;
+        const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_flag): always
+        ggml_cuda_pool_alloc<float> partials(pool);
+        auto run = [&](auto form_tag) {
+            constexpr int kForm = decltype(form_tag)::value;
+            const gemm_kq::WgSplit split =
+                split_on ? gemm_kq::wgmma_split_for<4, 1, 1, kForm>(rows, k, n, nsm) : gemm_kq::WgSplit{};
+            if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats(split, n));
+            const bool ok = gemm_kq::launch_q4k_wgmma<4, 1, 1, kForm>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
+                                                                      stream, 128, 256, split, partials.ptr);
+            if (ok && split.pieces > 1) ++wgmma_split_count;
+            return ok;
+        };
+        const bool ran = form == gemm_kq::kWgPipe    ? run(std::integral_constant<int, gemm_kq::kWgPipe>{})
+                         : form == gemm_kq::kWgEarly ? run(std::integral_constant<int, gemm_kq::kWgEarly>{})
+                                                     : run(std::integral_constant<int, gemm_kq::kWgPlain>{});
+        if (ran) {
+            ++wgmma_count;
+            if (form == gemm_kq::kWgPipe) ++wgmma_pipe_count;
+            if (form == gemm_kq::kWgEarly) ++wgmma_early_count;
+            return;
+        }
+    }
+    gemm_mma(t, mins_int, true, n, rows, k, x, w, row_bytes, out, sd, r_ptr, sr, qs, d, sums, nsm, smem_optin, stream);
+}
+
 }  // namespace
 
 namespace ggml_ext {
@@ -276,6 +311,8 @@ void set_mma_max_columns(int n) {
 int mma_max_columns() { return mma_max_columns_flag; }
 void set_fuse_add_max_columns(int n) { fuse_add_max_columns_flag = n >= 64 ? 64 : 48; }
 int fuse_add_max_columns() { return fuse_add_max_columns_flag; }
+void set_fuse_add_wide(bool on) { fuse_add_wide_flag = on; }
+bool fuse_add_wide() { return fuse_add_wide_flag; }
 void set_wgmma_enabled(bool on) { wgmma_flag = kWgmmaBuilt && on; }
 bool wgmma_enabled() { return wgmma_flag; }
 bool wgmma_built() { return kWgmmaBuilt; }
@@ -307,27 +344,46 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
     return ggml_ext_cuda_gemm_mma_from(ctx, src0, x, src1->ne[1], dst, res);
 }
 
-bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x,
-                                 int64_t n, ggml_tensor * dst, const ggml_tensor * res) {
+namespace {
+
+// Whether the GEMM takes src0 x (n columns) into dst: its types, shapes and column range.
+bool mma_takes(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, int64_t n, const ggml_tensor * dst) {
     const int64_t k = src0->ne[0];
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
     const ggml_type t = src0->type;
     const bool type_ok = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K ||
                          ((mma_q80_flag || ggml_ext::q80_enabled()) && t == GGML_TYPE_Q8_0);
-    if (!mma_enabled_flag || !type_ok || n < kMmaMinColumns || n > mma_max_columns_flag || k < 256 || k % 256 != 0 ||
-        !GGML_CUDA_CC_IS_NVIDIA(cc) || ggml_cuda_highest_compiled_arch(cc) < GGML_CUDA_CC_AMPERE || src0->ne[2] != 1 ||
-        src0->ne[3] != 1 || src0->nb[1] % (t == GGML_TYPE_Q6_K ? 2 : 16) != 0 ||
-        reinterpret_cast<uintptr_t>(src0->data) % 16 != 0 ||
-        ggml_backend_buffer_get_usage(src0->buffer) == GGML_BACKEND_BUFFER_USAGE_COMPUTE ||
-        dst->type != GGML_TYPE_F32 || dst->nb[0] != sizeof(float) || dst->ne[0] != src0->ne[1] || dst->ne[1] != n ||
-        dst->ne[2] != 1 || dst->ne[3] != 1) {
-        return false;
-    }
-    // the residual of a fused add: the output's shape, f32 rows; up to fuse_add_max_columns_flag columns
-    if (res && (n > fuse_add_max_columns_flag || res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) ||
+    return mma_enabled_flag && type_ok && n >= kMmaMinColumns && n <= mma_max_columns_flag && k >= 256 &&
+           k % 256 == 0 && GGML_CUDA_CC_IS_NVIDIA(cc) && ggml_cuda_highest_compiled_arch(cc) >= GGML_CUDA_CC_AMPERE &&
+           src0->ne[2] == 1 && src0->ne[3] == 1 && src0->nb[1] % (t == GGML_TYPE_Q6_K ? 2 : 16) == 0 &&
+           reinterpret_cast<uintptr_t>(src0->data) % 16 == 0 &&
+           ggml_backend_buffer_get_usage(src0->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE &&
+           dst->type == GGML_TYPE_F32 && dst->nb[0] == sizeof(float) && dst->ne[0] == src0->ne[1] && dst->ne[1] == n &&
+           dst->ne[2] == 1 && dst->ne[3] == 1;
+}
+
+// DFLASH_MMA_MINS_INT=1: Q4_K / Q5_K keep the integer min sums (exact), for benches.
+bool mins_int_flag() {
+    static const bool v = [] {
+        const char * e = std::getenv("DFLASH_MMA_MINS_INT");
+        return e && e[0] == '1';
+    }();
+    return v;
+}
+
+}  // namespace
+
+bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x,
+                                 int64_t n, ggml_tensor * dst, const ggml_tensor * res) {
+    const int64_t k = src0->ne[0];
+    if (!mma_takes(ctx, src0, n, dst) || !gemm_kq::act_source_ok(x, (int)k)) return false;
+    // the residual of a fused add: the output's shape, f32 rows; up to fuse_add_limit columns
+    if (res && (n > fuse_add_limit(src0->type) || res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) ||
                 res->ne[0] != dst->ne[0] || res->ne[1] != dst->ne[1] || res->ne[2] != 1 || res->ne[3] != 1)) {
         return false;
     }
+    const ggml_type t = src0->type;
+    const int cc = ggml_cuda_info().devices[ctx.device].cc;
     cudaStream_t stream = ctx.stream();
     // More than 64 columns: launches of 64 (the last one the rest), one after another on the stream,
     // sharing the activation buffers.
@@ -336,10 +392,6 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
     ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)np * k);
     ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 32));  // per 256 values, or per 32 (Q8_0)
     ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
-    static const bool mins_int = [] {
-        const char * e = std::getenv("DFLASH_MMA_MINS_INT");
-        return e && e[0] == '1';
-    }();
     const int rows = (int)src0->ne[1], sd = (int)(dst->nb[1] / sizeof(float));
     const char * w = (const char *)src0->data;
     const int sr = res ? (int)(res->nb[1] / sizeof(float)) : 0;
@@ -347,9 +399,55 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
         const int nc = (int)std::min<int64_t>(kChunk, n - c0);
         float * out = (float *)dst->data + c0 * sd;
         const float * r_ptr = res ? (const float *)res->data + c0 * sr : nullptr;
-        gemm_chunk(t, mins_int, nc, rows, (int)k, x.columns_from(c0), w, (int64_t)src0->nb[1], out, sd, r_ptr, sr,
-                   qs.get(), d.get(), sums.get(), ggml_cuda_info().devices[ctx.device].nsm, cc == GGML_CUDA_CC_HOPPER,
-                   ggml_cuda_info().devices[ctx.device].smpbo, ctx.pool(), stream);
+        gemm_chunk(t, mins_int_flag(), nc, rows, (int)k, x.columns_from(c0), w, (int64_t)src0->nb[1], out, sd, r_ptr,
+                   sr, qs.get(), d.get(), sums.get(), ggml_cuda_info().devices[ctx.device].nsm,
+                   cc == GGML_CUDA_CC_HOPPER, ggml_cuda_info().devices[ctx.device].smpbo, ctx.pool(), stream);
+    }
+    CUDA_CHECK(cudaGetLastError());
+    return true;
+}
+
+bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggml_tensor * w1, ggml_tensor * dst1,
+                                      const ggml_tensor * w2, ggml_tensor * dst2, const ActSource & x, int64_t n) {
+    const int64_t k = w1->ne[0];
+    const ggml_type t1 = w1->type, t2 = w2->type;
+    const int cc = ggml_cuda_info().devices[ctx.device].cc;
+    const bool hopper = cc == GGML_CUDA_CC_HOPPER;
+    const bool mins_int = mins_int_flag();
+    // one launch of each (up to 64 columns), both in the mma.sync forms with scales per 256 values
+    if (n > 64 || w2->ne[0] != k || !mma_takes(ctx, w1, n, dst1) || !mma_takes(ctx, w2, n, dst2) ||
+        !gemm_kq::act_source_ok(x, (int)k) || !mma_scales_per_256(t1) || !mma_scales_per_256(t2) ||
+        takes_wgmma(t1, mins_int, (int)w1->ne[1], (int)n, hopper, false) ||
+        takes_wgmma(t2, mins_int, (int)w2->ne[1], (int)n, hopper, false)) {
+        return false;
+    }
+    cudaStream_t stream = ctx.stream();
+    const int np = gemm_kq::padded_columns((int)n);
+    const gemm_kq::ActLayout l1 = mma_layout(t1), l2 = mma_layout(t2);
+    // the pool frees in reverse order of allocation: both layouts' bytes in one allocation
+    ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)np * k * (l1 == l2 ? 1 : 2));
+    ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 256));
+    ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
+    int8_t * q1 = qs.get();
+    int8_t * q2 = l1 == l2 ? q1 : q1 + (size_t)np * k;
+    using gemm_kq::ActLayout;
+    if (l1 == l2) {
+        l1 == ActLayout::kRun ? gemm_kq::launch_quantize_act<ActLayout::kRun, gemm_kq::kQk>(x, q1, d.get(), sums.get(),
+                                                                                            (int)k, (int)n, np, stream)
+                              : gemm_kq::launch_quantize_act<ActLayout::kHalves, gemm_kq::kQk>(
+                                    x, q1, d.get(), sums.get(), (int)k, (int)n, np, stream);
+    } else {
+        int8_t * q_run = l1 == ActLayout::kRun ? q1 : q2;
+        int8_t * q_halves = l1 == ActLayout::kRun ? q2 : q1;
+        gemm_kq::launch_quantize_act<ActLayout::kRun, gemm_kq::kQk, ActLayout::kHalves>(
+            x, q_run, d.get(), sums.get(), (int)k, (int)n, np, stream, q_halves);
+    }
+    const int nsm = ggml_cuda_info().devices[ctx.device].nsm;
+    const size_t smem_optin = ggml_cuda_info().devices[ctx.device].smpbo;
+    for (auto [w, dst, q] : {std::tuple{w1, dst1, q1}, std::tuple{w2, dst2, q2}}) {
+        gemm_mma(w->type, mins_int, false, (int)n, (int)w->ne[1], (int)k, x, (const char *)w->data, (int64_t)w->nb[1],
+                 (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, 0, q, d.get(), sums.get(), nsm,
+                 smem_optin, stream);
     }
     CUDA_CHECK(cudaGetLastError());
     return true;

@@ -32,6 +32,8 @@
 #include "pdl.cuh"
 #include "stream_loads.cuh"
 
+#include <type_traits>
+
 namespace gemm_kq {
 
 constexpr int kWarps = 4;
@@ -734,6 +736,37 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     }
 }
 
+// The head-norm scale (ActSource::head_w) of the head holding sub-block j of super-block kb, a
+// block of 256 threads a super-block, thread 32 j + lane holding value lane of sub-block j: its
+// warp's sum is ggml's (lane i, value i), the head's warps' sums meet through shared memory. Every
+// thread of the block calls it (a barrier inside); padded columns (col >= ncols) sum zeros.
+__device__ __forceinline__ float head_scale_one_a_thread(const ActSource & x, int col, int ncols, int kb, int j,
+                                                         int lane) {
+    __shared__ float warp_sums[kQk / WARP_SIZE];
+    const float o = col < ncols ? x.up[(int64_t)col * x.sup + kb * kQk + 32 * j + lane] : 0.0f;
+    const float s = warp_reduce_sum(o * o);
+    if (lane == 0) warp_sums[j] = s;
+    __syncthreads();
+    const int per_head = x.head / WARP_SIZE, first = j / per_head * per_head;
+    float w[kQk / WARP_SIZE];
+    for (int m = 0; m < per_head; ++m) w[m] = warp_sums[first + m];
+    return x.head_scale_from(w);
+}
+
+// The same where a warp holds super-block kb, sub-block j in lanes 4j..4j+3 (t = lane % 4): each
+// lane sums values 8t..8t+7 of its sub-block (whatever its layout holds) in ggml's warp order
+// (ActSource::sum_squares_of_quad), then the head's sub-blocks meet through shuffles (lanes 4 o
+// apart for sub-blocks o apart: ActSource::head_scale_from's pairs).
+__device__ __forceinline__ float head_scale_quad(const ActSource & x, int col, int ncols, int kb, int j, int t) {
+    float o[8];
+    const float * up = col < ncols ? x.up + (int64_t)col * x.sup + kb * kQk + 32 * j + 8 * t : nullptr;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) o[m] = up ? up[m] : 0.0f;
+    float s = ActSource::sum_squares_of_quad(o);
+    for (int off = x.head / 64; off >= 1; off >>= 1) s = s + __shfl_xor_sync(0xffffffff, s, 4 * off);
+    return rsqrtf(s / x.head + x.head_eps);
+}
+
 // Activations for the kernels above: column j of the source x (act_source.cuh: floats, a
 // SwiGLU's inputs, or an RMSNorm's input and weight) -> int8 qs in the tiled layout L of
 // ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and column, and the
@@ -751,10 +784,14 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
 // a 16-token one from 0.82 to 0.91 (48 blocks for 16 columns of 5120), so up to 16 columns V = 1
 // (quantize_values_per_thread). The maximum and the integer sums do not depend on the order they
 // are taken in: both give the same bytes.
-template <ActLayout L, int kBlock, int V>
+// L2 != L: the same bytes also into qs2 in layout L2 (the scales and sums do not depend on the
+// layout): one quantizer for two products of one source whose types want different layouts
+// (rms_norm_fusion.cu's pairs). kHeadNorm: x is a per-head RMSNorm's SwiGLU (x.head_w;
+// rms_norm_fusion.cu): each value's head scale is summed in rms_norm_f32's order first.
+template <ActLayout L, int kBlock, int V, ActLayout L2 = L, bool kHeadNorm = false>
 static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
                                              int * __restrict__ sums, const int k, const int ncols,
-                                             const int ncol_tiles) {
+                                             const int ncol_tiles, int8_t * __restrict__ qs2) {
     pdl_wait();  // launched with DFLASH_LAUNCH_PDL (pdl.cuh)
     pdl_trigger();
     static_assert(kBlock == kQk || kBlock == WARP_SIZE, "a scale per super-block or per 32 values");
@@ -763,15 +800,27 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
     const int col = blockIdx.y, r = threadIdx.x % kThreadsPerSuper;
     const int kb = blockIdx.x * (kQk / kThreadsPerSuper) + threadIdx.x / kThreadsPerSuper;
     const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // col: the same for the block
-    if (kb * kQk >= k) return;                                             // the same for a super-block's threads
     const int j = V == 8 ? r / 4 : r / WARP_SIZE, t = r % 4;               // sub-block j
-    auto value_index = [&](int i) {                                        // in sub-block j, of the thread's value i
+    float head_scale = 1.0f;
+    if constexpr (kHeadNorm && V == 1) {  // before any return: a barrier (the block is one super-block)
+        head_scale = head_scale_one_a_thread(x, col, ncols, kb, j, r % WARP_SIZE);
+    }
+    if (kb * kQk >= k) return;  // the same for a super-block's threads
+    if constexpr (kHeadNorm && V == 8) head_scale = head_scale_quad(x, col, ncols, kb, j, t);
+    auto value_index = [&](int i) {  // in sub-block j, of the thread's value i
         if constexpr (V == 1) return r % WARP_SIZE;
         return L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
     };
     float v[V];
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = col < ncols ? x(col, kb * kQk + 32 * j + value_index(i), scale) : 0.0f;
+    for (int i = 0; i < V; ++i) {
+        const int64_t vi = kb * kQk + 32 * j + value_index(i);
+        if constexpr (kHeadNorm) {
+            v[i] = col < ncols ? x.gated_head_normed(col, vi, head_scale) : 0.0f;
+        } else {
+            v[i] = col < ncols ? x(col, vi, scale) : 0.0f;
+        }
+    }
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -795,6 +844,7 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
     for (int i = 0; i < V; ++i) {
         const int q = amax == 0.0f ? 0 : (int)roundf(v[i] / dd);
         qs[act_q_index<L>(kb, j, value_index(i), col, ncol_tiles)] = (int8_t)q;
+        if constexpr (L2 != L) qs2[act_q_index<L2>(kb, j, value_index(i), col, ncol_tiles)] = (int8_t)q;
         s += q;
     }
 #pragma unroll
@@ -818,17 +868,34 @@ inline dim3 quantize_act_grid(int k, int np, int V) {
     return dim3((unsigned)((k + values_per_block - 1) / values_per_block), (unsigned)np, 1);
 }
 
-// Launches quantize_act_k_kernel<L, kBlock, V> with V = quantize_values_per_thread(np).
-template <ActLayout L, int kBlock>
+// Launches quantize_act_k_kernel<L, kBlock, V, L2, kHeadNorm> with V =
+// quantize_values_per_thread(np), kHeadNorm for a head-norm source (x.head_w); qs2: the bytes in
+// layout L2 too (L2 != L).
+template <ActLayout L, int kBlock, ActLayout L2 = L>
 void launch_quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, int np,
-                         cudaStream_t stream) {
-    if (quantize_values_per_thread(np) == 1) {
-        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), quantize_act_grid(k, np, 1), kQk, 0, stream,
-                          quantize_act_k_kernel<L, kBlock, 1>)(x, qs, d, sums, k, ncols, np / 8);
+                         cudaStream_t stream, int8_t * qs2 = nullptr) {
+    auto go = [&](auto v_tag, auto head_tag) {
+        constexpr int kV = decltype(v_tag)::value;
+        constexpr bool kHead = decltype(head_tag)::value;
+        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), quantize_act_grid(k, np, kV), kQk, 0, stream,
+                          quantize_act_k_kernel<L, kBlock, kV, L2, kHead>)(x, qs, d, sums, k, ncols, np / 8, qs2);
+    };
+    using One = std::integral_constant<int, 1>;
+    using Eight = std::integral_constant<int, 8>;
+    const bool one = quantize_values_per_thread(np) == 1;
+    if (x.head_w) {
+        one ? go(One{}, std::true_type{}) : go(Eight{}, std::true_type{});
     } else {
-        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), quantize_act_grid(k, np, 8), kQk, 0, stream,
-                          quantize_act_k_kernel<L, kBlock, 8>)(x, qs, d, sums, k, ncols, np / 8);
+        one ? go(One{}, std::false_type{}) : go(Eight{}, std::false_type{});
     }
+}
+
+// Whether x can be quantized for products of k values: a head-norm source needs whole heads of
+// 32, 64, 128 or 256 values (the quantizer's sums), whose weight holds one head.
+inline bool act_source_ok(const ActSource & x, int k) {
+    if (!x.head_w) return true;
+    const int h = x.head;
+    return x.up && !x.norm_w && (h == 32 || h == 64 || h == 128 || h == 256) && k % h == 0;
 }
 
 // Column tiles the activation buffers need for ncols columns.

@@ -69,3 +69,9 @@ bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor *
 // The same product of the n columns of x (glu_fusion.cu: a SwiGLU's inputs).
 bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x,
                                  int64_t n, ggml_tensor * dst, const ggml_tensor * res = nullptr);
+// Two products of the same n <= 64 columns of x, w1 x into dst1 and w2 x into dst2, their
+// activations quantized by one launch (in both layouts where the types want two; rms_norm_fusion.cu's
+// pairs): both in the mma.sync forms (not the wgmma one), types with scales per 256 values (Q4_K,
+// Q5_K, Q6_K). False when it does not take them: nothing launched.
+bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggml_tensor * w1, ggml_tensor * dst1,
+                                      const ggml_tensor * w2, ggml_tensor * dst2, const ActSource & x, int64_t n);

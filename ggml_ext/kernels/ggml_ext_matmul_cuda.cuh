@@ -27,10 +27,19 @@ bool ggml_ext_cuda_mul_mat_add(ggml_backend_cuda_context & ctx, const ggml_tenso
 // the nodes it took after node i (1 or 2), or 0: ggml runs them as usual.
 int ggml_ext_cuda_try_fuse_glu(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
 
+// The tagged MUL_MAT at node m, whose input (a SwiGLU node before it, skipped) the quantizer
+// computes from x (n columns), and the residual ADD after it where the GEMM takes it: the nodes
+// taken from m on (1 or 2), or 0 (nothing launched). glu_fusion.cu; rms_norm_fusion.cu's head norms.
+struct ActSource;
+int ggml_ext_cuda_run_glu_product(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int m, const ActSource & x,
+                                  int64_t n);
+
 // ggml-cuda's fusion pass at an RMS_NORM node i (patches/0010): rms_norm(x) * w read only by the
 // tagged MUL_MAT after it runs as that product, the GEMM's quantizer computing the norm from x
-// and w (rms_norm_fusion.cu). Returns the nodes it took after node i (2: the MUL and the
-// MUL_MAT), or 0: ggml runs them as usual.
+// and w (rms_norm_fusion.cu); when switched on, also read by the two tagged MUL_MATs after it (one
+// quantizer for both), or a per-head norm whose SwiGLU feeds a tagged MUL_MAT. Returns the nodes
+// it took after node i (2: the MUL and the MUL_MAT; 3: the MUL and two MUL_MATs; for a head norm
+// the MUL, views, the GLU, the MUL_MAT and maybe an ADD), or 0: ggml runs them as usual.
 int ggml_ext_cuda_try_fuse_rms_norm(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
 
 // mmq launch policy for MUL_MAT nodes tagged ggml_ext::kMulMatTilesTag (patches/0003). While

@@ -59,6 +59,21 @@ bool fuse_glu_enabled() { return fuse_glu_flag; }
 int64_t mul_mat_glu_fusions() { return glu_fusions.load(); }
 }  // namespace ggml_ext
 
+int ggml_ext_cuda_run_glu_product(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int m, const ActSource & x,
+                                  int64_t n) {
+    ggml_tensor * mm = cgraph->nodes[m];
+    // The residual add after the product (ggml's mul_mat + add fusion, which this one takes over).
+    if (m + 1 < cgraph->n_nodes && ggml_ext::fuse_add_enabled() && ggml_node_has_n_uses(cgraph, m, 1)) {
+        ggml_tensor * add = cgraph->nodes[m + 1];
+        const bool adds_mm = add->op == GGML_OP_ADD && (add->src[0] == mm || add->src[1] == mm);
+        if (adds_mm && (add->flags & GGML_TENSOR_FLAG_COMPUTE) && ggml_are_same_shape(add->src[0], add->src[1]) &&
+            ggml_are_same_shape(add, mm) && run_product(ctx, mm, x, n, add, add->src[add->src[0] == mm ? 1 : 0])) {
+            return 2;
+        }
+    }
+    return run_product(ctx, mm, x, n, mm, nullptr) ? 1 : 0;
+}
+
 int ggml_ext_cuda_try_fuse_glu(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     if (!fuse_glu_flag || i + 1 >= cgraph->n_nodes) return 0;
     const ggml_tensor * glu = cgraph->nodes[i];
@@ -68,20 +83,7 @@ int ggml_ext_cuda_try_fuse_glu(ggml_backend_cuda_context & ctx, ggml_cgraph * cg
         !ggml_node_has_n_uses(cgraph, i, 1) || !swiglu_source(glu, x)) {
         return 0;
     }
-    const int64_t n = glu->ne[1];
-    // The residual add after the product (ggml's mul_mat + add fusion, which this one takes over).
-    if (i + 2 < cgraph->n_nodes && ggml_ext::fuse_add_enabled() && ggml_node_has_n_uses(cgraph, i + 1, 1)) {
-        ggml_tensor * add = cgraph->nodes[i + 2];
-        const bool adds_mm = add->op == GGML_OP_ADD && (add->src[0] == mm || add->src[1] == mm);
-        if (adds_mm && (add->flags & GGML_TENSOR_FLAG_COMPUTE) && ggml_are_same_shape(add->src[0], add->src[1]) &&
-            ggml_are_same_shape(add, mm) && run_product(ctx, mm, x, n, add, add->src[add->src[0] == mm ? 1 : 0])) {
-            glu_fusions++;
-            return 2;
-        }
-    }
-    if (run_product(ctx, mm, x, n, mm, nullptr)) {
-        glu_fusions++;
-        return 1;
-    }
-    return 0;
+    const int taken = ggml_ext_cuda_run_glu_product(ctx, cgraph, i + 1, x, glu->ne[1]);
+    if (taken > 0) glu_fusions++;
+    return taken;
 }

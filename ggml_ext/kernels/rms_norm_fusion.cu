@@ -10,6 +10,11 @@
 // H200, the 27B (session 24, kernel_profile, same run): a forward of 16 / 32 tokens 9.43 / 12.95
 // ms of kernels against 9.75 / 13.19 unfused (the quantizers 0.13 / 0.17 ms slower, the norms
 // 0.43 ms fewer), 64 tokens 19.37 against 19.47; bench/results/h200-s24-27b-kernels-2ea4ca3*.json.
+// Session 32 added two forms, off until timed (DFLASH_FUSE_RMS_NORM_PAIR=1, DFLASH_FUSE_HEAD_NORM=1):
+// the 32 norms read by two products (fuse_pair) and the 48 per-head norms of the delta rule's gated
+// outputs (fuse_head_norm); with them a 16-token verify of the 27B runs 80 norm kernels and 32
+// quantizer launches fewer (32 of ggml's 1024-thread norms, 0.13 ms on the H200 in session 30, 48
+// of its 256-thread ones, ~0.11 ms, and ~0.12 ms of quantizers), less what the quantizers add.
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
 #include "ggml_ext_matmul_cuda.cuh"
@@ -19,6 +24,7 @@
 #include <cstring>
 
 #include "ggml-impl.h"
+#include "norm_fusion_patterns.h"
 
 namespace {
 
@@ -57,28 +63,96 @@ bool rms_norm_source(const ggml_tensor * norm, const ggml_tensor * mul, ActSourc
     return true;
 }
 
+bool env_on(const char * name) {
+    const char * e = std::getenv(name);
+    return e && e[0] == '1';
+}
+bool fuse_pair_flag = env_on("DFLASH_FUSE_RMS_NORM_PAIR");
+bool fuse_head_flag = env_on("DFLASH_FUSE_HEAD_NORM");
+std::atomic<int64_t> pair_fusions{0}, head_fusions{0};
+
+namespace pat = ggml_ext::norm_patterns;
+
+// The one product after the norm (the FFN's [gate; up], a GDN layer's stacked input projections).
+int fuse_single(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
+    ActSource x;
+    if (!pat::single_at(cgraph, i) || !rms_norm_source(cgraph->nodes[i], cgraph->nodes[i + 1], x)) return 0;
+    const ggml_tensor * mul = cgraph->nodes[i + 1];
+    ggml_tensor * mm = cgraph->nodes[i + 2];
+    const int64_t n = mul->ne[1];
+    if (n < 2 || n > max_columns_flag || !ggml_ext_cuda_gemm_mma_from(ctx, mm->src[0], x, n, mm, nullptr)) return 0;
+    rms_norm_fusions++;
+    return 2;
+}
+
+// Two products right after the norm, both reading it (a layer whose Q6_K attn_qkv or attn_v sits
+// beside the Q4_K stack of its other input projections; qwen35_graph.cpp's project() puts them
+// next to each other): one quantizer launch writes both types' layouts (32 such layers in the
+// 27B's Q4_K_M: 32 norm kernels and 32 quantizer launches fewer a verify).
+int fuse_pair(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
+    ActSource x;
+    if (!pat::pair_at(cgraph, i) || !rms_norm_source(cgraph->nodes[i], cgraph->nodes[i + 1], x)) return 0;
+    const ggml_tensor * mul = cgraph->nodes[i + 1];
+    ggml_tensor * mm1 = cgraph->nodes[i + 2];
+    ggml_tensor * mm2 = cgraph->nodes[i + 3];
+    const int64_t n = mul->ne[1];
+    if (n < 2 || n > max_columns_flag ||
+        !ggml_ext_cuda_gemm_mma_pair_from(ctx, mm1->src[0], mm1, mm2->src[0], mm2, x, n)) {
+        return 0;
+    }
+    pair_fusions++;
+    return 3;
+}
+
+// The delta rule's gated output (qwen35_graph.cpp's gated_output; norm_patterns'
+// head_norm_glu_at): the product's quantizer computes silu(z) * ((s o) * w) itself, s each head's
+// norm scale in rms_norm_f32's order (act_source.cuh's head_w), so the norm kernel (48 a verify of
+// the 27B) is skipped with the SwiGLU; the residual add after the product is taken as the SwiGLU
+// fusion takes it.
+int fuse_head_norm(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
+    const int k = pat::head_norm_glu_at(cgraph, i);
+    if (k < 0) return 0;
+    const ggml_tensor * norm = cgraph->nodes[i];
+    const ggml_tensor * o = norm->src[0];
+    const ggml_tensor * glu = cgraph->nodes[k];
+    const ggml_tensor * z = glu->src[0];
+    const int64_t n = glu->ne[1];
+    if (n < 2) return 0;  // one column: the GEMV, whose quantizer does not take a head norm
+    float eps;
+    std::memcpy(&eps, norm->op_params, sizeof(float));
+    ActSource x;
+    x.x = (const float *)z->data;
+    x.sx = (int64_t)(z->nb[1] / sizeof(float));
+    x.up = (const float *)o->data;
+    x.sup = (int64_t)(o->nb[2] / sizeof(float));
+    x.head_w = (const float *)cgraph->nodes[i + 1]->src[1]->data;
+    x.head = (int)o->ne[0];
+    x.head_eps = eps;
+    const int taken = ggml_ext_cuda_run_glu_product(ctx, cgraph, k + 1, x, n);
+    if (taken == 0) return 0;
+    head_fusions++;
+    return k + taken - i;
+}
+
 }  // namespace
 
 namespace ggml_ext {
 void set_fuse_rms_norm_enabled(bool on) { fuse_rms_norm_flag = on; }
 bool fuse_rms_norm_enabled() { return fuse_rms_norm_flag; }
 int64_t mul_mat_rms_norm_fusions() { return rms_norm_fusions.load(); }
+void set_fuse_rms_norm_pair_enabled(bool on) { fuse_pair_flag = on; }
+bool fuse_rms_norm_pair_enabled() { return fuse_pair_flag; }
+int64_t mul_mat_rms_norm_pair_fusions() { return pair_fusions.load(); }
+void set_fuse_head_norm_enabled(bool on) { fuse_head_flag = on; }
+bool fuse_head_norm_enabled() { return fuse_head_flag; }
+int64_t mul_mat_head_norm_fusions() { return head_fusions.load(); }
 }  // namespace ggml_ext
 
 int ggml_ext_cuda_try_fuse_rms_norm(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     if (!fuse_rms_norm_flag || i + 2 >= cgraph->n_nodes) return 0;
-    const ggml_tensor * norm = cgraph->nodes[i];
-    const ggml_tensor * mul = cgraph->nodes[i + 1];
-    ggml_tensor * mm = cgraph->nodes[i + 2];
-    ActSource x;
-    if (norm->op != GGML_OP_RMS_NORM || mul->op != GGML_OP_MUL || mm->op != GGML_OP_MUL_MAT || mm->src[1] != mul ||
-        (mul->flags & GGML_TENSOR_FLAG_COMPUTE) == 0 || (mm->flags & GGML_TENSOR_FLAG_COMPUTE) == 0 ||
-        !ggml_ext::is_mul_mat_tiles(mm) || !ggml_node_has_n_uses(cgraph, i, 1) ||
-        !ggml_node_has_n_uses(cgraph, i + 1, 1) || !rms_norm_source(norm, mul, x)) {
-        return 0;
+    if (const int n = fuse_single(ctx, cgraph, i)) return n;
+    if (fuse_pair_flag) {
+        if (const int n = fuse_pair(ctx, cgraph, i)) return n;
     }
-    const int64_t n = mul->ne[1];
-    if (n < 2 || n > max_columns_flag || !ggml_ext_cuda_gemm_mma_from(ctx, mm->src[0], x, n, mm, nullptr)) return 0;
-    rms_norm_fusions++;
-    return 2;
+    return fuse_head_flag ? fuse_head_norm(ctx, cgraph, i) : 0;
 }

@@ -66,6 +66,8 @@ void set_fuse_add_enabled(bool) {}
 bool fuse_add_enabled() { return false; }
 void set_fuse_add_max_columns(int) {}
 int fuse_add_max_columns() { return 0; }
+void set_fuse_add_wide(bool) {}
+bool fuse_add_wide() { return false; }
 int64_t mul_mat_add_fusions() { return 0; }
 void set_fuse_glu_enabled(bool) {}
 bool fuse_glu_enabled() { return false; }
@@ -73,6 +75,12 @@ int64_t mul_mat_glu_fusions() { return 0; }
 void set_fuse_rms_norm_enabled(bool) {}
 bool fuse_rms_norm_enabled() { return false; }
 int64_t mul_mat_rms_norm_fusions() { return 0; }
+void set_fuse_rms_norm_pair_enabled(bool) {}
+bool fuse_rms_norm_pair_enabled() { return false; }
+int64_t mul_mat_rms_norm_pair_fusions() { return 0; }
+void set_fuse_head_norm_enabled(bool) {}
+bool fuse_head_norm_enabled() { return false; }
+int64_t mul_mat_head_norm_fusions() { return 0; }
 #endif
 
 }  // namespace ggml_ext

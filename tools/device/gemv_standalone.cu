@@ -650,8 +650,9 @@ double reference_products(const std::vector<float> & wf, const std::vector<float
 // round(x / d), the int sums per 32, at the places the layout's index names; for each layout
 // (Q4_K's kRun, Q6_K's kHalves, Q8_0's kHalves per 32, the wgmma form's kWgmma), both forms (a
 // value a thread, a super-block a warp), 2..64 columns and 1..9 super-blocks (a grid block's 8
-// super-blocks and a part).
-template <gemm_kq::ActLayout L, int kBlock, int V>
+// super-blocks and a part). L2 != L: the bytes also in layout L2, from the same launch (the
+// quantizer of a pair of products, rms_norm_fusion.cu).
+template <gemm_kq::ActLayout L, int kBlock, int V, gemm_kq::ActLayout L2 = L>
 bool quantize_bytes_match(int k, int ncols, std::mt19937 & gen) {
     const int np = std::max(L == gemm_kq::ActLayout::kWgmma ? 16 : 8, gemm_kq::padded_columns(ncols));
     const int nt = np / 8, nkb = k / 256;
@@ -662,10 +663,17 @@ bool quantize_bytes_match(int k, int ncols, std::mt19937 & gen) {
     MmaBuffers b;
     b.alloc(k, ncols, 1);
     CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-    DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np, V), 256, 0, nullptr, gemm_kq::quantize_act_k_kernel<L, kBlock, V>)(
-        act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nt);
+    int8_t * yq2 = nullptr;
+    if (L2 != L) CK(cudaMalloc(&yq2, (size_t)np * k));
+    DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np, V), 256, 0, nullptr,
+                  gemm_kq::quantize_act_k_kernel<L, kBlock, V, L2>)(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols,
+                                                                    nt, yq2);
     CK(cudaDeviceSynchronize());
-    std::vector<int8_t> q((size_t)np * k);
+    std::vector<int8_t> q((size_t)np * k), q2(L2 != L ? (size_t)np * k : 0);
+    if (yq2) {
+        CK(cudaMemcpy(q2.data(), yq2, q2.size(), cudaMemcpyDeviceToHost));
+        cudaFree(yq2);
+    }
     std::vector<float> dv((size_t)np * k / 32);
     std::vector<int> sv((size_t)np * k / 32);
     CK(cudaMemcpy(q.data(), b.yq, q.size(), cudaMemcpyDeviceToHost));
@@ -687,6 +695,7 @@ bool quantize_bytes_match(int k, int ncols, std::mt19937 & gen) {
                     const int qv = amax == 0.0f ? 0 : (int)std::roundf(value(j, v) / dd);
                     ok &= q[L == gemm_kq::ActLayout::kWgmma ? gemm_kq::wg_act_index(kb, j, v, col, np)
                                                             : gemm_kq::act_q_index<L>(kb, j, v, col, nt)] == qv;
+                    if (L2 != L) ok &= q2[gemm_kq::act_q_index<L2>(kb, j, v, col, nt)] == qv;
                     sum += qv;
                 }
                 ok &= sv[gemm_kq::act_sum_index(kb, col, nt) + j] == sum;
@@ -715,6 +724,15 @@ void check_quantize_bytes(std::mt19937 & gen) {
         }
     }
     std::printf("{\"check_quantize_bytes\": \"all layouts\", \"ok\": %s}\n", ok ? "true" : "false");
+    ok = true;  // both layouts of a pair (Q4_K's and Q6_K's) from one launch, either one first
+    for (int nkb : {1, 9}) {
+        for (int ncols : {2, 23, 64}) {
+            ok &= quantize_bytes_match<ActLayout::kRun, 256, 1, ActLayout::kHalves>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kRun, 256, 8, ActLayout::kHalves>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kHalves, 256, 8, ActLayout::kRun>(256 * nkb, ncols, gen);
+        }
+    }
+    std::printf("{\"check_quantize_bytes\": \"two layouts\", \"ok\": %s}\n", ok ? "true" : "false");
 }
 
 // The wgmma form's activations (ActLayout::kWgmma) hold the same quants, per-32 sums and scales as
@@ -908,6 +926,60 @@ void check_rms_norm_source(std::mt19937 & gen) {
         cudaFree(d_w);
         std::printf("{\"check_rms_norm_source\": \"%s\", \"k\": %d, \"ncols\": %d, \"ok\": %s}\n", what, k, ncols,
                     ok ? "true" : "false");
+    }
+}
+
+// The GEMM's quantizer reading a per-head RMSNorm's input o, its weight and the gate z
+// (act_source.cuh's head_w; rms_norm_fusion.cu's gated outputs) writes the bytes it writes for
+// silu(z) * (rms_norm(o per head) * w) from ggml's norm kernel (one head a block of 256 threads, as
+// ggml runs rows shorter than 1024) and the SwiGLU node: heads of 32, 64, 128 (the 27B's) and 256
+// values, 5 columns (a value a quantizer thread) and 40 (8 a thread), the Q4_K, Q6_K and Q8_0
+// layouts.
+void check_head_norm_source(std::mt19937 & gen) {
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (const auto & [what, head, k, ncols] :
+         {std::tuple{"q4_K", 128, 768, 5}, std::tuple{"q4_K", 128, 768, 40}, std::tuple{"q6_K", 128, 768, 5},
+          std::tuple{"q6_K", 128, 512, 40}, std::tuple{"q8_0", 128, 512, 5}, std::tuple{"q4_K", 32, 256, 40},
+          std::tuple{"q6_K", 64, 512, 5}, std::tuple{"q4_K", 256, 512, 40}, std::tuple{"q8_0", 256, 512, 40}}) {
+        const W t = what[1] == '4' ? W::q4_K : what[1] == '6' ? W::q6_K : W::q8_0;
+        std::vector<float> os((size_t)ncols * k), zs(os.size()), ws(head);
+        std::uniform_real_distribution<float> octaves(-6.0f, 6.0f);  // magnitudes far apart: the sum order shows
+        for (auto & v : os) v = normal(gen) * std::exp2(octaves(gen));
+        for (auto & v : zs) v = normal(gen);
+        for (auto & v : ws) v = 1.0f + 0.25f * normal(gen);
+        float *d_o = nullptr, *d_z = nullptr, *d_w = nullptr, *normed = nullptr;
+        for (auto [dp, hv] : {std::pair{&d_o, &os}, std::pair{&d_z, &zs}, std::pair{&d_w, &ws}}) {
+            CK(cudaMalloc(dp, hv->size() * 4));
+            CK(cudaMemcpy(*dp, hv->data(), hv->size() * 4, cudaMemcpyHostToDevice));
+        }
+        CK(cudaMalloc(&normed, os.size() * 4));
+        const float eps = 1e-6f;
+        MmaBuffers plain, fused;
+        plain.alloc(k, ncols, 1);
+        fused.alloc(k, ncols, 1);
+        DFLASH_LAUNCH(ncols * (k / head), 256, 0, nullptr, rms_norm_mul_kernel<256>)(d_o, d_w, normed, head, eps);
+        DFLASH_LAUNCH(dim3((k + 255) / 256, ncols, 1), 256, 0, nullptr, swiglu_kernel)(d_z, normed, plain.x, k, k);
+        ActSource src;
+        src.x = d_z;
+        src.sx = k;
+        src.up = d_o;
+        src.sup = k;
+        src.head_w = d_w;
+        src.head = head;
+        src.head_eps = eps;
+        plain.quantize(t, k, ncols);
+        fused.quantize(t, k, ncols, &src);
+        CK(cudaDeviceSynchronize());
+        const size_t np = gemm_kq::padded_columns(ncols), nq = np * k, ns = np * k / 32;
+        const size_t nd = t == W::q8_0 ? ns : np * k / 256;
+        const bool ok = gemm_kq::act_source_ok(src, k) && to_host(plain.yq, nq) == to_host(fused.yq, nq) &&
+                        to_host(plain.yd, nd) == to_host(fused.yd, nd) &&
+                        to_host(plain.ysum, ns) == to_host(fused.ysum, ns);
+        plain.free_all();
+        fused.free_all();
+        for (float * ptr : {d_o, d_z, d_w, normed}) cudaFree(ptr);
+        std::printf("{\"check_head_norm_source\": \"%s\", \"head\": %d, \"k\": %d, \"ncols\": %d, \"ok\": %s}\n", what,
+                    head, k, ncols, ok ? "true" : "false");
     }
 }
 
@@ -1291,6 +1363,7 @@ int main(int argc, char ** argv) {
         check_quantize_bytes(gen);
         check_swiglu_source(gen);
         check_rms_norm_source(gen);
+        check_head_norm_source(gen);
     }
     if (what == "mma" || what == "check_mma" ||
         what == "q5q8") {  // the tensor-core GEMMs, every stage count: checked, then timed

@@ -1,0 +1,178 @@
+"""The RMSNorm fusion's two newer forms (ggml_ext/kernels/rms_norm_fusion.cu): a norm read by two
+tagged matmuls right after it (one quantizer launch for both products, both types' layouts), and
+the delta rule's gated output, silu(z) * (rms_norm(o per head) * w), read by ssm_out's quantizer.
+Both are off until timed on the H200 (DFLASH_FUSE_RMS_NORM_PAIR=1, DFLASH_FUSE_HEAD_NORM=1).
+Oracles: numpy for the graphs the ops build (any backend: the CPU in CI); on CUDA the unfused
+graph's outputs bit for bit (the same float operations), and the engine's logits unchanged
+(test_gemv_kquant.py's test_cuda_fusion_changes_no_logit_of_the_engine). The
+quantizer's bytes for both forms are also checked on the CPU emulator in CI
+(tests/test_cuda_emu.py: check_quantize_bytes' two layouts, check_head_norm_source)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from test_gemv_kquant import GPU, _normed_inputs, mma_restored, needs_gpu  # noqa: F401
+from test_mul_mat_invariant import _weights
+
+from dflash import _core
+
+
+@pytest.fixture
+def fusions_restored() -> Iterator[None]:
+    was = (_core.fuse_rms_norm_enabled(), _core.fuse_rms_norm_pair_enabled(), _core.fuse_head_norm_enabled())
+    yield
+    _core.set_fuse_rms_norm_enabled(was[0])
+    _core.set_fuse_rms_norm_pair_enabled(was[1])
+    _core.set_fuse_head_norm_enabled(was[2])
+
+
+def test_pair_and_head_norm_switches_are_off_unless_asked() -> None:
+    assert _core.fuse_rms_norm_pair_enabled() == (GPU and os.environ.get("DFLASH_FUSE_RMS_NORM_PAIR") == "1")
+    assert _core.fuse_head_norm_enabled() == (GPU and os.environ.get("DFLASH_FUSE_HEAD_NORM") == "1")
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def _gated_norm_inputs(
+    n: int, heads: int, S: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """o (magnitudes far apart: the sum of squares' order shows in its bits), z [n, heads * S], a
+    norm weight [S], and silu(z) * (rms_norm(o per head) * w) in float64."""
+    rng = np.random.default_rng(seed)
+    o = (rng.standard_normal((n, heads * S)) * np.exp2(rng.uniform(-6, 6, (n, heads * S)))).astype(np.float32)
+    z = rng.standard_normal((n, heads * S)).astype(np.float32)
+    w = (1.0 + 0.25 * rng.standard_normal(S)).astype(np.float32)
+    o64 = o.astype(np.float64).reshape(n, heads, S)
+    normed = o64 / np.sqrt((o64**2).mean(axis=2, keepdims=True) + 1e-6) * w
+    return o, z, w, _silu(z.astype(np.float64)) * normed.reshape(n, heads * S)
+
+
+def _expected_norm_forms(eng: _core.TargetEngine) -> dict[str, int]:
+    """Each RMS_NORM form a verify graph should hold, from the loaded layers: a layer's input norm
+    feeds its input products (one a stack of projections the loader placed back to back, one each
+    projection left apart) and its FFN norm [gate; up] (one stacked product, or two): one product
+    is the single form, two the pair; the output norm feeds the LM head (single); a Gated DeltaNet
+    layer has one per-head output norm (head)."""
+    forms = {"single": 1, "pair": 0, "head": 0}
+    for inputs, ffn, gdn in eng.layer_products:
+        for products in (inputs, ffn):
+            forms["single"] += products == 1
+            forms["pair"] += products == 2
+        forms["head"] += gdn
+    return forms
+
+
+@pytest.mark.parametrize("preset,weight_type", [("small", "q4_K_M"), ("tiny-b", "q4_K_M"), ("small", "q8_0")])
+def test_the_engines_verify_graph_holds_each_norm_form(synth_model, preset: str, weight_type: str) -> None:
+    """The forward graph a CUDA engine builds for a 16-token verify (built on this backend, not
+    run): every norm in the form rms_norm_fusion.cu expects, its products right after it
+    (qwen35_graph.cpp's project()). A Q4_K_M file has layers with two input products (its Q6_K
+    attn_qkv / attn_v beside Q4_K); a Q8_0 one has none."""
+    path = str(synth_model(preset, weight_type))
+    cfg = _core.EngineConfig()
+    cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers = 256, 2, 0
+    eng = _core.TargetEngine(path, cfg)
+    want = _expected_norm_forms(eng)
+    assert eng.norm_fusion_patterns(16, verify=True) == want
+    # a forward's LM head reads the last row of the output norm: that norm is in no form
+    assert eng.norm_fusion_patterns(16) == {**want, "single": want["single"] - 1}
+    assert want["head"] == sum(gdn for _, _, gdn in eng.layer_products) > 0
+    if weight_type == "q4_K_M":
+        assert want["pair"] > 0
+    else:
+        assert want["pair"] == 0
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_gated_norm_product_is_the_product_of_the_gated_norm(n: int) -> None:
+    """w @ (silu(z) * rms_norm(o per head) * weight) (+ residual) against numpy, on whatever backend
+    this build has (CPU in CI): the graph the head-norm fusion takes."""
+    rows, heads, S = 96, 4, 64
+    w, dense = _weights("q4_K", rows, heads * S, seed=61)
+    o, z, weight, gated = _gated_norm_inputs(n, heads, S, 62)
+    res = np.random.default_rng(63).standard_normal((n, rows)).astype(np.float32)
+    got = _core.op_gated_norm_mul_mat(w, "q4_K", rows, o, z, weight, residual=res)
+    want = gated @ dense.T.astype(np.float64)
+    assert got.shape == (n, rows)
+    assert np.abs(got - res - want).max() <= 3e-2 * np.abs(want).max()
+
+
+def test_a_gated_norm_weight_that_does_not_divide_the_rows_is_refused() -> None:
+    w, _ = _weights("q4_K", 32, 256, seed=64)
+    o = np.ones((2, 256), np.float32)
+    with pytest.raises(_core.InvalidParameterError, match="norm \\[S\\]"):
+        _core.op_gated_norm_mul_mat(w, "q4_K", 32, o, o, np.ones(96, np.float32))
+
+
+@pytest.mark.parametrize("gate_type", ["q4_K", "q6_K"])
+def test_normed_pair_of_products_is_their_product(gate_type: str) -> None:
+    """swiglu(gate @ x', w @ x'), x' = rms_norm(x) * weight read by both products (the pair's
+    graph; the gate of another type: two activation layouts on CUDA) against numpy."""
+    rows, k, n = 96, 512, 3
+    w, dense = _weights("q4_K", rows, k, seed=65)
+    g, gate_dense = _weights(gate_type, rows, k, seed=66)
+    x, weight, normed = _normed_inputs(n, k, 67)
+    got = _core.op_mul_mat_fused(w, "q4_K", rows, x, gate=g, gate_type=gate_type, norm=weight)
+    a = normed @ gate_dense.T.astype(np.float64)
+    want = _silu(a) * (normed @ dense.T.astype(np.float64))
+    assert np.abs(got - want).max() <= 5e-2 * np.abs(want).max()
+
+
+@needs_gpu
+@pytest.mark.usefixtures("fusions_restored", "mma_restored")
+@pytest.mark.parametrize("types", [("q4_K", "q6_K"), ("q6_K", "q4_K"), ("q4_K", "q4_K"), ("q5_K", "q6_K")])
+@pytest.mark.parametrize("n", [1, 2, 16, 33, 64, 100])
+def test_cuda_norm_read_by_two_products_gives_the_unfused_bits(types: tuple[str, str], n: int) -> None:
+    """A norm read by two tagged products of 2..64 columns: one fusion counted (one quantizer for
+    both), and the outputs are the unfused graph's (ggml's norm kernel, a quantizer each) bit for
+    bit; one column (the GEMV) and more than 64 keep the norm node."""
+    rows, k = 1000, 2304
+    w, _ = _weights(types[0], rows, k, seed=71)
+    g, _ = _weights(types[1], rows, k, seed=72)
+    x, weight, _ = _normed_inputs(n, k, 73)
+    _core.set_fuse_rms_norm_enabled(True)
+    _core.set_fuse_rms_norm_pair_enabled(False)
+    before = _core.mul_mat_rms_norm_pair_fusions()
+    plain = _core.op_mul_mat_fused(w, types[0], rows, x, gate=g, gate_type=types[1], norm=weight, gpu=True)
+    assert _core.mul_mat_rms_norm_pair_fusions() == before
+    _core.set_fuse_rms_norm_pair_enabled(True)
+    fused = _core.op_mul_mat_fused(w, types[0], rows, x, gate=g, gate_type=types[1], norm=weight, gpu=True)
+    assert _core.mul_mat_rms_norm_pair_fusions() - before == (1 if 2 <= n <= 64 else 0)
+    np.testing.assert_array_equal(fused, plain, err_msg=f"{types}, {n} columns")
+
+
+@needs_gpu
+@pytest.mark.usefixtures("fusions_restored", "mma_restored")
+@pytest.mark.parametrize("wtype", ["q4_K", "q6_K", "q8_0"])
+@pytest.mark.parametrize("n", [1, 2, 16, 33, 64, 100])
+@pytest.mark.parametrize("S", [64, 128])
+@pytest.mark.parametrize("residual", [False, True])
+def test_cuda_head_norm_read_by_the_quantizer_gives_the_unfused_bits(
+    wtype: str, n: int, S: int, residual: bool
+) -> None:
+    """The delta rule's gated output before a tagged product of 2..256 columns: the quantizer
+    computes the heads' norms and the SwiGLU (the residual add taken too where the GEMM takes it),
+    one fusion counted, and the outputs are the unfused graph's bit for bit; one column keeps
+    the norm node."""
+    rows, heads = 1000, 48 * 128 // S
+    _core.set_mma_q80_enabled(True)
+    w, dense = _weights(wtype, rows, heads * S, seed=74)
+    o, z, weight, gated = _gated_norm_inputs(n, heads, S, 75)
+    res = np.random.default_rng(76).standard_normal((n, rows)).astype(np.float32) if residual else None
+    _core.set_fuse_head_norm_enabled(False)
+    before = _core.mul_mat_head_norm_fusions()
+    plain = _core.op_gated_norm_mul_mat(w, wtype, rows, o, z, weight, residual=res, gpu=True)
+    assert _core.mul_mat_head_norm_fusions() == before
+    _core.set_fuse_head_norm_enabled(True)
+    fused = _core.op_gated_norm_mul_mat(w, wtype, rows, o, z, weight, residual=res, gpu=True)
+    assert _core.mul_mat_head_norm_fusions() - before == (1 if n >= 2 else 0)
+    np.testing.assert_array_equal(fused, plain, err_msg=f"{wtype}, {n} columns, heads of {S}")
+    want = gated @ dense.T.astype(np.float64)
+    got = fused - res if residual else fused
+    assert np.abs(got - want).max() <= 3e-2 * np.abs(want).max()
