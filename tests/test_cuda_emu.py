@@ -538,3 +538,128 @@ def test_emulated_path_attention_equals_the_cpu_op_and_is_batch_invariant(
     _close(got, _core.op_attn_paths(q, k, v, paths, "f32", float(scale)), 1e-5, f"path attention, D {d}")
     for i in (0, n - 1):
         np.testing.assert_array_equal(run(q[i : i + 1], paths[i : i + 1])[0], got[i])
+
+
+# ---- the tensor-core GEMM through its entry points (emu/gemm_entry_emu.cpp) -----------------------
+
+GEMM_TYPES = {"q4_K": 12, "q5_K": 13, "q6_K": 14}  # ggml_type ids
+
+
+def _q8_per_256(a: np.ndarray) -> np.ndarray:
+    """The GEMM's activations as its quantizer makes them: per 256 values of a column d = max |a|
+    / 127 and round(a / d) (quantize_act_k_kernel), back in float64."""
+    blocks = a.reshape(a.shape[0], -1, 256).astype(np.float32)
+    d = np.abs(blocks).max(axis=2, keepdims=True) / np.float32(127)
+    q = np.where(d > 0, np.round(blocks / np.where(d > 0, d, 1)), 0)
+    return (q * d).astype(np.float64).reshape(a.shape)
+
+
+@pytest.fixture(scope="module")
+def gemm_entry(build_dir: Path) -> Path:
+    """The GEMM's host code (gemm_kquant_mma.cu: its checks, form choice, quantizer and launches)
+    on the emulator, under AddressSanitizer (the emulator's device allocations are exact-sized)."""
+    inc = _ggml_include(build_dir)
+    cxx = shutil.which("g++") or shutil.which("c++")
+    assert cxx, "no C++ compiler: the package build needs one too"
+    out = build_dir / "gemm_entry_emu"
+    cmd = [
+        cxx,
+        *FLAGS,
+        *ASAN,
+        str(EMU / "gemm_entry_emu.cpp"),
+        str(EMU / "cuda_emu.cpp"),
+        *INCLUDES,
+        f"-I{inc}",
+    ]
+    r = subprocess.run([*cmd, "-o", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return out
+
+
+def _run_gemm_entry(
+    binary: Path, tmp: Path, mode: str, meta: list[int], arrays: dict[str, bytes]
+) -> np.ndarray | None:
+    """The entry point's outputs, or None where it refused the product (exit 3)."""
+    tmp = tmp / f"{mode}-{'-'.join(map(str, meta))}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "meta.txt").write_text(" ".join(map(str, meta)))
+    for name, data in arrays.items():
+        (tmp / f"{name}.bin").write_bytes(data)
+    r = subprocess.run(
+        [str(binary), mode, str(tmp)], capture_output=True, text=True, timeout=600, env=ASAN_ENV
+    )
+    if r.returncode == 3:
+        return None
+    assert r.returncode == 0, r.stderr[-3000:]
+    return np.frombuffer((tmp / "out.bin").read_bytes(), np.float32)
+
+
+@pytest.mark.parametrize("types", [("q4_K", "q6_K"), ("q6_K", "q4_K"), ("q4_K", "q4_K"), ("q5_K", "q6_K")])
+@pytest.mark.parametrize("n", [2, 23, 64])
+def test_emulated_gemm_pair_equals_each_product_alone(
+    gemm_entry: Path, build_dir: Path, types: tuple[str, str], n: int
+) -> None:
+    """Two products of one normed source through one quantizer launch (both types' layouts;
+    ggml_ext_cuda_gemm_mma_pair_from, rms_norm_fusion.cu's pairs) give each product's bits alone
+    (ggml_ext_cuda_gemm_mma_from), and the dequantized weights' products with the quantizer's
+    8-bit activations (1e-5)."""
+    from test_mul_mat_invariant import _weights
+
+    rows1, rows2, k = 40, 24, 512
+    w1, dense1 = _weights(types[0], rows1, k, seed=81)
+    w2, dense2 = _weights(types[1], rows2, k, seed=82)
+    rng = np.random.default_rng(83)
+    x = (rng.standard_normal((n, k)) * np.exp2(rng.uniform(-3, 3, (n, k)))).astype(np.float32)
+    norm = (1.0 + 0.25 * rng.standard_normal(k)).astype(np.float32)
+    meta = [GEMM_TYPES[types[0]], GEMM_TYPES[types[1]], rows1, rows2, k, n]
+    arrays = {"w1": w1, "w2": w2, "x": x.tobytes(), "norm": norm.tobytes()}
+    out = _run_gemm_entry(gemm_entry, build_dir, "pair", meta, arrays)
+    assert out is not None, "the pair was refused"
+    a1, b1 = n * rows1, n * (rows1 + rows2)
+    pair1, pair2, alone1, alone2 = out[:a1], out[a1:b1], out[b1 : b1 + a1], out[b1 + a1 :]
+    np.testing.assert_array_equal(pair1, alone1)
+    np.testing.assert_array_equal(pair2, alone2)
+    x64 = x.astype(np.float64)
+    normed = x64 / np.sqrt((x64**2).mean(axis=1, keepdims=True) + 1e-6) * norm
+    for got, dense in ((pair1, dense1), (pair2, dense2)):
+        want = _q8_per_256(normed) @ dense.T.astype(np.float64)
+        assert np.abs(got.reshape(n, -1) - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("wtype", ["q4_K", "q6_K"])
+@pytest.mark.parametrize("S", [64, 128])
+@pytest.mark.parametrize("n", [2, 33, 100])
+def test_emulated_gemm_of_a_head_norm_source(
+    gemm_entry: Path, build_dir: Path, wtype: str, S: int, n: int
+) -> None:
+    """w @ (silu(z) * (rms_norm(o per head) * norm)) with the quantizer computing the heads' norms
+    (ActSource::head_w, rms_norm_fusion.cu's head norms) through the GEMM's entry point, 100 columns
+    in launches of 64 (each launch's columns of both z and o), against numpy with the quantizer's
+    8-bit activations (1e-5)."""
+    from test_mul_mat_invariant import _weights
+
+    rows, k = 40, 512
+    w, dense = _weights(wtype, rows, k, seed=84)
+    rng = np.random.default_rng(85)
+    o = (rng.standard_normal((n, k)) * np.exp2(rng.uniform(-3, 3, (n, k)))).astype(np.float32)
+    z = rng.standard_normal((n, k)).astype(np.float32)
+    norm = (1.0 + 0.25 * rng.standard_normal(S)).astype(np.float32)
+    arrays = {"w": w, "o": o.tobytes(), "z": z.tobytes(), "norm": norm.tobytes()}
+    out = _run_gemm_entry(gemm_entry, build_dir, "head", [GEMM_TYPES[wtype], rows, S, n], arrays)
+    assert out is not None, "the head-norm source was refused"
+    heads = o.astype(np.float64).reshape(n, k // S, S)
+    normed = (heads / np.sqrt((heads**2).mean(axis=2, keepdims=True) + 1e-6) * norm).reshape(n, k)
+    z64 = z.astype(np.float64)
+    want = _q8_per_256(z64 / (1.0 + np.exp(-z64)) * normed) @ dense.T.astype(np.float64)
+    assert np.abs(out.reshape(n, rows) - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_emulated_gemm_refuses_heads_it_cannot_sum(gemm_entry: Path, build_dir: Path) -> None:
+    """Heads of 48 values (not 32, 64, 128 or 256): the GEMM refuses the source (nothing runs)."""
+    from test_mul_mat_invariant import _weights
+
+    rows, k, n = 16, 768, 4
+    w, _ = _weights("q4_K", rows, k, seed=86)
+    ones = np.ones((n, k), np.float32).tobytes()
+    arrays = {"w": w, "o": ones, "z": ones, "norm": np.ones(48, np.float32).tobytes()}
+    assert _run_gemm_entry(gemm_entry, build_dir, "head", [GEMM_TYPES["q4_K"], rows, 48, n], arrays) is None

@@ -6,11 +6,10 @@
 // whitespace-separated integers), then one raw little-endian array per input (f32, tree index i32).
 #include "cuda_emu.h"
 #include "ggml.h"
+#include "harness_io.h"
 
 #include <cmath>
 #include <cstdarg>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -48,15 +47,6 @@ bool ggml_is_contiguous(const struct ggml_tensor * t) {
 
 namespace {
 
-std::vector<char> read_file(const std::string & path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-        std::fprintf(stderr, "ops_emu: cannot read %s\n", path.c_str());
-        std::exit(2);
-    }
-    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
 // A contiguous f32/i32 tensor over `data` (kept alive by the caller), ne in ggml order.
 ggml_tensor tensor(ggml_type type, std::vector<char> & data, std::initializer_list<int64_t> ne) {
     ggml_tensor t{};
@@ -78,17 +68,10 @@ ggml_tensor tensor(ggml_type type, std::vector<char> & data, std::initializer_li
 }  // namespace
 
 int main(int argc, char ** argv) {
-    if (argc != 3) {
-        std::fprintf(stderr, "usage: ops_emu <op> <dir>\n");
-        return 2;
-    }
-    const std::string op = argv[1], dir = std::string(argv[2]) + "/";
-    std::vector<int64_t> m;
-    {
-        std::ifstream f(dir + "meta.txt");
-        for (int64_t v; f >> v;) m.push_back(v);
-    }
-    auto in = [&](const char * name) { return read_file(dir + name + ".bin"); };
+    const HarnessDir io("ops_emu", argc, argv);
+    const std::string & op = io.mode;
+    const std::vector<int64_t> & m = io.meta;
+    auto in = [&](const char * name) { return io.in(name); };
     ggml_backend_cuda_context ctx;
     std::vector<char> out;
     if (op == "tree_ssm_conv") {  // meta: C n K
@@ -216,6 +199,6 @@ int main(int argc, char ** argv) {
         std::fprintf(stderr, "ops_emu: unknown op %s\n", op.c_str());
         return 2;
     }
-    std::ofstream(dir + "out.bin", std::ios::binary).write(out.data(), (std::streamsize)out.size());
+    io.write_out(out);
     return 0;
 }

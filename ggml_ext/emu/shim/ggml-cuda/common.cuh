@@ -36,14 +36,37 @@ struct ggml_cuda_pool_alloc {
     ggml_cuda_pool * pool = nullptr;
     T * ptr = nullptr;
     size_t actual_size = 0;
-    ggml_cuda_pool_alloc(ggml_cuda_pool & p, size_t size) : pool(&p) {
+    explicit ggml_cuda_pool_alloc(ggml_cuda_pool & p) : pool(&p) {}
+    ggml_cuda_pool_alloc(ggml_cuda_pool & p, size_t size) : pool(&p) { alloc(size); }
+    T * alloc(size_t size) {
         ptr = static_cast<T *>(pool->alloc(size * sizeof(T), &actual_size));
+        return ptr;
     }
-    ~ggml_cuda_pool_alloc() { pool->free(ptr, actual_size); }
+    ~ggml_cuda_pool_alloc() {
+        if (ptr) pool->free(ptr, actual_size);
+    }
     ggml_cuda_pool_alloc(const ggml_cuda_pool_alloc &) = delete;
     ggml_cuda_pool_alloc & operator=(const ggml_cuda_pool_alloc &) = delete;
     T * get() { return ptr; }
 };
+
+// The device table and compute capabilities the GEMM's dispatch reads (gemm_kquant_mma.cu): one
+// Hopper of 132 multiprocessors (its wgmma form is built only with DFLASH_HAVE_WGMMA).
+#define GGML_CUDA_CC_AMPERE 800
+#define GGML_CUDA_CC_HOPPER 900
+#define GGML_CUDA_CC_IS_NVIDIA(cc) ((cc) < 0x1000000)
+inline int ggml_cuda_highest_compiled_arch(int cc) { return cc; }
+struct ggml_cuda_device_info {
+    struct {
+        int cc = GGML_CUDA_CC_HOPPER;
+        int nsm = 132;
+        size_t smpbo = 232448;
+    } devices[1];
+};
+inline const ggml_cuda_device_info & ggml_cuda_info() {
+    static const ggml_cuda_device_info info;
+    return info;
+}
 
 struct ggml_backend_cuda_context {
     int device = 0;
