@@ -149,8 +149,9 @@ int64_t mul_mat_rms_norm_fusions();
 //   skipped. DFLASH_FUSE_RMS_NORM_PAIR=1 starts it on; mul_mat_rms_norm_pair_fusions counts them.
 // - head norms: the delta rule's gated output, silu(z) * (rms_norm(o per head) * w), before
 //   ssm_out: the GEMM's quantizer computes each head's norm too, so the norm node is skipped with
-//   the SwiGLU (and the residual add after the product is taken as glu_fusion.cu takes it).
-//   DFLASH_FUSE_HEAD_NORM=1 starts it on; mul_mat_head_norm_fusions counts them.
+//   the SwiGLU (and the residual add after the product is taken as glu_fusion.cu takes it; only
+//   with the SwiGLU fusion on). DFLASH_FUSE_HEAD_NORM=1 starts it on; mul_mat_head_norm_fusions
+//   counts them.
 // Both give the unfused graph's bits (the same float operations). No effect without CUDA.
 void set_fuse_rms_norm_pair_enabled(bool on);
 bool fuse_rms_norm_pair_enabled();

@@ -154,5 +154,6 @@ int ggml_ext_cuda_try_fuse_rms_norm(ggml_backend_cuda_context & ctx, ggml_cgraph
     if (fuse_pair_flag) {
         if (const int n = fuse_pair(ctx, cgraph, i)) return n;
     }
-    return fuse_head_flag ? fuse_head_norm(ctx, cgraph, i) : 0;
+    // the head norm takes the SwiGLU too: only where that fusion is on (DFLASH_FUSE_GLU=0 keeps the node)
+    return fuse_head_flag && ggml_ext::fuse_glu_enabled() ? fuse_head_norm(ctx, cgraph, i) : 0;
 }
