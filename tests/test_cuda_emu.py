@@ -146,13 +146,15 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # GEMM's quantizer reading an RMSNorm's input against quantizing ggml's norm kernel's output
     # (rms_norm_fusion.cu's bits; 8 lines: 5 and 40 columns) and reading a per-head RMSNorm's input
     # and its SwiGLU's gate against ggml's norm kernel, then the SwiGLU (9 lines: heads of 32..256
-    # values), the Q4_K wgmma GEMM through the
+    # values) and reading the attention's output and its sigmoid gate in place against the copied
+    # gate and ggml's fused sigmoid and multiply (5 lines), the Q4_K wgmma GEMM through the
     # emulator's asynchronous wgmma (7 column counts x 5 forms, and one super-block: 2 x 5; the
     # pipelined forms and the early-staging one must give the first form's bits) and its split along
     # K (3 splits: a last wave of 1 tile, and a short matrix's every tile; x 3 column counts: against
     # the unsplit kernel, the host reference, a second launch, and the pipelined and early-staging
     # kernels split the same way)
-    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 3 * 8 + 8 * 6 + 2 * 8 + 1 + 2 + 4 + 8 + 9 + 45 + 9
+    sources = 4 + 8 + 9 + 5  # the SwiGLU, RMSNorm, head-norm and sigmoid-gate sources
+    assert len(rows) == 4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 3 * 8 + 8 * 6 + 2 * 8 + 1 + 2 + sources + 45 + 9
     assert any("check_wgmma_layout" in r for r in rows)
     wgmma = [r for r in rows if "check_wgmma" in r]
     assert len(wgmma) == 45
@@ -169,6 +171,7 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     assert sum("check_rms_norm_source" in r for r in rows) == 8
     heads = [r for r in rows if "check_head_norm_source" in r]
     assert sorted({r["head"] for r in heads}) == [32, 64, 128, 256] and len(heads) == 9
+    assert sum("check_sigmoid_gate_source" in r for r in rows) == 5
     assert sorted(r["check_swiglu_source"] for r in rows if "check_swiglu_source" in r) == [
         "gemv",
         "q4_K",
@@ -651,6 +654,29 @@ def test_emulated_gemm_of_a_head_norm_source(
     normed = (heads / np.sqrt((heads**2).mean(axis=2, keepdims=True) + 1e-6) * norm).reshape(n, k)
     z64 = z.astype(np.float64)
     want = _q8_per_256(z64 / (1.0 + np.exp(-z64)) * normed) @ dense.T.astype(np.float64)
+    assert np.abs(out.reshape(n, rows) - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("wtype", ["q4_K", "q6_K"])
+@pytest.mark.parametrize("n", [2, 33, 100])
+def test_emulated_gemm_of_a_gate_source(gemm_entry: Path, build_dir: Path, wtype: str, n: int) -> None:
+    """w @ (sigmoid(gate) * o) with the quantizer reading the gate in place among the [q; gate]
+    heads of a product's rows (ActSource::gate, glu_fusion.cu's sigmoid gates) through the GEMM's
+    entry point, 100 columns in launches of 64 (each launch's columns of both o and the gate),
+    against numpy with the quantizer's 8-bit activations (1e-5)."""
+    from test_mul_mat_invariant import _weights
+
+    rows, hd, k = 40, 128, 512
+    width = 2 * k + 64  # [q, gate] heads, then other rows of the product
+    w, dense = _weights(wtype, rows, k, seed=87)
+    rng = np.random.default_rng(88)
+    o = rng.standard_normal((n, k)).astype(np.float32)
+    qg = (2 * rng.standard_normal((n, width))).astype(np.float32)
+    arrays = {"w": w, "o": o.tobytes(), "rows": qg.tobytes()}
+    out = _run_gemm_entry(gemm_entry, build_dir, "gate", [GEMM_TYPES[wtype], rows, hd, n], arrays)
+    assert out is not None, "the gate source was refused"
+    gate = qg[:, : 2 * k].reshape(n, k // hd, 2, hd)[:, :, 1, :].reshape(n, k).astype(np.float64)
+    want = _q8_per_256(o.astype(np.float64) / (1.0 + np.exp(-gate))) @ dense.T.astype(np.float64)
     assert np.abs(out.reshape(n, rows) - want).max() <= 1e-5 * np.abs(want).max()
 
 

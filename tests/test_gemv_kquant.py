@@ -645,15 +645,18 @@ def test_cuda_rms_norm_read_by_the_quantizer_gives_the_unfused_bits(
 
 
 @needs_gpu
-@pytest.mark.parametrize("fusion,seed", [("glu", 5), ("rms_norm", 6), ("rms_norm_pair", 7), ("head_norm", 8)])
+@pytest.mark.parametrize(
+    "fusion,seed", [("glu", 5), ("rms_norm", 6), ("rms_norm_pair", 7), ("head_norm", 8), ("sigmoid_gate", 9)]
+)
 def test_cuda_fusion_changes_no_logit_of_the_engine(synth_model, fusion: str, seed: int) -> None:
     """The engine's forwards with a fusion on against off: glu, the SwiGLU nodes read by the
     matmuls' quantizers (the FFN's stacked [gate; up] on CUDA, the delta rule's gated outputs);
     rms_norm, the norms before the FFN and the GDN layers' stacked input projections read by the
     GEMMs' quantizers (the 16-token forwards); rms_norm_pair, the norms read by a layer's Q6_K
     projection and the Q4_K stack of its others (one quantizer for both); head_norm, the delta
-    rule's per-head output norms read by ssm_out's quantizer (test_norm_fusions.py). Some are
-    taken, and no logit changes."""
+    rule's per-head output norms read by ssm_out's quantizer; sigmoid_gate, the attention's output
+    gates read in place by o_proj's quantizer (test_quantizer_fusions.py). Some are taken, and no
+    logit changes."""
     set_enabled = getattr(_core, f"set_fuse_{fusion}_enabled")
     was = getattr(_core, f"fuse_{fusion}_enabled")()
     fusions = getattr(_core, f"mul_mat_{fusion}_fusions")

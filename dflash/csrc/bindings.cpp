@@ -361,6 +361,20 @@ PYBIND11_MODULE(_core, m) {
         "w @ (silu(z) * (rms_norm(o per head of S, eps) * norm)) (+ residual [n, rows]), o and z [n, Hv * S], norm "
         "[S]: the delta rule's gated output before ssm_out");
     m.def(
+        "op_sigmoid_gate_mul_mat",
+        [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & o, const F32Array & rows_qg,
+            int64_t hd, const std::optional<F32Array> & residual, bool gpu, int n_threads) {
+            const std::string raw = w;
+            std::vector<uint8_t> wb(raw.begin(), raw.end());
+            auto r = run_sigmoid_gate_mul_mat(wb, w_type, rows, op_input(o), op_input(rows_qg), hd,
+                                              residual ? op_input(*residual) : OpInput{}, gpu, n_threads);
+            return shaped(std::move(r), {o.shape(0), (py::ssize_t)rows});
+        },
+        py::arg("w"), py::arg("w_type"), py::arg("rows"), py::arg("o"), py::arg("qg"), py::arg("hd"),
+        py::arg("residual") = py::none(), py::arg("gpu") = false, py::arg("n_threads") = 2,
+        "w @ (o * sigmoid(gate)) (+ residual [n, rows]), o [n, k], the gate's heads of hd values at hd + 2 hd h "
+        "of each row of qg [n, >= 2k] (the attention's [q; gate] product): its gated output before o_proj");
+    m.def(
         "op_swiglu_mul_mat",
         [=](const py::bytes & w, const std::string & w_type, int64_t rows, const F32Array & gate_up,
             const std::optional<F32Array> & residual, bool invariant, bool gpu, int n_threads) {
@@ -566,6 +580,13 @@ PYBIND11_MODULE(_core, m) {
     m.def("fuse_head_norm_enabled", &ggml_ext::fuse_head_norm_enabled);
     m.def("mul_mat_head_norm_fusions", &ggml_ext::mul_mat_head_norm_fusions,
           "how many per-head RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
+    m.def("set_fuse_sigmoid_gate_enabled", &ggml_ext::set_fuse_sigmoid_gate_enabled, py::arg("on"),
+          "the attention's sigmoid output gate is read in place by o_proj's quantizer (2..256 columns; the copy "
+          "and the sigmoid-multiply kernels skipped, the same outputs; off until timed; "
+          "DFLASH_FUSE_SIGMOID_GATE=1 starts it on); no effect without CUDA");
+    m.def("fuse_sigmoid_gate_enabled", &ggml_ext::fuse_sigmoid_gate_enabled);
+    m.def("mul_mat_sigmoid_gate_fusions", &ggml_ext::mul_mat_sigmoid_gate_fusions,
+          "how many sigmoid gates the matmuls' quantizers took in this process (0 without CUDA)");
 
     m.def(
         "build_tree",
@@ -666,15 +687,16 @@ PYBIND11_MODULE(_core, m) {
             "per layer: (products reading its normed input with stacked projections, products of its FFN's "
             "gate and up, whether it is a Gated DeltaNet layer)")
         .def(
-            "norm_fusion_patterns",
+            "fusion_patterns",
             [](const TargetEngine & e, int n, bool verify) {
-                const auto c = e.norm_fusion_patterns(n, verify);
-                return py::dict(py::arg("single") = c.single, py::arg("pair") = c.pair, py::arg("head") = c.head);
+                const auto c = e.fusion_patterns(n, verify);
+                return py::dict(py::arg("single") = c.single, py::arg("pair") = c.pair, py::arg("head") = c.head,
+                                py::arg("gate") = c.gate);
             },
             py::arg("n"), py::arg("verify") = false,
-            "the RMS_NORM nodes of the forward graph a CUDA engine builds for n tokens in each form ggml_ext's "
-            "norm fusion takes: read by one product (single), by two (pair), per-head norms of a gated output "
-            "(head); built on a throwaway context, on any backend")
+            "the nodes of the forward graph a CUDA engine builds for n tokens in each form ggml_ext's fusions "
+            "take: RMS_NORMs read by one product (single), by two (pair), per-head norms of a gated output (head), "
+            "the attention's sigmoid output gates (gate); built on a throwaway context, on any backend")
         .def("eval_logits",
              [](TargetEngine & e, const std::vector<int32_t> & tokens) {
                  std::vector<float> v;

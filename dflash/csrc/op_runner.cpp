@@ -52,8 +52,8 @@ struct Upload {
 
 // Builds out's graph, allocates ctx's tensors on the backend, sets the inputs, computes and reads
 // out; frees the buffer and the context either way.
-std::vector<float> compute_op(ggml_backend_t backend, ggml_context * ctx, ggml_tensor * out,
-                              std::initializer_list<Upload> inputs) {
+template <class Uploads>
+std::vector<float> compute_op(ggml_backend_t backend, ggml_context * ctx, ggml_tensor * out, const Uploads & inputs) {
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
     ggml_backend_buffer_t buf = alloc_tensors(ctx, backend);
@@ -61,6 +61,10 @@ std::vector<float> compute_op(ggml_backend_t backend, ggml_context * ctx, ggml_t
         if (in.t) ggml_backend_tensor_set(in.t, in.data, 0, ggml_nbytes(in.t));
     }
     return compute_and_free(backend, gf, out, buf, ctx);
+}
+std::vector<float> compute_op(ggml_backend_t backend, ggml_context * ctx, ggml_tensor * out,
+                              std::initializer_list<Upload> inputs) {
+    return compute_op<std::initializer_list<Upload>>(backend, ctx, out, inputs);
 }
 
 // Whether a matmul op of n columns and `rows` outputs has a residual (ne [rows, n]; empty: none).
@@ -337,36 +341,74 @@ std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::
         {{tw, w.data()}, {tg, gate.data()}, {tx, x.data.data()}, {tr, residual.data.data()}, {tn, norm.data.data()}});
 }
 
-std::vector<float> run_gated_norm_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
-                                          const OpInput & o, const OpInput & z, const OpInput & norm, float eps,
-                                          const OpInput & residual, bool gpu, int n_threads) {
+// rows x k weights of w_type times the n columns `input` builds in ctx (adding its inputs to
+// uploads), tagged mul_mat_tiles, + residual [n, rows] when given: the engine's gated outputs
+// before ssm_out and o_proj, for the fusion tests.
+static std::vector<float> run_product_of(
+    const char * what, const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows, int64_t k, int64_t n,
+    const OpInput & residual, bool gpu, int n_threads,
+    const std::function<ggml_tensor *(ggml_context *, std::vector<Upload> &)> & input) {
     const ggml_type type = weight_type(w_type);
-    if (o.ne.size() != 2 || z.ne != o.ne || norm.ne.size() != 1 || norm.ne[0] < 1 || o.ne[0] % norm.ne[0] != 0 ||
-        rows < 1 || !(eps > 0.0f)) {
-        throw InvalidParameter("gated_norm_mul_mat: o and z must be [n, Hv * S], norm [S], rows >= 1 and eps > 0");
-    }
-    const int64_t k = o.ne[0], n = o.ne[1], S = norm.ne[0];
     if (k % ggml_blck_size(type) != 0 || w.size() != ggml_row_size(type, k) * rows) {
-        throw InvalidParameter("gated_norm_mul_mat: w must hold rows x k values of its type");
+        throw InvalidParameter(std::string(what) + ": w must hold rows x k values of its type");
     }
-    const bool has_residual = check_residual(residual, rows, n, "gated_norm_mul_mat");
+    const bool has_residual = check_residual(residual, rows, n, what);
     Backends be(gpu ? 99 : 0, n_threads);
     if (gpu && !be.is_gpu) throw EngineError("no GPU backend");
     ggml_init_params p = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, true};
     ggml_context * ctx = ggml_init(p);
     ggml_tensor * tw = ggml_new_tensor_2d(ctx, type, k, rows);
-    ggml_tensor * to = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
-    ggml_tensor * tz = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
-    ggml_tensor * tn = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, S);
-    ggml_tensor * tr = has_residual ? ggml_new_tensor_2d(ctx, GGML_TYPE_F32, rows, n) : nullptr;
-    // qwen35_graph.cpp's gated_output: the norm over heads of S, then the SwiGLU with z
-    ggml_tensor * normed = rms_norm_mul(ctx, ggml_reshape_3d(ctx, to, S, k / S, n), tn, eps);
-    ggml_tensor * gated = ggml_swiglu_split(ctx, tz, ggml_reshape_2d(ctx, normed, k, n));
-    ggml_tensor * out = ggml_ext::mul_mat_tiles(ctx, tw, gated);
-    if (tr) out = ggml_add(ctx, out, tr);
-    return compute_op(
-        be.main, ctx, out,
-        {{tw, w.data()}, {to, o.data.data()}, {tz, z.data.data()}, {tn, norm.data.data()}, {tr, residual.data.data()}});
+    std::vector<Upload> uploads = {{tw, w.data()}};
+    ggml_tensor * out = ggml_ext::mul_mat_tiles(ctx, tw, input(ctx, uploads));
+    if (has_residual) {
+        ggml_tensor * tr = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, rows, n);
+        uploads.push_back({tr, residual.data.data()});
+        out = ggml_add(ctx, out, tr);
+    }
+    return compute_op(be.main, ctx, out, uploads);
+}
+
+std::vector<float> run_gated_norm_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
+                                          const OpInput & o, const OpInput & z, const OpInput & norm, float eps,
+                                          const OpInput & residual, bool gpu, int n_threads) {
+    if (o.ne.size() != 2 || z.ne != o.ne || norm.ne.size() != 1 || norm.ne[0] < 1 || o.ne[0] % norm.ne[0] != 0 ||
+        rows < 1 || !(eps > 0.0f)) {
+        throw InvalidParameter("gated_norm_mul_mat: o and z must be [n, Hv * S], norm [S], rows >= 1 and eps > 0");
+    }
+    const int64_t k = o.ne[0], n = o.ne[1], S = norm.ne[0];
+    return run_product_of("gated_norm_mul_mat", w, w_type, rows, k, n, residual, gpu, n_threads,
+                          [&](ggml_context * ctx, std::vector<Upload> & up) {
+                              ggml_tensor * to = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+                              ggml_tensor * tz = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+                              ggml_tensor * tn = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, S);
+                              up.insert(up.end(), {{to, o.data.data()}, {tz, z.data.data()}, {tn, norm.data.data()}});
+                              // qwen35_graph.cpp's gated_output: the norm over heads of S, then the SwiGLU with z
+                              ggml_tensor * normed = rms_norm_mul(ctx, ggml_reshape_3d(ctx, to, S, k / S, n), tn, eps);
+                              return ggml_swiglu_split(ctx, tz, ggml_reshape_2d(ctx, normed, k, n));
+                          });
+}
+
+std::vector<float> run_sigmoid_gate_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
+                                            const OpInput & o, const OpInput & qg, int64_t hd, const OpInput & residual,
+                                            bool gpu, int n_threads) {
+    if (o.ne.size() != 2 || qg.ne.size() != 2 || qg.ne[1] != o.ne[1] || hd < 1 || o.ne[0] % hd != 0 ||
+        qg.ne[0] < 2 * o.ne[0] || rows < 1) {
+        throw InvalidParameter("sigmoid_gate_mul_mat: o must be [n, k], rows [n, >= 2k] and hd divide k");
+    }
+    const int64_t k = o.ne[0], n = o.ne[1];
+    return run_product_of("sigmoid_gate_mul_mat", w, w_type, rows, k, n, residual, gpu, n_threads,
+                          [&](ggml_context * ctx, std::vector<Upload> & up) {
+                              ggml_tensor * to = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+                              ggml_tensor * tq = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, qg.ne[0], n);
+                              up.insert(up.end(), {{to, o.data.data()}, {tq, qg.data.data()}});
+                              // qwen35_graph.cpp's attention: the gate heads out of the [q; gate] rows,
+                              // then o * sigmoid(gate)
+                              const size_t es = sizeof(float);
+                              ggml_tensor * gate =
+                                  ggml_view_3d(ctx, tq, hd, k / hd, n, es * hd * 2, tq->nb[1], es * hd);
+                              gate = ggml_cont_2d(ctx, gate, k, n);
+                              return ggml_mul(ctx, to, ggml_sigmoid(ctx, gate));
+                          });
 }
 
 std::vector<float> run_swiglu_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,

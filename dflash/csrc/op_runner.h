@@ -67,6 +67,13 @@ std::vector<float> run_mul_mat_fused(const std::vector<uint8_t> & w, const std::
 std::vector<float> run_gated_norm_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
                                           const OpInput & o, const OpInput & z, const OpInput & norm, float eps,
                                           const OpInput & residual, bool gpu, int n_threads);
+// w times sigmoid(gate) * o (+ residual [n, rows]): the attention's gated output before o_proj
+// (qwen35_graph.cpp's attention), the gate's heads of hd values between the query heads of
+// rows [n, W] (head h at hd + 2 hd h), copied out (CONT) before the sigmoid; o [n, k]. On CUDA
+// o_proj's quantizer may read the gate in place (glu_fusion.cu's sigmoid gates).
+std::vector<float> run_sigmoid_gate_mul_mat(const std::vector<uint8_t> & w, const std::string & w_type, int64_t rows,
+                                            const OpInput & o, const OpInput & qg, int64_t hd, const OpInput & residual,
+                                            bool gpu, int n_threads);
 // w times swiglu(gate, up) (+ residual [n, rows]), gate and up the halves of gate_up [n, 2k] (the
 // engine's stacked FFN), the matmul built the `tag` way: on CUDA the SwiGLU is read by the matmul's
 // quantizer (patches/0009) unless ggml_ext::set_fuse_glu_enabled(false).

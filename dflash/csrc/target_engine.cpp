@@ -513,8 +513,8 @@ bool TargetEngine::fused_gdn_inputs() const {
 
 int TargetEngine::stacked_projections() const { return cfg_.stack_projections ? model_->n_stacked() : 0; }
 
-ggml_ext::NormFusionCounts TargetEngine::norm_fusion_patterns(int n, bool verify) const {
-    if (n < 1 || n > cfg_.n_batch) throw InvalidParameter("norm_fusion_patterns: n must be in [1, n_batch]");
+ggml_ext::FusionCounts TargetEngine::fusion_patterns(int n, bool verify) const {
+    if (n < 1 || n > cfg_.n_batch) throw InvalidParameter("fusion_patterns: n must be in [1, n_batch]");
     ForwardSpec spec;  // run_forward's, with the choices a CUDA engine makes
     spec.n_tokens = n;
     spec.n_past = cache_->n_past;
@@ -528,7 +528,7 @@ ggml_ext::NormFusionCounts TargetEngine::norm_fusion_patterns(int n, bool verify
     spec.defer_recurrent = verify;
     std::vector<uint8_t> mem(graph_mem_.size());  // graph_mem_ holds the cached graph
     GraphCtx c(mem);
-    return ggml_ext::count_norm_fusion_patterns(build_qwen35_forward(c.ctx, *model_, *cache_, spec).gf);
+    return ggml_ext::count_fusion_patterns(build_qwen35_forward(c.ctx, *model_, *cache_, spec).gf);
 }
 
 }  // namespace dflash

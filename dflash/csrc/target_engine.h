@@ -95,10 +95,10 @@ class TargetEngine {
     int stacked_projections() const;
     // Whether one-token forwards compute the GDN layers' small ops in one op (EngineConfig::fuse_gdn_inputs).
     bool fused_gdn_inputs() const;
-    // The RMS_NORM nodes of the forward graph a CUDA engine builds for n tokens (a verify when
-    // `verify`) in each form ggml_ext's norm fusion takes (ggml_ext::count_norm_fusion_patterns):
+    // The nodes of the forward graph a CUDA engine builds for n tokens (a verify when `verify`) in
+    // each form ggml_ext's norm and sigmoid-gate fusions take (ggml_ext::count_fusion_patterns):
     // built here on a throwaway context, on any backend, for tests.
-    ggml_ext::NormFusionCounts norm_fusion_patterns(int n, bool verify) const;
+    ggml_ext::FusionCounts fusion_patterns(int n, bool verify) const;
     const std::string & model_name() const { return model_->name; }
     int n_past() const { return cache_->n_past; }
     // The loaded weights and the device, for engines that share them (the drafter).

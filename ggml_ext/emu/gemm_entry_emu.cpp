@@ -8,6 +8,9 @@
 //   gemm_entry_emu head <dir>   meta: t rows S n; w.bin o.bin z.bin norm.bin (o, z [n, k])
 //     -> out.bin: w @ (silu(z) * (rms_norm(o per head of S) * norm)), the quantizer computing the
 //        norm (ActSource::head_w); exit 3 when the GEMM refuses the source
+//   gemm_entry_emu gate <dir>   meta: t rows hd n; w.bin o.bin rows.bin (o [n, k], rows [n, W])
+//     -> out.bin: w @ (sigmoid(gate) * o), the gate's head h of a column at rows hd + 2 hd h of
+//        the column's W floats (ActSource::gate: the [q; gate] heads of the attention's product)
 // (rows x k weights, raw ggml bytes; x [n, k] f32; outputs [n, rows] f32 each).
 #include "cuda_emu.h"
 #include "ggml-backend.h"
@@ -135,6 +138,24 @@ int main(int argc, char ** argv) {
         ggml_tensor d = output(rows, n);
         if (!ggml_ext_cuda_gemm_mma_from(ctx, &w, x, n, &d)) {
             std::fprintf(stderr, "gemm_entry_emu: the head-norm source was refused\n");
+            return 3;
+        }
+        append(out, d);
+    } else if (mode == "gate") {  // meta: t rows hd n
+        const int64_t rows = m[1], hd = m[2], n = m[3];
+        const std::vector<char> o = in("o"), qg = in("rows");
+        const int64_t k = (int64_t)o.size() / 4 / n, wq = (int64_t)qg.size() / 4 / n;
+        ggml_tensor w = weight((ggml_type)m[0], in("w"), k, rows);
+        ActSource x;
+        x.x = static_cast<const float *>(device_copy(o));
+        x.sx = k;
+        x.gate = static_cast<const float *>(device_copy(qg)) + hd;
+        x.sgate = wq;
+        x.gate_block = (int)hd;
+        x.gate_stride = (int)(2 * hd);
+        ggml_tensor d = output(rows, n);
+        if (!ggml_ext_cuda_gemm_mma_from(ctx, &w, x, n, &d)) {
+            std::fprintf(stderr, "gemm_entry_emu: the gate source was refused\n");
             return 3;
         }
         append(out, d);

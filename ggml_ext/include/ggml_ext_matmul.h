@@ -160,13 +160,22 @@ void set_fuse_head_norm_enabled(bool on);
 bool fuse_head_norm_enabled();
 int64_t mul_mat_head_norm_fusions();
 
-// The RMS_NORM nodes of graph g in each form that fusion takes, as far as the graph's structure
-// and shapes decide it (kernels/norm_fusion_patterns.h; the products' types and column counts are
-// judged on CUDA): a norm read by one product, by two, and per-head norms of a gated output.
-struct NormFusionCounts {
-    int single = 0, pair = 0, head = 0;
+// The attention's sigmoid output gate, copied out of the [q; gate] product rows, read in place by
+// o_proj's quantizer instead (patches/0011, kernels/glu_fusion.cu; the copy and the fused sigmoid
+// and multiply skipped; the same bits): off until timed on the H200 (DFLASH_FUSE_SIGMOID_GATE=1
+// starts it on); mul_mat_sigmoid_gate_fusions counts them. No effect without CUDA.
+void set_fuse_sigmoid_gate_enabled(bool on);
+bool fuse_sigmoid_gate_enabled();
+int64_t mul_mat_sigmoid_gate_fusions();
+
+// The nodes of graph g in each form the norm and sigmoid-gate fusions take, as far as the graph's
+// structure and shapes decide it (kernels/fusion_patterns.h; the products' types and column counts
+// are judged on CUDA): RMS_NORMs read by one product, by two, per-head norms of a gated output, and
+// the attention's sigmoid output gates.
+struct FusionCounts {
+    int single = 0, pair = 0, head = 0, gate = 0;
 };
-NormFusionCounts count_norm_fusion_patterns(const ggml_cgraph * g);
+FusionCounts count_fusion_patterns(const ggml_cgraph * g);
 
 // ggml_ext's mmq launch policy for tagged products (kernels/mmq_tiles.cu: one block per output
 // tile where the stream-k fixup would cost more). Off: ggml's own launch for every product (the

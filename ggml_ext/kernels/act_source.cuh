@@ -27,12 +27,20 @@ struct ActSource {
     const float * head_w = nullptr;
     int head = 0;
     float head_eps = 0.0f;
+    // Or (the GEMM's quantizer only) x times the sigmoid of a gate read in blocks: value i of column
+    // col is sigmoid(gate[col sgate + (i / gate_block) gate_stride + i % gate_block]) * x[col sx + i],
+    // as ggml-cuda's fused sigmoid and multiply computes it (the attention's output gate, whose heads
+    // sit between the query heads of one product; glu_fusion.cu's sigmoid gates).
+    const float * gate = nullptr;
+    int64_t sgate = 0;
+    int gate_block = 0, gate_stride = 0;
 
     // The source past the first c0 columns.
     ActSource columns_from(int64_t c0) const {
         ActSource s = *this;
         s.x += c0 * sx;
         if (up) s.up += c0 * sup;
+        if (gate) s.gate += c0 * sgate;
         return s;
     }
 
@@ -46,6 +54,12 @@ struct ActSource {
     // silu(x) * ((s up) * head_w): the SwiGLU of a per-head norm's output, s its head's scale.
     __device__ __forceinline__ float gated_head_normed(int64_t col, int64_t i, float s) const {
         return ggml_cuda_op_silu_single(x[col * sx + i]) * (s * up[col * sup + i] * head_w[i % head]);
+    }
+
+    // sigmoid(gate) * x, the gate's value in its block layout; the sigmoid is ggml-cuda's op_sigmoid.
+    __device__ __forceinline__ float sigmoid_gated(int64_t col, int64_t i) const {
+        const float gv = gate[col * sgate + i / gate_block * gate_stride + i % gate_block];
+        return 1.0f / (1.0f + expf(-gv)) * x[col * sx + i];
     }
 
     // The head norm's scale rsqrt(mean(up^2) + eps) from the head's sums of squares per 32 values,

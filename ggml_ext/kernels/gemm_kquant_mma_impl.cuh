@@ -46,6 +46,14 @@ constexpr int kQk = 256;
 // matrices a wgmma B descriptor reads (gemm_q4k_wgmma.cuh).
 enum class ActLayout { kRun, kHalves, kWgmma };
 
+// What an activation source holds (ActSource; quantize_act_k_kernel's kSrc): floats, a SwiGLU's
+// or an RMSNorm's inputs (kPlain), a per-head RMSNorm's SwiGLU (kHeadNorm), a sigmoid gate and
+// the values it gates (kSigmoidGate).
+enum class SrcForm { kPlain, kHeadNorm, kSigmoidGate };
+inline SrcForm src_form(const ActSource & x) {
+    return x.head_w ? SrcForm::kHeadNorm : x.gate ? SrcForm::kSigmoidGate : SrcForm::kPlain;
+}
+
 // kWgmma: per super-block kb and sub-block j a tile of np = 8 ncol_tiles columns x 32 bytes, in
 // core matrices of 8 columns x 16 bytes; core matrix (kk, nn) (bytes 16 kk.. of columns 8 nn..) at
 // nn * 256 + kk * 128. A column's bytes are in the hardware k order of Q4_K's weight operands
@@ -786,9 +794,11 @@ __device__ __forceinline__ float head_scale_quad(const ActSource & x, int col, i
 // are taken in: both give the same bytes.
 // L2 != L: the same bytes also into qs2 in layout L2 (the scales and sums do not depend on the
 // layout): one quantizer for two products of one source whose types want different layouts
-// (rms_norm_fusion.cu's pairs). kHeadNorm: x is a per-head RMSNorm's SwiGLU (x.head_w;
-// rms_norm_fusion.cu): each value's head scale is summed in rms_norm_f32's order first.
-template <ActLayout L, int kBlock, int V, ActLayout L2 = L, bool kHeadNorm = false>
+// (rms_norm_fusion.cu's pairs). kSrc: what x holds (SrcForm): floats, a SwiGLU's inputs or an
+// RMSNorm's (kPlain); a per-head RMSNorm's SwiGLU (kHeadNorm, x.head_w; rms_norm_fusion.cu), each
+// value's head scale summed in rms_norm_f32's order first; a sigmoid gate (kSigmoidGate, x.gate;
+// glu_fusion.cu).
+template <ActLayout L, int kBlock, int V, ActLayout L2 = L, SrcForm kSrc = SrcForm::kPlain>
 static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
                                              int * __restrict__ sums, const int k, const int ncols,
                                              const int ncol_tiles, int8_t * __restrict__ qs2) {
@@ -802,6 +812,7 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
     const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // col: the same for the block
     const int j = V == 8 ? r / 4 : r / WARP_SIZE, t = r % 4;               // sub-block j
     float head_scale = 1.0f;
+    constexpr bool kHeadNorm = kSrc == SrcForm::kHeadNorm;
     if constexpr (kHeadNorm && V == 1) {  // before any return: a barrier (the block is one super-block)
         head_scale = head_scale_one_a_thread(x, col, ncols, kb, j, r % WARP_SIZE);
     }
@@ -817,6 +828,8 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
         const int64_t vi = kb * kQk + 32 * j + value_index(i);
         if constexpr (kHeadNorm) {
             v[i] = col < ncols ? x.gated_head_normed(col, vi, head_scale) : 0.0f;
+        } else if constexpr (kSrc == SrcForm::kSigmoidGate) {
+            v[i] = col < ncols ? x.sigmoid_gated(col, vi) : 0.0f;
         } else {
             v[i] = col < ncols ? x(col, vi, scale) : 0.0f;
         }
@@ -868,34 +881,43 @@ inline dim3 quantize_act_grid(int k, int np, int V) {
     return dim3((unsigned)((k + values_per_block - 1) / values_per_block), (unsigned)np, 1);
 }
 
-// Launches quantize_act_k_kernel<L, kBlock, V, L2, kHeadNorm> with V =
-// quantize_values_per_thread(np), kHeadNorm for a head-norm source (x.head_w); qs2: the bytes in
-// layout L2 too (L2 != L).
+// Launches quantize_act_k_kernel<L, kBlock, V, L2, kSrc> with V = quantize_values_per_thread(np),
+// kSrc from x (src_form); qs2: the bytes in layout L2 too (L2 != L).
 template <ActLayout L, int kBlock, ActLayout L2 = L>
 void launch_quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, int np,
                          cudaStream_t stream, int8_t * qs2 = nullptr) {
-    auto go = [&](auto v_tag, auto head_tag) {
-        constexpr int kV = decltype(v_tag)::value;
-        constexpr bool kHead = decltype(head_tag)::value;
-        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), quantize_act_grid(k, np, kV), kQk, 0, stream,
-                          quantize_act_k_kernel<L, kBlock, kV, L2, kHead>)(x, qs, d, sums, k, ncols, np / 8, qs2);
+    auto go = [&](auto src_tag) {
+        constexpr SrcForm kSrc = decltype(src_tag)::value;
+        if (quantize_values_per_thread(np) == 1) {
+            DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), quantize_act_grid(k, np, 1), kQk, 0, stream,
+                              quantize_act_k_kernel<L, kBlock, 1, L2, kSrc>)(x, qs, d, sums, k, ncols, np / 8, qs2);
+        } else {
+            DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), quantize_act_grid(k, np, 8), kQk, 0, stream,
+                              quantize_act_k_kernel<L, kBlock, 8, L2, kSrc>)(x, qs, d, sums, k, ncols, np / 8, qs2);
+        }
     };
-    using One = std::integral_constant<int, 1>;
-    using Eight = std::integral_constant<int, 8>;
-    const bool one = quantize_values_per_thread(np) == 1;
-    if (x.head_w) {
-        one ? go(One{}, std::true_type{}) : go(Eight{}, std::true_type{});
-    } else {
-        one ? go(One{}, std::false_type{}) : go(Eight{}, std::false_type{});
+    switch (src_form(x)) {
+        case SrcForm::kHeadNorm:
+            go(std::integral_constant<SrcForm, SrcForm::kHeadNorm>{});
+            break;
+        case SrcForm::kSigmoidGate:
+            go(std::integral_constant<SrcForm, SrcForm::kSigmoidGate>{});
+            break;
+        default:
+            go(std::integral_constant<SrcForm, SrcForm::kPlain>{});
     }
 }
 
 // Whether x can be quantized for products of k values: a head-norm source needs whole heads of
-// 32, 64, 128 or 256 values (the quantizer's sums), whose weight holds one head.
+// 32, 64, 128 or 256 values (the quantizer's sums), whose weight holds one head; a sigmoid gate
+// blocks of at most their stride, and nothing else on x.
 inline bool act_source_ok(const ActSource & x, int k) {
-    if (!x.head_w) return true;
-    const int h = x.head;
-    return x.up && !x.norm_w && (h == 32 || h == 64 || h == 128 || h == 256) && k % h == 0;
+    if (x.head_w) {
+        const int h = x.head;
+        return x.up && !x.norm_w && !x.gate && (h == 32 || h == 64 || h == 128 || h == 256) && k % h == 0;
+    }
+    if (x.gate) return !x.up && !x.norm_w && x.gate_block > 0 && x.gate_stride >= x.gate_block;
+    return true;
 }
 
 // Column tiles the activation buffers need for ncols columns.

@@ -240,7 +240,7 @@ bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tens
 
 bool ggml_ext_cuda_gemv_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x, int64_t n,
                              ggml_tensor * dst, const ggml_tensor * res) {
-    if (x.norm_w || x.head_w || !ggml_ext_gemv_supports(src0, 1) || !plain_f32_columns(dst) ||
+    if (x.norm_w || x.head_w || x.gate || !ggml_ext_gemv_supports(src0, 1) || !plain_f32_columns(dst) ||
         dst->ne[0] != src0->ne[1] || dst->ne[1] != n ||
         (res && (!plain_f32_columns(res) || !ggml_are_same_shape(res, dst) || res->nb[1] != dst->nb[1]))) {
         return false;

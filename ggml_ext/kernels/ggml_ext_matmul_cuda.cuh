@@ -34,6 +34,12 @@ struct ActSource;
 int ggml_ext_cuda_run_glu_product(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int m, const ActSource & x,
                                   int64_t n);
 
+// ggml-cuda's fusion pass at a CONT node i (patches/0011): the attention's output gate, copied out
+// of a product's rows, its sigmoid and the multiply with the output read only by a tagged
+// MUL_MAT run as that product, its quantizer reading the gate in place (glu_fusion.cu; when
+// switched on). Returns the nodes it took after node i (3 or 4 with the residual ADD), or 0.
+int ggml_ext_cuda_try_fuse_sigmoid_gate(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
+
 // ggml-cuda's fusion pass at an RMS_NORM node i (patches/0010): rms_norm(x) * w read only by the
 // tagged MUL_MAT after it runs as that product, the GEMM's quantizer computing the norm from x
 // and w (rms_norm_fusion.cu); when switched on, also read by the two tagged MUL_MATs after it (one

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "fusion_patterns.h"
 #include "ggml-impl.h"
 
 namespace {
@@ -22,6 +23,13 @@ bool fuse_glu_flag = [] {
     return !(e && e[0] == '0');
 }();
 std::atomic<int64_t> glu_fusions{0};
+// The attention's sigmoid output gate read in place by o_proj's quantizer (patches/0011): off
+// until timed on the H200; DFLASH_FUSE_SIGMOID_GATE=1 starts it on.
+bool fuse_gate_flag = [] {
+    const char * e = std::getenv("DFLASH_FUSE_SIGMOID_GATE");
+    return e && e[0] == '1';
+}();
+std::atomic<int64_t> gate_fusions{0};
 
 // The source of a split SwiGLU node (silu(src0) * src1, not swapped), f32 matrices of its shape.
 bool swiglu_source(const ggml_tensor * glu, ActSource & s) {
@@ -57,6 +65,9 @@ namespace ggml_ext {
 void set_fuse_glu_enabled(bool on) { fuse_glu_flag = on; }
 bool fuse_glu_enabled() { return fuse_glu_flag; }
 int64_t mul_mat_glu_fusions() { return glu_fusions.load(); }
+void set_fuse_sigmoid_gate_enabled(bool on) { fuse_gate_flag = on; }
+bool fuse_sigmoid_gate_enabled() { return fuse_gate_flag; }
+int64_t mul_mat_sigmoid_gate_fusions() { return gate_fusions.load(); }
 }  // namespace ggml_ext
 
 int ggml_ext_cuda_run_glu_product(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int m, const ActSource & x,
@@ -86,4 +97,30 @@ int ggml_ext_cuda_try_fuse_glu(ggml_backend_cuda_context & ctx, ggml_cgraph * cg
     const int taken = ggml_ext_cuda_run_glu_product(ctx, cgraph, i + 1, x, glu->ne[1]);
     if (taken > 0) glu_fusions++;
     return taken;
+}
+
+// The attention's output gate (qwen35_graph.cpp's attention; fusion_patterns' sigmoid_gate_at):
+// the gate's copy out of the [q; gate] rows (CONT), its sigmoid and the multiply with the output
+// o are skipped, o_proj's quantizer computing sigmoid(gate) * o from the rows in place (16 copy and
+// 16 sigmoid-multiply kernels a verify of the 27B). The residual add after the product is taken
+// as for a SwiGLU.
+int ggml_ext_cuda_try_fuse_sigmoid_gate(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
+    if (!fuse_gate_flag) return 0;
+    const int other = ggml_ext::fusion_patterns::sigmoid_gate_at(cgraph, i);
+    if (other < 0) return 0;
+    const ggml_tensor * view = cgraph->nodes[i]->src[0];
+    const ggml_tensor * o = cgraph->nodes[i + 2]->src[other];
+    const int64_t n = o->ne[1];
+    if (n < 2) return 0;  // one column: the GEMV, whose quantizer does not take a gate
+    ActSource x;
+    x.x = (const float *)o->data;
+    x.sx = (int64_t)(o->nb[1] / sizeof(float));
+    x.gate = (const float *)view->data;
+    x.sgate = (int64_t)(view->nb[2] / sizeof(float));
+    x.gate_block = (int)view->ne[0];
+    x.gate_stride = (int)(view->nb[1] / sizeof(float));
+    const int taken = ggml_ext_cuda_run_glu_product(ctx, cgraph, i + 3, x, n);
+    if (taken == 0) return 0;
+    gate_fusions++;
+    return 2 + taken;
 }

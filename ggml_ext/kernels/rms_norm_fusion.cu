@@ -24,7 +24,7 @@
 #include <cstring>
 
 #include "ggml-impl.h"
-#include "norm_fusion_patterns.h"
+#include "fusion_patterns.h"
 
 namespace {
 
@@ -71,7 +71,7 @@ bool fuse_pair_flag = env_on("DFLASH_FUSE_RMS_NORM_PAIR");
 bool fuse_head_flag = env_on("DFLASH_FUSE_HEAD_NORM");
 std::atomic<int64_t> pair_fusions{0}, head_fusions{0};
 
-namespace pat = ggml_ext::norm_patterns;
+namespace pat = ggml_ext::fusion_patterns;
 
 // The one product after the norm (the FFN's [gate; up], a GDN layer's stacked input projections).
 int fuse_single(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
@@ -104,7 +104,7 @@ int fuse_pair(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     return 3;
 }
 
-// The delta rule's gated output (qwen35_graph.cpp's gated_output; norm_patterns'
+// The delta rule's gated output (qwen35_graph.cpp's gated_output; fusion_patterns'
 // head_norm_glu_at): the product's quantizer computes silu(z) * ((s o) * w) itself, s each head's
 // norm scale in rms_norm_f32's order (act_source.cuh's head_w), so the norm kernel (48 a verify of
 // the 27B) is skipped with the SwiGLU; the residual add after the product is taken as the SwiGLU

@@ -81,6 +81,9 @@ int64_t mul_mat_rms_norm_pair_fusions() { return 0; }
 void set_fuse_head_norm_enabled(bool) {}
 bool fuse_head_norm_enabled() { return false; }
 int64_t mul_mat_head_norm_fusions() { return 0; }
+void set_fuse_sigmoid_gate_enabled(bool) {}
+bool fuse_sigmoid_gate_enabled() { return false; }
+int64_t mul_mat_sigmoid_gate_fusions() { return 0; }
 #endif
 
 }  // namespace ggml_ext

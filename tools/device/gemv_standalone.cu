@@ -794,6 +794,16 @@ std::vector<T> to_host(const T * p, size_t n) {
     return v;
 }
 
+// Whether two GEMM quantizations of ncols columns of k values for type t hold the same bytes: the
+// quants, the scales (per 256 values; per 32 for Q8_0) and the sums per 32.
+bool same_quantized(const MmaBuffers & a, const MmaBuffers & b, W t, int k, int ncols) {
+    CK(cudaDeviceSynchronize());
+    const size_t np = gemm_kq::padded_columns(ncols), nq = np * k, ns = np * k / 32;
+    const size_t nd = t == W::q8_0 ? ns : np * k / 256;
+    return to_host(a.yq, nq) == to_host(b.yq, nq) && to_host(a.yd, nd) == to_host(b.yd, nd) &&
+           to_host(a.ysum, ns) == to_host(b.ysum, ns);
+}
+
 // The quantizers reading a SwiGLU's inputs (act_source.cuh; glu_fusion.cu) write the bytes they
 // write for the GLU's output: the GEMV's (k = 700: a tail in the last super-block) and the GEMM's
 // layouts (Q4_K, Q6_K, Q8_0), 5 columns; gate and up are the halves of a [2k, 5] matrix (the
@@ -840,12 +850,7 @@ void check_swiglu_source(std::mt19937 & gen) {
             CK(cudaMemcpy(plain.x, x, (size_t)ncols * k * 4, cudaMemcpyDeviceToDevice));
             plain.quantize(t, k, ncols);
             fused.quantize(t, k, ncols, &glu);
-            CK(cudaDeviceSynchronize());
-            // scales per 256 values (per 32: Q8_0), sums per 32
-            const size_t np = gemm_kq::padded_columns(ncols), nq = np * k, ns = np * k / 32;
-            const size_t nd = t == W::q8_0 ? ns : np * k / 256;
-            ok = to_host(plain.yq, nq) == to_host(fused.yq, nq) && to_host(plain.yd, nd) == to_host(fused.yd, nd) &&
-                 to_host(plain.ysum, ns) == to_host(fused.ysum, ns);
+            ok = same_quantized(plain, fused, t, k, ncols);
             plain.free_all();
             fused.free_all();
         }
@@ -914,12 +919,7 @@ void check_rms_norm_source(std::mt19937 & gen) {
         norm.norm_threads = k < 1024 ? 256 : 1024;
         plain.quantize(t, k, ncols);
         fused.quantize(t, k, ncols, &norm);
-        CK(cudaDeviceSynchronize());
-        const size_t np = gemm_kq::padded_columns(ncols), nq = np * k, ns = np * k / 32;
-        const size_t nd = t == W::q8_0 ? ns : np * k / 256;
-        const bool ok = to_host(plain.yq, nq) == to_host(fused.yq, nq) &&
-                        to_host(plain.yd, nd) == to_host(fused.yd, nd) &&
-                        to_host(plain.ysum, ns) == to_host(fused.ysum, ns);
+        const bool ok = same_quantized(plain, fused, t, k, ncols);
         plain.free_all();
         fused.free_all();
         cudaFree(d_x);
@@ -969,17 +969,67 @@ void check_head_norm_source(std::mt19937 & gen) {
         src.head_eps = eps;
         plain.quantize(t, k, ncols);
         fused.quantize(t, k, ncols, &src);
-        CK(cudaDeviceSynchronize());
-        const size_t np = gemm_kq::padded_columns(ncols), nq = np * k, ns = np * k / 32;
-        const size_t nd = t == W::q8_0 ? ns : np * k / 256;
-        const bool ok = gemm_kq::act_source_ok(src, k) && to_host(plain.yq, nq) == to_host(fused.yq, nq) &&
-                        to_host(plain.yd, nd) == to_host(fused.yd, nd) &&
-                        to_host(plain.ysum, ns) == to_host(fused.ysum, ns);
+        const bool ok = gemm_kq::act_source_ok(src, k) && same_quantized(plain, fused, t, k, ncols);
         plain.free_all();
         fused.free_all();
         for (float * ptr : {d_o, d_z, d_w, normed}) cudaFree(ptr);
         std::printf("{\"check_head_norm_source\": \"%s\", \"head\": %d, \"k\": %d, \"ncols\": %d, \"ok\": %s}\n", what,
                     head, k, ncols, ok ? "true" : "false");
+    }
+}
+
+// sigmoid(gate) * o into x (columns k apart), the gate's value i of column col at
+// gate[col sg + (i / block) stride + i % block]: the unfused graph's copy of the gate and ggml's
+// fused sigmoid and multiply.
+__global__ void sigmoid_gate_kernel(const float * gate, const float * o, float * x, int k, int block, int stride,
+                                    int64_t sg) {
+    const int col = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < k) {
+        const float g = gate[col * sg + i / block * stride + i % block];
+        x[(int64_t)col * k + i] = 1.0f / (1.0f + expf(-g)) * o[(int64_t)col * k + i];
+    }
+}
+
+// The GEMM's quantizer reading the attention's output and its sigmoid gate in place (act_source.cuh's
+// gate; glu_fusion.cu's sigmoid gates) writes the bytes it writes for the gated output: heads of 128
+// (the 27B's 256 too) interleaved with the query heads in one product's rows (block hd, stride 2 hd,
+// a column of 2 k + 64 floats), 5 and 40 columns, the Q4_K, Q6_K and Q8_0 layouts.
+void check_sigmoid_gate_source(std::mt19937 & gen) {
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (const auto & [what, hd, k, ncols] :
+         {std::tuple{"q4_K", 128, 768, 5}, std::tuple{"q4_K", 128, 768, 40}, std::tuple{"q6_K", 256, 512, 5},
+          std::tuple{"q6_K", 128, 512, 40}, std::tuple{"q8_0", 256, 512, 40}}) {
+        const W t = what[1] == '4' ? W::q4_K : what[1] == '6' ? W::q6_K : W::q8_0;
+        const int64_t sg = 2 * k + 64;  // [q, gate] heads, then other rows of the product
+        std::vector<float> rows((size_t)ncols * sg), os((size_t)ncols * k);
+        for (auto & v : rows) v = normal(gen);
+        for (auto & v : os) v = normal(gen);
+        float *d_rows = nullptr, *d_o = nullptr;
+        CK(cudaMalloc(&d_rows, rows.size() * 4));
+        CK(cudaMalloc(&d_o, os.size() * 4));
+        CK(cudaMemcpy(d_rows, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_o, os.data(), os.size() * 4, cudaMemcpyHostToDevice));
+        MmaBuffers plain, fused;
+        plain.alloc(k, ncols, 1);
+        fused.alloc(k, ncols, 1);
+        DFLASH_LAUNCH(dim3((k + 255) / 256, ncols, 1), 256, 0, nullptr, sigmoid_gate_kernel)(d_rows + hd, d_o, plain.x,
+                                                                                             k, hd, 2 * hd, sg);
+        ActSource src;
+        src.x = d_o;
+        src.sx = k;
+        src.gate = d_rows + hd;
+        src.sgate = sg;
+        src.gate_block = hd;
+        src.gate_stride = 2 * hd;
+        plain.quantize(t, k, ncols);
+        fused.quantize(t, k, ncols, &src);
+        const bool ok = gemm_kq::act_source_ok(src, k) && same_quantized(plain, fused, t, k, ncols);
+        plain.free_all();
+        fused.free_all();
+        cudaFree(d_rows);
+        cudaFree(d_o);
+        std::printf("{\"check_sigmoid_gate_source\": \"%s\", \"hd\": %d, \"ncols\": %d, \"ok\": %s}\n", what, hd, ncols,
+                    ok ? "true" : "false");
     }
 }
 
@@ -1364,6 +1414,7 @@ int main(int argc, char ** argv) {
         check_swiglu_source(gen);
         check_rms_norm_source(gen);
         check_head_norm_source(gen);
+        check_sigmoid_gate_source(gen);
     }
     if (what == "mma" || what == "check_mma" ||
         what == "q5q8") {  // the tensor-core GEMMs, every stage count: checked, then timed

@@ -23,7 +23,7 @@ start_27b_synth() {
 CUDA_TESTS="tests/test_tree_ops.py tests/test_mul_mat_invariant.py tests/test_mul_mat_tiles.py tests/test_top_k_rows.py
   tests/test_gemv_kquant.py tests/test_stacked_projections.py tests/test_oracle_upstream.py tests/test_gdn_decode_inputs.py
   tests/test_verify_commit.py tests/test_tree_verify.py tests/test_spec_chain.py tests/test_ddtree.py
-  tests/test_attn_paths.py tests/test_batch_invariant.py tests/test_gdn_chain.py tests/test_norm_fusions.py"
+  tests/test_attn_paths.py tests/test_batch_invariant.py tests/test_gdn_chain.py tests/test_quantizer_fusions.py"
 run_cuda_suite() {
   local secs=$1; shift
   # shellcheck disable=SC2086  # the list splits on purpose

@@ -1,12 +1,15 @@
-"""The RMSNorm fusion's two newer forms (ggml_ext/kernels/rms_norm_fusion.cu): a norm read by two
-tagged matmuls right after it (one quantizer launch for both products, both types' layouts), and
-the delta rule's gated output, silu(z) * (rms_norm(o per head) * w), read by ssm_out's quantizer.
-Both are off until timed on the H200 (DFLASH_FUSE_RMS_NORM_PAIR=1, DFLASH_FUSE_HEAD_NORM=1).
-Oracles: numpy for the graphs the ops build (any backend: the CPU in CI); on CUDA the unfused
-graph's outputs bit for bit (the same float operations), and the engine's logits unchanged
-(test_gemv_kquant.py's test_cuda_fusion_changes_no_logit_of_the_engine). The
-quantizer's bytes for both forms are also checked on the CPU emulator in CI
-(tests/test_cuda_emu.py: check_quantize_bytes' two layouts, check_head_norm_source)."""
+"""Fusions whose work the tensor-core GEMM's activation quantizer takes over, besides the
+SwiGLU and the single RMSNorm (test_gemv_kquant.py): a norm read by two tagged matmuls right
+after it (one quantizer launch for both products, both types' layouts; rms_norm_fusion.cu), the
+delta rule's gated output, silu(z) * (rms_norm(o per head) * w), read by ssm_out's quantizer
+(rms_norm_fusion.cu), and the attention's sigmoid output gate read in place by o_proj's quantizer
+(glu_fusion.cu). All are off until timed on the H200 (DFLASH_FUSE_RMS_NORM_PAIR=1,
+DFLASH_FUSE_HEAD_NORM=1, DFLASH_FUSE_SIGMOID_GATE=1). Oracles: numpy for the graphs the ops build
+(any backend: the CPU in CI); the engine's own graphs hold each form where it is meant to apply;
+on CUDA the unfused graph's outputs bit for bit (the same float operations), and the engine's
+logits unchanged (test_gemv_kquant.py's test_cuda_fusion_changes_no_logit_of_the_engine). The
+quantizer's bytes and the GEMM's entry points for every form are also checked on the CPU
+emulator in CI (tests/test_cuda_emu.py)."""
 
 from __future__ import annotations
 
@@ -20,19 +23,21 @@ from test_mul_mat_invariant import _weights
 
 from dflash import _core
 
+SWITCHES = ("rms_norm", "rms_norm_pair", "head_norm", "sigmoid_gate")
+
 
 @pytest.fixture
 def fusions_restored() -> Iterator[None]:
-    was = (_core.fuse_rms_norm_enabled(), _core.fuse_rms_norm_pair_enabled(), _core.fuse_head_norm_enabled())
+    was = {name: getattr(_core, f"fuse_{name}_enabled")() for name in SWITCHES}
     yield
-    _core.set_fuse_rms_norm_enabled(was[0])
-    _core.set_fuse_rms_norm_pair_enabled(was[1])
-    _core.set_fuse_head_norm_enabled(was[2])
+    for name, on in was.items():
+        getattr(_core, f"set_fuse_{name}_enabled")(on)
 
 
-def test_pair_and_head_norm_switches_are_off_unless_asked() -> None:
+def test_the_quantizer_fusions_are_off_unless_asked() -> None:
     assert _core.fuse_rms_norm_pair_enabled() == (GPU and os.environ.get("DFLASH_FUSE_RMS_NORM_PAIR") == "1")
     assert _core.fuse_head_norm_enabled() == (GPU and os.environ.get("DFLASH_FUSE_HEAD_NORM") == "1")
+    assert _core.fuse_sigmoid_gate_enabled() == (GPU and os.environ.get("DFLASH_FUSE_SIGMOID_GATE") == "1")
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
@@ -53,36 +58,38 @@ def _gated_norm_inputs(
     return o, z, w, _silu(z.astype(np.float64)) * normed.reshape(n, heads * S)
 
 
-def _expected_norm_forms(eng: _core.TargetEngine) -> dict[str, int]:
-    """Each RMS_NORM form a verify graph should hold, from the loaded layers: a layer's input norm
+def _expected_forms(eng: _core.TargetEngine) -> dict[str, int]:
+    """Each fusion form a verify graph should hold, from the loaded layers: a layer's input norm
     feeds its input products (one a stack of projections the loader placed back to back, one each
     projection left apart) and its FFN norm [gate; up] (one stacked product, or two): one product
     is the single form, two the pair; the output norm feeds the LM head (single); a Gated DeltaNet
-    layer has one per-head output norm (head)."""
-    forms = {"single": 1, "pair": 0, "head": 0}
+    layer has one per-head output norm (head), an attention layer one sigmoid output gate (gate)."""
+    forms = {"single": 1, "pair": 0, "head": 0, "gate": 0}
     for inputs, ffn, gdn in eng.layer_products:
         for products in (inputs, ffn):
             forms["single"] += products == 1
             forms["pair"] += products == 2
         forms["head"] += gdn
+        forms["gate"] += not gdn
     return forms
 
 
 @pytest.mark.parametrize("preset,weight_type", [("small", "q4_K_M"), ("tiny-b", "q4_K_M"), ("small", "q8_0")])
-def test_the_engines_verify_graph_holds_each_norm_form(synth_model, preset: str, weight_type: str) -> None:
+def test_the_engines_verify_graph_holds_each_fusion_form(synth_model, preset: str, weight_type: str) -> None:
     """The forward graph a CUDA engine builds for a 16-token verify (built on this backend, not
     run): every norm in the form rms_norm_fusion.cu expects, its products right after it
-    (qwen35_graph.cpp's project()). A Q4_K_M file has layers with two input products (its Q6_K
-    attn_qkv / attn_v beside Q4_K); a Q8_0 one has none."""
+    (qwen35_graph.cpp's project()), and every attention layer's sigmoid gate in glu_fusion.cu's.
+    A Q4_K_M file has layers with two input products (its Q6_K attn_qkv / attn_v beside Q4_K); a
+    Q8_0 one has none."""
     path = str(synth_model(preset, weight_type))
     cfg = _core.EngineConfig()
     cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers = 256, 2, 0
     eng = _core.TargetEngine(path, cfg)
-    want = _expected_norm_forms(eng)
-    assert eng.norm_fusion_patterns(16, verify=True) == want
+    want = _expected_forms(eng)
+    assert eng.fusion_patterns(16, verify=True) == want
     # a forward's LM head reads the last row of the output norm: that norm is in no form
-    assert eng.norm_fusion_patterns(16) == {**want, "single": want["single"] - 1}
-    assert want["head"] == sum(gdn for _, _, gdn in eng.layer_products) > 0
+    assert eng.fusion_patterns(16) == {**want, "single": want["single"] - 1}
+    assert want["head"] > 0 and want["gate"] > 0
     if weight_type == "q4_K_M":
         assert want["pair"] > 0
     else:
@@ -174,5 +181,56 @@ def test_cuda_head_norm_read_by_the_quantizer_gives_the_unfused_bits(
     assert _core.mul_mat_head_norm_fusions() - before == (1 if n >= 2 else 0)
     np.testing.assert_array_equal(fused, plain, err_msg=f"{wtype}, {n} columns, heads of {S}")
     want = gated @ dense.T.astype(np.float64)
+    got = fused - res if residual else fused
+    assert np.abs(got - want).max() <= 3e-2 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_sigmoid_gated_product_is_the_product_of_the_gated_output(n: int) -> None:
+    """w @ (o * sigmoid(gate)) (+ residual), the gate's heads between the query heads of one
+    product's rows, against numpy, on whatever backend this build has (CPU in CI): the graph the
+    sigmoid-gate fusion takes."""
+    rows, hd, k = 96, 64, 256
+    w, dense = _weights("q4_K", rows, k, seed=91)
+    rng = np.random.default_rng(92)
+    o = rng.standard_normal((n, k)).astype(np.float32)
+    qg = (2 * rng.standard_normal((n, 2 * k + 32))).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+    got = _core.op_sigmoid_gate_mul_mat(w, "q4_K", rows, o, qg, hd, residual=res)
+    gate = qg[:, : 2 * k].reshape(n, k // hd, 2, hd)[:, :, 1, :].reshape(n, k).astype(np.float64)
+    want = (o.astype(np.float64) / (1.0 + np.exp(-gate))) @ dense.T.astype(np.float64)
+    assert np.abs(got - res - want).max() <= 3e-2 * np.abs(want).max()
+
+
+@needs_gpu
+@pytest.mark.usefixtures("fusions_restored", "mma_restored")
+@pytest.mark.parametrize("wtype", ["q4_K", "q6_K", "q8_0"])
+@pytest.mark.parametrize("n", [1, 2, 16, 33, 64, 100])
+@pytest.mark.parametrize("hd", [128, 256])
+@pytest.mark.parametrize("residual", [False, True])
+def test_cuda_sigmoid_gate_read_in_place_gives_the_unfused_bits(
+    wtype: str, n: int, hd: int, residual: bool
+) -> None:
+    """The attention's gated output before a tagged product of 2..256 columns: the quantizer reads
+    the gate in place and computes o * sigmoid(gate) (the residual add taken too where the GEMM
+    takes it), one fusion counted, and the outputs are the unfused graph's (the gate's copy, ggml's
+    fused sigmoid and multiply) bit for bit; one column keeps the nodes."""
+    rows, k = 1000, 6144
+    _core.set_mma_q80_enabled(True)
+    w, dense = _weights(wtype, rows, k, seed=93)
+    rng = np.random.default_rng(94)
+    o = rng.standard_normal((n, k)).astype(np.float32)
+    qg = (2 * rng.standard_normal((n, 2 * k + 1024))).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32) if residual else None
+    _core.set_fuse_sigmoid_gate_enabled(False)
+    before = _core.mul_mat_sigmoid_gate_fusions()
+    plain = _core.op_sigmoid_gate_mul_mat(w, wtype, rows, o, qg, hd, residual=res, gpu=True)
+    assert _core.mul_mat_sigmoid_gate_fusions() == before
+    _core.set_fuse_sigmoid_gate_enabled(True)
+    fused = _core.op_sigmoid_gate_mul_mat(w, wtype, rows, o, qg, hd, residual=res, gpu=True)
+    assert _core.mul_mat_sigmoid_gate_fusions() - before == (1 if n >= 2 else 0)
+    np.testing.assert_array_equal(fused, plain, err_msg=f"{wtype}, {n} columns, heads of {hd}")
+    gate = qg[:, : 2 * k].reshape(n, k // hd, 2, hd)[:, :, 1, :].reshape(n, k).astype(np.float64)
+    want = (o.astype(np.float64) / (1.0 + np.exp(-gate))) @ dense.T.astype(np.float64)
     got = fused - res if residual else fused
     assert np.abs(got - want).max() <= 3e-2 * np.abs(want).max()

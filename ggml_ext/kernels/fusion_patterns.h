@@ -1,13 +1,13 @@
-// Where rms_norm_fusion.cu's fusions apply in a graph, as far as the graph's structure and its
-// tensors' shapes decide it (the products' types and column counts are the CUDA side's to judge).
-// Shared with the CPU build: TargetEngine::norm_fusion_patterns counts them in the engine's own
-// graphs, so CI checks that every form finds what it is meant for.
+// Where rms_norm_fusion.cu's and glu_fusion.cu's sigmoid-gate fusions apply in a graph, as far as
+// the graph's structure and its tensors' shapes decide it (the products' types and column counts
+// are the CUDA side's to judge). Shared with the CPU build: TargetEngine::fusion_patterns counts
+// them in the engine's own graphs, so CI checks that every form finds what it is meant for.
 #pragma once
 
 #include "ggml-impl.h"
 #include "ggml_ext_matmul.h"
 
-namespace ggml_ext::norm_patterns {
+namespace ggml_ext::fusion_patterns {
 
 // A computed product of the engine's (tagged mul_mat_tiles) reading `in`.
 inline bool tagged_product_of(const ggml_tensor * mm, const ggml_tensor * in) {
@@ -76,14 +76,47 @@ inline int head_norm_glu_at(const ggml_cgraph * g, int i) {
     return shapes ? k : -1;
 }
 
+// The attention's output gate (qwen35_graph.cpp's attention): a CONT at node i of a gate view
+// [block, blocks, n] (f32, read in place: its blocks `stride` floats apart), sigmoid of it, the MUL
+// of that and the output o [block * blocks, n], read only by a product after it, each node read
+// once. The MUL's other operand's index among its sources (o), or -1.
+inline int sigmoid_gate_at(const ggml_cgraph * g, int i) {
+    if (i + 3 >= g->n_nodes) return -1;
+    const ggml_tensor * cont = g->nodes[i];
+    const ggml_tensor * sig = g->nodes[i + 1];
+    const ggml_tensor * mul = g->nodes[i + 2];
+    if (cont->op != GGML_OP_CONT || sig->op != GGML_OP_UNARY || ggml_get_unary_op(sig) != GGML_UNARY_OP_SIGMOID ||
+        sig->src[0] != cont || mul->op != GGML_OP_MUL || (mul->src[0] != sig && mul->src[1] != sig) ||
+        !(sig->flags & GGML_TENSOR_FLAG_COMPUTE) || !(mul->flags & GGML_TENSOR_FLAG_COMPUTE) ||
+        !ggml_node_has_n_uses(g, i, 1) || !ggml_node_has_n_uses(g, i + 1, 1) || !ggml_node_has_n_uses(g, i + 2, 1) ||
+        !tagged_product_of(g->nodes[i + 3], mul)) {
+        return -1;
+    }
+    const int other = mul->src[0] == sig ? 1 : 0;
+    const ggml_tensor * view = cont->src[0];
+    const ggml_tensor * o = mul->src[other];
+    const bool shapes = view && view->type == GGML_TYPE_F32 && cont->type == GGML_TYPE_F32 &&
+                        sig->type == GGML_TYPE_F32 && mul->type == GGML_TYPE_F32 && o->type == GGML_TYPE_F32 &&
+                        view->nb[0] == sizeof(float) && view->nb[1] % sizeof(float) == 0 &&
+                        view->nb[2] % sizeof(float) == 0 && view->nb[1] >= view->ne[0] * (int64_t)sizeof(float) &&
+                        view->ne[3] == 1 && cont->ne[0] == view->ne[0] * view->ne[1] && cont->ne[1] == view->ne[2] &&
+                        cont->ne[2] == 1 && cont->ne[3] == 1 && ggml_are_same_shape(cont, sig) &&
+                        ggml_are_same_shape(cont, mul) && ggml_are_same_shape(cont, o) && o->nb[0] == sizeof(float);
+    return shapes ? other : -1;
+}
+
 struct Counts {
-    int single = 0, pair = 0, head = 0;
+    int single = 0, pair = 0, head = 0, gate = 0;
 };
 
-// Each RMS_NORM node's form, if any.
+// Each RMS_NORM node's form, if any, and the sigmoid gates.
 inline Counts count(const ggml_cgraph * g) {
     Counts c;
     for (int i = 0; i < g->n_nodes; ++i) {
+        if (g->nodes[i]->op == GGML_OP_CONT) {
+            c.gate += sigmoid_gate_at(g, i) >= 0;
+            continue;
+        }
         if (g->nodes[i]->op != GGML_OP_RMS_NORM) continue;
         if (single_at(g, i)) {
             c.single++;
@@ -96,4 +129,4 @@ inline Counts count(const ggml_cgraph * g) {
     return c;
 }
 
-}  // namespace ggml_ext::norm_patterns
+}  // namespace ggml_ext::fusion_patterns
