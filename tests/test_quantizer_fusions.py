@@ -14,7 +14,7 @@ emulator in CI (tests/test_cuda_emu.py)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -38,6 +38,28 @@ def test_the_quantizer_fusions_are_off_unless_asked() -> None:
     assert _core.fuse_rms_norm_pair_enabled() == (GPU and os.environ.get("DFLASH_FUSE_RMS_NORM_PAIR") == "1")
     assert _core.fuse_head_norm_enabled() == (GPU and os.environ.get("DFLASH_FUSE_HEAD_NORM") == "1")
     assert _core.fuse_sigmoid_gate_enabled() == (GPU and os.environ.get("DFLASH_FUSE_SIGMOID_GATE") == "1")
+
+
+def _fused_equals_plain(fusion: str, run: Callable[[], np.ndarray], taken: bool, what: str) -> np.ndarray:
+    """run() with the fusion switched off, then on: its counter moves only while on (by one where
+    `taken`), and both give the same bits. The fused outputs."""
+    set_enabled = getattr(_core, f"set_fuse_{fusion}_enabled")
+    count = getattr(_core, f"mul_mat_{fusion}_fusions")
+    set_enabled(False)
+    before = count()
+    plain = run()
+    assert count() == before
+    set_enabled(True)
+    fused = run()
+    assert count() - before == (1 if taken else 0), what
+    np.testing.assert_array_equal(fused, plain, err_msg=what)
+    return fused
+
+
+def _gate_heads(qg: np.ndarray, k: int, hd: int) -> np.ndarray:
+    """The gate heads of [q; gate] rows (head h at hd + 2 hd h), [n, k] in float64."""
+    n = qg.shape[0]
+    return qg[:, : 2 * k].reshape(n, k // hd, 2, hd)[:, :, 1, :].reshape(n, k).astype(np.float64)
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
@@ -144,14 +166,11 @@ def test_cuda_norm_read_by_two_products_gives_the_unfused_bits(types: tuple[str,
     g, _ = _weights(types[1], rows, k, seed=72)
     x, weight, _ = _normed_inputs(n, k, 73)
     _core.set_fuse_rms_norm_enabled(True)
-    _core.set_fuse_rms_norm_pair_enabled(False)
-    before = _core.mul_mat_rms_norm_pair_fusions()
-    plain = _core.op_mul_mat_fused(w, types[0], rows, x, gate=g, gate_type=types[1], norm=weight, gpu=True)
-    assert _core.mul_mat_rms_norm_pair_fusions() == before
-    _core.set_fuse_rms_norm_pair_enabled(True)
-    fused = _core.op_mul_mat_fused(w, types[0], rows, x, gate=g, gate_type=types[1], norm=weight, gpu=True)
-    assert _core.mul_mat_rms_norm_pair_fusions() - before == (1 if 2 <= n <= 64 else 0)
-    np.testing.assert_array_equal(fused, plain, err_msg=f"{types}, {n} columns")
+
+    def run() -> np.ndarray:
+        return _core.op_mul_mat_fused(w, types[0], rows, x, gate=g, gate_type=types[1], norm=weight, gpu=True)
+
+    _fused_equals_plain("rms_norm_pair", run, 2 <= n <= 64, f"{types}, {n} columns")
 
 
 @needs_gpu
@@ -172,14 +191,12 @@ def test_cuda_head_norm_read_by_the_quantizer_gives_the_unfused_bits(
     w, dense = _weights(wtype, rows, heads * S, seed=74)
     o, z, weight, gated = _gated_norm_inputs(n, heads, S, 75)
     res = np.random.default_rng(76).standard_normal((n, rows)).astype(np.float32) if residual else None
-    _core.set_fuse_head_norm_enabled(False)
-    before = _core.mul_mat_head_norm_fusions()
-    plain = _core.op_gated_norm_mul_mat(w, wtype, rows, o, z, weight, residual=res, gpu=True)
-    assert _core.mul_mat_head_norm_fusions() == before
-    _core.set_fuse_head_norm_enabled(True)
-    fused = _core.op_gated_norm_mul_mat(w, wtype, rows, o, z, weight, residual=res, gpu=True)
-    assert _core.mul_mat_head_norm_fusions() - before == (1 if n >= 2 else 0)
-    np.testing.assert_array_equal(fused, plain, err_msg=f"{wtype}, {n} columns, heads of {S}")
+    fused = _fused_equals_plain(
+        "head_norm",
+        lambda: _core.op_gated_norm_mul_mat(w, wtype, rows, o, z, weight, residual=res, gpu=True),
+        n >= 2,
+        f"{wtype}, {n} columns, heads of {S}",
+    )
     want = gated @ dense.T.astype(np.float64)
     got = fused - res if residual else fused
     assert np.abs(got - want).max() <= 3e-2 * np.abs(want).max()
@@ -197,8 +214,7 @@ def test_sigmoid_gated_product_is_the_product_of_the_gated_output(n: int) -> Non
     qg = (2 * rng.standard_normal((n, 2 * k + 32))).astype(np.float32)
     res = rng.standard_normal((n, rows)).astype(np.float32)
     got = _core.op_sigmoid_gate_mul_mat(w, "q4_K", rows, o, qg, hd, residual=res)
-    gate = qg[:, : 2 * k].reshape(n, k // hd, 2, hd)[:, :, 1, :].reshape(n, k).astype(np.float64)
-    want = (o.astype(np.float64) / (1.0 + np.exp(-gate))) @ dense.T.astype(np.float64)
+    want = (o.astype(np.float64) / (1.0 + np.exp(-_gate_heads(qg, k, hd)))) @ dense.T.astype(np.float64)
     assert np.abs(got - res - want).max() <= 3e-2 * np.abs(want).max()
 
 
@@ -222,15 +238,13 @@ def test_cuda_sigmoid_gate_read_in_place_gives_the_unfused_bits(
     o = rng.standard_normal((n, k)).astype(np.float32)
     qg = (2 * rng.standard_normal((n, 2 * k + 1024))).astype(np.float32)
     res = rng.standard_normal((n, rows)).astype(np.float32) if residual else None
-    _core.set_fuse_sigmoid_gate_enabled(False)
-    before = _core.mul_mat_sigmoid_gate_fusions()
-    plain = _core.op_sigmoid_gate_mul_mat(w, wtype, rows, o, qg, hd, residual=res, gpu=True)
-    assert _core.mul_mat_sigmoid_gate_fusions() == before
-    _core.set_fuse_sigmoid_gate_enabled(True)
-    fused = _core.op_sigmoid_gate_mul_mat(w, wtype, rows, o, qg, hd, residual=res, gpu=True)
-    assert _core.mul_mat_sigmoid_gate_fusions() - before == (1 if n >= 2 else 0)
-    np.testing.assert_array_equal(fused, plain, err_msg=f"{wtype}, {n} columns, heads of {hd}")
-    gate = qg[:, : 2 * k].reshape(n, k // hd, 2, hd)[:, :, 1, :].reshape(n, k).astype(np.float64)
+    fused = _fused_equals_plain(
+        "sigmoid_gate",
+        lambda: _core.op_sigmoid_gate_mul_mat(w, wtype, rows, o, qg, hd, residual=res, gpu=True),
+        n >= 2,
+        f"{wtype}, {n} columns, heads of {hd}",
+    )
+    gate = _gate_heads(qg, k, hd)
     want = (o.astype(np.float64) / (1.0 + np.exp(-gate))) @ dense.T.astype(np.float64)
     got = fused - res if residual else fused
     assert np.abs(got - want).max() <= 3e-2 * np.abs(want).max()
