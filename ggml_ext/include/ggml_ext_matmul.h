@@ -51,7 +51,7 @@ void set_gemv_enabled(bool on);
 bool gemv_enabled();
 // ggml_ext's GEMV for Q8_0 weights too (Q8_0 files and drafters; the GEMM: mma_q80_enabled). Off by
 // default: on the H200 its GEMV read at ~0.8 TB/s, below ggml's mul_mat_vec_q (session 8,
-// bench/results/h200-s8-gemv-standalone-all-a092eca.json); DFLASH_Q80=1 starts it on. Q5_K (Q5_K_M files)
+// bench/results/h200-s8-gemv-standalone-all-a092eca.json.gz); DFLASH_Q80=1 starts it on. Q5_K (Q5_K_M files)
 // is always on with the GEMV: 2.5-2.7 TB/s, AR 114 t/s against 92 with mmvq on the 27B. No effect
 // without CUDA.
 void set_q80_enabled(bool on);

@@ -222,7 +222,7 @@ struct Q4KT : AlignedBlocks<kFifthBit ? 176 : 144> {
         // Q6K, which loads a sub-block's tiles together: bench/results/h200-s26-ncu-gemm-stalls.txt).
         // Ahead, one row tile a warp ran 1-9% faster (ffn_down 34.4 / 39.4 against 36.1 / 43.3 us at
         // 32 / 48 columns), two ran no faster at 32..48 columns and up to 3.5% slower at 16 (their
-        // 168 registers), so two keep the loads in place (h200-s26-mma-standalone-ahead.json).
+        // 168 registers), so two keep the loads in place (h200-s26-mma-standalone-ahead.json.gz).
         constexpr bool kAhead = R == 1;
         int2 y_cur[ncol_tiles], y_next[ncol_tiles];
         if constexpr (kAhead) {

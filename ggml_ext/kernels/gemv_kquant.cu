@@ -37,7 +37,7 @@ bool gemv_enabled_flag = [] {
 
 // Q8_0 weights (this GEMV and the tensor-core GEMM): off unless asked (DFLASH_Q80=1 or
 // ggml_ext::set_q80_enabled). Measured on the H200 in session 8: its GEMV reads Q8_0 at ~0.8 TB/s
-// in every layout (bench/results/h200-s8-gemv-standalone-all-a092eca.json), below ggml's mul_mat_vec_q.
+// in every layout (bench/results/h200-s8-gemv-standalone-all-a092eca.json.gz), below ggml's mul_mat_vec_q.
 bool q80_flag = [] {
     const char * e = std::getenv("DFLASH_Q80");
     return e && e[0] == '1';
@@ -82,7 +82,7 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows) {
     // layout of the 27B's shapes): Q4_K is best unsplit, with two rows per warp for long rows
     // (K >= 6144: ffn_down 2.7 TB/s, ssm_out); Q6_K, whose decode is instruction-bound, best with
     // two warps and two rows each everywhere (ffn_down, the GDN qkv, the output). Session 8
-    // (h200-s8-gemv-standalone-all-a092eca.json): staged Q6_K is best unsplit on the 248320-row
+    // (h200-s8-gemv-standalone-all-a092eca.json.gz): staged Q6_K is best unsplit on the 248320-row
     // output (340 us against 382 split in two), Q5_K with one row per warp, split in two for long
     // rows (ffn_down 24.5 us against 31.1 in Q4_K's layout). The layout depends on the matrix,
     // never on the column count. DFLASH_GEMV_SPLIT (1, 2, 4),
