@@ -3,8 +3,8 @@ SwiGLU and the single RMSNorm (test_gemv_kquant.py): a norm read by two tagged m
 after it (one quantizer launch for both products, both types' layouts; rms_norm_fusion.cu), the
 delta rule's gated output, silu(z) * (rms_norm(o per head) * w), read by ssm_out's quantizer
 (rms_norm_fusion.cu), and the attention's sigmoid output gate read in place by o_proj's quantizer
-(glu_fusion.cu). All are off until timed on the H200 (DFLASH_FUSE_RMS_NORM_PAIR=1,
-DFLASH_FUSE_HEAD_NORM=1, DFLASH_FUSE_SIGMOID_GATE=1). Oracles: numpy for the graphs the ops build
+(glu_fusion.cu). All are on by default since session 33 (=0 of DFLASH_FUSE_RMS_NORM_PAIR,
+DFLASH_FUSE_HEAD_NORM or DFLASH_FUSE_SIGMOID_GATE turns one off). Oracles: numpy for the graphs the ops build
 (any backend: the CPU in CI); the engine's own graphs hold each form where it is meant to apply;
 on CUDA the unfused graph's outputs bit for bit (the same float operations), and the engine's
 logits unchanged (test_gemv_kquant.py's test_cuda_fusion_changes_no_logit_of_the_engine). The
@@ -34,10 +34,10 @@ def fusions_restored() -> Iterator[None]:
         getattr(_core, f"set_fuse_{name}_enabled")(on)
 
 
-def test_the_quantizer_fusions_are_off_unless_asked() -> None:
-    assert _core.fuse_rms_norm_pair_enabled() == (GPU and os.environ.get("DFLASH_FUSE_RMS_NORM_PAIR") == "1")
-    assert _core.fuse_head_norm_enabled() == (GPU and os.environ.get("DFLASH_FUSE_HEAD_NORM") == "1")
-    assert _core.fuse_sigmoid_gate_enabled() == (GPU and os.environ.get("DFLASH_FUSE_SIGMOID_GATE") == "1")
+def test_the_quantizer_fusions_are_on_unless_turned_off() -> None:
+    assert _core.fuse_rms_norm_pair_enabled() == (GPU and os.environ.get("DFLASH_FUSE_RMS_NORM_PAIR") != "0")
+    assert _core.fuse_head_norm_enabled() == (GPU and os.environ.get("DFLASH_FUSE_HEAD_NORM") != "0")
+    assert _core.fuse_sigmoid_gate_enabled() == (GPU and os.environ.get("DFLASH_FUSE_SIGMOID_GATE") != "0")
 
 
 def _fused_equals_plain(fusion: str, run: Callable[[], np.ndarray], taken: bool, what: str) -> np.ndarray:

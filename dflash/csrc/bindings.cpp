@@ -568,22 +568,22 @@ PYBIND11_MODULE(_core, m) {
           "how many RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
     m.def("set_fuse_rms_norm_pair_enabled", &ggml_ext::set_fuse_rms_norm_pair_enabled, py::arg("on"),
           "an RMSNorm and its weight read by exactly two tagged matmuls right after them (2..64 columns): one "
-          "quantizer for both products computes the norm (the same outputs; off until timed; "
-          "DFLASH_FUSE_RMS_NORM_PAIR=1 starts it on); no effect without CUDA");
+          "quantizer for both products computes the norm (the same outputs; on by default; "
+          "DFLASH_FUSE_RMS_NORM_PAIR=0 starts it off); no effect without CUDA");
     m.def("fuse_rms_norm_pair_enabled", &ggml_ext::fuse_rms_norm_pair_enabled);
     m.def("mul_mat_rms_norm_pair_fusions", &ggml_ext::mul_mat_rms_norm_pair_fusions,
           "how many RMSNorm nodes the quantizers of matmul pairs took in this process (0 without CUDA)");
     m.def("set_fuse_head_norm_enabled", &ggml_ext::set_fuse_head_norm_enabled, py::arg("on"),
           "a per-head RMSNorm (and weight) whose SwiGLU feeds a tagged matmul (2..256 columns: the delta rule's "
-          "gated output) is computed by that matmul's quantizer with the SwiGLU (the same outputs; off until "
-          "timed; DFLASH_FUSE_HEAD_NORM=1 starts it on); no effect without CUDA");
+          "gated output) is computed by that matmul's quantizer with the SwiGLU (the same outputs; on by "
+          "default; DFLASH_FUSE_HEAD_NORM=0 starts it off); no effect without CUDA");
     m.def("fuse_head_norm_enabled", &ggml_ext::fuse_head_norm_enabled);
     m.def("mul_mat_head_norm_fusions", &ggml_ext::mul_mat_head_norm_fusions,
           "how many per-head RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
     m.def("set_fuse_sigmoid_gate_enabled", &ggml_ext::set_fuse_sigmoid_gate_enabled, py::arg("on"),
           "the attention's sigmoid output gate is read in place by o_proj's quantizer (2..256 columns; the copy "
-          "and the sigmoid-multiply kernels skipped, the same outputs; off until timed; "
-          "DFLASH_FUSE_SIGMOID_GATE=1 starts it on); no effect without CUDA");
+          "and the sigmoid-multiply kernels skipped, the same outputs; on by default; "
+          "DFLASH_FUSE_SIGMOID_GATE=0 starts it off); no effect without CUDA");
     m.def("fuse_sigmoid_gate_enabled", &ggml_ext::fuse_sigmoid_gate_enabled);
     m.def("mul_mat_sigmoid_gate_fusions", &ggml_ext::mul_mat_sigmoid_gate_fusions,
           "how many sigmoid gates the matmuls' quantizers took in this process (0 without CUDA)");

@@ -101,7 +101,8 @@ int gdn_one_round_columns();
 void set_gdn_one_round_lanes(int lanes);
 int gdn_one_round_lanes();
 // a marked chain's 16 tokens at a time in parallel (kernels/gdn_chain_gram.cu) in place of the
-// one-round kernel (which must be on): off by default until measured; DFLASH_GDN_GRAM=1 turns it on
+// one-round kernel (which must be on): off by default (slower on the H100, session 33);
+// DFLASH_GDN_GRAM=1 turns it on
 void set_gdn_gram(bool on);
 bool gdn_gram();
 

@@ -120,7 +120,7 @@ bool fuse_add_enabled();
 void set_fuse_add_max_columns(int n);
 int fuse_add_max_columns();
 // With `wide` every type but Q6_K takes its residual up to 64 columns whatever that limit
-// (DFLASH_FUSE_ADD_WIDE=1; off until timed on the H200). No effect without CUDA.
+// (DFLASH_FUSE_ADD_WIDE=1; off: no faster on the H100, session 33). No effect without CUDA.
 void set_fuse_add_wide(bool on);
 bool fuse_add_wide();
 int64_t mul_mat_add_fusions();
@@ -142,17 +142,19 @@ void set_fuse_rms_norm_enabled(bool on);
 bool fuse_rms_norm_enabled();
 int64_t mul_mat_rms_norm_fusions();
 
-// Two more forms of that fusion (rms_norm_fusion.cu), off until timed on the H200:
+// Two more forms of that fusion (rms_norm_fusion.cu), on by default since session 33 (below):
 // - pairs: an RMSNorm and its weight read by exactly two tagged matmuls right after them (the
 //   27B's layers whose attn_qkv / attn_v is Q6_K beside the Q4_K stack of their other input
 //   projections): one quantizer launch for both products (both types' layouts), the norm node
-//   skipped. DFLASH_FUSE_RMS_NORM_PAIR=1 starts it on; mul_mat_rms_norm_pair_fusions counts them.
+//   skipped. DFLASH_FUSE_RMS_NORM_PAIR=0 turns it off; mul_mat_rms_norm_pair_fusions counts them.
 // - head norms: the delta rule's gated output, silu(z) * (rms_norm(o per head) * w), before
 //   ssm_out: the GEMM's quantizer computes each head's norm too, so the norm node is skipped with
 //   the SwiGLU (and the residual add after the product is taken as glu_fusion.cu takes it; only
-//   with the SwiGLU fusion on). DFLASH_FUSE_HEAD_NORM=1 starts it on; mul_mat_head_norm_fusions
+//   with the SwiGLU fusion on). DFLASH_FUSE_HEAD_NORM=0 turns it off; mul_mat_head_norm_fusions
 //   counts them.
-// Both give the unfused graph's bits (the same float operations). No effect without CUDA.
+// Both give the unfused graph's bits (the same float operations). With the sigmoid gate below, on
+// the H100 (session 33, bench/results/h100-s33-27b-kernels-*): the 27B's forwards of 16 / 32 / 64
+// tokens 10.23 / 13.34 / 17.96 ms of kernels against 10.47 / 13.65 / 18.44. No effect without CUDA.
 void set_fuse_rms_norm_pair_enabled(bool on);
 bool fuse_rms_norm_pair_enabled();
 int64_t mul_mat_rms_norm_pair_fusions();
@@ -162,8 +164,8 @@ int64_t mul_mat_head_norm_fusions();
 
 // The attention's sigmoid output gate, copied out of the [q; gate] product rows, read in place by
 // o_proj's quantizer instead (patches/0011, kernels/glu_fusion.cu; the copy and the fused sigmoid
-// and multiply skipped; the same bits): off until timed on the H200 (DFLASH_FUSE_SIGMOID_GATE=1
-// starts it on); mul_mat_sigmoid_gate_fusions counts them. No effect without CUDA.
+// and multiply skipped; the same bits): on by default since session 33 (DFLASH_FUSE_SIGMOID_GATE=0
+// turns it off); mul_mat_sigmoid_gate_fusions counts them. No effect without CUDA.
 void set_fuse_sigmoid_gate_enabled(bool on);
 bool fuse_sigmoid_gate_enabled();
 int64_t mul_mat_sigmoid_gate_fusions();

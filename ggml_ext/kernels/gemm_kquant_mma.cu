@@ -85,7 +85,10 @@ int fuse_add_max_columns_flag = [] {
 // DFLASH_FUSE_ADD_WIDE=1: every type but Q6_K takes its residual up to 64 columns whatever the
 // limit above (the 27B's Q4_K ffn_down, ssm_out and attn_output at 64 tokens: ~100 of the 128 add
 // nodes of a 64-token forward, 332 us of kernels on the H200, h200-s30-f3-*), Q6_K's kernel having
-// been the one slower with it (session 27, above). Off until timed.
+// been the one slower with it (session 27, above). Off: on the H100 (session 33, kernel_profile)
+// it gained nothing, alone (the 16 / 32 / 64-token forwards 10.46 / 13.66 / 18.49 ms of kernels
+// against 10.45 / 13.66 / 18.44) nor with the three quantizer fusions (10.22 / 13.34 / 18.01
+// against 10.23 / 13.34 / 17.96; bench/results/h100-s33-*).
 bool fuse_add_wide_flag = [] {
     const char * e = std::getenv("DFLASH_FUSE_ADD_WIDE");
     return e && e[0] == '1';

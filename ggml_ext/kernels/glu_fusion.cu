@@ -23,11 +23,11 @@ bool fuse_glu_flag = [] {
     return !(e && e[0] == '0');
 }();
 std::atomic<int64_t> glu_fusions{0};
-// The attention's sigmoid output gate read in place by o_proj's quantizer (patches/0011): off
-// until timed on the H200; DFLASH_FUSE_SIGMOID_GATE=1 starts it on.
+// The attention's sigmoid output gate read in place by o_proj's quantizer (patches/0011): on by
+// default since session 33 (h100-s33-*); DFLASH_FUSE_SIGMOID_GATE=0 turns it off.
 bool fuse_gate_flag = [] {
     const char * e = std::getenv("DFLASH_FUSE_SIGMOID_GATE");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
 }();
 std::atomic<int64_t> gate_fusions{0};
 

@@ -10,11 +10,14 @@
 // H200, the 27B (session 24, kernel_profile, same run): a forward of 16 / 32 tokens 9.43 / 12.95
 // ms of kernels against 9.75 / 13.19 unfused (the quantizers 0.13 / 0.17 ms slower, the norms
 // 0.43 ms fewer), 64 tokens 19.37 against 19.47; bench/results/h200-s24-27b-kernels-2ea4ca3*.json.
-// Session 32 added two forms, off until timed (DFLASH_FUSE_RMS_NORM_PAIR=1, DFLASH_FUSE_HEAD_NORM=1):
+// Session 32 added two forms, on by default since session 33 (DFLASH_FUSE_RMS_NORM_PAIR=0 and
+// DFLASH_FUSE_HEAD_NORM=0 turn them off):
 // the 32 norms read by two products (fuse_pair) and the 48 per-head norms of the delta rule's gated
 // outputs (fuse_head_norm); with them a 16-token verify of the 27B runs 80 norm kernels and 32
 // quantizer launches fewer (32 of ggml's 1024-thread norms, 0.13 ms on the H200 in session 30, 48
 // of its 256-thread ones, ~0.11 ms, and ~0.12 ms of quantizers), less what the quantizers add.
+// On the H100 (session 33, same run): the pair alone took 0.15 / 0.13 / 0.13 ms off the 16 / 32 / 64-
+// token forwards, the head norm alone 0.07 / 0.12 / 0.19 (h100-s33-f1-27b-kernels-*).
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
 #include "ggml_ext_matmul_cuda.cuh"
@@ -63,12 +66,13 @@ bool rms_norm_source(const ggml_tensor * norm, const ggml_tensor * mul, ActSourc
     return true;
 }
 
-bool env_on(const char * name) {
+// On unless the variable is "0" (both on by default since session 33: h100-s33-*).
+bool env_not_off(const char * name) {
     const char * e = std::getenv(name);
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
 }
-bool fuse_pair_flag = env_on("DFLASH_FUSE_RMS_NORM_PAIR");
-bool fuse_head_flag = env_on("DFLASH_FUSE_HEAD_NORM");
+bool fuse_pair_flag = env_not_off("DFLASH_FUSE_RMS_NORM_PAIR");
+bool fuse_head_flag = env_not_off("DFLASH_FUSE_HEAD_NORM");
 std::atomic<int64_t> pair_fusions{0}, head_fusions{0};
 
 namespace pat = ggml_ext::fusion_patterns;
