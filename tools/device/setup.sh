@@ -10,6 +10,9 @@ export PYTHONUNBUFFERED=1
 ROOT=$(pwd)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl
 export PYTHONPATH=/tmp/site:$ROOT:$ROOT/server:$ROOT/convert
+# SYNTH_EARLY=1 (sourced from stage_common.sh): the 27B-shaped pair is written while the build runs
+# (it needs only the wheels and the Python sources)
+if [ "${SYNTH_EARLY-}" = 1 ] && declare -F start_27b_synth > /dev/null; then start_27b_synth; fi
 if [ ! -d /tmp/up/ggml ]; then mkdir -p /tmp/up && tar xzf .carry/upstream.tar.gz -C /tmp/up; fi
 export DFLASH_VENDOR_SRC=/tmp/up
 if [ ! -f build/cuda/build.ninja ]; then
