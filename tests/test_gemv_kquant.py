@@ -499,6 +499,50 @@ def test_cuda_wide_add_fusion_takes_64_columns_but_q6k(
 
 
 @pytest.fixture
+def mma_split_restored() -> Iterator[None]:
+    was = _core.mma_split()
+    yield
+    _core.set_mma_split(was)
+
+
+def test_mma_split_is_off_unless_asked() -> None:
+    env = os.environ.get("DFLASH_MMA_SPLIT", "0")
+    assert _core.mma_split() == (int(env) if GPU and env.isdigit() and 2 <= int(env) <= 8 else 0)
+
+
+@needs_gpu
+@pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
+@pytest.mark.parametrize("n", [16, 17, 32, 64])
+@pytest.mark.parametrize("pieces", [2, 3])
+def test_cuda_mma_split_along_k_is_the_product(
+    wtype: str, n: int, pieces: int, mma_restored: None, add_limit_restored: None, mma_split_restored: None
+) -> None:
+    """Long rows (24 super-blocks) at 17..64 columns split along K (DFLASH_MMA_SPLIT): the unsplit
+    GEMM's outputs to float rounding (the pieces' sums added in piece order), the split counter
+    moving once a product; with a residual (up to 64 columns) that product plus the residual bit for
+    bit. 16 columns stay unsplit (8 warps a block there)."""
+    rows, k = 1000, 6144
+    w, _ = _weights(wtype, rows, k, seed=41)
+    rng = np.random.default_rng(42)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+    _core.set_mma_enabled(True)
+    _core.set_fuse_add_enabled(True)
+    _core.set_fuse_add_max_columns(64)
+    _core.set_mma_split(0)
+    whole = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
+    _core.set_mma_split(pieces)
+    before = _core.mma_split_launches()
+    split = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
+    assert _core.mma_split_launches() - before == (1 if n > 16 else 0)
+    np.testing.assert_allclose(split, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
+    if n <= 16:
+        np.testing.assert_array_equal(split, whole)
+    fused = _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
+    np.testing.assert_array_equal(fused, split + res, err_msg=f"{wtype}, {n} columns, {pieces} pieces")
+
+
+@pytest.fixture
 def glu_restored() -> Iterator[None]:
     was = _core.fuse_glu_enabled()
     yield

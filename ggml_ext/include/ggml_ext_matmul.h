@@ -109,6 +109,14 @@ bool wgmma_short_enabled();
 // registers (2 blocks); DFLASH_MMA_Q6K_LONG_8 sets it. Q4_K and Q5_K already take 8 warps there.
 void set_mma_q6k_long_8(int mode);
 int mma_q6k_long_8();
+// Long rows (24 super-blocks or more: the 27B's ffn_down, ssm_out, attn_output) at 17..64 columns
+// in the mma.sync forms split along K into `pieces` blocks a row tile, the last to finish adding
+// the pieces' sums in piece order (no second launch; another float order than unsplit, the same
+// for any arrival order): 0 or 1 off (the default until measured), 2..8 the pieces (each warp of a
+// piece keeps a super-block at least); DFLASH_MMA_SPLIT sets it. mma_split_launches counts them.
+void set_mma_split(int pieces);
+int mma_split();
+int64_t mma_split_launches();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to fuse_add_max_columns() columns
 // (patches/0008): the residual added as the GEMM writes its outputs, the same float addition as the

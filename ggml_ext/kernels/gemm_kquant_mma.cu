@@ -56,6 +56,24 @@ int q6k_long_8_mode = [] {
     return m == 1 || m == 2 ? m : 0;
 }();
 
+// Pieces along K for long rows at 17..64 columns in the mma.sync forms (gemm_kq's split;
+// ggml_ext::set_mma_split): 0 off until timed; DFLASH_MMA_SPLIT=2..8 sets them. At 32 columns the
+// 27B's Q6_K ffn_down runs 320 row tiles, 0.61 of a wave of its 4 blocks a multiprocessor: ~10
+// warps a multiprocessor issuing every 1.8 cycles a scheduler (ncu, H100, session 33).
+int mma_split_pieces_flag = [] {
+    const char * e = std::getenv("DFLASH_MMA_SPLIT");
+    const int p = e ? std::atoi(e) : 0;
+    return p >= 2 && p <= 8 ? p : 0;
+}();
+std::atomic<int64_t> mma_split_count{0};
+
+// The pieces a product of n columns and k values takes (1: unsplit): long rows above 16 columns,
+// each warp of a piece a super-block at least.
+int mma_split_pieces(int n, int k) {
+    const int nb = k / 256, p = mma_split_pieces_flag;
+    return p >= 2 && n > 16 && nb >= gemm_kq::kLongRowBlocks && nb / p >= gemm_kq::kWarps ? p : 1;
+}
+
 // 16-row tiles per warp (gemm_kq's R): 2 where it pays (below), or DFLASH_MMA_ROW_TILES=1 (benches).
 int mma_row_tiles() {
     static const int v = [] {
@@ -185,16 +203,17 @@ bool two_tiles_fill(int rows, int n, int nsm) {
 // gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
 // kDynSmem: the stages in dynamic shared memory (false when its opt-in failed: nothing launched).
 template <typename F, int kStages, bool kOccupancy = true, int W = gemm_kq::kWarps, bool kSplitK = true, int R = 1,
-          bool kDynSmem = false>
+          bool kDynSmem = false, bool kPieces = false>
 bool launch_with(const float * res, int stride_col_res, const char * w, const int8_t * yq, const float * yd,
                  const int * ysum, float * dst, int nrows, int k, int64_t row_bytes, int ncols, int stride_col_dst,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, int pieces = 1, float * partials = nullptr) {
     if (res) {
-        return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true, kDynSmem>(
-            w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res, stride_col_res);
+        return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true, kDynSmem, kPieces>(
+            w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res, stride_col_res, pieces,
+            partials);
     }
-    return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, false, kDynSmem>(
-        w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream);
+    return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, false, kDynSmem, kPieces>(
+        w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, nullptr, 0, pieces, partials);
 }
 
 // Whether a product of type t, rows x n, takes the wgmma form (gemm_chunk).
@@ -213,7 +232,7 @@ bool mma_scales_per_256(ggml_type t) { return t != GGML_TYPE_Q8_0; }
 // sums already hold x in type t's layout), then the kernel for type t.
 void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k, const ActSource & x, const char * w,
               int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
-              int nsm, size_t smem_optin, cudaStream_t stream) {
+              int nsm, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
     constexpr int kS = gemm_kq::kDefaultStages;
     // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
     // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
@@ -253,6 +272,16 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
             constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
             launch_with<F, kS, true, kW, true, 2>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
             return;
+        }
+        if (const int pieces = mma_split_pieces(n, k); pieces > 1) {
+            const int tiles = (rows + gemm_kq::kRows - 1) / gemm_kq::kRows;
+            ggml_cuda_pool_alloc<float> partials(
+                pool, gemm_kq::mma_split_floats(tiles, pieces, 1, gemm_kq::padded_columns(n) / 8));
+            if (launch_with<F, kS, true, gemm_kq::kWarps, true, 1, false, true>(
+                    r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, pieces, partials.get())) {
+                ++mma_split_count;
+                return;
+            }
         }
         launch_with<F, kS>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
     };
@@ -298,7 +327,8 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
             return;
         }
     }
-    gemm_mma(t, mins_int, true, n, rows, k, x, w, row_bytes, out, sd, r_ptr, sr, qs, d, sums, nsm, smem_optin, stream);
+    gemm_mma(t, mins_int, true, n, rows, k, x, w, row_bytes, out, sd, r_ptr, sr, qs, d, sums, nsm, smem_optin, pool,
+             stream);
 }
 
 }  // namespace
@@ -333,6 +363,9 @@ void set_wgmma_short_enabled(bool on) { wgmma_short_flag = on; }
 bool wgmma_short_enabled() { return wgmma_short_flag; }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
+void set_mma_split(int pieces) { mma_split_pieces_flag = pieces >= 2 && pieces <= 8 ? pieces : 0; }
+int mma_split() { return mma_split_pieces_flag; }
+int64_t mma_split_launches() { return mma_split_count.load(); }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
@@ -450,7 +483,7 @@ bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggm
     for (auto [w, dst, q] : {std::tuple{w1, dst1, q1}, std::tuple{w2, dst2, q2}}) {
         gemm_mma(w->type, mins_int, false, (int)n, (int)w->ne[1], (int)k, x, (const char *)w->data, (int64_t)w->nb[1],
                  (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, 0, q, d.get(), sums.get(), nsm,
-                 smem_optin, stream);
+                 smem_optin, ctx.pool(), stream);
     }
     CUDA_CHECK(cudaGetLastError());
     return true;

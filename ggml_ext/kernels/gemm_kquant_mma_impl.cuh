@@ -607,6 +607,22 @@ constexpr int min_blocks(int ncol_tiles) {
     return m * kWarps / W > 0 ? m * kWarps / W : 1;
 }
 
+// Split along K (kPieces kernels, which split K among a block's warps too): block b runs piece b % pieces (consecutive
+// super-blocks, its warps taking them as above) of row tile b / pieces, writes its warp-ordered sums
+// to `partials`, and the tile's last piece to arrive (its counter) adds the pieces' sums in piece
+// order and writes them: the same bits for any arrival order, no second launch. For grids of under
+// a wave (the 27B's 320 row tiles of ffn_down at 32 columns are 0.61 of one: ~10 warps a
+// multiprocessor, ncu on the H100, session 33). Zero at load; the last piece puts its counter back
+// to 0 (launches on one stream are ordered; under PDL a kernel reaches them after its pdl_wait).
+constexpr int kMmaMaxSplitTiles = 4096;
+static __device__ unsigned int mma_tile_arrivals[kMmaMaxSplitTiles];
+
+// Floats of partial sums a split of `tiles` row tiles of R 16-row tiles into `pieces` needs for
+// ncol_tiles column tiles (0 without a split).
+inline size_t mma_split_floats(int tiles, int pieces, int R, int ncol_tiles) {
+    return pieces > 1 ? (size_t)tiles * pieces * R * ncol_tiles * 4 * WARP_SIZE : 0;
+}
+
 // ncol_tiles tiles of 8 columns; the activation buffers hold 8 * ncol_tiles columns (zeros past
 // ncols), tiled (act_q_index). kOccupancy: pass min_blocks to __launch_bounds__ (else the
 // compiler's register choice). kSplitK: the block's warps split the super-blocks of one row
@@ -617,13 +633,17 @@ constexpr int min_blocks(int ncol_tiles) {
 // residual add); a template parameter so that the kernels without it keep their code (a run-time
 // branch made the 64-column Q6_K kernel spill 48 bytes, 22% slower on the H200, session 17).
 // kDynSmem: the stages in dynamic shared memory (up to kMaxDynamicSmem; Q6_K's 2 stages of 8 warps
-// take 56 KB, over the 48 KB of static shared memory).
+// take 56 KB, over the 48 KB of static shared memory). kPieces: `pieces` blocks a row tile along K
+// (above; a template parameter so that the kernels without it keep their code).
 template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1,
-          bool kRes = false, bool kDynSmem = false>
+          bool kRes = false, bool kDynSmem = false, bool kPieces = false>
 __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R>(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * yq, const float * yd, const int * ysum,
                            float * dst, const int nrows, const int nblocks, const int64_t row_bytes, const int ncols,
-                           const int stride_col_dst, const float * res, const int stride_col_res) {
+                           const int stride_col_dst, const float * res, const int stride_col_res, const int pieces_arg,
+                           float * partials) {
+    static_assert(!kPieces || kSplitK, "pieces split the super-blocks the block's warps share");
+    const int pieces = kPieces ? pieces_arg : 1;
     using S = Smem<F, ncol_tiles, kStages, W, R>;
     static_assert(S::kBytes <= (kDynSmem ? kMaxDynamicSmem : kMaxStaticSmem), "shared memory over budget: fit_stages");
     static_assert(kStages != 1, "a pipeline needs 2 stages (0: direct loads)");
@@ -638,10 +658,13 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     }
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int g = lane >> 2, t = lane & 3;
-    const int row_base = (kSplitK ? blockIdx.x : blockIdx.x * W + warp) * kTileRows;
+    const int tile = kPieces ? blockIdx.x / pieces : blockIdx.x, piece = kPieces ? blockIdx.x % pieces : 0;
+    const int row_base = (kSplitK ? tile : tile * W + warp) * kTileRows;
     if (!kSplitK && row_base >= nrows) return;  // a warp past the last tile (no block barrier in this mode)
-    const int kb0 = kSplitK ? warp : 0, kb_step = kSplitK ? W : 1;  // this warp's super-blocks kb0, kb0 + kb_step, ...
-    const int n_it = kb0 < nblocks ? (nblocks - kb0 + kb_step - 1) / kb_step : 0;
+    // this warp's super-blocks kb0, kb0 + kb_step, ... before kb_end (its piece's)
+    const int kb_end = kPieces ? (piece + 1) * nblocks / pieces : nblocks;
+    const int kb0 = (kPieces ? piece * nblocks / pieces : 0) + (kSplitK ? warp : 0), kb_step = kSplitK ? W : 1;
+    const int n_it = kb0 < kb_end ? (kb_end - kb0 + kb_step - 1) / kb_step : 0;
     char * stages = smem + warp * (kStages > 0 ? kStages : 0) * S::kStageBytes;
 
     float acc[R][ncol_tiles][4] = {};
@@ -731,17 +754,39 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     __syncthreads();
     // Warp q writes the sums of the values q, q + W, ... (the adds in warp order for each).
     constexpr int kValues = R * ncol_tiles * 4;
-    for (int v = warp; v < kValues; v += W) {
+    auto write = [&](int v, float sum) {
         const int r = v / (ncol_tiles * 4), nt = (v / 4) % ncol_tiles, i = v % 4;
-        float sum = part[v * WARP_SIZE + lane];
-#pragma unroll
-        for (int p = 1; p < W; ++p) sum += part[(p * kValues + v) * WARP_SIZE + lane];
         const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
         if (row < nrows && col < ncols) {
             if constexpr (kRes) sum += res[(int64_t)col * stride_col_res + row];
             dst[(int64_t)col * stride_col_dst + row] = sum;
         }
+    };
+    auto piece_sum = [&](int p, int v) -> float * {
+        return partials + (((int64_t)tile * pieces + p) * kValues + v) * WARP_SIZE + lane;
+    };
+    for (int v = warp; v < kValues; v += W) {
+        float sum = part[v * WARP_SIZE + lane];
+#pragma unroll
+        for (int p = 1; p < W; ++p) sum += part[(p * kValues + v) * WARP_SIZE + lane];
+        if constexpr (kPieces) {
+            *piece_sum(piece, v) = sum;
+        } else {
+            write(v, sum);
+        }
     }
+    if constexpr (!kPieces) return;
+    __threadfence();
+    __syncthreads();  // every warp's sums written before the count
+    const bool first_thread = lane == 0 && warp == 0;
+    if (!__syncthreads_or(first_thread && atomicAdd(&mma_tile_arrivals[tile], 1u) == (unsigned)(pieces - 1))) return;
+    __threadfence();
+    for (int v = warp; v < kValues; v += W) {
+        float sum = __ldcg(piece_sum(0, v));
+        for (int p = 1; p < pieces; ++p) sum += __ldcg(piece_sum(p, v));
+        write(v, sum);
+    }
+    if (first_thread) mma_tile_arrivals[tile] = 0u;
 }
 
 // The head-norm scale (ActSource::head_w) of the head holding sub-block j of super-block kb, a
@@ -958,23 +1003,28 @@ bool dyn_smem_ready() {
 // kDynSmem: the stages in dynamic shared memory (kMaxDynamicSmem; the caller checks the device's
 // opt-in limit); false when its opt-in failed (nothing launched).
 template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1,
-          bool kRes = false, bool kDynSmem = false>
+          bool kRes = false, bool kDynSmem = false, bool kPieces = false>
 bool launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, const float * res = nullptr,
-            int stride_col_res = 0) {
+            int stride_col_res = 0, int pieces = 1, float * partials = nullptr) {
     const int tile_rows = (kSplitK ? kRows : kRows * W) * R;
-    const dim3 grid((nrows + tile_rows - 1) / tile_rows, 1, 1), block(WARP_SIZE, W, 1);
+    const int tiles = (nrows + tile_rows - 1) / tile_rows;
+    // a split needs its partial sums, a counter a tile and a super-block a piece
+    static_assert(!kPieces || kSplitK, "pieces split the super-blocks the block's warps share");
+    if (!kPieces || !partials || tiles > kMmaMaxSplitTiles || pieces > k / kQk) pieces = 1;
+    if (kPieces && pieces == 1) return false;  // the caller runs the unsplit kernel
+    const dim3 grid((unsigned)(tiles * pieces), 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
     constexpr int kSt = kStages > 0 ? fit_stages<F, W, R, kDynSmem>(kStages) : 0;
-#define GEMM_KQ_LAUNCH(NT)                                                                           \
-    do {                                                                                             \
-        auto kernel = gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kDynSmem>; \
-        constexpr int kBytes = kDynSmem ? Smem<F, NT, kSt, W, R>::kBytes : 0;                        \
-        if constexpr (kDynSmem) {                                                                    \
-            if (!dyn_smem_ready<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes>()) return false;        \
-        }                                                                                            \
-        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(8 * NT), grid, block, kBytes, stream, kernel)(       \
-            w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res); \
+#define GEMM_KQ_LAUNCH(NT)                                                                                             \
+    do {                                                                                                               \
+        auto kernel = gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kDynSmem, kPieces>;          \
+        constexpr int kBytes = kDynSmem ? Smem<F, NT, kSt, W, R>::kBytes : 0;                                          \
+        if constexpr (kDynSmem) {                                                                                      \
+            if (!dyn_smem_ready<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes>()) return false;                          \
+        }                                                                                                              \
+        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(8 * NT), grid, block, kBytes, stream, kernel)(                         \
+            w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res, pieces, partials); \
     } while (0)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);

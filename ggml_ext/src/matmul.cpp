@@ -60,6 +60,9 @@ void set_wgmma_short_enabled(bool) {}
 bool wgmma_short_enabled() { return false; }
 void set_mma_q6k_long_8(int) {}
 int mma_q6k_long_8() { return 0; }
+void set_mma_split(int) {}
+int mma_split() { return 0; }
+int64_t mma_split_launches() { return 0; }
 void set_mmq_tiles_enabled(bool) {}
 bool mmq_tiles_enabled() { return false; }
 void set_fuse_add_enabled(bool) {}

@@ -1382,6 +1382,115 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
     }
 }
 
+// The mma.sync GEMM split along K into `pieces` blocks a row tile (gemm_kq's kPieces kernels; the
+// engine's DFLASH_MMA_SPLIT) for type t (Q4_K in the engine's min-sum form, or Q6_K): against the
+// unsplit kernel (float rounding: 1e-5 of the largest product), the host reference, itself on a
+// second launch (the same bits: the tile counters are back at zero, the pieces summed in order) and,
+// with a residual, its own outputs plus the residual bit for bit.
+template <typename F>
+void check_mma_split(W t, int rows, int k, int pieces, std::mt19937 & gen) {
+    const CheckWeights cw(t, rows, k, gen);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int tiles = (rows + gemm_kq::kRows - 1) / gemm_kq::kRows;
+    for (int ncols : {17, 32, 40, 64}) {
+        const size_t n = (size_t)ncols * rows;
+        std::vector<float> x((size_t)ncols * k), res(n);
+        for (auto & v : x) v = normal(gen);
+        for (auto & v : res) v = normal(gen);
+        std::vector<double> ref;
+        const double ref_max = reference_products(cw.wf, x, rows, k, ncols, 256, ref);
+        MmaBuffers b;
+        b.alloc(k, ncols, rows);
+        CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        b.quantize(t, k, ncols);
+        float *partials = nullptr, *dres = nullptr;
+        CK(cudaMalloc(&partials, gemm_kq::mma_split_floats(tiles, pieces, 1, gemm_kq::padded_columns(ncols) / 8) * 4));
+        CK(cudaMalloc(&dres, n * 4));
+        CK(cudaMemcpy(dres, res.data(), n * 4, cudaMemcpyHostToDevice));
+        std::vector<float> whole(n), split(n), again(n), with_res(n);
+        auto get = [&](std::vector<float> & out) {
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(out.data(), b.dst, n * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemset(b.dst, 0, n * 4));
+        };
+        bool ran = gemm_kq::launch<F, 2>(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, 0);
+        get(whole);
+        for (std::vector<float> * out : {&split, &again}) {
+            ran = ran && gemm_kq::launch<F, 2, true, gemm_kq::kWarps, true, 1, false, false, true>(
+                             cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, 0, nullptr, 0,
+                             pieces, partials);
+            get(*out);
+        }
+        ran = ran && gemm_kq::launch<F, 2, true, gemm_kq::kWarps, true, 1, true, false, true>(
+                         cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, 0, dres, rows, pieces,
+                         partials);
+        get(with_res);
+        double err_whole = 0, err_ref = 0;
+        bool res_added = true;
+        for (size_t i = 0; i < n; ++i) {
+            err_whole = std::fmax(err_whole, std::fabs((double)split[i] - whole[i]));
+            err_ref = std::fmax(err_ref, std::fabs(split[i] - ref[i]));
+            const float want = split[i] + res[i];
+            res_added = res_added && std::memcmp(&want, &with_res[i], 4) == 0;
+        }
+        const bool same = std::memcmp(split.data(), again.data(), n * 4) == 0;
+        const double tol = std::is_same_v<F, gemm_kq::Q6K> ? 1e-4 : 5e-4;  // the min sums in f16: 1 in 4064
+        std::printf(
+            "{\"check_mma_split\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"pieces\": %d, "
+            "\"vs_whole\": %.3g, \"rel_err\": %.3g, \"relaunch_same\": %s, \"residual_added\": %s, \"ok\": %s}\n",
+            type_name(t), rows, k, ncols, pieces, err_whole / ref_max, err_ref / ref_max, same ? "true" : "false",
+            res_added ? "true" : "false",
+            ran && same && res_added && err_whole / ref_max <= 1e-5 && err_ref / ref_max <= tol ? "true" : "false");
+        CK(cudaFree(partials));
+        CK(cudaFree(dres));
+        b.free_all();
+    }
+}
+
+// The split along K timed against the unsplit kernel (pieces 1) on the 27B's long rows, for the
+// column counts of a verify above 16 (what DFLASH_MMA_SPLIT=pieces runs in the engine).
+template <typename F>
+void bench_mma_split(const char * name, W t, int rows, int k, std::mt19937 & gen) {
+    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
+    const size_t bytes = (size_t)rows * row_bytes;
+    const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
+    char * dw = weight_copies(t, rows, k, bytes, copies, gen);
+    const int tiles = (rows + gemm_kq::kRows - 1) / gemm_kq::kRows;
+    for (int ncols : {24, 32, 48, 64}) {
+        MmaBuffers b;
+        b.alloc(k, ncols, rows);
+        CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
+        b.quantize(t, k, ncols);
+        float * partials = nullptr;
+        CK(cudaMalloc(&partials, gemm_kq::mma_split_floats(tiles, 8, 1, gemm_kq::padded_columns(ncols) / 8) * 4));
+        for (int pieces : {1, 2, 3, 4, 6, 8}) {
+            if (k / 256 / pieces < gemm_kq::kWarps) continue;
+            auto once = [&](const char * w) {
+                if (pieces == 1) {
+                    gemm_kq::launch<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+                } else {
+                    gemm_kq::launch<F, 2, true, gemm_kq::kWarps, true, 1, false, false, true>(
+                        w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0, nullptr, 0, pieces, partials);
+                }
+            };
+            const int reps = 5;
+            for (int c = 0; c < copies; ++c) once(dw + bytes * c);
+            const double us = time_us(reps * copies, [&] {
+                for (int i = 0; i < reps; ++i) {
+                    for (int c = 0; c < copies; ++c) once(dw + bytes * c);
+                }
+            });
+            std::printf(
+                "{\"bench_mma_split\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, "
+                "\"pieces\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
+                name, type_name(t), rows, k, ncols, pieces, us, bytes / us / 1e3);
+        }
+        CK(cudaFree(partials));
+        b.free_all();
+    }
+    cudaFree(dw);
+}
+
 int main(int argc, char ** argv) {
     const std::string what = argc > 1 ? argv[1] : "all";
     std::mt19937 gen(1);
@@ -1403,6 +1512,8 @@ int main(int argc, char ** argv) {
         check_mma(W::q6_K, 37, 768, gen);
         check_mma(W::q5_K, 37, 768, gen);
         check_mma(W::q8_0, 37, 768, gen);
+        check_mma_split<gemm_kq::Q4KMinsMma>(W::q4_K, 37, 2304, 2, gen);  // 9 super-blocks: pieces of 4 and 5
+        check_mma_split<gemm_kq::Q6K>(W::q6_K, 37, 2304, 3, gen);         // 3 of 3: a warp of each without one
         check_wgmma_layout(gen);
         check_wgmma(70, 1024, gen);          // 2 row tiles, the second 58 rows short
         check_wgmma(70, 256, gen, {9, 64});  // one super-block: the pipelined loop's shortest
@@ -1422,6 +1533,8 @@ int main(int argc, char ** argv) {
         check_mma(W::q4_K, 130, 5120, gen);
         check_mma(W::q6_K, 48, 1024, gen);
         check_mma(W::q6_K, 130, 5120, gen);
+        check_mma_split<gemm_kq::Q6K>(W::q6_K, 130, 17408, 4, gen);        // the 27B's ffn_down rows
+        check_mma_split<gemm_kq::Q4KMinsMma>(W::q4_K, 130, 6144, 3, gen);  // its ssm_out / attn_output rows
         check_mma(W::q6_K, 37, 768, gen);  // odd super-block count: rows of alternating alignment
         check_mma(W::q5_K, 48, 1024, gen);
         check_mma(W::q5_K, 37, 768, gen);
@@ -1452,6 +1565,13 @@ int main(int argc, char ** argv) {
     }
     // The engine's codes (102 for Q4_K, 2 for Q6_K) against variants: `long`, warps a block on long
     // rows (8: 10102, 6: 20102 / 20002); `rows`, each warp its own rows (1001xx) on short ones.
+    if (what == "split") {  // the mma.sync GEMM split along K: checked at the 27B's shapes, then timed
+        check_mma_split<gemm_kq::Q6K>(W::q6_K, 130, 17408, 4, gen);
+        check_mma_split<gemm_kq::Q4KMinsMma>(W::q4_K, 130, 6144, 3, gen);
+        bench_mma_split<gemm_kq::Q6K>("ffn_down", W::q6_K, 5120, 17408, gen);
+        bench_mma_split<gemm_kq::Q4KMinsMma>("ffn_down", W::q4_K, 5120, 17408, gen);
+        bench_mma_split<gemm_kq::Q4KMinsMma>("ssm_out", W::q4_K, 5120, 6144, gen);
+    }
     if (what == "long" || what == "rows") {
         const bool long_rows = what == "long";
         const std::vector<int> codes = long_rows ? std::vector<int>{102, 10102, 20102, 2, 20002}
