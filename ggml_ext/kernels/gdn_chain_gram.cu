@@ -19,7 +19,7 @@
 // kernel's (float32 either way; tests hold it to the equations and to the chain kernel).
 // Off by default: on the H100 (session 33) it was slower than the one-round kernel, alone
 // (tools/device/gdn_chain_standalone.cu, the 27B's 48 layers: 664 / 1140 / 2171 us at 16 / 32 / 64
-// tokens against 615 / 1004 / 1753, bench/results/h100-s33-gdn-standalone-228bbfb.jsonl) and in
+// tokens against 615 / 1004 / 1753, bench/results/h100-s33-gdn-standalone-228bbfb.json) and in
 // the engine (the 16 / 32 / 64-token forwards 11.06 / 14.35 / 19.49 ms of kernels against 10.45 /
 // 13.66 / 18.44, h100-s33-f1-27b-kernels-gdn-gram-1-*).
 //

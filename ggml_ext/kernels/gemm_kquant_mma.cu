@@ -274,9 +274,8 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
             return;
         }
         if (const int pieces = mma_split_pieces(n, k); pieces > 1) {
-            const int tiles = (rows + gemm_kq::kRows - 1) / gemm_kq::kRows;
-            ggml_cuda_pool_alloc<float> partials(
-                pool, gemm_kq::mma_split_floats(tiles, pieces, 1, gemm_kq::padded_columns(n) / 8));
+            ggml_cuda_pool_alloc<float> partials(pool, gemm_kq::mma_split_floats(rows, pieces, gemm_kq::kWarps, true, 1,
+                                                                                 gemm_kq::padded_columns(n) / 8));
             if (launch_with<F, kS, true, gemm_kq::kWarps, true, 1, false, true>(
                     r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, pieces, partials.get())) {
                 ++mma_split_count;

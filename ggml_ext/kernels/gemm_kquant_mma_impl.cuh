@@ -607,20 +607,23 @@ constexpr int min_blocks(int ncol_tiles) {
     return m * kWarps / W > 0 ? m * kWarps / W : 1;
 }
 
-// Split along K (kPieces kernels, which split K among a block's warps too): block b runs piece b % pieces (consecutive
-// super-blocks, its warps taking them as above) of row tile b / pieces, writes its warp-ordered sums
-// to `partials`, and the tile's last piece to arrive (its counter) adds the pieces' sums in piece
-// order and writes them: the same bits for any arrival order, no second launch. For grids of under
+// Split along K (kPieces kernels): block b runs piece b % pieces (consecutive super-blocks) of its
+// row tile b / pieces - with kSplitK the block's warps take the piece's super-blocks in turn and add
+// their sums in warp order, without it each warp runs all of them for rows of its own (the warps
+// read the same activations at about the same time, from L1) - writes its sums to `partials`, and
+// the tile's last piece to arrive (its counter) adds the pieces' sums in piece order and writes
+// them: the same bits for any arrival order, no second launch. For grids of under
 // a wave (the 27B's 320 row tiles of ffn_down at 32 columns are 0.61 of one: ~10 warps a
 // multiprocessor, ncu on the H100, session 33). Zero at load; the last piece puts its counter back
 // to 0 (launches on one stream are ordered; under PDL a kernel reaches them after its pdl_wait).
 constexpr int kMmaMaxSplitTiles = 4096;
 static __device__ unsigned int mma_tile_arrivals[kMmaMaxSplitTiles];
 
-// Floats of partial sums a split of `tiles` row tiles of R 16-row tiles into `pieces` needs for
-// ncol_tiles column tiles (0 without a split).
-inline size_t mma_split_floats(int tiles, int pieces, int R, int ncol_tiles) {
-    return pieces > 1 ? (size_t)tiles * pieces * R * ncol_tiles * 4 * WARP_SIZE : 0;
+// Floats of partial sums a split of `rows` rows into `pieces` needs for blocks of W warps of R
+// 16-row tiles (their warps splitting K, or each on rows of its own) and ncol_tiles column tiles.
+inline size_t mma_split_floats(int rows, int pieces, int W, bool split_k, int R, int ncol_tiles) {
+    const int tile_rows = 16 * R * (split_k ? 1 : W), tiles = (rows + tile_rows - 1) / tile_rows;
+    return pieces > 1 ? (size_t)tiles * pieces * (split_k ? 1 : W) * R * ncol_tiles * 4 * WARP_SIZE : 0;
 }
 
 // ncol_tiles tiles of 8 columns; the activation buffers hold 8 * ncol_tiles columns (zeros past
@@ -642,7 +645,6 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
                            float * dst, const int nrows, const int nblocks, const int64_t row_bytes, const int ncols,
                            const int stride_col_dst, const float * res, const int stride_col_res, const int pieces_arg,
                            float * partials) {
-    static_assert(!kPieces || kSplitK, "pieces split the super-blocks the block's warps share");
     const int pieces = kPieces ? pieces_arg : 1;
     using S = Smem<F, ncol_tiles, kStages, W, R>;
     static_assert(S::kBytes <= (kDynSmem ? kMaxDynamicSmem : kMaxStaticSmem), "shared memory over budget: fit_stages");
@@ -660,9 +662,10 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     const int g = lane >> 2, t = lane & 3;
     const int tile = kPieces ? blockIdx.x / pieces : blockIdx.x, piece = kPieces ? blockIdx.x % pieces : 0;
     const int row_base = (kSplitK ? tile : tile * W + warp) * kTileRows;
-    if (!kSplitK && row_base >= nrows) return;  // a warp past the last tile (no block barrier in this mode)
+    // a warp past the last tile (no block barrier in this mode but the pieces' count)
+    if (!kSplitK && !kPieces && row_base >= nrows) return;
     // this warp's super-blocks kb0, kb0 + kb_step, ... before kb_end (its piece's)
-    const int kb_end = kPieces ? (piece + 1) * nblocks / pieces : nblocks;
+    const int kb_end = kSplitK || row_base < nrows ? (kPieces ? (piece + 1) * nblocks / pieces : nblocks) : 0;
     const int kb0 = (kPieces ? piece * nblocks / pieces : 0) + (kSplitK ? warp : 0), kb_step = kSplitK ? W : 1;
     const int n_it = kb0 < kb_end ? (kb_end - kb0 + kb_step - 1) / kb_step : 0;
     char * stages = smem + warp * (kStages > 0 ? kStages : 0) * S::kStageBytes;
@@ -720,7 +723,7 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     if constexpr (kStages > 0) cp_async_wait<0>();
     // C fragment of tile r: (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1),
     // row0 = row_base + 16 r + g, row1 = row0 + 8, col0 = 8 nt + 2t.
-    if constexpr (!kSplitK) {  // the warp's own rows
+    if constexpr (!kSplitK && !kPieces) {  // the warp's own rows
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -738,22 +741,14 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
         }
         return;
     }
-    __syncthreads();  // the stages become the scratch for the warps' sums
-
-    // The warps' partial sums added in warp order (the same order for any grid), then written.
-    float * part = reinterpret_cast<float *>(smem);  // [W][R][ncol_tiles][4][WARP_SIZE]
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int nt = 0; nt < ncol_tiles; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                part[(((warp * R + r) * ncol_tiles + nt) * 4 + i) * WARP_SIZE + lane] = acc[r][nt][i];
-        }
-    }
-    __syncthreads();
-    // Warp q writes the sums of the values q, q + W, ... (the adds in warp order for each).
+    // The sums' values: kValues a warp (kSplitK: a block) of the tile's; `partials` holds each
+    // piece's, the values of slot (kSplitK: 0; else the warp) after those of the slots before.
     constexpr int kValues = R * ncol_tiles * 4;
+    constexpr int kSlots = kSplitK ? 1 : W;
+    auto piece_sum = [&](int p, int v) -> float * {
+        const int slot = kSplitK ? 0 : warp;
+        return partials + ((((int64_t)tile * pieces + p) * kSlots + slot) * kValues + v) * WARP_SIZE + lane;
+    };
     auto write = [&](int v, float sum) {
         const int r = v / (ncol_tiles * 4), nt = (v / 4) % ncol_tiles, i = v % 4;
         const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
@@ -762,26 +757,49 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
             dst[(int64_t)col * stride_col_dst + row] = sum;
         }
     };
-    auto piece_sum = [&](int p, int v) -> float * {
-        return partials + (((int64_t)tile * pieces + p) * kValues + v) * WARP_SIZE + lane;
-    };
-    for (int v = warp; v < kValues; v += W) {
-        float sum = part[v * WARP_SIZE + lane];
+    if constexpr (!kSplitK) {  // the warp's own rows, a piece of their super-blocks
 #pragma unroll
-        for (int p = 1; p < W; ++p) sum += part[(p * kValues + v) * WARP_SIZE + lane];
-        if constexpr (kPieces) {
-            *piece_sum(piece, v) = sum;
-        } else {
-            write(v, sum);
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int nt = 0; nt < ncol_tiles; ++nt) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) *piece_sum(piece, (r * ncol_tiles + nt) * 4 + i) = acc[r][nt][i];
+            }
         }
+    } else {
+        __syncthreads();  // the stages become the scratch for the warps' sums
+        // The warps' partial sums added in warp order (the same order for any grid), then written.
+        float * part = reinterpret_cast<float *>(smem);  // [W][R][ncol_tiles][4][WARP_SIZE]
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int nt = 0; nt < ncol_tiles; ++nt) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    part[(((warp * R + r) * ncol_tiles + nt) * 4 + i) * WARP_SIZE + lane] = acc[r][nt][i];
+            }
+        }
+        __syncthreads();
+        // Warp q writes the sums of the values q, q + W, ... (the adds in warp order for each).
+        for (int v = warp; v < kValues; v += W) {
+            float sum = part[v * WARP_SIZE + lane];
+#pragma unroll
+            for (int p = 1; p < W; ++p) sum += part[(p * kValues + v) * WARP_SIZE + lane];
+            if constexpr (kPieces) {
+                *piece_sum(piece, v) = sum;
+            } else {
+                write(v, sum);
+            }
+        }
+        if constexpr (!kPieces) return;
     }
-    if constexpr (!kPieces) return;
     __threadfence();
     __syncthreads();  // every warp's sums written before the count
     const bool first_thread = lane == 0 && warp == 0;
     if (!__syncthreads_or(first_thread && atomicAdd(&mma_tile_arrivals[tile], 1u) == (unsigned)(pieces - 1))) return;
     __threadfence();
-    for (int v = warp; v < kValues; v += W) {
+    // the tile's values: kSplitK, warp q those of q, q + W, ...; else each warp its own
+    for (int v = kSplitK ? warp : 0; v < kValues; v += kSplitK ? W : 1) {
         float sum = __ldcg(piece_sum(0, v));
         for (int p = 1; p < pieces; ++p) sum += __ldcg(piece_sum(p, v));
         write(v, sum);
@@ -1010,7 +1028,6 @@ bool launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
     const int tile_rows = (kSplitK ? kRows : kRows * W) * R;
     const int tiles = (nrows + tile_rows - 1) / tile_rows;
     // a split needs its partial sums, a counter a tile and a super-block a piece
-    static_assert(!kPieces || kSplitK, "pieces split the super-blocks the block's warps share");
     if (!kPieces || !partials || tiles > kMmaMaxSplitTiles || pieces > k / kQk) pieces = 1;
     if (kPieces && pieces == 1) return false;  // the caller runs the unsplit kernel
     const dim3 grid((unsigned)(tiles * pieces), 1, 1), block(WARP_SIZE, W, 1);

@@ -10,6 +10,7 @@
 #include "gemv_kquant_impl.cuh"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -1387,11 +1388,10 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
 // unsplit kernel (float rounding: 1e-5 of the largest product), the host reference, itself on a
 // second launch (the same bits: the tile counters are back at zero, the pieces summed in order) and,
 // with a residual, its own outputs plus the residual bit for bit.
-template <typename F>
+template <typename F, bool kSplitK = true>
 void check_mma_split(W t, int rows, int k, int pieces, std::mt19937 & gen) {
     const CheckWeights cw(t, rows, k, gen);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    const int tiles = (rows + gemm_kq::kRows - 1) / gemm_kq::kRows;
     for (int ncols : {17, 32, 40, 64}) {
         const size_t n = (size_t)ncols * rows;
         std::vector<float> x((size_t)ncols * k), res(n);
@@ -1404,7 +1404,8 @@ void check_mma_split(W t, int rows, int k, int pieces, std::mt19937 & gen) {
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         b.quantize(t, k, ncols);
         float *partials = nullptr, *dres = nullptr;
-        CK(cudaMalloc(&partials, gemm_kq::mma_split_floats(tiles, pieces, 1, gemm_kq::padded_columns(ncols) / 8) * 4));
+        const int nct = gemm_kq::padded_columns(ncols) / 8;
+        CK(cudaMalloc(&partials, gemm_kq::mma_split_floats(rows, pieces, gemm_kq::kWarps, kSplitK, 1, nct) * 4));
         CK(cudaMalloc(&dres, n * 4));
         CK(cudaMemcpy(dres, res.data(), n * 4, cudaMemcpyHostToDevice));
         std::vector<float> whole(n), split(n), again(n), with_res(n);
@@ -1416,12 +1417,12 @@ void check_mma_split(W t, int rows, int k, int pieces, std::mt19937 & gen) {
         bool ran = gemm_kq::launch<F, 2>(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, 0);
         get(whole);
         for (std::vector<float> * out : {&split, &again}) {
-            ran = ran && gemm_kq::launch<F, 2, true, gemm_kq::kWarps, true, 1, false, false, true>(
+            ran = ran && gemm_kq::launch<F, 2, true, gemm_kq::kWarps, kSplitK, 1, false, false, true>(
                              cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, 0, nullptr, 0,
                              pieces, partials);
             get(*out);
         }
-        ran = ran && gemm_kq::launch<F, 2, true, gemm_kq::kWarps, true, 1, true, false, true>(
+        ran = ran && gemm_kq::launch<F, 2, true, gemm_kq::kWarps, kSplitK, 1, true, false, true>(
                          cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, 0, dres, rows, pieces,
                          partials);
         get(with_res);
@@ -1436,10 +1437,10 @@ void check_mma_split(W t, int rows, int k, int pieces, std::mt19937 & gen) {
         const bool same = std::memcmp(split.data(), again.data(), n * 4) == 0;
         const double tol = std::is_same_v<F, gemm_kq::Q6K> ? 1e-4 : 5e-4;  // the min sums in f16: 1 in 4064
         std::printf(
-            "{\"check_mma_split\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"pieces\": %d, "
+            "{\"check_mma_split\": \"%s\", \"warp_rows\": %s, \"rows\": %d, \"k\": %d, \"ncols\": %d, \"pieces\": %d, "
             "\"vs_whole\": %.3g, \"rel_err\": %.3g, \"relaunch_same\": %s, \"residual_added\": %s, \"ok\": %s}\n",
-            type_name(t), rows, k, ncols, pieces, err_whole / ref_max, err_ref / ref_max, same ? "true" : "false",
-            res_added ? "true" : "false",
+            type_name(t), kSplitK ? "false" : "true", rows, k, ncols, pieces, err_whole / ref_max, err_ref / ref_max,
+            same ? "true" : "false", res_added ? "true" : "false",
             ran && same && res_added && err_whole / ref_max <= 1e-5 && err_ref / ref_max <= tol ? "true" : "false");
         CK(cudaFree(partials));
         CK(cudaFree(dres));
@@ -1451,23 +1452,29 @@ void check_mma_split(W t, int rows, int k, int pieces, std::mt19937 & gen) {
 // column counts of a verify above 16 (what DFLASH_MMA_SPLIT=pieces runs in the engine).
 template <typename F>
 void bench_mma_split(const char * name, W t, int rows, int k, std::mt19937 & gen) {
+    // warp_rows: each warp of a block on rows of its own, the 4 reading the same activations
     const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
     char * dw = weight_copies(t, rows, k, bytes, copies, gen);
-    const int tiles = (rows + gemm_kq::kRows - 1) / gemm_kq::kRows;
     for (int ncols : {24, 32, 48, 64}) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
         b.quantize(t, k, ncols);
+        const int nct = gemm_kq::padded_columns(ncols) / 8;
         float * partials = nullptr;
-        CK(cudaMalloc(&partials, gemm_kq::mma_split_floats(tiles, 8, 1, gemm_kq::padded_columns(ncols) / 8) * 4));
-        for (int pieces : {1, 2, 3, 4, 6, 8}) {
-            if (k / 256 / pieces < gemm_kq::kWarps) continue;
+        CK(cudaMalloc(&partials, gemm_kq::mma_split_floats(rows, 8, gemm_kq::kWarps, false, 1, nct) * 4));
+        for (int form = 0; form < 2 * 6; ++form) {
+            const bool warp_rows = form >= 6;
+            const int pieces = std::array<int, 6>{1, 2, 3, 4, 6, 8}[form % 6];
+            if (k / 256 / pieces < (warp_rows ? 1 : gemm_kq::kWarps) || (warp_rows && pieces == 1)) continue;
             auto once = [&](const char * w) {
                 if (pieces == 1) {
                     gemm_kq::launch<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+                } else if (warp_rows) {
+                    gemm_kq::launch<F, 2, true, gemm_kq::kWarps, false, 1, false, false, true>(
+                        w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0, nullptr, 0, pieces, partials);
                 } else {
                     gemm_kq::launch<F, 2, true, gemm_kq::kWarps, true, 1, false, false, true>(
                         w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0, nullptr, 0, pieces, partials);
@@ -1482,8 +1489,8 @@ void bench_mma_split(const char * name, W t, int rows, int k, std::mt19937 & gen
             });
             std::printf(
                 "{\"bench_mma_split\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, "
-                "\"pieces\": %d, \"us\": %.2f, \"GBps\": %.0f}\n",
-                name, type_name(t), rows, k, ncols, pieces, us, bytes / us / 1e3);
+                "\"pieces\": %d, \"warp_rows\": %s, \"us\": %.2f, \"GBps\": %.0f}\n",
+                name, type_name(t), rows, k, ncols, pieces, warp_rows ? "true" : "false", us, bytes / us / 1e3);
         }
         CK(cudaFree(partials));
         b.free_all();
@@ -1512,8 +1519,10 @@ int main(int argc, char ** argv) {
         check_mma(W::q6_K, 37, 768, gen);
         check_mma(W::q5_K, 37, 768, gen);
         check_mma(W::q8_0, 37, 768, gen);
-        check_mma_split<gemm_kq::Q4KMinsMma>(W::q4_K, 37, 2304, 2, gen);  // 9 super-blocks: pieces of 4 and 5
-        check_mma_split<gemm_kq::Q6K>(W::q6_K, 37, 2304, 3, gen);         // 3 of 3: a warp of each without one
+        check_mma_split<gemm_kq::Q4KMinsMma>(W::q4_K, 37, 2304, 2, gen);         // 9 super-blocks: pieces of 4 and 5
+        check_mma_split<gemm_kq::Q6K>(W::q6_K, 37, 2304, 3, gen);                // 3 of 3: a warp of each without one
+        check_mma_split<gemm_kq::Q4KMinsMma, false>(W::q4_K, 37, 2304, 4, gen);  // a warp on rows of its own
+        check_mma_split<gemm_kq::Q6K, false>(W::q6_K, 70, 2304, 2, gen);         // two blocks, the second 58 short
         check_wgmma_layout(gen);
         check_wgmma(70, 1024, gen);          // 2 row tiles, the second 58 rows short
         check_wgmma(70, 256, gen, {9, 64});  // one super-block: the pipelined loop's shortest
@@ -1568,6 +1577,7 @@ int main(int argc, char ** argv) {
     if (what == "split") {  // the mma.sync GEMM split along K: checked at the 27B's shapes, then timed
         check_mma_split<gemm_kq::Q6K>(W::q6_K, 130, 17408, 4, gen);
         check_mma_split<gemm_kq::Q4KMinsMma>(W::q4_K, 130, 6144, 3, gen);
+        check_mma_split<gemm_kq::Q6K, false>(W::q6_K, 130, 17408, 4, gen);
         bench_mma_split<gemm_kq::Q6K>("ffn_down", W::q6_K, 5120, 17408, gen);
         bench_mma_split<gemm_kq::Q4KMinsMma>("ffn_down", W::q4_K, 5120, 17408, gen);
         bench_mma_split<gemm_kq::Q4KMinsMma>("ssm_out", W::q4_K, 5120, 6144, gen);
