@@ -110,10 +110,11 @@ bool wgmma_short_enabled();
 void set_mma_q6k_long_8(int mode);
 int mma_q6k_long_8();
 // Long rows (24 super-blocks or more: the 27B's ffn_down, ssm_out, attn_output) at 17..64 columns
-// in the mma.sync forms split along K into `pieces` blocks a row tile, the last to finish adding
-// the pieces' sums in piece order (no second launch; another float order than unsplit, the same
-// for any arrival order): 0 or 1 off (the default until measured), 2..8 the pieces (each warp of a
-// piece keeps a super-block at least); DFLASH_MMA_SPLIT sets it. mma_split_launches counts them.
+// in the mma.sync GEMM by blocks of 4 warps on 64 rows (each warp 16 of its own, the 4 reading the
+// same activations), split along K into `pieces` blocks a tile, the last to finish adding the
+// pieces' sums in piece order (no second launch; another float order than unsplit, the same for any
+// arrival order): 0 or 1 off (the default until measured), 2..8 the pieces (2 super-blocks a piece
+// at least); DFLASH_MMA_SPLIT sets it. mma_split_launches counts them.
 void set_mma_split(int pieces);
 int mma_split();
 int64_t mma_split_launches();

@@ -56,10 +56,16 @@ int q6k_long_8_mode = [] {
     return m == 1 || m == 2 ? m : 0;
 }();
 
-// Pieces along K for long rows at 17..64 columns in the mma.sync forms (gemm_kq's split;
-// ggml_ext::set_mma_split): 0 off until timed; DFLASH_MMA_SPLIT=2..8 sets them. At 32 columns the
-// 27B's Q6_K ffn_down runs 320 row tiles, 0.61 of a wave of its 4 blocks a multiprocessor: ~10
-// warps a multiprocessor issuing every 1.8 cycles a scheduler (ncu, H100, session 33).
+// Pieces along K for long rows at 17..64 columns in the mma.sync forms (gemm_kq's kPieces kernels,
+// ggml_ext::set_mma_split): 0 off until timed; DFLASH_MMA_SPLIT=2..8 sets them. The form: blocks
+// whose 4 warps each own 16 rows (kSplitK false), so that they read the same activations, from L1.
+// Why: at 32 columns a block of the engine's form reads the activations of all its super-blocks
+// once for its 16 rows - for the 27B's Q6_K ffn_down 557 KB from L2 a block against 229 KB of
+// weights, 178 MB a launch against 73 MB - and the warps wait on those loads (long scoreboard, 35-40%
+// of their stalls; ncu on the H100, session 33), while more warps in flight bought nothing: the
+// engine's form split into 2..8 pieces (the warps still sharing super-blocks) was slower at every
+// shape (Q6_K ffn_down at 32 columns 53.6 us unsplit, 55.6 in 3 pieces, 67.9 in 2; ssm_out 14.8
+// against 22..27; bench/results/h100-s33-mma-split-standalone-38d1c49.json).
 int mma_split_pieces_flag = [] {
     const char * e = std::getenv("DFLASH_MMA_SPLIT");
     const int p = e ? std::atoi(e) : 0;
@@ -68,10 +74,10 @@ int mma_split_pieces_flag = [] {
 std::atomic<int64_t> mma_split_count{0};
 
 // The pieces a product of n columns and k values takes (1: unsplit): long rows above 16 columns,
-// each warp of a piece a super-block at least.
+// each piece 2 super-blocks at least.
 int mma_split_pieces(int n, int k) {
     const int nb = k / 256, p = mma_split_pieces_flag;
-    return p >= 2 && n > 16 && nb >= gemm_kq::kLongRowBlocks && nb / p >= gemm_kq::kWarps ? p : 1;
+    return p >= 2 && n > 16 && nb >= gemm_kq::kLongRowBlocks && nb / p >= 2 ? p : 1;
 }
 
 // 16-row tiles per warp (gemm_kq's R): 2 where it pays (below), or DFLASH_MMA_ROW_TILES=1 (benches).
@@ -274,9 +280,10 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
             return;
         }
         if (const int pieces = mma_split_pieces(n, k); pieces > 1) {
-            ggml_cuda_pool_alloc<float> partials(pool, gemm_kq::mma_split_floats(rows, pieces, gemm_kq::kWarps, true, 1,
-                                                                                 gemm_kq::padded_columns(n) / 8));
-            if (launch_with<F, kS, true, gemm_kq::kWarps, true, 1, false, true>(
+            constexpr bool kSplitK = false;  // each warp on rows of its own (above)
+            ggml_cuda_pool_alloc<float> partials(pool, gemm_kq::mma_split_floats(rows, pieces, gemm_kq::kWarps, kSplitK,
+                                                                                 1, gemm_kq::padded_columns(n) / 8));
+            if (launch_with<F, kS, true, gemm_kq::kWarps, kSplitK, 1, false, true>(
                     r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, pieces, partials.get())) {
                 ++mma_split_count;
                 return;
