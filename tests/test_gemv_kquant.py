@@ -12,7 +12,7 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -28,6 +28,13 @@ needs_gpu = pytest.mark.skipif(
     not GPU and not REQUIRE_GPU, reason="no GPU backend in this build (run on the GPU machine)"
 )
 TYPES = ("q4_K", "q6_K", "q5_K", "q8_0")
+
+
+def _restoring(get: Callable[[], Any], put: Callable[[Any], None]) -> Iterator[None]:
+    """A switch's value put back after the test (the body of the one-switch fixtures below)."""
+    was = get()
+    yield
+    put(was)
 
 
 @pytest.fixture
@@ -436,9 +443,7 @@ def _residual_inputs(wtype: str, n: int, rows: int, seed: int) -> tuple[bytes, n
 
 @pytest.fixture
 def add_limit_restored() -> Iterator[None]:
-    was = _core.fuse_add_max_columns()
-    yield
-    _core.set_fuse_add_max_columns(was)
+    yield from _restoring(_core.fuse_add_max_columns, _core.set_fuse_add_max_columns)
 
 
 @needs_gpu
@@ -468,9 +473,7 @@ def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
 
 @pytest.fixture
 def add_wide_restored() -> Iterator[None]:
-    was = _core.fuse_add_wide()
-    yield
-    _core.set_fuse_add_wide(was)
+    yield from _restoring(_core.fuse_add_wide, _core.set_fuse_add_wide)
 
 
 def test_wide_add_fusion_is_off_unless_asked() -> None:
@@ -500,9 +503,7 @@ def test_cuda_wide_add_fusion_takes_64_columns_but_q6k(
 
 @pytest.fixture
 def mma_split_restored() -> Iterator[None]:
-    was = _core.mma_split()
-    yield
-    _core.set_mma_split(was)
+    yield from _restoring(_core.mma_split, _core.set_mma_split)
 
 
 def test_mma_split_is_off_unless_asked() -> None:
@@ -544,9 +545,7 @@ def test_cuda_mma_split_along_k_is_the_product(
 
 @pytest.fixture
 def glu_restored() -> Iterator[None]:
-    was = _core.fuse_glu_enabled()
-    yield
-    _core.set_fuse_glu_enabled(was)
+    yield from _restoring(_core.fuse_glu_enabled, _core.set_fuse_glu_enabled)
 
 
 def _swiglu_inputs(wtype: str, n: int, rows: int, k: int) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:

@@ -153,6 +153,21 @@ def test_normed_pair_of_products_is_their_product(gate_type: str) -> None:
     assert np.abs(got - want).max() <= 5e-2 * np.abs(want).max()
 
 
+def _gated_product_cases(test: Callable[..., None]) -> Callable[..., None]:
+    """The CUDA cases of a gated output read by the product's quantizer: Q4_K, Q6_K and Q8_0 weights,
+    1..100 columns (1 keeps the unfused nodes, 100 runs launches of 64 and 36), with and without the
+    residual add; the switches put back after each."""
+    for mark in (
+        pytest.mark.parametrize("residual", [False, True]),
+        pytest.mark.parametrize("n", [1, 2, 16, 33, 64, 100]),
+        pytest.mark.parametrize("wtype", ["q4_K", "q6_K", "q8_0"]),
+        pytest.mark.usefixtures("fusions_restored", "mma_restored"),
+        needs_gpu,
+    ):
+        test = mark(test)
+    return test
+
+
 @needs_gpu
 @pytest.mark.usefixtures("fusions_restored", "mma_restored")
 @pytest.mark.parametrize("types", [("q4_K", "q6_K"), ("q6_K", "q4_K"), ("q4_K", "q4_K"), ("q5_K", "q6_K")])
@@ -173,12 +188,8 @@ def test_cuda_norm_read_by_two_products_gives_the_unfused_bits(types: tuple[str,
     _fused_equals_plain("rms_norm_pair", run, 2 <= n <= 64, f"{types}, {n} columns")
 
 
-@needs_gpu
-@pytest.mark.usefixtures("fusions_restored", "mma_restored")
-@pytest.mark.parametrize("wtype", ["q4_K", "q6_K", "q8_0"])
-@pytest.mark.parametrize("n", [1, 2, 16, 33, 64, 100])
+@_gated_product_cases
 @pytest.mark.parametrize("S", [64, 128])
-@pytest.mark.parametrize("residual", [False, True])
 def test_cuda_head_norm_read_by_the_quantizer_gives_the_unfused_bits(
     wtype: str, n: int, S: int, residual: bool
 ) -> None:
@@ -218,12 +229,8 @@ def test_sigmoid_gated_product_is_the_product_of_the_gated_output(n: int) -> Non
     assert np.abs(got - res - want).max() <= 3e-2 * np.abs(want).max()
 
 
-@needs_gpu
-@pytest.mark.usefixtures("fusions_restored", "mma_restored")
-@pytest.mark.parametrize("wtype", ["q4_K", "q6_K", "q8_0"])
-@pytest.mark.parametrize("n", [1, 2, 16, 33, 64, 100])
+@_gated_product_cases
 @pytest.mark.parametrize("hd", [128, 256])
-@pytest.mark.parametrize("residual", [False, True])
 def test_cuda_sigmoid_gate_read_in_place_gives_the_unfused_bits(
     wtype: str, n: int, hd: int, residual: bool
 ) -> None:
