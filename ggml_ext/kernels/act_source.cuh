@@ -100,10 +100,14 @@ struct ActSource {
     // Every thread of the block calls it (a barrier inside); 1 without a norm.
     template <int kThreads>
     __device__ __forceinline__ float column_scale(int64_t col, int k) const {
+        return norm_w ? scale_of_column<kThreads>(x + col * sx, k) : 1.0f;
+    }
+
+    // column_scale of the k values at xc (global or shared memory).
+    template <int kThreads>
+    __device__ __forceinline__ float scale_of_column(const float * xc, int k) const {
         static_assert(kThreads == 256, "ggml's 256- and 1024-thread norms played by 256 threads");
-        if (!norm_w) return 1.0f;
         __shared__ float warp_sums[1024 / WARP_SIZE];
-        const float * xc = x + col * sx;
         if (norm_threads == kThreads) {
             sum_squares<kThreads, 1>(xc, k, warp_sums);
         } else {

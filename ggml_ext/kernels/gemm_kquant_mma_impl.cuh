@@ -32,6 +32,8 @@
 #include "pdl.cuh"
 #include "stream_loads.cuh"
 
+#include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 namespace gemm_kq {
@@ -838,6 +840,59 @@ __device__ __forceinline__ float head_scale_quad(const ActSource & x, int col, i
     return rsqrtf(s / x.head + x.head_eps);
 }
 
+// Which value of sub-block j a quantizer thread's value i is (see quantize_act_k_kernel): r % 32
+// (V = 1), else those of lane 4j + t in layout L.
+template <ActLayout L, int V>
+__device__ __forceinline__ int quantized_value_index(int i, int t, int r) {
+    if constexpr (V == 1) return r % WARP_SIZE;
+    return L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
+}
+
+// The V values v of a quantizer thread (super-block kb, sub-block j; see quantize_act_k_kernel)
+// -> their int8 bytes (in layouts L and L2), the scale's d and the sub-block's int sum.
+template <ActLayout L, int kBlock, int V, ActLayout L2>
+__device__ __forceinline__ void quantize_values(const float (&v)[V], int kb, int j, int t, int r, int col,
+                                                int ncol_tiles, int8_t * __restrict__ qs, float * __restrict__ d,
+                                                int * __restrict__ sums, int8_t * __restrict__ qs2) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    // over the scale's values: a sub-block is 4 lanes (V = 8) or a warp (V = 1); a super-block is a
+    // warp (V = 8) or the block's 8 warps (V = 1)
+#pragma unroll
+    for (int o = kBlock == WARP_SIZE && V == 8 ? 2 : 16; o > 0; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+    }
+    if constexpr (V == 1 && kBlock == kQk) {
+        __shared__ float wmax[kQk / WARP_SIZE];
+        if (r % WARP_SIZE == 0) wmax[r / WARP_SIZE] = amax;
+        __syncthreads();
+        amax = wmax[0];
+#pragma unroll
+        for (int w = 1; w < kQk / WARP_SIZE; ++w) amax = fmaxf(amax, wmax[w]);
+    }
+    const float dd = amax / 127.0f;
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        const int q = amax == 0.0f ? 0 : (int)roundf(v[i] / dd);
+        qs[act_q_index<L>(kb, j, quantized_value_index<L, V>(i, t, r), col, ncol_tiles)] = (int8_t)q;
+        if constexpr (L2 != L)
+            qs2[act_q_index<L2>(kb, j, quantized_value_index<L, V>(i, t, r), col, ncol_tiles)] = (int8_t)q;
+        s += q;
+    }
+#pragma unroll
+    for (int o = V == 8 ? 2 : 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);  // the sub-block's
+    const bool first_of_sub = V == 8 ? t == 0 : r % WARP_SIZE == 0;
+    if (first_of_sub) sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
+    if constexpr (kBlock == kQk) {
+        if (r == 0) d[act_d_index(kb, col, ncol_tiles)] = dd;
+    } else {
+        // stored as ggml's q8_1 stores it (a half): the same quants and scales as its mmq
+        if (first_of_sub) d[act_d_index(8 * kb + j, col, ncol_tiles)] = __half2float(__float2half_rn(dd));
+    }
+}
+
 // Activations for the kernels above: column j of the source x (act_source.cuh: floats, a
 // SwiGLU's inputs, or an RMSNorm's input and weight) -> int8 qs in the tiled layout L of
 // ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and column, and the
@@ -881,14 +936,10 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
     }
     if (kb * kQk >= k) return;  // the same for a super-block's threads
     if constexpr (kHeadNorm && V == 8) head_scale = head_scale_quad(x, col, ncols, kb, j, t);
-    auto value_index = [&](int i) {  // in sub-block j, of the thread's value i
-        if constexpr (V == 1) return r % WARP_SIZE;
-        return L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
-    };
     float v[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-        const int64_t vi = kb * kQk + 32 * j + value_index(i);
+        const int64_t vi = kb * kQk + 32 * j + quantized_value_index<L, V>(i, t, r);
         if constexpr (kHeadNorm) {
             v[i] = col < ncols ? x.gated_head_normed(col, vi, head_scale) : 0.0f;
         } else if constexpr (kSrc == SrcForm::kSigmoidGate) {
@@ -897,42 +948,91 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
             v[i] = col < ncols ? x(col, vi, scale) : 0.0f;
         }
     }
-    float amax = 0.0f;
+    quantize_values<L, kBlock, V, L2>(v, kb, j, t, r, col, ncol_tiles, qs, d, sums, qs2);
+}
+
+// The quantizer of an RMSNorm source (x.norm_w) with one block a column: the column's k floats come
+// into shared memory in one round of 16-byte loads (every load in flight), its scale is summed
+// there once (column_scale's order), then the block's 8 warps quantize its super-blocks w, w + 8,
+// ... as quantize_act_k_kernel's V = 8 does: the same bytes. Why: the kernel above sums the scale
+// again in each of its blocks, from L2 (a column's 20 KB read 20 times at 16 columns of the 27B's
+// 5120, 3 times at 32..64), a chain of dependent loads before its first value; its norm-fused
+// launches took ~6 us each in a 16-token forward (128 a forward, 0.8 of its 10.2 ms of kernels on
+// the H100, bench/results/h100-s33-27b-kernels-fuse-pair-head-gate-512407f.json). The norm's weights
+// are read before pdl_wait (they are no kernel's output). Columns of up to kNormColumnMax values.
+constexpr int kNormColumnMax = 8192;                                        // 32 KB of shared memory
+constexpr int kNormColumnLoads = kNormColumnMax / 4 / kQk;                  // 16-byte loads a thread, at most
+constexpr int kNormColumnSuper = kNormColumnMax / kQk / (kQk / WARP_SIZE);  // super-blocks a warp, at most
+
+template <ActLayout L, int kBlock, ActLayout L2 = L>
+static __global__ void __launch_bounds__(kQk)
+    quantize_act_norm_column_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
+                                    int * __restrict__ sums, const int k, const int ncols, const int ncol_tiles,
+                                    int8_t * __restrict__ qs2) {
+    __shared__ __align__(16) float xs[kNormColumnMax];
+    constexpr int kWarpsHere = kQk / WARP_SIZE;
+    const int col = blockIdx.x, warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int j = lane / 4, t = lane % 4, nblocks = k / kQk;
+    // a lane's 8 values: two runs of 4 (kHalves: 4t.. and 16+4t..; else 8t.. and 8t+4..), 16-byte aligned
+    const int run0 = 32 * j + quantized_value_index<L, 8>(0, t, lane),
+              run1 = 32 * j + quantized_value_index<L, 8>(4, t, lane);
+    float4 w[kNormColumnSuper][2];
 #pragma unroll
-    for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    // over the scale's values: a sub-block is 4 lanes (V = 8) or a warp (V = 1); a super-block is a
-    // warp (V = 8) or the block's 8 warps (V = 1)
-#pragma unroll
-    for (int o = kBlock == WARP_SIZE && V == 8 ? 2 : 16; o > 0; o >>= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+    for (int it = 0; it < kNormColumnSuper; ++it) {
+        const int kb = warp + kWarpsHere * it;
+        const float4 * nw = reinterpret_cast<const float4 *>(x.norm_w + kb * kQk);
+        w[it][0] = kb < nblocks ? nw[run0 / 4] : float4{};
+        w[it][1] = kb < nblocks ? nw[run1 / 4] : float4{};
     }
-    if constexpr (V == 1 && kBlock == kQk) {
-        __shared__ float wmax[kQk / WARP_SIZE];
-        if (r % WARP_SIZE == 0) wmax[r / WARP_SIZE] = amax;
-        __syncthreads();
-        amax = wmax[0];
+    pdl_wait();  // launched with DFLASH_LAUNCH_PDL (pdl.cuh)
+    pdl_trigger();
+    const bool live = col < ncols;  // the same for the block
+    if (live) {
+        const float4 * src = reinterpret_cast<const float4 *>(x.x + (int64_t)col * x.sx);
+        float4 buf[kNormColumnLoads];
 #pragma unroll
-        for (int w = 1; w < kQk / WARP_SIZE; ++w) amax = fmaxf(amax, wmax[w]);
-    }
-    const float dd = amax / 127.0f;
-    int s = 0;
+        for (int m = 0; m < kNormColumnLoads; ++m) {
+            const int i = threadIdx.x + kQk * m;
+            if (i < k / 4) buf[m] = src[i];
+        }
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-        const int q = amax == 0.0f ? 0 : (int)roundf(v[i] / dd);
-        qs[act_q_index<L>(kb, j, value_index(i), col, ncol_tiles)] = (int8_t)q;
-        if constexpr (L2 != L) qs2[act_q_index<L2>(kb, j, value_index(i), col, ncol_tiles)] = (int8_t)q;
-        s += q;
+        for (int m = 0; m < kNormColumnLoads; ++m) {
+            const int i = threadIdx.x + kQk * m;
+            if (i < k / 4) reinterpret_cast<float4 *>(xs)[i] = buf[m];
+        }
     }
+    __syncthreads();
+    const float scale = live ? x.scale_of_column<kQk>(xs, k) : 1.0f;
 #pragma unroll
-    for (int o = V == 8 ? 2 : 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);  // the sub-block's
-    const bool first_of_sub = V == 8 ? t == 0 : r % WARP_SIZE == 0;
-    if (first_of_sub) sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
-    if constexpr (kBlock == kQk) {
-        if (r == 0) d[act_d_index(kb, col, ncol_tiles)] = dd;
-    } else {
-        // stored as ggml's q8_1 stores it (a half): the same quants and scales as its mmq
-        if (first_of_sub) d[act_d_index(8 * kb + j, col, ncol_tiles)] = __half2float(__float2half_rn(dd));
+    for (int it = 0; it < kNormColumnSuper; ++it) {
+        const int kb = warp + kWarpsHere * it;
+        if (kb >= nblocks) break;
+        const float4 * xk = reinterpret_cast<const float4 *>(xs + kb * kQk);
+        const float4 x0 = xk[run0 / 4], x1 = xk[run1 / 4];
+        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        const float wv[8] = {w[it][0].x, w[it][0].y, w[it][0].z, w[it][0].w,
+                             w[it][1].x, w[it][1].y, w[it][1].z, w[it][1].w};
+        float v[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = live ? scale * xv[i] * wv[i] : 0.0f;  // ActSource's (scale * x) * mul
+        quantize_values<L, kBlock, 8, L2>(v, kb, j, t, lane, col, ncol_tiles, qs, d, sums, qs2);
     }
+}
+
+// Whether an RMSNorm source of k values takes quantize_act_norm_column_kernel: on unless
+// DFLASH_QUANT_NORM_COLUMN=0 (benches), for columns of up to kNormColumnMax values that 16-byte
+// loads can read.
+inline bool & quantize_norm_column_flag() {
+    static bool on = [] {
+        const char * e = std::getenv("DFLASH_QUANT_NORM_COLUMN");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+inline bool quantize_norm_column(const ActSource & x, int k) {
+    return quantize_norm_column_flag() && x.norm_w && !x.head_w && !x.gate && k % kQk == 0 && k <= kNormColumnMax &&
+           reinterpret_cast<uintptr_t>(x.x) % 16 == 0 && reinterpret_cast<uintptr_t>(x.norm_w) % 16 == 0 &&
+           x.sx % 4 == 0;
 }
 
 // Values a thread of the quantizer takes for np padded columns (see quantize_act_k_kernel).
@@ -949,6 +1049,11 @@ inline dim3 quantize_act_grid(int k, int np, int V) {
 template <ActLayout L, int kBlock, ActLayout L2 = L>
 void launch_quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, int np,
                          cudaStream_t stream, int8_t * qs2 = nullptr) {
+    if (quantize_norm_column(x, k)) {
+        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), dim3((unsigned)np), kQk, 0, stream,
+                          quantize_act_norm_column_kernel<L, kBlock, L2>)(x, qs, d, sums, k, ncols, np / 8, qs2);
+        return;
+    }
     auto go = [&](auto src_tag) {
         constexpr SrcForm kSrc = decltype(src_tag)::value;
         if (quantize_values_per_thread(np) == 1) {

@@ -919,14 +919,19 @@ void check_rms_norm_source(std::mt19937 & gen) {
         norm.norm_eps = eps;
         norm.norm_threads = k < 1024 ? 256 : 1024;
         plain.quantize(t, k, ncols);
-        fused.quantize(t, k, ncols, &norm);
-        const bool ok = same_quantized(plain, fused, t, k, ncols);
+        for (bool column : {true, false}) {  // a block a column, or the scale summed by each block
+            gemm_kq::quantize_norm_column_flag() = column;
+            CK(cudaMemset(fused.yq, 0x55, (size_t)gemm_kq::padded_columns(ncols) * k));
+            fused.quantize(t, k, ncols, &norm);
+            const bool ok = same_quantized(plain, fused, t, k, ncols);
+            std::printf("{\"check_rms_norm_source\": \"%s\", \"k\": %d, \"ncols\": %d, \"column\": %s, \"ok\": %s}\n",
+                        what, k, ncols, column ? "true" : "false", ok ? "true" : "false");
+        }
+        gemm_kq::quantize_norm_column_flag() = true;
         plain.free_all();
         fused.free_all();
         cudaFree(d_x);
         cudaFree(d_w);
-        std::printf("{\"check_rms_norm_source\": \"%s\", \"k\": %d, \"ncols\": %d, \"ok\": %s}\n", what, k, ncols,
-                    ok ? "true" : "false");
     }
 }
 
@@ -1498,6 +1503,88 @@ void bench_mma_split(const char * name, W t, int rows, int k, std::mt19937 & gen
     cudaFree(dw);
 }
 
+#ifndef DFLASH_CUDA_EMU
+// The GEMM's quantizer of an RMSNorm source (the 27B's hidden size, 5120) in one form and the
+// other (gemm_kq::quantize_norm_column: a block a column, or the blocks of quantize_act_k_kernel
+// that each sum the column's scale), for 8..64 columns and the layouts the engine asks for: Q4_K's,
+// Q6_K's, the pair of both (rms_norm_fusion.cu) and the wgmma form's. 200 launches in a CUDA graph
+// (as the engine runs them, with PDL), us a launch.
+void bench_quant_norm(std::mt19937 & gen) {
+    using gemm_kq::ActLayout;
+    const int k = 5120;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> xs((size_t)64 * k), ws(k);
+    for (auto & v : xs) v = normal(gen);
+    for (auto & v : ws) v = 1.0f + 0.25f * normal(gen);
+    float *d_x = nullptr, *d_w = nullptr, *d = nullptr;
+    int8_t *q1 = nullptr, *q2 = nullptr;
+    int * sums = nullptr;
+    CK(cudaMalloc(&d_x, xs.size() * 4));
+    CK(cudaMalloc(&d_w, ws.size() * 4));
+    CK(cudaMemcpy(d_x, xs.data(), xs.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_w, ws.data(), ws.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&q1, (size_t)64 * k));
+    CK(cudaMalloc(&q2, (size_t)64 * k));
+    CK(cudaMalloc(&d, (size_t)64 * k / 32 * 4));
+    CK(cudaMalloc(&sums, (size_t)64 * k / 32 * 4));
+    ActSource x = act_floats(d_x, k);
+    x.norm_w = d_w;
+    x.norm_eps = 1e-6f;
+    x.norm_threads = 1024;
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    for (const char * layout : {"q4_K", "q6_K", "pair", "wgmma"}) {
+        for (int ncols : {8, 16, 32, 64}) {
+            const int np = gemm_kq::padded_columns(ncols);
+            for (bool column : {false, true}) {
+                gemm_kq::quantize_norm_column_flag() = column;
+                auto once = [&] {
+                    const std::string l = layout;
+                    if (l == "q4_K") {
+                        gemm_kq::launch_quantize_act<ActLayout::kRun, 256>(x, q1, d, sums, k, ncols, np, st);
+                    } else if (l == "q6_K") {
+                        gemm_kq::launch_quantize_act<ActLayout::kHalves, 256>(x, q1, d, sums, k, ncols, np, st);
+                    } else if (l == "pair") {
+                        gemm_kq::launch_quantize_act<ActLayout::kRun, 256, ActLayout::kHalves>(x, q1, d, sums, k, ncols,
+                                                                                               np, st, q2);
+                    } else {
+                        gemm_kq::launch_quantize_act<ActLayout::kWgmma, 256>(x, q1, d, sums, k, ncols, np, st);
+                    }
+                };
+                const int launches = 200;
+                cudaGraph_t graph;
+                cudaGraphExec_t exec;
+                CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+                for (int i = 0; i < launches; ++i) once();
+                CK(cudaStreamEndCapture(st, &graph));
+                CK(cudaGraphInstantiate(&exec, graph, 0));
+                CK(cudaGraphLaunch(exec, st));  // warm
+                CK(cudaStreamSynchronize(st));
+                cudaEvent_t e0, e1;
+                CK(cudaEventCreate(&e0));
+                CK(cudaEventCreate(&e1));
+                const int reps = 5;
+                CK(cudaEventRecord(e0, st));
+                for (int r = 0; r < reps; ++r) CK(cudaGraphLaunch(exec, st));
+                CK(cudaEventRecord(e1, st));
+                CK(cudaEventSynchronize(e1));
+                float ms = 0;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                std::printf("{\"bench_quant_norm\": \"%s\", \"k\": %d, \"n\": %d, \"column\": %s, \"us\": %.3f}\n",
+                            layout, k, ncols, column ? "true" : "false", 1000.0 * ms / (reps * launches));
+                CK(cudaEventDestroy(e0));
+                CK(cudaEventDestroy(e1));
+                CK(cudaGraphExecDestroy(exec));
+                CK(cudaGraphDestroy(graph));
+            }
+        }
+    }
+    gemm_kq::quantize_norm_column_flag() = true;
+    CK(cudaStreamDestroy(st));
+    for (void * p : {(void *)d_x, (void *)d_w, (void *)d, (void *)q1, (void *)q2, (void *)sums}) cudaFree(p);
+}
+#endif
+
 int main(int argc, char ** argv) {
     const std::string what = argc > 1 ? argv[1] : "all";
     std::mt19937 gen(1);
@@ -1574,6 +1661,12 @@ int main(int argc, char ** argv) {
     }
     // The engine's codes (102 for Q4_K, 2 for Q6_K) against variants: `long`, warps a block on long
     // rows (8: 10102, 6: 20102 / 20002); `rows`, each warp its own rows (1001xx) on short ones.
+#ifndef DFLASH_CUDA_EMU
+    if (what == "quant" || what == "split") {  // the norm-fused quantizer's two forms, checked then timed
+        check_rms_norm_source(gen);
+        bench_quant_norm(gen);
+    }
+#endif
     if (what == "split") {  // the mma.sync GEMM split along K: checked at the 27B's shapes, then timed
         check_mma_split<gemm_kq::Q6K>(W::q6_K, 130, 17408, 4, gen);
         check_mma_split<gemm_kq::Q4KMinsMma>(W::q4_K, 130, 6144, 3, gen);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU: ggml_ext's k-quant GEMV and its tensor-core GEMM on their own (tools/device/gemv_standalone.cu;
-# argument: all, check, bench, q6, q5q8, mma, long, rows, tiles, check_mma, wgmma, split or profile_engine): the binary carried
+# argument: all, check, bench, q6, q5q8, mma, long, rows, tiles, check_mma, wgmma, split, quant or profile_engine): the binary carried
 # gzipped as .carry/gemv_standalone.gz (built here with nvcc -O3 for sm_90a; gzip keeps the
 # carry under 64 MiB; -DGEMV_STANDALONE_SLIM keeps the engine's forms only and, stripped, makes it
 # ~3 MB gzipped: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM,
@@ -39,6 +39,9 @@ for r in rows:
               f'unroll={r.get("unroll", 2)} staged={r.get("staged", False)} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
     elif "bench_mma_split" in r:
         print(f'{r["bench_mma_split"]:>9} {r["type"]} split n={r["n"]} pieces={r["pieces"]} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
+    elif "bench_quant_norm" in r:
+        form = "a block a column" if r["column"] else "blocks a super-block"
+        print(f'quant_norm {r["bench_quant_norm"]:>5} n={r["n"]:2d} {form:>20} {r["us"]:7.3f} us')
     elif "bench_mma" in r:
         print(f'{r["bench_mma"]:>9} {r["type"]} mma n={r["n"]} stages={r["stages"]} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
     elif "bench" in r:

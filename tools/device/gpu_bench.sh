@@ -328,6 +328,32 @@ if [ "$stage" = f1 ]; then
   exit 0
 fi
 
+# `gpu_bench.sh h1` (session 34, a fresh machine, SETUP_TARGETS="_core llama-server", SYNTH_EARLY=1):
+# the issue's table with the defaults in one call: the 27B's kernels a step (forwards of 1, 16, 32,
+# 64 tokens), the GEMM split standalone (carried binary), AR next to libllama, the chain next to
+# upstream llama-server draft-dflash at synthetic acceptance 10, then H1_VARS profiles (VAR=VALUE
+# sets as in f1) and the CUDA tests by H1_TESTS (a pytest -k expression) as time allows.
+if [ "$stage" = h1 ]; then
+  trap "pack_out $stage" EXIT
+  start_27b_synth
+  export KP_ARGS="--forwards 1,16,32,64 --quick"
+  wait_27b 100
+  kernel_profile 45 "h200-27b-kernels-default.json"
+  grep -E "wall" "$OUT/h200-27b-kernels-default.log" | cut -c1-150
+  [ -f .carry/gemv_standalone.gz ] && CALL_LEFT=40 bash tools/device/gemv_standalone.sh split 2>&1 | grep -v '^{' | tail -n 40
+  [ "$(left)" -ge 80 ] && ar_bench 75 /tmp/q27.gguf h200-27b-ar.json
+  [ "$(left)" -ge 140 ] && chain_bench 135 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+  for vs in ${H1_VARS-}; do
+    [ "$(left)" -ge 45 ] || break
+    name=$(echo "$vs" | sed 's/DFLASH_//g' | tr 'A-Z_=,' 'a-z---')
+    # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
+    kernel_profile 40 "h200-27b-kernels-$name.json" $(echo "$vs" | tr ',' ' ')
+    grep -E "wall" "$OUT/h200-27b-kernels-$name.log" | cut -c1-150
+  done
+  [ "$(left)" -ge 40 ] && run_cuda_suite "$(( $(left) - 10 ))" -k "${H1_TESTS:-mma_split or quantizer_fusions or fusion_changes}"
+  exit 0
+fi
+
 # `gpu_bench.sh q1` (session 24, a fresh machine, SETUP_TARGETS=_core): the RMSNorm read by the
 # GEMM's quantizer (patches/0010) and two row tiles a warp by the wave count up to 16 columns. After
 # the build the 27B's kernels a step (forwards of 1, 16, 32, 64 tokens) with both, then with each
