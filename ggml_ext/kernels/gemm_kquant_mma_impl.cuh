@@ -1035,8 +1035,20 @@ inline bool quantize_norm_column(const ActSource & x, int k) {
            x.sx % 4 == 0;
 }
 
+// The fewest padded columns whose quantizer takes 8 values a thread (quantize_act_k_kernel's V):
+// 24 (above 16 columns), or DFLASH_QUANT_V8_FROM=8 / 16 (benches: session 25's measure of V = 1
+// up to 16 columns counted the RMSNorm sources, which quantize_act_norm_column_kernel takes now).
+inline int & quantize_v8_from() {
+    static int from = [] {
+        const char * e = std::getenv("DFLASH_QUANT_V8_FROM");
+        const int n = e ? std::atoi(e) : 24;
+        return n == 8 || n == 16 ? n : 24;
+    }();
+    return from;
+}
+
 // Values a thread of the quantizer takes for np padded columns (see quantize_act_k_kernel).
-inline int quantize_values_per_thread(int np) { return np <= 16 ? 1 : 8; }
+inline int quantize_values_per_thread(int np) { return np >= quantize_v8_from() ? 8 : 1; }
 
 // The quantizer's grid for k values, np padded columns and V values a thread.
 inline dim3 quantize_act_grid(int k, int np, int V) {

@@ -1504,16 +1504,46 @@ void bench_mma_split(const char * name, W t, int rows, int k, std::mt19937 & gen
 }
 
 #ifndef DFLASH_CUDA_EMU
-// The GEMM's quantizer of an RMSNorm source (the 27B's hidden size, 5120) in one form and the
-// other (gemm_kq::quantize_norm_column: a block a column, or the blocks of quantize_act_k_kernel
-// that each sum the column's scale), for 8..64 columns and the layouts the engine asks for: Q4_K's,
-// Q6_K's, the pair of both (rms_norm_fusion.cu) and the wgmma form's. 200 launches in a CUDA graph
-// (as the engine runs them, with PDL), us a launch.
-void bench_quant_norm(std::mt19937 & gen) {
+// us a launch of `once` (one quantizer launch on stream st): 200 launches in a CUDA graph (as the
+// engine runs them, with PDL), the graph replayed 5 times.
+template <typename Fn>
+double graph_us(cudaStream_t st, Fn && once) {
+    const int launches = 200, reps = 5;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < launches; ++i) once();
+    CK(cudaStreamEndCapture(st, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, st));  // warm
+    CK(cudaStreamSynchronize(st));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaEventRecord(e0, st));
+    for (int r = 0; r < reps; ++r) CK(cudaGraphLaunch(exec, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return 1000.0 * ms / (reps * launches);
+}
+
+// The GEMM's quantizer, us a launch: (1) of an RMSNorm source (the 27B's hidden size, 5120) in one
+// form and the other (gemm_kq::quantize_norm_column: a block a column, or the blocks of
+// quantize_act_k_kernel that each sum the column's scale) for 8..64 columns and the layouts the
+// engine asks for: Q4_K's, Q6_K's, the pair of both (rms_norm_fusion.cu) and the wgmma form's;
+// (2) of a SwiGLU source (the 27B's ffn_down input, 17408) at 8 and 16 columns with a value a
+// thread and 8 (gemm_kq::quantize_v8_from).
+void bench_quant(std::mt19937 & gen) {
     using gemm_kq::ActLayout;
-    const int k = 5120;
+    const int k = 5120, kf = 17408;
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> xs((size_t)64 * k), ws(k);
+    std::vector<float> xs((size_t)64 * 2 * kf), ws(k);
     for (auto & v : xs) v = normal(gen);
     for (auto & v : ws) v = 1.0f + 0.25f * normal(gen);
     float *d_x = nullptr, *d_w = nullptr, *d = nullptr;
@@ -1523,63 +1553,65 @@ void bench_quant_norm(std::mt19937 & gen) {
     CK(cudaMalloc(&d_w, ws.size() * 4));
     CK(cudaMemcpy(d_x, xs.data(), xs.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_w, ws.data(), ws.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMalloc(&q1, (size_t)64 * k));
-    CK(cudaMalloc(&q2, (size_t)64 * k));
-    CK(cudaMalloc(&d, (size_t)64 * k / 32 * 4));
-    CK(cudaMalloc(&sums, (size_t)64 * k / 32 * 4));
+    CK(cudaMalloc(&q1, (size_t)64 * kf));
+    CK(cudaMalloc(&q2, (size_t)64 * kf));
+    CK(cudaMalloc(&d, (size_t)64 * kf / 32 * 4));
+    CK(cudaMalloc(&sums, (size_t)64 * kf / 32 * 4));
     ActSource x = act_floats(d_x, k);
     x.norm_w = d_w;
     x.norm_eps = 1e-6f;
     x.norm_threads = 1024;
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    for (const char * layout : {"q4_K", "q6_K", "pair", "wgmma"}) {
+    for (const std::string layout : {"q4_K", "q6_K", "pair", "wgmma"}) {
         for (int ncols : {8, 16, 32, 64}) {
             const int np = gemm_kq::padded_columns(ncols);
             for (bool column : {false, true}) {
                 gemm_kq::quantize_norm_column_flag() = column;
-                auto once = [&] {
-                    const std::string l = layout;
-                    if (l == "q4_K") {
+                const double us = graph_us(st, [&] {
+                    if (layout == "q4_K") {
                         gemm_kq::launch_quantize_act<ActLayout::kRun, 256>(x, q1, d, sums, k, ncols, np, st);
-                    } else if (l == "q6_K") {
+                    } else if (layout == "q6_K") {
                         gemm_kq::launch_quantize_act<ActLayout::kHalves, 256>(x, q1, d, sums, k, ncols, np, st);
-                    } else if (l == "pair") {
+                    } else if (layout == "pair") {
                         gemm_kq::launch_quantize_act<ActLayout::kRun, 256, ActLayout::kHalves>(x, q1, d, sums, k, ncols,
                                                                                                np, st, q2);
                     } else {
                         gemm_kq::launch_quantize_act<ActLayout::kWgmma, 256>(x, q1, d, sums, k, ncols, np, st);
                     }
-                };
-                const int launches = 200;
-                cudaGraph_t graph;
-                cudaGraphExec_t exec;
-                CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-                for (int i = 0; i < launches; ++i) once();
-                CK(cudaStreamEndCapture(st, &graph));
-                CK(cudaGraphInstantiate(&exec, graph, 0));
-                CK(cudaGraphLaunch(exec, st));  // warm
-                CK(cudaStreamSynchronize(st));
-                cudaEvent_t e0, e1;
-                CK(cudaEventCreate(&e0));
-                CK(cudaEventCreate(&e1));
-                const int reps = 5;
-                CK(cudaEventRecord(e0, st));
-                for (int r = 0; r < reps; ++r) CK(cudaGraphLaunch(exec, st));
-                CK(cudaEventRecord(e1, st));
-                CK(cudaEventSynchronize(e1));
-                float ms = 0;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                std::printf("{\"bench_quant_norm\": \"%s\", \"k\": %d, \"n\": %d, \"column\": %s, \"us\": %.3f}\n",
-                            layout, k, ncols, column ? "true" : "false", 1000.0 * ms / (reps * launches));
-                CK(cudaEventDestroy(e0));
-                CK(cudaEventDestroy(e1));
-                CK(cudaGraphExecDestroy(exec));
-                CK(cudaGraphDestroy(graph));
+                });
+                std::printf(
+                    "{\"bench_quant\": \"norm\", \"layout\": \"%s\", \"k\": %d, \"n\": %d, "
+                    "\"form\": \"%s\", \"us\": %.3f}\n",
+                    layout.c_str(), k, ncols, column ? "column" : "per_super_block", us);
             }
         }
     }
     gemm_kq::quantize_norm_column_flag() = true;
+    ActSource glu = act_floats(d_x, kf);
+    glu.sx = 2 * kf;
+    glu.up = d_x + kf;
+    glu.sup = 2 * kf;
+    for (const std::string layout : {"q4_K", "q6_K"}) {
+        for (int ncols : {8, 16}) {
+            for (int from : {24, 8}) {
+                gemm_kq::quantize_v8_from() = from;
+                const int np = gemm_kq::padded_columns(ncols);
+                const double us = graph_us(st, [&] {
+                    if (layout == "q4_K") {
+                        gemm_kq::launch_quantize_act<ActLayout::kRun, 256>(glu, q1, d, sums, kf, ncols, np, st);
+                    } else {
+                        gemm_kq::launch_quantize_act<ActLayout::kHalves, 256>(glu, q1, d, sums, kf, ncols, np, st);
+                    }
+                });
+                std::printf(
+                    "{\"bench_quant\": \"swiglu\", \"layout\": \"%s\", \"k\": %d, \"n\": %d, "
+                    "\"form\": \"V=%d\", \"us\": %.3f}\n",
+                    layout.c_str(), kf, ncols, gemm_kq::quantize_values_per_thread(np), us);
+            }
+        }
+    }
+    gemm_kq::quantize_v8_from() = 24;
     CK(cudaStreamDestroy(st));
     for (void * p : {(void *)d_x, (void *)d_w, (void *)d, (void *)q1, (void *)q2, (void *)sums}) cudaFree(p);
 }
@@ -1664,7 +1696,7 @@ int main(int argc, char ** argv) {
 #ifndef DFLASH_CUDA_EMU
     if (what == "quant" || what == "split") {  // the norm-fused quantizer's two forms, checked then timed
         check_rms_norm_source(gen);
-        bench_quant_norm(gen);
+        bench_quant(gen);
     }
 #endif
     if (what == "split") {  // the mma.sync GEMM split along K: checked at the 27B's shapes, then timed

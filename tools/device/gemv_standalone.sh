@@ -39,9 +39,8 @@ for r in rows:
               f'unroll={r.get("unroll", 2)} staged={r.get("staged", False)} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
     elif "bench_mma_split" in r:
         print(f'{r["bench_mma_split"]:>9} {r["type"]} split n={r["n"]} pieces={r["pieces"]} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
-    elif "bench_quant_norm" in r:
-        form = "a block a column" if r["column"] else "blocks a super-block"
-        print(f'quant_norm {r["bench_quant_norm"]:>5} n={r["n"]:2d} {form:>20} {r["us"]:7.3f} us')
+    elif "bench_quant" in r:
+        print(f'quant {r["bench_quant"]:>6} {r["layout"]:>5} n={r["n"]:2d} {r["form"]:>15} {r["us"]:7.3f} us')
     elif "bench_mma" in r:
         print(f'{r["bench_mma"]:>9} {r["type"]} mma n={r["n"]} stages={r["stages"]} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
     elif "bench" in r:
