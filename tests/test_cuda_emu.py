@@ -145,7 +145,9 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # its output (the GEMV's, the GEMM's Q4_K, Q6_K and Q8_0 layouts: glu_fusion.cu's bits), the
     # GEMM's quantizer reading an RMSNorm's input against quantizing ggml's norm kernel's output
     # (rms_norm_fusion.cu's bits; 16 lines: 5 and 40 columns, a block a column and the blocks of a
-    # super-block's values that each sum the scale) and reading a per-head RMSNorm's input
+    # super-block's values that each sum the scale), the GEMV's quantizer reading an RMSNorm's input
+    # against its plain quantizer of ggml's norm output (6 lines: 256 and 1024 norm threads, 1 and
+    # 3 columns) and reading a per-head RMSNorm's input
     # and its SwiGLU's gate against ggml's norm kernel, then the SwiGLU (9 lines: heads of 32..256
     # values) and reading the attention's output and its sigmoid gate in place against the copied
     # gate and ggml's fused sigmoid and multiply (5 lines), the Q4_K wgmma GEMM through the
@@ -157,7 +159,7 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # the block's warps sharing the super-blocks; Q4_K in 4, Q6_K in 2 over two blocks, each warp on
     # rows of its own; 4 column counts each: against the unsplit kernel, the host reference, a second
     # launch, and with a residual its own outputs plus the residual)
-    sources = 4 + 16 + 9 + 5  # the SwiGLU, RMSNorm (two forms), head-norm and sigmoid-gate sources
+    sources = 4 + 16 + 6 + 9 + 5  # SwiGLU, RMSNorm (two GEMM forms, the GEMV), head norm, sigmoid gate
     mma_splits = 4 * 4
     assert len(rows) == (
         4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 3 * 8 + 8 * 6 + 2 * 8 + 1 + 2 + sources + 45 + 9 + mma_splits
@@ -181,6 +183,8 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     ]
     norms = [r for r in rows if "check_rms_norm_source" in r]
     assert len(norms) == 16 and sorted({r["column"] for r in norms}) == [False, True]
+    gemv_norms = [r for r in rows if "check_gemv_rms_norm_source" in r]
+    assert sorted({r["check_gemv_rms_norm_source"] for r in gemv_norms}) == [768, 2304, 2400, 5120]
     heads = [r for r in rows if "check_head_norm_source" in r]
     assert sorted({r["head"] for r in heads}) == [32, 64, 128, 256] and len(heads) == 9
     assert sum("check_sigmoid_gate_source" in r for r in rows) == 5

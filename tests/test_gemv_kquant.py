@@ -687,9 +687,54 @@ def test_cuda_rms_norm_read_by_the_quantizer_gives_the_unfused_bits(
     assert np.abs(fused - want).max() <= 3e-2 * np.abs(want).max()
 
 
+@pytest.fixture
+def rms_norm_gemv_restored() -> Iterator[None]:
+    was = _core.fuse_rms_norm_gemv_enabled()
+    yield
+    _core.set_fuse_rms_norm_gemv_enabled(was)
+
+
+def test_one_column_norm_fusion_is_off_unless_asked() -> None:
+    assert _core.fuse_rms_norm_gemv_enabled() == (GPU and os.environ.get("DFLASH_FUSE_RMS_NORM_GEMV") == "1")
+
+
+@needs_gpu
+@pytest.mark.parametrize("wtype", ("q4_K", "q6_K"))
+@pytest.mark.parametrize("k", [768, 2304, 5120])
+def test_cuda_one_column_norm_read_by_the_gemv_quantizer_gives_the_unfused_bits(
+    wtype: str, k: int, rms_norm_restored: None, rms_norm_gemv_restored: None
+) -> None:
+    """With DFLASH_FUSE_RMS_NORM_GEMV on, the RMSNorm before a tagged one-column matmul is computed
+    by the GEMV's quantizer (k = 768: a block of ggml's 256 norm threads; 2304, 5120: of its 1024):
+    one fusion counted, and the output is the unfused graph's (ggml's rms_norm_f32, then the
+    GEMV's quantizer) bit for bit."""
+    rows = 1000
+    w, dense = _weights(wtype, rows, k, seed=46)
+    x, weight, normed = _normed_inputs(1, k, 47)
+    _core.set_fuse_rms_norm_enabled(True)
+    _core.set_fuse_rms_norm_gemv_enabled(False)
+    before = _core.mul_mat_rms_norm_gemv_fusions()
+    plain = _core.op_mul_mat_fused(w, wtype, rows, x, norm=weight, gpu=True)
+    assert _core.mul_mat_rms_norm_gemv_fusions() == before
+    _core.set_fuse_rms_norm_gemv_enabled(True)
+    fused = _core.op_mul_mat_fused(w, wtype, rows, x, norm=weight, gpu=True)
+    assert _core.mul_mat_rms_norm_gemv_fusions() - before == 1
+    np.testing.assert_array_equal(fused, plain, err_msg=f"{wtype}, k {k}")
+    want = normed @ dense.T.astype(np.float64)
+    assert np.abs(fused - want).max() <= 3e-2 * np.abs(want).max()
+
+
 @needs_gpu
 @pytest.mark.parametrize(
-    "fusion,seed", [("glu", 5), ("rms_norm", 6), ("rms_norm_pair", 7), ("head_norm", 8), ("sigmoid_gate", 9)]
+    "fusion,seed",
+    [
+        ("glu", 5),
+        ("rms_norm", 6),
+        ("rms_norm_pair", 7),
+        ("head_norm", 8),
+        ("sigmoid_gate", 9),
+        ("rms_norm_gemv", 10),
+    ],
 )
 def test_cuda_fusion_changes_no_logit_of_the_engine(synth_model, fusion: str, seed: int) -> None:
     """The engine's forwards with a fusion on against off: glu, the SwiGLU nodes read by the
@@ -698,8 +743,8 @@ def test_cuda_fusion_changes_no_logit_of_the_engine(synth_model, fusion: str, se
     GEMMs' quantizers (the 16-token forwards); rms_norm_pair, the norms read by a layer's Q6_K
     projection and the Q4_K stack of its others (one quantizer for both); head_norm, the delta
     rule's per-head output norms read by ssm_out's quantizer; sigmoid_gate, the attention's output
-    gates read in place by o_proj's quantizer (test_quantizer_fusions.py). Some are taken, and no
-    logit changes."""
+    gates read in place by o_proj's quantizer (test_quantizer_fusions.py); rms_norm_gemv, the norms
+    of the decode steps read by the GEMV's quantizer. Some are taken, and no logit changes."""
     set_enabled = getattr(_core, f"set_fuse_{fusion}_enabled")
     was = getattr(_core, f"fuse_{fusion}_enabled")()
     fusions = getattr(_core, f"mul_mat_{fusion}_fusions")

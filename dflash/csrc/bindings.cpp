@@ -572,6 +572,12 @@ PYBIND11_MODULE(_core, m) {
     m.def("fuse_rms_norm_enabled", &ggml_ext::fuse_rms_norm_enabled);
     m.def("mul_mat_rms_norm_fusions", &ggml_ext::mul_mat_rms_norm_fusions,
           "how many RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
+    m.def("set_fuse_rms_norm_gemv_enabled", &ggml_ext::set_fuse_rms_norm_gemv_enabled, py::arg("on"),
+          "at one column (a decode step) that RMSNorm is computed by the GEMV's activation quantizer (the same "
+          "outputs; off until timed; DFLASH_FUSE_RMS_NORM_GEMV=1 starts it on); no effect without CUDA");
+    m.def("fuse_rms_norm_gemv_enabled", &ggml_ext::fuse_rms_norm_gemv_enabled);
+    m.def("mul_mat_rms_norm_gemv_fusions", &ggml_ext::mul_mat_rms_norm_gemv_fusions,
+          "how many RMSNorm nodes the GEMV's quantizer took at one column in this process (0 without CUDA)");
     m.def("set_fuse_rms_norm_pair_enabled", &ggml_ext::set_fuse_rms_norm_pair_enabled, py::arg("on"),
           "an RMSNorm and its weight read by exactly two tagged matmuls right after them (2..64 columns): one "
           "quantizer for both products computes the norm (the same outputs; on by default; "

@@ -164,6 +164,13 @@ int64_t mul_mat_rms_norm_fusions();
 // Both give the unfused graph's bits (the same float operations). With the sigmoid gate below, on
 // the H100 (session 33, bench/results/h100-s33-27b-kernels-*): the 27B's forwards of 16 / 32 / 64
 // tokens 10.23 / 13.34 / 17.96 ms of kernels against 10.47 / 13.65 / 18.44. No effect without CUDA.
+// - one column (a decode step): the norm read by the GEMV's quantizer (a block of ggml's 1024
+//   norm threads a column, gemv::quantize_act_norm_kernel; the same bits), the norm kernel skipped
+//   for the products the GEMM form takes at 2..64 columns. Off until timed on the GPU
+//   (DFLASH_FUSE_RMS_NORM_GEMV=1 starts it on); mul_mat_rms_norm_gemv_fusions counts them.
+void set_fuse_rms_norm_gemv_enabled(bool on);
+bool fuse_rms_norm_gemv_enabled();
+int64_t mul_mat_rms_norm_gemv_fusions();
 void set_fuse_rms_norm_pair_enabled(bool on);
 bool fuse_rms_norm_pair_enabled();
 int64_t mul_mat_rms_norm_pair_fusions();

@@ -70,9 +70,24 @@ bool ggml_ext_gemv_supports(const ggml_tensor * w, int64_t ncols) {
            ggml_backend_buffer_get_usage(w->buffer) != GGML_BACKEND_BUFFER_USAGE_COMPUTE;
 }
 
+bool ggml_ext_gemv_norm_source_ok(const ActSource & x, int64_t k) {
+    const bool threads_fit = x.norm_threads == 1024 ? k <= gemv::kNormMax : x.norm_threads == 256 && k <= 1024;
+    return x.norm_w && !x.up && !x.head_w && !x.gate && threads_fit;
+}
+
 void ggml_ext_gemv_quantize(const ActSource & x, int64_t k, int64_t ncols, int8_t * qs, float * d,
                             cudaStream_t stream) {
     const int64_t k_pad = GGML_PAD(k, kQk);
+    if (x.norm_w) {  // ggml_ext_gemv_norm_source_ok
+        if (x.norm_threads == 1024) {
+            DFLASH_LAUNCH_PDL(dflash_pdl::kGemv, dim3((unsigned)ncols), 1024, 0, stream,
+                              gemv::quantize_act_norm_kernel<1024>)(x, qs, d, (int)k, (int)k_pad);
+        } else {
+            DFLASH_LAUNCH_PDL(dflash_pdl::kGemv, dim3((unsigned)ncols), 256, 0, stream,
+                              gemv::quantize_act_norm_kernel<256>)(x, qs, d, (int)k, (int)k_pad);
+        }
+        return;
+    }
     const dim3 grid((unsigned)(k_pad / kQk), (unsigned)ncols, 1);
     DFLASH_LAUNCH_PDL(dflash_pdl::kGemv, grid, kQk, 0, stream, gemv::quantize_act_kernel)(x, qs, d, (int)k, (int)k_pad);
 }
@@ -240,8 +255,8 @@ bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tens
 
 bool ggml_ext_cuda_gemv_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x, int64_t n,
                              ggml_tensor * dst, const ggml_tensor * res) {
-    if (x.norm_w || x.head_w || x.gate || !ggml_ext_gemv_supports(src0, 1) || !plain_f32_columns(dst) ||
-        dst->ne[0] != src0->ne[1] || dst->ne[1] != n ||
+    if ((x.norm_w && !ggml_ext_gemv_norm_source_ok(x, src0->ne[0])) || x.head_w || x.gate ||
+        !ggml_ext_gemv_supports(src0, 1) || !plain_f32_columns(dst) || dst->ne[0] != src0->ne[1] || dst->ne[1] != n ||
         (res && (!plain_f32_columns(res) || !ggml_are_same_shape(res, dst) || res->nb[1] != dst->nb[1]))) {
         return false;
     }

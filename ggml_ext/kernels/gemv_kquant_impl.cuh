@@ -572,4 +572,58 @@ static __global__ void quantize_act_kernel(const ActSource x, int8_t * __restric
     if (threadIdx.x % 32 == 0) d[(int64_t)j * (k_pad / 32) + i / 32] = __half2float(__float2half_rn(dd));
 }
 
+// quantize_act_kernel for an RMSNorm source (x.norm_w; rms_norm_fusion.cu at one column): a block
+// of ggml's norm threads a column (kThreads = x.norm_threads: 1024, or 256 for rows under 1024),
+// thread i holding values i, i + kThreads, ... - the threads of ggml's rms_norm_f32<kThreads>,
+// which sum x^2 in this order (then block_reduce): the same scale, and the same values scale * x *
+// w, as the skipped norm kernel's output. Each warp's 32 values of one round are a q8_1 block.
+// Columns of at most kNormMax values (ggml_ext_gemv_norm_source_ok).
+constexpr int kNormMax = 8192;
+
+template <int kThreads>
+static __global__ void __launch_bounds__(kThreads)
+    quantize_act_norm_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d, const int k,
+                             const int k_pad) {
+    constexpr int kPer = kThreads == 1024 ? kNormMax / 1024 : 1024 / kThreads;  // 256 threads: rows under 1024
+    const int j = blockIdx.x, tid = threadIdx.x, lane = tid % WARP_SIZE;
+    float w[kPer];
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {  // the norm's weights: no kernel's output, before pdl_wait
+        const int i = tid + kThreads * m;
+        w[m] = i < k ? x.norm_w[i] : 0.0f;
+    }
+    pdl_wait();  // launched with DFLASH_LAUNCH_PDL (pdl.cuh)
+    pdl_trigger();
+    const float * xc = x.x + (int64_t)j * x.sx;
+    float v[kPer];
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+        const int i = tid + kThreads * m;
+        v[m] = i < k ? xc[i] : 0.0f;
+    }
+    float tmp = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+        if (tid + kThreads * m < k) tmp += v[m] * v[m];
+    }
+    __shared__ float s_sum[kThreads / WARP_SIZE];  // block_reduce's
+    tmp = warp_reduce_sum(tmp);
+    if (lane == 0) s_sum[tid / WARP_SIZE] = tmp;
+    __syncthreads();
+    tmp = warp_reduce_sum(lane < kThreads / WARP_SIZE ? s_sum[lane] : 0.0f);
+    const float scale = rsqrtf(tmp / k + x.norm_eps);
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+        const int i = tid + kThreads * m;
+        if (i >= k_pad) break;                                 // the same for the warp (k_pad: a multiple of 256)
+        const float val = i < k ? scale * v[m] * w[m] : 0.0f;  // rms_norm_f32's scale * x * mul
+        float amax = fabsf(val);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+        const float dd = amax / 127.0f;
+        qs[(int64_t)j * k_pad + i] = (int8_t)(amax == 0.0f ? 0 : (int)roundf(val / dd));
+        if (lane == 0) d[(int64_t)j * (k_pad / 32) + i / 32] = __half2float(__float2half_rn(dd));
+    }
+}
+
 }  // namespace gemv

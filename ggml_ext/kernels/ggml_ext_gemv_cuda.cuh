@@ -40,6 +40,9 @@ bool ggml_ext_gemv_supports(const ggml_tensor * w, int64_t ncols);
 // x: ncols columns of k floats (or a SwiGLU's inputs) -> qs (ncols x k_pad int8) and d (ncols x
 // k_pad / 32), k_pad = k rounded up to 256.
 void ggml_ext_gemv_quantize(const ActSource & x, int64_t k, int64_t ncols, int8_t * qs, float * d, cudaStream_t stream);
+// Whether ggml_ext_gemv_quantize takes x, an RMSNorm source (x.norm_w) of k values: ggml's
+// 1024-thread norm of at most 8192 values or its 256-thread one (gemv::quantize_act_norm_kernel).
+bool ggml_ext_gemv_norm_source_ok(const ActSource & x, int64_t k);
 void ggml_ext_gemv_launch(ggml_type type, const GemvArgs & args, cudaStream_t stream);
 
 // ggml's mul_mat_vec_q entry (patches/0005): true when ggml_ext computed dst.

@@ -4,9 +4,11 @@
 // product: the FFN's [gate; up] and the GDN layers' stacked input projections. Here the GEMM's
 // quantizer computes the column's norm scale itself, in rms_norm_f32's order (act_source.cuh's
 // column_scale: the same float operations, so the quantized activations, and the outputs, are the
-// unfused graph's bits), and the norm and multiply nodes are skipped. Each quantizer block re-reads
-// its column (k floats, from L2) for the sum: cheaper than a launch and a round trip of the normed
-// output up to kMaxColumns columns. The GEMM only: one column keeps the GEMV and the norm kernel.
+// unfused graph's bits), and the norm and multiply nodes are skipped. Each quantizer block re-read
+// its column (k floats, from L2) for the sum, until session 34's block a column
+// (quantize_act_norm_column_kernel): cheaper than a launch and a round trip of the normed output
+// up to kMaxColumns columns. One column (a decode step): the GEMV's quantizer, when
+// DFLASH_FUSE_RMS_NORM_GEMV=1 (gemv::quantize_act_norm_kernel: ggml's 1024 norm threads a column).
 // H200, the 27B (session 24, kernel_profile, same run): a forward of 16 / 32 tokens 9.43 / 12.95
 // ms of kernels against 9.75 / 13.19 unfused (the quantizers 0.13 / 0.17 ms slower, the norms
 // 0.43 ms fewer), 64 tokens 19.37 against 19.47; bench/results/h200-s24-27b-kernels-2ea4ca3*.json.
@@ -72,8 +74,12 @@ bool env_not_off(const char * name) {
     return !(e && e[0] == '0');
 }
 bool fuse_pair_flag = env_not_off("DFLASH_FUSE_RMS_NORM_PAIR");
+bool fuse_gemv_flag = [] {  // one column: off until timed (DFLASH_FUSE_RMS_NORM_GEMV=1)
+    const char * e = std::getenv("DFLASH_FUSE_RMS_NORM_GEMV");
+    return e && e[0] == '1';
+}();
 bool fuse_head_flag = env_not_off("DFLASH_FUSE_HEAD_NORM");
-std::atomic<int64_t> pair_fusions{0}, head_fusions{0};
+std::atomic<int64_t> pair_fusions{0}, head_fusions{0}, gemv_fusions{0};
 
 namespace pat = ggml_ext::fusion_patterns;
 
@@ -84,7 +90,14 @@ int fuse_single(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     const ggml_tensor * mul = cgraph->nodes[i + 1];
     ggml_tensor * mm = cgraph->nodes[i + 2];
     const int64_t n = mul->ne[1];
-    if (n < 2 || n > max_columns_flag || !ggml_ext_cuda_gemm_mma_from(ctx, mm->src[0], x, n, mm, nullptr)) return 0;
+    if (n == 1) {  // a decode step: the GEMV's quantizer (ggml_ext_gemv_norm_source_ok)
+        if (!fuse_gemv_flag || !ggml_ext_cuda_gemv_from(ctx, mm->src[0], x, 1, mm, nullptr)) return 0;
+        gemv_fusions++;
+        return 2;
+    }
+    if (n > max_columns_flag || !ggml_ext_cuda_gemm_mma_from(ctx, mm->src[0], x, n, mm, nullptr)) {
+        return 0;
+    }
     rms_norm_fusions++;
     return 2;
 }
@@ -144,6 +157,9 @@ namespace ggml_ext {
 void set_fuse_rms_norm_enabled(bool on) { fuse_rms_norm_flag = on; }
 bool fuse_rms_norm_enabled() { return fuse_rms_norm_flag; }
 int64_t mul_mat_rms_norm_fusions() { return rms_norm_fusions.load(); }
+void set_fuse_rms_norm_gemv_enabled(bool on) { fuse_gemv_flag = on; }
+bool fuse_rms_norm_gemv_enabled() { return fuse_gemv_flag; }
+int64_t mul_mat_rms_norm_gemv_fusions() { return gemv_fusions.load(); }
 void set_fuse_rms_norm_pair_enabled(bool on) { fuse_pair_flag = on; }
 bool fuse_rms_norm_pair_enabled() { return fuse_pair_flag; }
 int64_t mul_mat_rms_norm_pair_fusions() { return pair_fusions.load(); }

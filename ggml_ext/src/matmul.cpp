@@ -78,6 +78,9 @@ int64_t mul_mat_glu_fusions() { return 0; }
 void set_fuse_rms_norm_enabled(bool) {}
 bool fuse_rms_norm_enabled() { return false; }
 int64_t mul_mat_rms_norm_fusions() { return 0; }
+void set_fuse_rms_norm_gemv_enabled(bool) {}
+bool fuse_rms_norm_gemv_enabled() { return false; }
+int64_t mul_mat_rms_norm_gemv_fusions() { return 0; }
 void set_fuse_rms_norm_pair_enabled(bool) {}
 bool fuse_rms_norm_pair_enabled() { return false; }
 int64_t mul_mat_rms_norm_pair_fusions() { return 0; }

@@ -935,6 +935,66 @@ void check_rms_norm_source(std::mt19937 & gen) {
     }
 }
 
+// The GEMV's quantizer reading an RMSNorm's input and weight (gemv::quantize_act_norm_kernel;
+// rms_norm_fusion.cu at one column) writes the bytes and scales the GEMV's plain quantizer writes
+// for the norm node's output: ggml's 256-thread norm (k = 768) and its 1024-thread one (k = 2304,
+// the 27B's 5120, and 2560: a k_pad past k), one column and 3.
+void check_gemv_rms_norm_source(std::mt19937 & gen) {
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::uniform_real_distribution<float> octaves(-6.0f, 6.0f);  // magnitudes far apart: the sum order shows
+    for (const auto & [k, ncols] : {std::pair{768, 1}, std::pair{768, 3}, std::pair{2304, 1}, std::pair{5120, 1},
+                                    std::pair{5120, 3}, std::pair{2400, 1}}) {
+        const int k_pad = (k + 255) / 256 * 256;
+        std::vector<float> xs((size_t)ncols * k), ws(k);
+        for (auto & v : xs) v = normal(gen) * std::exp2(octaves(gen));
+        for (auto & v : ws) v = 1.0f + 0.25f * normal(gen);
+        float *d_x = nullptr, *d_w = nullptr, *normed = nullptr, *d_plain = nullptr, *d_fused = nullptr;
+        int8_t *q_plain = nullptr, *q_fused = nullptr;
+        CK(cudaMalloc(&d_x, xs.size() * 4));
+        CK(cudaMalloc(&d_w, ws.size() * 4));
+        CK(cudaMalloc(&normed, xs.size() * 4));
+        CK(cudaMalloc(&q_plain, (size_t)ncols * k_pad));
+        CK(cudaMalloc(&q_fused, (size_t)ncols * k_pad));
+        CK(cudaMalloc(&d_plain, (size_t)ncols * k_pad / 32 * 4));
+        CK(cudaMalloc(&d_fused, (size_t)ncols * k_pad / 32 * 4));
+        CK(cudaMemset(q_fused, 0x55, (size_t)ncols * k_pad));
+        CK(cudaMemcpy(d_x, xs.data(), xs.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_w, ws.data(), ws.size() * 4, cudaMemcpyHostToDevice));
+        const float eps = 1e-6f;
+        ActSource norm;
+        norm.x = d_x;
+        norm.sx = k;
+        norm.norm_w = d_w;
+        norm.norm_eps = eps;
+        norm.norm_threads = k < 1024 ? 256 : 1024;
+        if (k < 1024) {
+            DFLASH_LAUNCH(ncols, 256, 0, nullptr, rms_norm_mul_kernel<256>)(d_x, d_w, normed, k, eps);
+            DFLASH_LAUNCH(ncols, 256, 0, nullptr, gemv::quantize_act_norm_kernel<256>)(norm, q_fused, d_fused, k,
+                                                                                       k_pad);
+        } else {
+            DFLASH_LAUNCH(ncols, 1024, 0, nullptr, rms_norm_mul_kernel<1024>)(d_x, d_w, normed, k, eps);
+            DFLASH_LAUNCH(ncols, 1024, 0, nullptr, gemv::quantize_act_norm_kernel<1024>)(norm, q_fused, d_fused, k,
+                                                                                         k_pad);
+        }
+        DFLASH_LAUNCH(dim3(k_pad / 256, ncols, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(
+            act_floats(normed, k), q_plain, d_plain, k, k_pad);
+        CK(cudaDeviceSynchronize());
+        std::vector<int8_t> qa((size_t)ncols * k_pad), qb(qa.size());
+        std::vector<float> da((size_t)ncols * k_pad / 32), db(da.size());
+        CK(cudaMemcpy(qa.data(), q_plain, qa.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(qb.data(), q_fused, qb.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(da.data(), d_plain, da.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(db.data(), d_fused, db.size() * 4, cudaMemcpyDeviceToHost));
+        const bool ok = qa == qb && std::memcmp(da.data(), db.data(), da.size() * 4) == 0;
+        std::printf("{\"check_gemv_rms_norm_source\": %d, \"ncols\": %d, \"ok\": %s}\n", k, ncols,
+                    ok ? "true" : "false");
+        for (void * p : {(void *)d_x, (void *)d_w, (void *)normed, (void *)d_plain, (void *)d_fused, (void *)q_plain,
+                         (void *)q_fused}) {
+            cudaFree(p);
+        }
+    }
+}
+
 // The GEMM's quantizer reading a per-head RMSNorm's input o, its weight and the gate z
 // (act_source.cuh's head_w; rms_norm_fusion.cu's gated outputs) writes the bytes it writes for
 // silu(z) * (rms_norm(o per head) * w) from ggml's norm kernel (one head a block of 256 threads, as
@@ -1652,6 +1712,7 @@ int main(int argc, char ** argv) {
         check_quantize_bytes(gen);
         check_swiglu_source(gen);
         check_rms_norm_source(gen);
+        check_gemv_rms_norm_source(gen);
         check_head_norm_source(gen);
         check_sigmoid_gate_source(gen);
     }

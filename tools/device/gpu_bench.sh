@@ -328,11 +328,13 @@ if [ "$stage" = f1 ]; then
   exit 0
 fi
 
-# `gpu_bench.sh h1` (session 34, a fresh machine, SETUP_TARGETS="_core llama-server", SYNTH_EARLY=1):
-# the issue's table with the defaults in one call: the 27B's kernels a step (forwards of 1, 16, 32,
-# 64 tokens), the GEMM split standalone (carried binary), AR next to libllama, the chain next to
-# upstream llama-server draft-dflash at synthetic acceptance 10, then H1_VARS profiles (VAR=VALUE
-# sets as in f1) and the CUDA tests by H1_TESTS (a pytest -k expression) as time allows.
+# `gpu_bench.sh h1` (session 34, a fresh machine, SETUP_TARGETS="_core llama-server", SYNTH_EARLY=1),
+# then `h2` within 30 s (the build and the 27B files kept). h1: the 27B's kernels a step (forwards
+# of 1, 16, 32, 64 tokens) with the defaults, the GEMM standalone's `split` mode (the norm-fused
+# quantizer's forms, then the K split; carried binary), the profiles of H1_VARS (VAR=VALUE[,VAR=VALUE]
+# sets as in f1), then the CUDA tests by H1_TESTS (a pytest -k expression) in the time left. h2: AR
+# next to libllama with the defaults and with each of H2_AR_VARS, then the chain next to upstream
+# llama-server draft-dflash at synthetic acceptance 10: the issue's table.
 if [ "$stage" = h1 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
@@ -340,17 +342,25 @@ if [ "$stage" = h1 ]; then
   wait_27b 100
   kernel_profile 45 "h200-27b-kernels-default.json"
   grep -E "wall" "$OUT/h200-27b-kernels-default.log" | cut -c1-150
-  [ -f .carry/gemv_standalone.gz ] && CALL_LEFT=40 bash tools/device/gemv_standalone.sh split 2>&1 | grep -v '^{' | tail -n 40
-  [ "$(left)" -ge 80 ] && ar_bench 75 /tmp/q27.gguf h200-27b-ar.json
-  [ "$(left)" -ge 140 ] && chain_bench 135 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+  [ -f .carry/gemv_standalone.gz ] && CALL_LEFT=40 bash tools/device/gemv_standalone.sh split 2>&1 | grep -v '^{' | tail -n 60
   for vs in ${H1_VARS-}; do
-    [ "$(left)" -ge 45 ] || break
+    [ "$(left)" -ge 100 ] || break
     name=$(echo "$vs" | sed 's/DFLASH_//g' | tr 'A-Z_=,' 'a-z---')
     # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
     kernel_profile 40 "h200-27b-kernels-$name.json" $(echo "$vs" | tr ',' ' ')
     grep -E "wall" "$OUT/h200-27b-kernels-$name.log" | cut -c1-150
   done
   [ "$(left)" -ge 40 ] && run_cuda_suite "$(( $(left) - 10 ))" -k "${H1_TESTS:-mma_split or quantizer_fusions or fusion_changes}"
+  exit 0
+fi
+if [ "$stage" = h2 ]; then
+  trap "pack_out $stage" EXIT
+  wait_27b 200
+  ar_bench 75 /tmp/q27.gguf h200-27b-ar.json
+  for v in ${H2_AR_VARS-}; do
+    [ "$(left)" -ge 220 ] && ar_bench 75 /tmp/q27.gguf "h200-27b-ar-$(echo "${v#DFLASH_}" | tr 'A-Z_=' 'a-z--').json" "$v"
+  done
+  [ "$(left)" -ge 140 ] && chain_bench 135 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
   exit 0
 fi
 
