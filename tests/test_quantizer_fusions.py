@@ -23,7 +23,7 @@ from test_mul_mat_invariant import _weights
 
 from dflash import _core
 
-SWITCHES = ("rms_norm", "rms_norm_pair", "head_norm", "sigmoid_gate")
+SWITCHES = ("rms_norm", "rms_norm_pair", "head_norm", "sigmoid_gate", "rms_norm_gemv")
 
 
 @pytest.fixture
@@ -186,6 +186,29 @@ def test_cuda_norm_read_by_two_products_gives_the_unfused_bits(types: tuple[str,
         return _core.op_mul_mat_fused(w, types[0], rows, x, gate=g, gate_type=types[1], norm=weight, gpu=True)
 
     _fused_equals_plain("rms_norm_pair", run, 2 <= n <= 64, f"{types}, {n} columns")
+
+
+@needs_gpu
+@pytest.mark.usefixtures("fusions_restored", "mma_restored")
+@pytest.mark.parametrize("types", [("q4_K", "q6_K"), ("q6_K", "q4_K"), ("q4_K", "q4_K")])
+@pytest.mark.parametrize("k", [768, 2304])
+def test_cuda_one_column_norm_read_by_two_products_gives_the_unfused_bits(
+    types: tuple[str, str], k: int
+) -> None:
+    """With DFLASH_FUSE_RMS_NORM_GEMV on, a norm read by two tagged one-column products (a decode
+    step): one GEMV quantizer launch computes the norm for both (k = 768: ggml's 256 norm threads;
+    2304: its 1024), one fusion counted, and the outputs are the unfused graph's bit for bit."""
+    rows = 1000
+    w, _ = _weights(types[0], rows, k, seed=74)
+    g, _ = _weights(types[1], rows, k, seed=75)
+    x, weight, _ = _normed_inputs(1, k, 76)
+    _core.set_fuse_rms_norm_enabled(True)
+    _core.set_fuse_rms_norm_pair_enabled(True)
+
+    def run() -> np.ndarray:
+        return _core.op_mul_mat_fused(w, types[0], rows, x, gate=g, gate_type=types[1], norm=weight, gpu=True)
+
+    _fused_equals_plain("rms_norm_gemv", run, True, f"{types}, k {k}")
 
 
 @_gated_product_cases

@@ -185,20 +185,17 @@ ActSource plain_source(const ggml_tensor * t) {
 }
 
 // Quantizes the n columns of x into the pool once and runs them kGemvMaxColumns at a time.
-void run_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x, int64_t n, float * dst,
-                 int stride_col_dst, const char * w_gate, const float * bias) {
-    cudaStream_t stream = ctx.stream();
+// The GEMV launches of src0 x n columns quantized into qs and d (ggml_ext_gemv_quantize).
+void launch_columns(const ggml_tensor * src0, const int8_t * qs, const float * d, int64_t n, float * dst,
+                    int stride_col_dst, const char * w_gate, const float * bias, cudaStream_t stream) {
     const int64_t k = src0->ne[0];
     const int64_t k_pad = GGML_PAD(k, kQk);
-    ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), n * k_pad);
-    ggml_cuda_pool_alloc<float> d(ctx.pool(), n * (k_pad / 32));
-    ggml_ext_gemv_quantize(x, k, n, qs.get(), d.get(), stream);
     for (int64_t c0 = 0; c0 < n; c0 += kGemvMaxColumns) {
         GemvArgs a{};
         a.w = (const char *)src0->data;
         a.w_gate = w_gate;
-        a.yq = qs.get() + c0 * k_pad;
-        a.yd = d.get() + c0 * (k_pad / 32);
+        a.yq = qs + c0 * k_pad;
+        a.yd = d + c0 * (k_pad / 32);
         a.bias = bias ? bias + c0 * stride_col_dst : nullptr;
         a.dst = dst + c0 * stride_col_dst;
         a.nrows = (int)src0->ne[1];
@@ -209,6 +206,23 @@ void run_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, cons
         a.row_bytes = (int64_t)src0->nb[1];
         ggml_ext_gemv_launch(src0->type, a, stream);
     }
+}
+
+void run_columns(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x, int64_t n, float * dst,
+                 int stride_col_dst, const char * w_gate, const float * bias) {
+    cudaStream_t stream = ctx.stream();
+    const int64_t k = src0->ne[0];
+    const int64_t k_pad = GGML_PAD(k, kQk);
+    ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), n * k_pad);
+    ggml_cuda_pool_alloc<float> d(ctx.pool(), n * (k_pad / 32));
+    ggml_ext_gemv_quantize(x, k, n, qs.get(), d.get(), stream);
+    launch_columns(src0, qs.get(), d.get(), n, dst, stride_col_dst, w_gate, bias, stream);
+}
+
+// Whether the GEMV takes src0 x the n columns of source x into dst (no residual).
+bool gemv_takes(const ggml_tensor * src0, const ActSource & x, int64_t n, const ggml_tensor * dst) {
+    return !(x.norm_w && !ggml_ext_gemv_norm_source_ok(x, src0->ne[0])) && !x.head_w && !x.gate &&
+           ggml_ext_gemv_supports(src0, 1) && plain_f32_columns(dst) && dst->ne[0] == src0->ne[1] && dst->ne[1] == n;
 }
 
 }  // namespace
@@ -255,12 +269,27 @@ bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tens
 
 bool ggml_ext_cuda_gemv_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x, int64_t n,
                              ggml_tensor * dst, const ggml_tensor * res) {
-    if ((x.norm_w && !ggml_ext_gemv_norm_source_ok(x, src0->ne[0])) || x.head_w || x.gate ||
-        !ggml_ext_gemv_supports(src0, 1) || !plain_f32_columns(dst) || dst->ne[0] != src0->ne[1] || dst->ne[1] != n ||
+    if (!gemv_takes(src0, x, n, dst) ||
         (res && (!plain_f32_columns(res) || !ggml_are_same_shape(res, dst) || res->nb[1] != dst->nb[1]))) {
         return false;
     }
     run_columns(ctx, src0, x, n, (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr,
                 res ? (const float *)res->data : nullptr);
+    return true;
+}
+
+bool ggml_ext_cuda_gemv_pair_from(ggml_backend_cuda_context & ctx, const ggml_tensor * w1, ggml_tensor * dst1,
+                                  const ggml_tensor * w2, ggml_tensor * dst2, const ActSource & x, int64_t n) {
+    const int64_t k = w1->ne[0];
+    if (w2->ne[0] != k || !gemv_takes(w1, x, n, dst1) || !gemv_takes(w2, x, n, dst2)) return false;
+    cudaStream_t stream = ctx.stream();
+    const int64_t k_pad = GGML_PAD(k, kQk);
+    ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), n * k_pad);
+    ggml_cuda_pool_alloc<float> d(ctx.pool(), n * (k_pad / 32));
+    ggml_ext_gemv_quantize(x, k, n, qs.get(), d.get(), stream);
+    for (auto [w, dst] : {std::pair{w1, dst1}, std::pair{w2, dst2}}) {
+        launch_columns(w, qs.get(), d.get(), n, (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, nullptr,
+                       stream);
+    }
     return true;
 }

@@ -58,6 +58,11 @@ bool ggml_ext_cuda_gemv_columns(ggml_backend_cuda_context & ctx, const ggml_tens
 bool ggml_ext_cuda_gemv_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x, int64_t n,
                              ggml_tensor * dst, const ggml_tensor * res);
 
+// Two products of the same n columns of x (w1 x into dst1, w2 x into dst2) from one quantizer
+// launch (rms_norm_fusion.cu's pairs at one column). False when the GEMV does not take both.
+bool ggml_ext_cuda_gemv_pair_from(ggml_backend_cuda_context & ctx, const ggml_tensor * w1, ggml_tensor * dst1,
+                                  const ggml_tensor * w2, ggml_tensor * dst2, const ActSource & x, int64_t n);
+
 // The fewest columns ggml_ext's tensor-core GEMM takes: its 8-column tile costs about what the
 // GEMV costs for 2 columns (the GEMV grows by about a column's worth per column): the 27B's
 // forward of 3 tokens through it took 12.0 ms, of 2 tokens through the GEMV 12.6 (H200, session 9).

@@ -113,8 +113,12 @@ int fuse_pair(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     ggml_tensor * mm1 = cgraph->nodes[i + 2];
     ggml_tensor * mm2 = cgraph->nodes[i + 3];
     const int64_t n = mul->ne[1];
-    if (n < 2 || n > max_columns_flag ||
-        !ggml_ext_cuda_gemm_mma_pair_from(ctx, mm1->src[0], mm1, mm2->src[0], mm2, x, n)) {
+    if (n == 1) {  // a decode step: one GEMV quantizer launch for both
+        if (!fuse_gemv_flag || !ggml_ext_cuda_gemv_pair_from(ctx, mm1->src[0], mm1, mm2->src[0], mm2, x, 1)) return 0;
+        gemv_fusions++;
+        return 3;
+    }
+    if (n > max_columns_flag || !ggml_ext_cuda_gemm_mma_pair_from(ctx, mm1->src[0], mm1, mm2->src[0], mm2, x, n)) {
         return 0;
     }
     pair_fusions++;
