@@ -508,21 +508,22 @@ def mma_split_restored() -> Iterator[None]:
 
 def test_mma_split_is_off_unless_asked() -> None:
     env = os.environ.get("DFLASH_MMA_SPLIT", "0")
-    assert _core.mma_split() == (int(env) if GPU and env.isdigit() and 2 <= int(env) <= 8 else 0)
+    want = int(env) if env.isdigit() and 2 <= int(env) <= 8 else -1 if env == "auto" else 0
+    assert _core.mma_split() == (want if GPU else 0)
 
 
 @needs_gpu
 @pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
 @pytest.mark.parametrize("n", [16, 17, 32, 64])
-@pytest.mark.parametrize("pieces", [2, 3])
-def test_cuda_mma_split_along_k_is_the_product(
-    wtype: str, n: int, pieces: int, mma_restored: None, add_limit_restored: None, mma_split_restored: None
-) -> None:
-    """Long rows (24 super-blocks) at 17..64 columns split along K (DFLASH_MMA_SPLIT): the unsplit
-    GEMM's outputs to float rounding (the pieces' sums added in piece order), the split counter
-    moving once a product; with a residual (up to 64 columns) that product plus the residual bit for
-    bit. 16 columns stay unsplit (8 warps a block there)."""
-    rows, k = 1000, 6144
+@pytest.mark.parametrize("pieces,k", [(2, 6144), (3, 6144), (-1, 6144), (-1, 2304)])
+@pytest.mark.usefixtures("mma_restored", "add_limit_restored", "mma_split_restored")
+def test_cuda_mma_split_along_k_is_the_product(wtype: str, n: int, pieces: int, k: int) -> None:
+    """Long rows (24 super-blocks) at 17..64 columns split along K (DFLASH_MMA_SPLIT), and with
+    `auto` (-1) shorter rows too (9 super-blocks: 4 pieces): the unsplit GEMM's outputs to float
+    rounding (the pieces' sums added in piece order), the split counter moving once a product; with
+    a residual (up to 64 columns) that product plus the residual bit for bit. 16 columns stay
+    unsplit (8 warps a block there)."""
+    rows = 1000
     w, _ = _weights(wtype, rows, k, seed=41)
     rng = np.random.default_rng(42)
     x = rng.standard_normal((n, k)).astype(np.float32)

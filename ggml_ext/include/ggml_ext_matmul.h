@@ -114,7 +114,8 @@ int mma_q6k_long_8();
 // same activations), split along K into `pieces` blocks a tile, the last to finish adding the
 // pieces' sums in piece order (no second launch; another float order than unsplit, the same for any
 // arrival order): 0 or 1 off (the default until measured), 2..8 the pieces (2 super-blocks a piece
-// at least); DFLASH_MMA_SPLIT sets it. mma_split_launches counts them.
+// at least), -1 (DFLASH_MMA_SPLIT=auto) every matrix of 4 super-blocks a row or more in the pieces
+// that fill one wave; DFLASH_MMA_SPLIT sets it. mma_split_launches counts them.
 void set_mma_split(int pieces);
 int mma_split();
 int64_t mma_split_launches();

@@ -25,8 +25,10 @@
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 namespace {
@@ -66,18 +68,32 @@ int q6k_long_8_mode = [] {
 // engine's form split into 2..8 pieces (the warps still sharing super-blocks) was slower at every
 // shape (Q6_K ffn_down at 32 columns 53.6 us unsplit, 55.6 in 3 pieces, 67.9 in 2; ssm_out 14.8
 // against 22..27; bench/results/h100-s33-mma-split-standalone-38d1c49.json).
+// DFLASH_MMA_SPLIT=auto (-1, kMmaSplitAuto): every matrix of 4 super-blocks a row or more at 17..64
+// columns in that form, in as many pieces (2..8, 2 super-blocks each at least) as fill one wave of
+// the resident blocks: at 64 columns a block of the engine's form reads 8 column tiles of
+// activations a super-block for its 16 rows (16 KB against Q4_K's 2.3 KB of weights), so the
+// shorter rows (attn_q, the GDN projections, ssm_out) pay the same L2 traffic (not measured).
+constexpr int kMmaSplitAuto = -1;
 int mma_split_pieces_flag = [] {
     const char * e = std::getenv("DFLASH_MMA_SPLIT");
+    if (e && std::strcmp(e, "auto") == 0) return kMmaSplitAuto;
     const int p = e ? std::atoi(e) : 0;
     return p >= 2 && p <= 8 ? p : 0;
 }();
 std::atomic<int64_t> mma_split_count{0};
 
-// The pieces a product of n columns and k values takes (1: unsplit): long rows above 16 columns,
-// each piece 2 super-blocks at least.
-int mma_split_pieces(int n, int k) {
+// The pieces a product of rows x n columns and k values takes (1: unsplit): long rows above 16
+// columns, each piece 2 super-blocks at least; auto: any rows of 4 super-blocks or more, the
+// pieces that fill the `slots` resident blocks (a wave) with tiles of 64 rows.
+int mma_split_pieces(int n, int k, int rows, int slots) {
     const int nb = k / 256, p = mma_split_pieces_flag;
-    return p >= 2 && n > 16 && nb >= gemm_kq::kLongRowBlocks && nb / p >= 2 ? p : 1;
+    if (n <= 16 || n > 64) return 1;
+    if (p == kMmaSplitAuto) {
+        const int tiles = (rows + 16 * gemm_kq::kWarps - 1) / (16 * gemm_kq::kWarps);
+        const int fill = std::max(2, std::min({8, slots / std::max(tiles, 1), nb / 2}));
+        return nb >= 4 ? fill : 1;
+    }
+    return p >= 2 && nb >= gemm_kq::kLongRowBlocks && nb / p >= 2 ? p : 1;
 }
 
 // 16-row tiles per warp (gemm_kq's R): 2 where it pays (below), or DFLASH_MMA_ROW_TILES=1 (benches).
@@ -279,7 +295,8 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
             launch_with<F, kS, true, kW, true, 2>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
             return;
         }
-        if (const int pieces = mma_split_pieces(n, k); pieces > 1) {
+        const int slots = gemm_kq::min_blocks<F, gemm_kq::kWarps, 1>(gemm_kq::padded_columns(n) / 8) * nsm;
+        if (const int pieces = mma_split_pieces(n, k, rows, slots); pieces > 1) {
             constexpr bool kSplitK = false;  // each warp on rows of its own (above)
             ggml_cuda_pool_alloc<float> partials(pool, gemm_kq::mma_split_floats(rows, pieces, gemm_kq::kWarps, kSplitK,
                                                                                  1, gemm_kq::padded_columns(n) / 8));
@@ -369,7 +386,9 @@ void set_wgmma_short_enabled(bool on) { wgmma_short_flag = on; }
 bool wgmma_short_enabled() { return wgmma_short_flag; }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
-void set_mma_split(int pieces) { mma_split_pieces_flag = pieces >= 2 && pieces <= 8 ? pieces : 0; }
+void set_mma_split(int pieces) {
+    mma_split_pieces_flag = pieces == kMmaSplitAuto || (pieces >= 2 && pieces <= 8) ? pieces : 0;
+}
 int mma_split() { return mma_split_pieces_flag; }
 int64_t mma_split_launches() { return mma_split_count.load(); }
 }  // namespace ggml_ext
