@@ -157,16 +157,24 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # the unsplit kernel, the host reference, a second launch, and the pipelined and early-staging
     # kernels split the same way), and the mma.sync GEMM split along K (Q4_K in 2 pieces, Q6_K in 3,
     # the block's warps sharing the super-blocks; Q4_K in 4, Q6_K in 2 over two blocks, each warp on
-    # rows of its own; 4 column counts each: against the unsplit kernel, the host reference, a second
-    # launch, and with a residual its own outputs plus the residual)
+    # rows of its own, and those two with the activations staged in shared memory a block; 4 column
+    # counts each: against the unsplit kernel, the host reference, a second launch, and with a
+    # residual its own outputs plus the residual)
     sources = 4 + 16 + 6 + 9 + 5  # SwiGLU, RMSNorm (two GEMM forms, the GEMV), head norm, sigmoid gate
-    mma_splits = 4 * 4
+    mma_splits = 6 * 4
     assert len(rows) == (
         4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 3 * 8 + 8 * 6 + 2 * 8 + 1 + 2 + sources + 45 + 9 + mma_splits
     )
     pieces = [r for r in rows if "check_mma_split" in r]
-    forms = {(r["check_mma_split"], r["warp_rows"], r["pieces"]) for r in pieces}
-    assert sorted(forms) == [("q4_K", False, 2), ("q4_K", True, 4), ("q6_K", False, 3), ("q6_K", True, 2)]
+    forms = {(r["check_mma_split"], r["warp_rows"], r["act_smem"], r["pieces"]) for r in pieces}
+    assert sorted(forms) == [
+        ("q4_K", False, False, 2),
+        ("q4_K", True, False, 4),
+        ("q4_K", True, True, 4),
+        ("q6_K", False, False, 3),
+        ("q6_K", True, False, 2),
+        ("q6_K", True, True, 2),
+    ]
     assert all(r["relaunch_same"] and r["residual_added"] for r in pieces)
     assert any("check_wgmma_layout" in r for r in rows)
     wgmma = [r for r in rows if "check_wgmma" in r]

@@ -544,6 +544,32 @@ def test_cuda_mma_split_along_k_is_the_product(wtype: str, n: int, pieces: int, 
     np.testing.assert_array_equal(fused, split + res, err_msg=f"{wtype}, {n} columns, {pieces} pieces")
 
 
+@needs_gpu
+@pytest.mark.parametrize("wtype", ("q4_K", "q6_K"))
+@pytest.mark.parametrize("n", [24, 64])
+@pytest.mark.parametrize("k", [2304, 17408])
+@pytest.mark.usefixtures("mma_restored", "mma_split_restored")
+def test_cuda_mma_split_with_staged_activations_gives_the_same_bits(wtype: str, n: int, k: int) -> None:
+    """The split along K (auto pieces) with its activations staged in shared memory a block
+    (DFLASH_MMA_ACT_SMEM) gives the split's outputs without staging bit for bit."""
+    rows = 1000
+    w, _ = _weights(wtype, rows, k, seed=47)
+    x = np.random.default_rng(48).standard_normal((n, k)).astype(np.float32)
+    _core.set_mma_enabled(True)
+    _core.set_mma_split(-1)
+    was = _core.mma_act_smem()
+    try:
+        _core.set_mma_act_smem(False)
+        before = _core.mma_split_launches()
+        plain = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
+        _core.set_mma_act_smem(True)
+        staged = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
+    finally:
+        _core.set_mma_act_smem(was)
+    assert _core.mma_split_launches() - before == 2
+    np.testing.assert_array_equal(staged, plain, err_msg=f"{wtype}, {n} columns, k {k}")
+
+
 @pytest.fixture
 def glu_restored() -> Iterator[None]:
     yield from _restoring(_core.fuse_glu_enabled, _core.set_fuse_glu_enabled)

@@ -522,6 +522,10 @@ PYBIND11_MODULE(_core, m) {
           "or -1: every matrix of 4 super-blocks a row or more, in the pieces that fill a wave (DFLASH_MMA_SPLIT, "
           "auto for -1)");
     m.def("mma_split", &ggml_ext::mma_split);
+    m.def("set_mma_act_smem", &ggml_ext::set_mma_act_smem, py::arg("on"),
+          "CUDA: that split's activations staged in shared memory once a block (the same outputs; off until timed, "
+          "DFLASH_MMA_ACT_SMEM=1)");
+    m.def("mma_act_smem", &ggml_ext::mma_act_smem);
     m.def("mma_split_launches", &ggml_ext::mma_split_launches, "launches of the split mma.sync GEMM so far (tests)");
     m.def("wgmma_split_launches", &ggml_ext::wgmma_split_launches,
           "launches of the wgmma GEMM with a split tail so far (tests)");

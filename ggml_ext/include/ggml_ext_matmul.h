@@ -118,6 +118,10 @@ int mma_q6k_long_8();
 // that fill one wave; DFLASH_MMA_SPLIT sets it. mma_split_launches counts them.
 void set_mma_split(int pieces);
 int mma_split();
+// That split's activations staged in shared memory once a block (its warps read them there; the
+// same bits): off until timed, DFLASH_MMA_ACT_SMEM=1 starts it on.
+void set_mma_act_smem(bool on);
+bool mma_act_smem();
 int64_t mma_split_launches();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to fuse_add_max_columns() columns

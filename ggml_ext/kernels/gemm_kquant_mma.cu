@@ -81,6 +81,12 @@ int mma_split_pieces_flag = [] {
     return p >= 2 && p <= 8 ? p : 0;
 }();
 std::atomic<int64_t> mma_split_count{0};
+// The split's activations staged in shared memory a block (gemm_kq's kActSmem form; the same bits as
+// the split without): off until timed, DFLASH_MMA_ACT_SMEM=1 starts it on.
+bool mma_act_smem_flag = [] {
+    const char * e = std::getenv("DFLASH_MMA_ACT_SMEM");
+    return e && e[0] == '1';
+}();
 
 // The pieces a product of rows x n columns and k values takes (1: unsplit): long rows above 16
 // columns, each piece 2 super-blocks at least; auto: any rows of 4 super-blocks or more, the
@@ -225,16 +231,16 @@ bool two_tiles_fill(int rows, int n, int nsm) {
 // gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
 // kDynSmem: the stages in dynamic shared memory (false when its opt-in failed: nothing launched).
 template <typename F, int kStages, bool kOccupancy = true, int W = gemm_kq::kWarps, bool kSplitK = true, int R = 1,
-          bool kDynSmem = false, bool kPieces = false>
+          bool kDynSmem = false, bool kPieces = false, bool kActSmem = false>
 bool launch_with(const float * res, int stride_col_res, const char * w, const int8_t * yq, const float * yd,
                  const int * ysum, float * dst, int nrows, int k, int64_t row_bytes, int ncols, int stride_col_dst,
                  cudaStream_t stream, int pieces = 1, float * partials = nullptr) {
     if (res) {
-        return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true, kDynSmem, kPieces>(
+        return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true, kDynSmem, kPieces, kActSmem>(
             w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res, stride_col_res, pieces,
             partials);
     }
-    return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, false, kDynSmem, kPieces>(
+    return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, false, kDynSmem, kPieces, kActSmem>(
         w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, nullptr, 0, pieces, partials);
 }
 
@@ -300,7 +306,10 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
             constexpr bool kSplitK = false;  // each warp on rows of its own (above)
             ggml_cuda_pool_alloc<float> partials(pool, gemm_kq::mma_split_floats(rows, pieces, gemm_kq::kWarps, kSplitK,
                                                                                  1, gemm_kq::padded_columns(n) / 8));
-            if (launch_with<F, kS, true, gemm_kq::kWarps, kSplitK, 1, false, true>(
+            if ((mma_act_smem_flag &&
+                 launch_with<F, kS, true, gemm_kq::kWarps, kSplitK, 1, true, true, true>(
+                     r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, pieces, partials.get())) ||
+                launch_with<F, kS, true, gemm_kq::kWarps, kSplitK, 1, false, true>(
                     r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, pieces, partials.get())) {
                 ++mma_split_count;
                 return;
@@ -390,6 +399,8 @@ void set_mma_split(int pieces) {
     mma_split_pieces_flag = pieces == kMmaSplitAuto || (pieces >= 2 && pieces <= 8) ? pieces : 0;
 }
 int mma_split() { return mma_split_pieces_flag; }
+void set_mma_act_smem(bool on) { mma_act_smem_flag = on; }
+bool mma_act_smem() { return mma_act_smem_flag; }
 int64_t mma_split_launches() { return mma_split_count.load(); }
 }  // namespace ggml_ext
 

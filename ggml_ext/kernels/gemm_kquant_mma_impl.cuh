@@ -560,13 +560,17 @@ struct StagePlan {
     }
 };
 
-// R: 16-row tiles per warp (the B operand of each activation load feeds R mmas).
-template <typename F, int ncol_tiles, int kStages, int W, int R = 1>
+// R: 16-row tiles per warp (the B operand of each activation load feeds R mmas). kActSmem: after
+// the warps' stages, kStages stages of a super-block's activations for the whole block (the
+// kernel's kActSmem form).
+template <typename F, int ncol_tiles, int kStages, int W, int R = 1, bool kActSmem = false>
 struct Smem {
     static constexpr int kStageBytes = R * kRows * F::kStageRow;
     static constexpr int kPipeline = W * (kStages > 0 ? kStages : 0) * kStageBytes;
+    static constexpr int kActStage = kActSmem ? 8 * ncol_tiles * WARP_SIZE * 8 : 0;  // a super-block's int8 tiles
+    static constexpr int kActBytes = (kStages > 0 ? kStages : 0) * kActStage;
     static constexpr int kScratch = W * R * ncol_tiles * 4 * WARP_SIZE * (int)sizeof(float);
-    static constexpr int kBytes = kPipeline > kScratch ? kPipeline : kScratch;
+    static constexpr int kBytes = kPipeline + kActBytes > kScratch ? kPipeline + kActBytes : kScratch;
 };
 
 constexpr int kMaxStaticSmem = 48 * 1024;  // a kernel's static shared memory, on every arch
@@ -640,15 +644,22 @@ inline size_t mma_split_floats(int rows, int pieces, int W, bool split_k, int R,
 // kDynSmem: the stages in dynamic shared memory (up to kMaxDynamicSmem; Q6_K's 2 stages of 8 warps
 // take 56 KB, over the 48 KB of static shared memory). kPieces: `pieces` blocks a row tile along K
 // (above; a template parameter so that the kernels without it keep their code).
+// kActSmem (warps on rows of their own, kDynSmem): the block stages each super-block's activations
+// in shared memory once, with cp.async beside the weights, and its warps read them there (a block
+// barrier a super-block): one L2 read of the activations a block, where the warps' own loads meet
+// in L1 only when the warps run in step. At 64 columns a super-block's activations are 16 KB
+// against 2.3 KB of Q4_K weights a 16-row tile (not measured yet).
 template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1,
-          bool kRes = false, bool kDynSmem = false, bool kPieces = false>
+          bool kRes = false, bool kDynSmem = false, bool kPieces = false, bool kActSmem = false>
 __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R>(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * yq, const float * yd, const int * ysum,
                            float * dst, const int nrows, const int nblocks, const int64_t row_bytes, const int ncols,
                            const int stride_col_dst, const float * res, const int stride_col_res, const int pieces_arg,
                            float * partials) {
     const int pieces = kPieces ? pieces_arg : 1;
-    using S = Smem<F, ncol_tiles, kStages, W, R>;
+    static_assert(!kActSmem || (!kSplitK && kDynSmem && kStages > 0),
+                  "staged activations: warps on rows of their own, a pipeline in dynamic shared memory");
+    using S = Smem<F, ncol_tiles, kStages, W, R, kActSmem>;
     static_assert(S::kBytes <= (kDynSmem ? kMaxDynamicSmem : kMaxStaticSmem), "shared memory over budget: fit_stages");
     static_assert(kStages != 1, "a pipeline needs 2 stages (0: direct loads)");
     constexpr int kTileRows = R * kRows;
@@ -664,10 +675,13 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     const int g = lane >> 2, t = lane & 3;
     const int tile = kPieces ? blockIdx.x / pieces : blockIdx.x, piece = kPieces ? blockIdx.x % pieces : 0;
     const int row_base = (kSplitK ? tile : tile * W + warp) * kTileRows;
-    // a warp past the last tile (no block barrier in this mode but the pieces' count)
-    if (!kSplitK && !kPieces && row_base >= nrows) return;
+    // a warp past the last tile (no block barrier in this mode but the pieces' count; with kActSmem
+    // it runs the block's super-blocks on clamped rows and writes nothing: it stages and meets the
+    // barriers)
+    if (!kSplitK && !kPieces && !kActSmem && row_base >= nrows) return;
     // this warp's super-blocks kb0, kb0 + kb_step, ... before kb_end (its piece's)
-    const int kb_end = kSplitK || row_base < nrows ? (kPieces ? (piece + 1) * nblocks / pieces : nblocks) : 0;
+    const int kb_end =
+        kSplitK || kActSmem || row_base < nrows ? (kPieces ? (piece + 1) * nblocks / pieces : nblocks) : 0;
     const int kb0 = (kPieces ? piece * nblocks / pieces : 0) + (kSplitK ? warp : 0), kb_step = kSplitK ? W : 1;
     const int n_it = kb0 < kb_end ? (kb_end - kb0 + kb_step - 1) / kb_step : 0;
     char * stages = smem + warp * (kStages > 0 ? kStages : 0) * S::kStageBytes;
@@ -693,6 +707,21 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     }
     pdl_wait();  // the first weights are on their way; the activations are the kernel before's (pdl.cuh)
     pdl_trigger();
+    // kActSmem: super-block kb's activation tiles (S::kActStage contiguous bytes of yq) into stage s
+    char * act_stages = smem + S::kPipeline;
+    auto stage_act = [&](int s, int kb) {
+        const char * src = reinterpret_cast<const char *>(yq) + (int64_t)kb * S::kActStage;
+        for (int c = warp * WARP_SIZE + lane; c < S::kActStage / 16; c += W * WARP_SIZE) {
+            cp_async_16(act_stages + s * S::kActStage + 16 * c, src + 16 * c);
+        }
+    };
+    if constexpr (kActSmem) {
+#pragma unroll
+        for (int s = 0; s < kStages - 1; ++s) {
+            if (s < n_it) stage_act(s, kb0 + s * kb_step);
+        }
+        cp_async_commit();
+    }
     for (int it = 0; it < n_it; ++it) {
         const int kb = kb0 + it * kb_step;
         const char * blk0[R];
@@ -703,10 +732,19 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
             blk1[r] = F::row_block(w, min(row_base + 16 * r + g + 8, nrows - 1), row_bytes, kb);
         }
         if constexpr (kStages > 0) {
-            cp_async_wait<kStages - 2>();     // super-block it has landed (this thread's copies)
-            __syncwarp();                     // ... and every lane's
+            // super-block it has landed (this thread's copies; kActSmem: every copy in flight, its
+            // first activations having come in a group of their own)
+            cp_async_wait<kActSmem ? 0 : kStages - 2>();
+            if constexpr (kActSmem) {
+                __syncthreads();  // every thread's copies, and every warp done with the previous stage
+            } else {
+                __syncwarp();  // ... and every lane's
+            }
             const int nx = it + kStages - 1;  // refill the stage consumed in the previous iteration
-            if (nx < n_it) stage_kb(stages + (nx % kStages) * S::kStageBytes, kb0 + nx * kb_step);
+            if (nx < n_it) {
+                stage_kb(stages + (nx % kStages) * S::kStageBytes, kb0 + nx * kb_step);
+                if constexpr (kActSmem) stage_act(nx % kStages, kb0 + nx * kb_step);
+            }
             cp_async_commit();
             const char * buf = stages + (it % kStages) * S::kStageBytes;
             const char * s0[R];
@@ -716,7 +754,11 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
                 s0[r] = buf + (16 * r + g) * F::kStageRow + F::stage_offset(blk0[r]);
                 s1[r] = buf + (16 * r + g + 8) * F::kStageRow + F::stage_offset(blk1[r]);
             }
-            F::template accumulate<ncol_tiles, true, R>(acc, s0, s1, yq, yd, ysum, kb, g, t);
+            // kActSmem: the stage's tiles at the offsets the accumulation computes for super-block kb
+            const int8_t * y = kActSmem ? reinterpret_cast<const int8_t *>(act_stages + (it % kStages) * S::kActStage) -
+                                              (int64_t)kb * S::kActStage
+                                        : yq;
+            F::template accumulate<ncol_tiles, true, R>(acc, s0, s1, y, yd, ysum, kb, g, t);
             __syncwarp();  // every lane is done with this stage before it is refilled
         } else {
             F::template accumulate<ncol_tiles, false, R>(acc, blk0, blk1, yq, yd, ysum, kb, g, t);
@@ -1122,12 +1164,13 @@ constexpr int kDefaultStages = 2;
 
 // A kDynSmem kernel's dynamic shared memory, opted in once an instance (false when that failed:
 // the launch must not run).
-template <typename F, int NT, int kStages, bool kOccupancy, int W, bool kSplitK, int R, bool kRes>
+template <typename F, int NT, int kStages, bool kOccupancy, int W, bool kSplitK, int R, bool kRes, bool kPieces = false,
+          bool kActSmem = false>
 bool dyn_smem_ready() {
     static const bool ok =
-        cudaFuncSetAttribute(gemm_kquant_mma_kernel<F, NT, kStages, kOccupancy, W, kSplitK, R, kRes, true>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Smem<F, NT, kStages, W, R>::kBytes) == cudaSuccess;
+        cudaFuncSetAttribute(
+            gemm_kquant_mma_kernel<F, NT, kStages, kOccupancy, W, kSplitK, R, kRes, true, kPieces, kActSmem>,
+            cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<F, NT, kStages, W, R, kActSmem>::kBytes) == cudaSuccess;
     return ok;
 }
 
@@ -1136,9 +1179,10 @@ bool dyn_smem_ready() {
 // quantized by quantize_act<F> for the same ncols. kRes: res (may be dst itself) is a residual
 // added to each output as it is written (ggml's mul_mat + add fused: the same float addition).
 // kDynSmem: the stages in dynamic shared memory (kMaxDynamicSmem; the caller checks the device's
-// opt-in limit); false when its opt-in failed (nothing launched).
+// opt-in limit); false when its opt-in failed (nothing launched). kActSmem: the kernel's staged
+// activations (with kSplitK false and kDynSmem), for 17..64 columns (false below: nothing launched).
 template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1,
-          bool kRes = false, bool kDynSmem = false, bool kPieces = false>
+          bool kRes = false, bool kDynSmem = false, bool kPieces = false, bool kActSmem = false>
 bool launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, const float * res = nullptr,
             int stride_col_res = 0, int pieces = 1, float * partials = nullptr) {
@@ -1150,15 +1194,21 @@ bool launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
     const dim3 grid((unsigned)(tiles * pieces), 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
     constexpr int kSt = kStages > 0 ? fit_stages<F, W, R, kDynSmem>(kStages) : 0;
-#define GEMM_KQ_LAUNCH(NT)                                                                                             \
-    do {                                                                                                               \
-        auto kernel = gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kDynSmem, kPieces>;          \
-        constexpr int kBytes = kDynSmem ? Smem<F, NT, kSt, W, R>::kBytes : 0;                                          \
-        if constexpr (kDynSmem) {                                                                                      \
-            if (!dyn_smem_ready<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes>()) return false;                          \
-        }                                                                                                              \
-        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(8 * NT), grid, block, kBytes, stream, kernel)(                         \
-            w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res, pieces, partials); \
+#define GEMM_KQ_LAUNCH(NT)                                                                                           \
+    do {                                                                                                             \
+        if constexpr (kActSmem && NT < 3) {                                                                          \
+            return false;                                                                                            \
+        } else {                                                                                                     \
+            auto kernel =                                                                                            \
+                gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kDynSmem, kPieces, kActSmem>;    \
+            constexpr int kBytes = kDynSmem ? Smem<F, NT, kSt, W, R, kActSmem>::kBytes : 0;                          \
+            if constexpr (kDynSmem) {                                                                                \
+                if (!dyn_smem_ready<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kPieces, kActSmem>()) return false; \
+            }                                                                                                        \
+            DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(8 * NT), grid, block, kBytes, stream, kernel)(                   \
+                w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res, pieces,      \
+                partials);                                                                                           \
+        }                                                                                                            \
     } while (0)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);

@@ -61,6 +61,8 @@ bool wgmma_short_enabled() { return false; }
 void set_mma_q6k_long_8(int) {}
 int mma_q6k_long_8() { return 0; }
 void set_mma_split(int) {}
+void set_mma_act_smem(bool) {}
+bool mma_act_smem() { return false; }
 int mma_split() { return 0; }
 int64_t mma_split_launches() { return 0; }
 void set_mmq_tiles_enabled(bool) {}

@@ -1453,7 +1453,7 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
 // unsplit kernel (float rounding: 1e-5 of the largest product), the host reference, itself on a
 // second launch (the same bits: the tile counters are back at zero, the pieces summed in order) and,
 // with a residual, its own outputs plus the residual bit for bit.
-template <typename F, bool kSplitK = true>
+template <typename F, bool kSplitK = true, bool kActSmem = false>
 void check_mma_split(W t, int rows, int k, int pieces, std::mt19937 & gen) {
     const CheckWeights cw(t, rows, k, gen);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -1482,12 +1482,12 @@ void check_mma_split(W t, int rows, int k, int pieces, std::mt19937 & gen) {
         bool ran = gemm_kq::launch<F, 2>(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, 0);
         get(whole);
         for (std::vector<float> * out : {&split, &again}) {
-            ran = ran && gemm_kq::launch<F, 2, true, gemm_kq::kWarps, kSplitK, 1, false, false, true>(
+            ran = ran && gemm_kq::launch<F, 2, true, gemm_kq::kWarps, kSplitK, 1, false, kActSmem, true, kActSmem>(
                              cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, 0, nullptr, 0,
                              pieces, partials);
             get(*out);
         }
-        ran = ran && gemm_kq::launch<F, 2, true, gemm_kq::kWarps, kSplitK, 1, true, false, true>(
+        ran = ran && gemm_kq::launch<F, 2, true, gemm_kq::kWarps, kSplitK, 1, true, kActSmem, true, kActSmem>(
                          cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, 0, dres, rows, pieces,
                          partials);
         get(with_res);
@@ -1502,10 +1502,12 @@ void check_mma_split(W t, int rows, int k, int pieces, std::mt19937 & gen) {
         const bool same = std::memcmp(split.data(), again.data(), n * 4) == 0;
         const double tol = std::is_same_v<F, gemm_kq::Q6K> ? 1e-4 : 5e-4;  // the min sums in f16: 1 in 4064
         std::printf(
-            "{\"check_mma_split\": \"%s\", \"warp_rows\": %s, \"rows\": %d, \"k\": %d, \"ncols\": %d, \"pieces\": %d, "
-            "\"vs_whole\": %.3g, \"rel_err\": %.3g, \"relaunch_same\": %s, \"residual_added\": %s, \"ok\": %s}\n",
-            type_name(t), kSplitK ? "false" : "true", rows, k, ncols, pieces, err_whole / ref_max, err_ref / ref_max,
-            same ? "true" : "false", res_added ? "true" : "false",
+            "{\"check_mma_split\": \"%s\", \"warp_rows\": %s, \"act_smem\": %s, \"rows\": %d, \"k\": %d, \"ncols\": "
+            "%d, "
+            "\"pieces\": %d, \"vs_whole\": %.3g, \"rel_err\": %.3g, \"relaunch_same\": %s, \"residual_added\": %s, "
+            "\"ok\": %s}\n",
+            type_name(t), kSplitK ? "false" : "true", kActSmem ? "true" : "false", rows, k, ncols, pieces,
+            err_whole / ref_max, err_ref / ref_max, same ? "true" : "false", res_added ? "true" : "false",
             ran && same && res_added && err_whole / ref_max <= 1e-5 && err_ref / ref_max <= tol ? "true" : "false");
         CK(cudaFree(partials));
         CK(cudaFree(dres));
@@ -1530,13 +1532,16 @@ void bench_mma_split(const char * name, W t, int rows, int k, std::mt19937 & gen
         const int nct = gemm_kq::padded_columns(ncols) / 8;
         float * partials = nullptr;
         CK(cudaMalloc(&partials, gemm_kq::mma_split_floats(rows, 8, gemm_kq::kWarps, false, 1, nct) * 4));
-        for (int form = 0; form < 2 * 6; ++form) {
-            const bool warp_rows = form >= 6;
+        for (int form = 0; form < 3 * 6; ++form) {  // the engine's form, warp_rows, warp_rows + act_smem
+            const bool warp_rows = form >= 6, act_smem = form >= 12;
             const int pieces = std::array<int, 6>{1, 2, 3, 4, 6, 8}[form % 6];
             if (k / 256 / pieces < (warp_rows ? 1 : gemm_kq::kWarps) || (warp_rows && pieces == 1)) continue;
             auto once = [&](const char * w) {
                 if (pieces == 1) {
                     gemm_kq::launch<F, 2>(w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0);
+                } else if (act_smem) {
+                    gemm_kq::launch<F, 2, true, gemm_kq::kWarps, false, 1, false, true, true, true>(
+                        w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0, nullptr, 0, pieces, partials);
                 } else if (warp_rows) {
                     gemm_kq::launch<F, 2, true, gemm_kq::kWarps, false, 1, false, false, true>(
                         w, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, 0, nullptr, 0, pieces, partials);
@@ -1554,8 +1559,9 @@ void bench_mma_split(const char * name, W t, int rows, int k, std::mt19937 & gen
             });
             std::printf(
                 "{\"bench_mma_split\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, "
-                "\"pieces\": %d, \"warp_rows\": %s, \"us\": %.2f, \"GBps\": %.0f}\n",
-                name, type_name(t), rows, k, ncols, pieces, warp_rows ? "true" : "false", us, bytes / us / 1e3);
+                "\"pieces\": %d, \"warp_rows\": %s, \"act_smem\": %s, \"us\": %.2f, \"GBps\": %.0f}\n",
+                name, type_name(t), rows, k, ncols, pieces, warp_rows ? "true" : "false", act_smem ? "true" : "false",
+                us, bytes / us / 1e3);
         }
         CK(cudaFree(partials));
         b.free_all();
@@ -1702,6 +1708,8 @@ int main(int argc, char ** argv) {
         check_mma_split<gemm_kq::Q6K>(W::q6_K, 37, 2304, 3, gen);                // 3 of 3: a warp of each without one
         check_mma_split<gemm_kq::Q4KMinsMma, false>(W::q4_K, 37, 2304, 4, gen);  // a warp on rows of its own
         check_mma_split<gemm_kq::Q6K, false>(W::q6_K, 70, 2304, 2, gen);         // two blocks, the second 58 short
+        check_mma_split<gemm_kq::Q4KMinsMma, false, true>(W::q4_K, 37, 2304, 4, gen);  // activations staged a block
+        check_mma_split<gemm_kq::Q6K, false, true>(W::q6_K, 70, 2304, 2, gen);
         check_wgmma_layout(gen);
         check_wgmma(70, 1024, gen);          // 2 row tiles, the second 58 rows short
         check_wgmma(70, 256, gen, {9, 64});  // one super-block: the pipelined loop's shortest
@@ -1767,6 +1775,8 @@ int main(int argc, char ** argv) {
         bench_mma_split<gemm_kq::Q6K>("ffn_down", W::q6_K, 5120, 17408, gen);
         bench_mma_split<gemm_kq::Q4KMinsMma>("ffn_down", W::q4_K, 5120, 17408, gen);
         bench_mma_split<gemm_kq::Q4KMinsMma>("ssm_out", W::q4_K, 5120, 6144, gen);
+        bench_mma_split<gemm_kq::Q4KMinsMma>("attn_q", W::q4_K, 12288, 5120, gen);  // shorter rows (split auto)
+        bench_mma_split<gemm_kq::Q6K>("gdn_qkv", W::q6_K, 10240, 5120, gen);
     }
     if (what == "long" || what == "rows") {
         const bool long_rows = what == "long";

@@ -38,7 +38,9 @@ for r in rows:
         print(f'{r["bench"]:>9} {r["type"]} n={r["n"]} split={r["split"]} rows={r["rows_per_warp"]} '
               f'unroll={r.get("unroll", 2)} staged={r.get("staged", False)} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
     elif "bench_mma_split" in r:
-        print(f'{r["bench_mma_split"]:>9} {r["type"]} split n={r["n"]} pieces={r["pieces"]} {r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
+        form = "act_smem" if r.get("act_smem") else "warp_rows" if r.get("warp_rows") else "block"
+        print(f'{r["bench_mma_split"]:>9} {r["type"]} split n={r["n"]} {form:>9} pieces={r["pieces"]} '
+              f'{r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
     elif "bench_quant" in r:
         print(f'quant {r["bench_quant"]:>6} {r["layout"]:>5} n={r["n"]:2d} {r["form"]:>15} {r["us"]:7.3f} us')
     elif "bench_mma" in r:
