@@ -727,12 +727,12 @@ def test_one_column_norm_fusion_is_off_unless_asked() -> None:
 
 @needs_gpu
 @pytest.mark.parametrize("wtype", ("q4_K", "q6_K"))
-@pytest.mark.parametrize("k", [768, 2304, 5120])
+@pytest.mark.parametrize("k", [512, 2048, 5120])  # even super-blocks: Q6_K rows the GEMV takes
 def test_cuda_one_column_norm_read_by_the_gemv_quantizer_gives_the_unfused_bits(
     wtype: str, k: int, rms_norm_restored: None, rms_norm_gemv_restored: None
 ) -> None:
     """With DFLASH_FUSE_RMS_NORM_GEMV on, the RMSNorm before a tagged one-column matmul is computed
-    by the GEMV's quantizer (k = 768: a block of ggml's 256 norm threads; 2304, 5120: of its 1024):
+    by the GEMV's quantizer (k = 512: a block of ggml's 256 norm threads; 2048, 5120: of its 1024):
     one fusion counted, and the output is the unfused graph's (ggml's rms_norm_f32, then the
     GEMV's quantizer) bit for bit."""
     rows = 1000

@@ -171,8 +171,11 @@ int64_t mul_mat_rms_norm_fusions();
 // tokens 10.23 / 13.34 / 17.96 ms of kernels against 10.47 / 13.65 / 18.44. No effect without CUDA.
 // - one column (a decode step): the norm read by the GEMV's quantizer (a block of ggml's 1024
 //   norm threads a column, gemv::quantize_act_norm_kernel; the same bits), the norm kernel skipped
-//   for the products the GEMM form takes at 2..64 columns. Off until timed on the GPU
-//   (DFLASH_FUSE_RMS_NORM_GEMV=1 starts it on); mul_mat_rms_norm_gemv_fusions counts them.
+//   for the products the GEMM form takes at 2..64 columns, but not before a GLU's two products
+//   (ggml-cuda's gated GEMV reads the activations once for both). Off until timed on the GPU
+//   (DFLASH_FUSE_RMS_NORM_GEMV=1 starts it on); mul_mat_rms_norm_gemv_fusions counts them. With
+//   the GLU's pairs taken too, the 27B's decode step on the H100 took 8.636 ms of kernels against
+//   8.707 (session 34).
 void set_fuse_rms_norm_gemv_enabled(bool on);
 bool fuse_rms_norm_gemv_enabled();
 int64_t mul_mat_rms_norm_gemv_fusions();

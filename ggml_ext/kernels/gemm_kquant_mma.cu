@@ -72,7 +72,10 @@ int q6k_long_8_mode = [] {
 // columns in that form, in as many pieces (2..8, 2 super-blocks each at least) as fill one wave of
 // the resident blocks: at 64 columns a block of the engine's form reads 8 column tiles of
 // activations a super-block for its 16 rows (16 KB against Q4_K's 2.3 KB of weights), so the
-// shorter rows (attn_q, the GDN projections, ssm_out) pay the same L2 traffic (not measured).
+// shorter rows (attn_q, the GDN projections, ssm_out) pay the same L2 traffic. Measured on the H100
+// (session 34, bench/results/h100-s34-*): slower everywhere, the 27B's 32 / 64-token forwards 15.70 /
+// 23.20 ms of kernels against 13.49 / 17.87 (alone, unsplit was the fastest at every shape): the
+// activations' L2 reads are not what bounds the unsplit kernel.
 constexpr int kMmaSplitAuto = -1;
 int mma_split_pieces_flag = [] {
     const char * e = std::getenv("DFLASH_MMA_SPLIT");
@@ -82,7 +85,9 @@ int mma_split_pieces_flag = [] {
 }();
 std::atomic<int64_t> mma_split_count{0};
 // The split's activations staged in shared memory a block (gemm_kq's kActSmem form; the same bits as
-// the split without): off until timed, DFLASH_MMA_ACT_SMEM=1 starts it on.
+// the split without): off, DFLASH_MMA_ACT_SMEM=1 starts it on. On the H100 (session 34) it beat the
+// warp-rows split (forwards of 32 / 64 tokens 15.46 / 21.72 ms against 15.70 / 23.20) but not the
+// unsplit kernel (13.49 / 17.87).
 bool mma_act_smem_flag = [] {
     const char * e = std::getenv("DFLASH_MMA_ACT_SMEM");
     return e && e[0] == '1';

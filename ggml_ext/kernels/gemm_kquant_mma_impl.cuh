@@ -648,7 +648,8 @@ inline size_t mma_split_floats(int rows, int pieces, int W, bool split_k, int R,
 // in shared memory once, with cp.async beside the weights, and its warps read them there (a block
 // barrier a super-block): one L2 read of the activations a block, where the warps' own loads meet
 // in L1 only when the warps run in step. At 64 columns a super-block's activations are 16 KB
-// against 2.3 KB of Q4_K weights a 16-row tile (not measured yet).
+// against 2.3 KB of Q4_K weights a 16-row tile. On the H100 (session 34, standalone) faster than
+// the split without it, slower than the unsplit kernel at every shape (gemm_kquant_mma.cu).
 template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1,
           bool kRes = false, bool kDynSmem = false, bool kPieces = false, bool kActSmem = false>
 __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R>(ncol_tiles) : 1)
@@ -1002,6 +1003,11 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
 // launches took ~6 us each in a 16-token forward (128 a forward, 0.8 of its 10.2 ms of kernels on
 // the H100, bench/results/h100-s33-27b-kernels-fuse-pair-head-gate-512407f.json). The norm's weights
 // are read before pdl_wait (they are no kernel's output). Columns of up to kNormColumnMax values.
+// Measured slower (H100, session 34, bench/results/h100-s34-*): alone, 200 launches in a CUDA graph,
+// 4.40 against 2.95 us a launch at 16 columns of 5120, 4.92 against 3.94 at 32, 5.02 against 4.89 at
+// 64 (the redundant sums run in parallel from L2; one block a column runs its rounds in series); in
+// the 27B's forwards 10.21 / 13.49 / 17.87 ms of kernels at 16 / 32 / 64 tokens against 10.23 /
+// 13.37 / 17.94. Off: DFLASH_QUANT_NORM_COLUMN=1 starts it on.
 constexpr int kNormColumnMax = 8192;                                        // 32 KB of shared memory
 constexpr int kNormColumnLoads = kNormColumnMax / 4 / kQk;                  // 16-byte loads a thread, at most
 constexpr int kNormColumnSuper = kNormColumnMax / kQk / (kQk / WARP_SIZE);  // super-blocks a warp, at most
@@ -1061,13 +1067,12 @@ static __global__ void __launch_bounds__(kQk)
     }
 }
 
-// Whether an RMSNorm source of k values takes quantize_act_norm_column_kernel: on unless
-// DFLASH_QUANT_NORM_COLUMN=0 (benches), for columns of up to kNormColumnMax values that 16-byte
-// loads can read.
+// Whether an RMSNorm source of k values takes quantize_act_norm_column_kernel: off (above) unless
+// DFLASH_QUANT_NORM_COLUMN=1, for columns of up to kNormColumnMax values that 16-byte loads can read.
 inline bool & quantize_norm_column_flag() {
     static bool on = [] {
         const char * e = std::getenv("DFLASH_QUANT_NORM_COLUMN");
-        return !(e && e[0] == '0');
+        return e && e[0] == '1';
     }();
     return on;
 }
@@ -1078,8 +1083,9 @@ inline bool quantize_norm_column(const ActSource & x, int k) {
 }
 
 // The fewest padded columns whose quantizer takes 8 values a thread (quantize_act_k_kernel's V):
-// 24 (above 16 columns), or DFLASH_QUANT_V8_FROM=8 / 16 (benches: session 25's measure of V = 1
-// up to 16 columns counted the RMSNorm sources, which quantize_act_norm_column_kernel takes now).
+// 24 (above 16 columns), or DFLASH_QUANT_V8_FROM=8 / 16 (benches). A SwiGLU source of 17408 (the
+// 27B's ffn_down input) alone on the H100 (session 34): V = 1 2.64 / 3.02 us a launch at 8 / 16
+// columns against 3.33 / 3.96 with V = 8.
 inline int & quantize_v8_from() {
     static int from = [] {
         const char * e = std::getenv("DFLASH_QUANT_V8_FROM");

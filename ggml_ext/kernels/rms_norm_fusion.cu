@@ -102,6 +102,18 @@ int fuse_single(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     return 2;
 }
 
+// Whether a GLU among the few nodes from j reads t: at one column the FFN's gate and up products,
+// which ggml-cuda runs as one gated GEMV reading the activations once (split into two GEMVs by the
+// pair below, a decode step of the 27B on the H100 ran 128 GEMV launches more, +141 us, against
+// the 406 us of norms it saved; session 34, bench/results/h100-s34-*).
+bool read_by_glu(const ggml_cgraph * g, int j, const ggml_tensor * t) {
+    for (int m = j; m < g->n_nodes && m < j + 4; ++m) {
+        const ggml_tensor * node = g->nodes[m];
+        if (node->op == GGML_OP_GLU && (node->src[0] == t || node->src[1] == t)) return true;
+    }
+    return false;
+}
+
 // Two products right after the norm, both reading it (a layer whose Q6_K attn_qkv or attn_v sits
 // beside the Q4_K stack of its other input projections; qwen35_graph.cpp's project() puts them
 // next to each other): one quantizer launch writes both types' layouts (32 such layers in the
@@ -113,8 +125,11 @@ int fuse_pair(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     ggml_tensor * mm1 = cgraph->nodes[i + 2];
     ggml_tensor * mm2 = cgraph->nodes[i + 3];
     const int64_t n = mul->ne[1];
-    if (n == 1) {  // a decode step: one GEMV quantizer launch for both
-        if (!fuse_gemv_flag || !ggml_ext_cuda_gemv_pair_from(ctx, mm1->src[0], mm1, mm2->src[0], mm2, x, 1)) return 0;
+    if (n == 1) {  // a decode step: one GEMV quantizer launch for both, unless a GLU reads them (above)
+        if (!fuse_gemv_flag || read_by_glu(cgraph, i + 4, mm1) || read_by_glu(cgraph, i + 4, mm2) ||
+            !ggml_ext_cuda_gemv_pair_from(ctx, mm1->src[0], mm1, mm2->src[0], mm2, x, 1)) {
+            return 0;
+        }
         gemv_fusions++;
         return 3;
     }

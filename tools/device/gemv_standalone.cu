@@ -927,7 +927,7 @@ void check_rms_norm_source(std::mt19937 & gen) {
             std::printf("{\"check_rms_norm_source\": \"%s\", \"k\": %d, \"ncols\": %d, \"column\": %s, \"ok\": %s}\n",
                         what, k, ncols, column ? "true" : "false", ok ? "true" : "false");
         }
-        gemm_kq::quantize_norm_column_flag() = true;
+        gemm_kq::quantize_norm_column_flag() = false;  // the default
         plain.free_all();
         fused.free_all();
         cudaFree(d_x);
@@ -1653,7 +1653,7 @@ void bench_quant(std::mt19937 & gen) {
             }
         }
     }
-    gemm_kq::quantize_norm_column_flag() = true;
+    gemm_kq::quantize_norm_column_flag() = false;  // the default
     ActSource glu = act_floats(d_x, kf);
     glu.sx = 2 * kf;
     glu.up = d_x + kf;
