@@ -714,6 +714,22 @@ def test_cuda_rms_norm_read_by_the_quantizer_gives_the_unfused_bits(
     assert np.abs(fused - want).max() <= 3e-2 * np.abs(want).max()
 
 
+def _fused_equals_plain(fusion: str, run: Callable[[], np.ndarray], taken: bool, what: str) -> np.ndarray:
+    """run() with the fusion switched off, then on: its counter moves only while on (by one where
+    `taken`), and both give the same bits. The fused outputs."""
+    set_enabled = getattr(_core, f"set_fuse_{fusion}_enabled")
+    count = getattr(_core, f"mul_mat_{fusion}_fusions")
+    set_enabled(False)
+    before = count()
+    plain = run()
+    assert count() == before
+    set_enabled(True)
+    fused = run()
+    assert count() - before == (1 if taken else 0), what
+    np.testing.assert_array_equal(fused, plain, err_msg=what)
+    return fused
+
+
 @pytest.fixture
 def rms_norm_gemv_restored() -> Iterator[None]:
     was = _core.fuse_rms_norm_gemv_enabled()
@@ -739,14 +755,11 @@ def test_cuda_one_column_norm_read_by_the_gemv_quantizer_gives_the_unfused_bits(
     w, dense = _weights(wtype, rows, k, seed=46)
     x, weight, normed = _normed_inputs(1, k, 47)
     _core.set_fuse_rms_norm_enabled(True)
-    _core.set_fuse_rms_norm_gemv_enabled(False)
-    before = _core.mul_mat_rms_norm_gemv_fusions()
-    plain = _core.op_mul_mat_fused(w, wtype, rows, x, norm=weight, gpu=True)
-    assert _core.mul_mat_rms_norm_gemv_fusions() == before
-    _core.set_fuse_rms_norm_gemv_enabled(True)
-    fused = _core.op_mul_mat_fused(w, wtype, rows, x, norm=weight, gpu=True)
-    assert _core.mul_mat_rms_norm_gemv_fusions() - before == 1
-    np.testing.assert_array_equal(fused, plain, err_msg=f"{wtype}, k {k}")
+
+    def run() -> np.ndarray:
+        return _core.op_mul_mat_fused(w, wtype, rows, x, norm=weight, gpu=True)
+
+    fused = _fused_equals_plain("rms_norm_gemv", run, True, f"{wtype}, k {k}")
     want = normed @ dense.T.astype(np.float64)
     assert np.abs(fused - want).max() <= 3e-2 * np.abs(want).max()
 

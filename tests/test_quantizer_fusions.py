@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
-from test_gemv_kquant import GPU, _normed_inputs, mma_restored, needs_gpu  # noqa: F401
+from test_gemv_kquant import GPU, _fused_equals_plain, _normed_inputs, mma_restored, needs_gpu  # noqa: F401
 from test_mul_mat_invariant import _weights
 
 from dflash import _core
@@ -38,22 +38,6 @@ def test_the_quantizer_fusions_are_on_unless_turned_off() -> None:
     assert _core.fuse_rms_norm_pair_enabled() == (GPU and os.environ.get("DFLASH_FUSE_RMS_NORM_PAIR") != "0")
     assert _core.fuse_head_norm_enabled() == (GPU and os.environ.get("DFLASH_FUSE_HEAD_NORM") != "0")
     assert _core.fuse_sigmoid_gate_enabled() == (GPU and os.environ.get("DFLASH_FUSE_SIGMOID_GATE") != "0")
-
-
-def _fused_equals_plain(fusion: str, run: Callable[[], np.ndarray], taken: bool, what: str) -> np.ndarray:
-    """run() with the fusion switched off, then on: its counter moves only while on (by one where
-    `taken`), and both give the same bits. The fused outputs."""
-    set_enabled = getattr(_core, f"set_fuse_{fusion}_enabled")
-    count = getattr(_core, f"mul_mat_{fusion}_fusions")
-    set_enabled(False)
-    before = count()
-    plain = run()
-    assert count() == before
-    set_enabled(True)
-    fused = run()
-    assert count() - before == (1 if taken else 0), what
-    np.testing.assert_array_equal(fused, plain, err_msg=what)
-    return fused
 
 
 def _gate_heads(qg: np.ndarray, k: int, hd: int) -> np.ndarray:

@@ -883,6 +883,15 @@ __global__ void rms_norm_mul_kernel(const float * x, const float * w, float * ds
     for (int c = tid; c < k; c += T) dst[c] = scale * x[c] * w[c];
 }
 
+// An RMSNorm source: columns of k floats at x, the norm's weight w, ggml's block for rows of k.
+ActSource norm_source(const float * x, const float * w, int k, float eps) {
+    ActSource s = act_floats(x, k);
+    s.norm_w = w;
+    s.norm_eps = eps;
+    s.norm_threads = k < 1024 ? 256 : 1024;
+    return s;
+}
+
 // The GEMM's quantizer reading an RMSNorm's input and weight (act_source.cuh's column_scale;
 // rms_norm_fusion.cu) writes the bytes it writes for the norm node's output: ggml's 256-thread
 // norm (k = 768) and its 1024-thread one (k = 2304; the 27B's 5120), 5 columns (a value a quantizer
@@ -912,12 +921,7 @@ void check_rms_norm_source(std::mt19937 & gen) {
         } else {
             DFLASH_LAUNCH(ncols, 1024, 0, nullptr, rms_norm_mul_kernel<1024>)(d_x, d_w, plain.x, k, eps);
         }
-        ActSource norm;
-        norm.x = d_x;
-        norm.sx = k;
-        norm.norm_w = d_w;
-        norm.norm_eps = eps;
-        norm.norm_threads = k < 1024 ? 256 : 1024;
+        const ActSource norm = norm_source(d_x, d_w, k, eps);
         plain.quantize(t, k, ncols);
         for (bool column : {true, false}) {  // a block a column, or the scale summed by each block
             gemm_kq::quantize_norm_column_flag() = column;
@@ -961,12 +965,7 @@ void check_gemv_rms_norm_source(std::mt19937 & gen) {
         CK(cudaMemcpy(d_x, xs.data(), xs.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(d_w, ws.data(), ws.size() * 4, cudaMemcpyHostToDevice));
         const float eps = 1e-6f;
-        ActSource norm;
-        norm.x = d_x;
-        norm.sx = k;
-        norm.norm_w = d_w;
-        norm.norm_eps = eps;
-        norm.norm_threads = k < 1024 ? 256 : 1024;
+        const ActSource norm = norm_source(d_x, d_w, k, eps);
         if (k < 1024) {
             DFLASH_LAUNCH(ncols, 256, 0, nullptr, rms_norm_mul_kernel<256>)(d_x, d_w, normed, k, eps);
             DFLASH_LAUNCH(ncols, 256, 0, nullptr, gemv::quantize_act_norm_kernel<256>)(norm, q_fused, d_fused, k,
@@ -1623,10 +1622,7 @@ void bench_quant(std::mt19937 & gen) {
     CK(cudaMalloc(&q2, (size_t)64 * kf));
     CK(cudaMalloc(&d, (size_t)64 * kf / 32 * 4));
     CK(cudaMalloc(&sums, (size_t)64 * kf / 32 * 4));
-    ActSource x = act_floats(d_x, k);
-    x.norm_w = d_w;
-    x.norm_eps = 1e-6f;
-    x.norm_threads = 1024;
+    const ActSource x = norm_source(d_x, d_w, k, 1e-6f);
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     for (const std::string layout : {"q4_K", "q6_K", "pair", "wgmma"}) {
