@@ -518,13 +518,13 @@ PYBIND11_MODULE(_core, m) {
     m.def("mma_q6k_long_8", &ggml_ext::mma_q6k_long_8);
     m.def("set_mma_split", &ggml_ext::set_mma_split, py::arg("pieces"),
           "CUDA: rows of 24 super-blocks or more at 17..64 columns in the mma.sync GEMM split along K into this many "
-          "blocks a row tile, the last adding their sums in order: 0 or 1 off (the default until measured), 2..8, "
+          "blocks a row tile, the last adding their sums in order: 0 or 1 off (the default: slower on the H100), 2..8, "
           "or -1: every matrix of 4 super-blocks a row or more, in the pieces that fill a wave (DFLASH_MMA_SPLIT, "
           "auto for -1)");
     m.def("mma_split", &ggml_ext::mma_split);
     m.def("set_mma_act_smem", &ggml_ext::set_mma_act_smem, py::arg("on"),
-          "CUDA: that split's activations staged in shared memory once a block (the same outputs; off until timed, "
-          "DFLASH_MMA_ACT_SMEM=1)");
+          "CUDA: that split's activations staged in shared memory once a block (the same outputs; off: slower than "
+          "the unsplit GEMM on the H100, DFLASH_MMA_ACT_SMEM=1)");
     m.def("mma_act_smem", &ggml_ext::mma_act_smem);
     m.def("mma_split_launches", &ggml_ext::mma_split_launches, "launches of the split mma.sync GEMM so far (tests)");
     m.def("wgmma_split_launches", &ggml_ext::wgmma_split_launches,
