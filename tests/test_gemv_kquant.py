@@ -799,3 +799,76 @@ def test_cuda_fusion_changes_no_logit_of_the_engine(synth_model, fusion: str, se
         set_enabled(was)
     assert fusions() > before
     np.testing.assert_array_equal(fused, plain)
+
+
+def test_q6k_wgmma_gemm_is_off_unless_asked() -> None:
+    """The Q6_K f16 wgmma GEMM is off by default (until measured); DFLASH_Q6K_WGMMA=n (2..64) starts
+    it from n columns, where the build has it."""
+    env = os.environ.get("DFLASH_Q6K_WGMMA", "0")
+    want = int(env) if GPU and env.isdigit() and 2 <= int(env) <= 64 else 0
+    assert _core.q6k_wgmma_from_columns() == want
+
+
+@pytest.fixture
+def q6k_wgmma_restored() -> Iterator[None]:
+    yield from _restoring(_core.q6k_wgmma_from_columns, _core.set_q6k_wgmma_from)
+
+
+@needs_gpu
+@pytest.mark.parametrize(("rows", "k"), [(5120, 17408), (1000, 2304), (31040, 5120)])
+@pytest.mark.parametrize("n", [9, 16, 33, 64, 100])
+def test_cuda_q6k_wgmma_gemm_is_the_f16_product(
+    rows: int, k: int, n: int, mma_restored: None, q6k_wgmma_restored: None
+) -> None:
+    """Q6_K through the f16 wgmma GEMM (weights half(half(d sc) (q - 32)), activations f16, f32
+    sums; 1000 rows: a last tile 40 short; 5120 x 17408: the 27B's ffn_down, split along K): a launch
+    of each 64 or fewer columns counted (100: 64 and 36) on an sm_90a build on sm_90, and within
+    2e-3 of numpy's float64 product, which the int8 GEMM (its activations in 8 bits) is not held to
+    (3e-2 elsewhere)."""
+    _core.set_mma_enabled(True)
+    w, dense = _weights("q6_K", rows, k, seed=51)
+    x = np.random.default_rng(52).standard_normal((n, k)).astype(np.float32)
+    ref, got, launches = _a_b(
+        (_core.q6k_wgmma_from_columns, _core.set_q6k_wgmma_from),
+        (0, 2),
+        lambda: _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True),
+        _core.q6k_wgmma_launches,
+    )
+    ran = _core.wgmma_built() and _gpu_is_sm90()
+    assert launches == ((2 if n > 64 else 1) if ran else 0)
+    want = x.astype(np.float64) @ dense.T.astype(np.float64)
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= (2e-3 if ran else 3e-2) * scale
+    assert np.abs(ref - want).max() <= 3e-2 * scale
+
+
+@needs_gpu
+@pytest.mark.parametrize("n", [16, 48])
+def test_cuda_q6k_wgmma_gemm_adds_the_residual(n: int, mma_restored: None, q6k_wgmma_restored: None) -> None:
+    """The fused residual add in the f16 wgmma GEMM: its output plus the residual, one float
+    addition, bit for bit what the add node gives (the fusion counted)."""
+    rows = 1000
+    w, x, res = _residual_inputs("q6_K", n, rows, seed=53)
+    _core.set_mma_enabled(True)
+    _core.set_fuse_add_enabled(True)
+    _core.set_q6k_wgmma_from(2)
+    want = _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True) + res
+    before = _core.mul_mat_add_fusions()
+    got = _core.op_mul_mat_fused(w, "q6_K", rows, x, residual=res, gpu=True)
+    assert _core.mul_mat_add_fusions() - before == 1
+    np.testing.assert_array_equal(got, want)
+
+
+@needs_gpu
+def test_cuda_q6k_wgmma_engine_logits_stay_close(synth_model, q6k_wgmma_restored: None) -> None:
+    """The engine's forwards (a q4_K_M model: its Q6_K products, alone and in a norm's pair) with
+    the f16 wgmma GEMM against the int8 one: launches counted on sm_90, logits within 5e-2 of their
+    scale (another rounding of the activations, not another product)."""
+    path = str(synth_model("small", "q4_K_M"))
+    _core.set_q6k_wgmma_from(0)
+    plain = _engine_logits(path, 11)
+    _core.set_q6k_wgmma_from(2)
+    before = _core.q6k_wgmma_launches()
+    got = _engine_logits(path, 11)
+    assert (_core.q6k_wgmma_launches() > before) == (_core.wgmma_built() and _gpu_is_sm90())
+    assert np.abs(got - plain).max() <= 5e-2 * np.abs(plain).max()

@@ -527,6 +527,11 @@ PYBIND11_MODULE(_core, m) {
           "the unsplit GEMM on the H100, DFLASH_MMA_ACT_SMEM=1)");
     m.def("mma_act_smem", &ggml_ext::mma_act_smem);
     m.def("mma_split_launches", &ggml_ext::mma_split_launches, "launches of the split mma.sync GEMM so far (tests)");
+    m.def("set_q6k_wgmma_from", &ggml_ext::set_q6k_wgmma_from, py::arg("n"),
+          "CUDA (sm_90a build, sm_90 GPU): Q6_K products of n..64 columns through the f16 wgmma GEMM (scales folded "
+          "into f16 weight operands): 0 off (the default until measured), 2..64 (DFLASH_Q6K_WGMMA)");
+    m.def("q6k_wgmma_from_columns", &ggml_ext::q6k_wgmma_from_columns);
+    m.def("q6k_wgmma_launches", &ggml_ext::q6k_wgmma_launches, "launches of the Q6_K f16 wgmma GEMM so far (tests)");
     m.def("wgmma_split_launches", &ggml_ext::wgmma_split_launches,
           "launches of the wgmma GEMM with a split tail so far (tests)");
     m.def("set_wgmma_pipe", &ggml_ext::set_wgmma_pipe, py::arg("mode"),

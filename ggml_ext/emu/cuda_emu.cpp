@@ -115,10 +115,12 @@ struct Fiber {
     std::unordered_set<uintptr_t> unfenced;  // 16-byte chunks its landed copies wrote since its last proxy fence
     struct Wgmma {  // a wgmma.mma_async as issued: its registers are read and written when it runs
         int n;
-        int * d;
+        int * d;  // u8 x s8 (k32), or null: f16 (k16) into df
         const int * a;
         uint64_t desc;
         bool accumulate;
+        float * df = nullptr;
+        const uint32_t * ah = nullptr;
     };
     AsyncGroups<Wgmma> wg;
     void * asan_fake_stack = nullptr;
@@ -559,9 +561,12 @@ namespace {
 
 // One wgmma as the tensor cores run it: every lane of the warp at once (a warp exchange).
 void run_wgmma(const Fiber::Wgmma & op) {
+    const bool f16 = op.df != nullptr;
     struct Frag {
         int a[4];
-    } mine{{op.a[0], op.a[1], op.a[2], op.a[3]}}, all[kWarpSize];
+    } mine{f16 ? Frag{{(int)op.ah[0], (int)op.ah[1], (int)op.ah[2], (int)op.ah[3]}}
+               : Frag{{op.a[0], op.a[1], op.a[2], op.a[3]}}},
+        all[kWarpSize];
     warp_all_gather(0xffffffffu, &mine, all, sizeof(Frag));
     const uint64_t desc = op.desc;
     const size_t addr = (size_t)(desc & 0x3FFFu) << 4, lbo = (size_t)((desc >> 16) & 0x3FFFu) << 4,
@@ -586,6 +591,30 @@ void run_wgmma(const Fiber::Wgmma & op) {
         return (int)(uint8_t)((uint32_t)all[4 * g + t].a[reg] >> (8 * (k % 4)));
     };
     const int g = lane() / 4, t = lane() % 4;
+    if (f16) {  // k16: A in mma_m16n8k16_f16's layout, B's core matrices 8 halves of K a row
+        auto half_at = [&](size_t off) {
+            if (off + 1 >= g_dynamic_smem.size()) fail("wgmma: B outside the dynamic shared memory");
+            return half_bits_to_float((uint16_t)(smem[off] | (smem[off + 1] << 8)));
+        };
+        auto Bh = [&](int k, int col) {
+            return half_at(addr + (size_t)(col / 8) * sbo + (size_t)(k / 8) * lbo + (size_t)(col % 8) * 16 +
+                           2 * (size_t)(k % 8));
+        };
+        auto Ah = [&](int row, int k) {
+            const int gg = row % 8, tt = (k % 8) / 2, reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+            const uint32_t wv = (uint32_t)all[4 * gg + tt].a[reg];
+            return half_bits_to_float((uint16_t)((k & 1) ? wv >> 16 : wv & 0xFFFFu));
+        };
+        for (int tile = 0; tile < op.n / 8; ++tile) {
+            for (int i = 0; i < 4; ++i) {
+                const int row = g + (i >= 2 ? 8 : 0), col = 8 * tile + 2 * t + (i & 1);
+                double s = op.accumulate ? op.df[4 * tile + i] : 0.0;
+                for (int k = 0; k < 16; ++k) s += (double)Ah(row, k) * (double)Bh(k, col);
+                op.df[4 * tile + i] = (float)s;
+            }
+        }
+        return;
+    }
     for (int tile = 0; tile < op.n / 8; ++tile) {
         for (int i = 0; i < 4; ++i) {
             const int row = g + (i >= 2 ? 8 : 0), col = 8 * tile + 2 * t + (i & 1);
@@ -602,6 +631,15 @@ void wgmma_m64k32_u8s8(int n, int * d, const int (&a)[4], uint64_t desc, bool ac
     if (!g_current) fail("wgmma outside a kernel");
     if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma: N must be a multiple of 8 up to 256");
     g_current->wg.open.push_back({n, d, a, desc, accumulate});
+}
+
+void wgmma_m64k16_f16(int n, float * d, const uint32_t (&a)[4], uint64_t desc, bool accumulate) {
+    if (!g_current) fail("wgmma outside a kernel");
+    if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma: N must be a multiple of 8 up to 256");
+    Fiber::Wgmma op{n, nullptr, nullptr, desc, accumulate};
+    op.df = d;
+    op.ah = a;
+    g_current->wg.open.push_back(op);
 }
 
 void wgmma_commit() {

@@ -97,6 +97,10 @@ inline __half2 __hsub2(__half2 a, __half2 b) {  // each half's difference, round
     return {__float2half_rn(__half2float(a.x) - __half2float(b.x)),
             __float2half_rn(__half2float(a.y) - __half2float(b.y))};
 }
+inline __half2 __hmul2(__half2 a, __half2 b) {  // each half's product, rounded once (exact in float)
+    return {__float2half_rn(__half2float(a.x) * __half2float(b.x)),
+            __float2half_rn(__half2float(a.y) * __half2float(b.y))};
+}
 inline float __low2float(__half2 h) { return __half2float(h.x); }
 inline float __high2float(__half2 h) { return __half2float(h.y); }
 
@@ -276,6 +280,9 @@ void mma_m16n8k16_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)
 // wrote with no fence_proxy_async by its issuer since (wgmma.fence and the warpgroup's joint
 // arrival are not modelled).
 void wgmma_m64k32_u8s8(int n, int * d, const int (&a)[4], uint64_t desc, bool accumulate);
+// The same for .f32.f16.f16 m64nNk16 (B K-major): A in mma_m16n8k16_f16's layout, B's core
+// matrices 8 columns x 8 halves; products summed in double, then rounded.
+void wgmma_m64k16_f16(int n, float * d, const uint32_t (&a)[4], uint64_t desc, bool accumulate);
 void wgmma_commit();
 void wgmma_wait(int n);
 // The offset of p in the launch's dynamic shared memory (what a shared-space address is there).

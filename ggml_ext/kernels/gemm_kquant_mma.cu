@@ -209,6 +209,20 @@ bool wgmma_short_flag = [] {
     return e && e[0] == '1';
 }();
 
+// Q6_K products through the f16 wgmma form (gemm_q6k_wgmma.cuh: the scales folded into f16 weight
+// operands, no integer multiply-adds) from this many columns up to 64: 0 off (until measured),
+// DFLASH_Q6K_WGMMA=n (2..64) sets it. On an sm_90a build on an sm_90 GPU.
+int q6k_wgmma_from = [] {
+    const char * e = std::getenv("DFLASH_Q6K_WGMMA");
+    const int n = e ? std::atoi(e) : 0;
+    return n >= 2 && n <= 64 ? n : 0;
+}();
+std::atomic<int64_t> q6k_wgmma_count{0};
+
+bool takes_q6k_wgmma(ggml_type t, int n, bool hopper) {
+    return kWgmmaBuilt && hopper && t == GGML_TYPE_Q6_K && q6k_wgmma_from > 0 && n >= q6k_wgmma_from && n <= 64;
+}
+
 // The shapes where the wgmma form beat the mma.sync forms on the H200 (session 19, standalone,
 // bench/results/h200-s19-wgmma-staging.json): [gdn q; k; v; z] (16480 rows) from 32 columns
 // (28.2 / 32.8 / 35.5 us at 32 / 48 / 64 against 31.1 / 38.5 / 48.0), [gate; up] (34816) from
@@ -337,6 +351,12 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
 void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSource & x, const char * w,
                 int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
                 int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
+    // qs holds 2 bytes a value of up to 64 columns then (the caller's)
+    if (takes_q6k_wgmma(t, n, hopper) &&
+        ggml_ext_cuda_q6k_wgmma(x, qs, w, rows, k, row_bytes, n, out, sd, r_ptr, sr, nsm, pool, stream)) {
+        ++q6k_wgmma_count;
+        return;
+    }
     if (takes_wgmma(t, mins_int, rows, n, hopper, r_ptr != nullptr)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
         const int form = wgmma_pipe_mode != 0 ? gemm_kq::kWgPipe
@@ -407,6 +427,9 @@ int mma_split() { return mma_split_pieces_flag; }
 void set_mma_act_smem(bool on) { mma_act_smem_flag = on; }
 bool mma_act_smem() { return mma_act_smem_flag; }
 int64_t mma_split_launches() { return mma_split_count.load(); }
+void set_q6k_wgmma_from(int n) { q6k_wgmma_from = n >= 2 && n <= 64 ? n : 0; }
+int q6k_wgmma_from_columns() { return q6k_wgmma_from; }
+int64_t q6k_wgmma_launches() { return q6k_wgmma_count.load(); }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
@@ -466,7 +489,10 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
     // sharing the activation buffers.
     constexpr int kChunk = 64;
     const int np = gemm_kq::padded_columns((int)std::min<int64_t>(n, kChunk));
-    ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)np * k);
+    // the Q6_K f16 form's activations: 2 bytes a value, of up to 64 columns
+    const bool f16 = takes_q6k_wgmma(t, (int)std::min<int64_t>(n, kChunk), cc == GGML_CUDA_CC_HOPPER) ||
+                     (n > kChunk && takes_q6k_wgmma(t, (int)(n % kChunk), cc == GGML_CUDA_CC_HOPPER));
+    ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), f16 ? (size_t)2 * 64 * k : (size_t)np * k);
     ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 32));  // per 256 values, or per 32 (Q8_0)
     ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
     const int rows = (int)src0->ne[1], sd = (int)(dst->nb[1] / sizeof(float));
@@ -491,14 +517,34 @@ bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggm
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
     const bool hopper = cc == GGML_CUDA_CC_HOPPER;
     const bool mins_int = mins_int_flag();
-    // one launch of each (up to 64 columns), both in the mma.sync forms with scales per 256 values
     if (n > 64 || w2->ne[0] != k || !mma_takes(ctx, w1, n, dst1) || !mma_takes(ctx, w2, n, dst2) ||
-        !gemm_kq::act_source_ok(x, (int)k) || !mma_scales_per_256(t1) || !mma_scales_per_256(t2) ||
+        !gemm_kq::act_source_ok(x, (int)k)) {
+        return false;
+    }
+    const int nsm = ggml_cuda_info().devices[ctx.device].nsm;
+    const size_t smem_optin = ggml_cuda_info().devices[ctx.device].smpbo;
+    cudaStream_t stream = ctx.stream();
+    // a Q6_K of the pair in the f16 wgmma form: each product with activations of its own form (two
+    // activation kernels from the one source, still no norm kernel)
+    if (takes_q6k_wgmma(t1, (int)n, hopper) || takes_q6k_wgmma(t2, (int)n, hopper)) {
+        for (auto [w, dst] : {std::pair{w1, dst1}, std::pair{w2, dst2}}) {
+            const int np = gemm_kq::padded_columns((int)n);
+            ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)2 * 64 * k);
+            ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 32));
+            ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
+            gemm_chunk(w->type, mins_int, (int)n, (int)w->ne[1], (int)k, x, (const char *)w->data, (int64_t)w->nb[1],
+                       (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, 0, qs.get(), d.get(), sums.get(),
+                       nsm, hopper, smem_optin, ctx.pool(), stream);
+        }
+        CUDA_CHECK(cudaGetLastError());
+        return true;
+    }
+    // one launch of each (up to 64 columns), both in the mma.sync forms with scales per 256 values
+    if (!mma_scales_per_256(t1) || !mma_scales_per_256(t2) ||
         takes_wgmma(t1, mins_int, (int)w1->ne[1], (int)n, hopper, false) ||
         takes_wgmma(t2, mins_int, (int)w2->ne[1], (int)n, hopper, false)) {
         return false;
     }
-    cudaStream_t stream = ctx.stream();
     const int np = gemm_kq::padded_columns((int)n);
     const gemm_kq::ActLayout l1 = mma_layout(t1), l2 = mma_layout(t2);
     // the pool frees in reverse order of allocation: both layouts' bytes in one allocation
@@ -519,8 +565,6 @@ bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggm
         gemm_kq::launch_quantize_act<ActLayout::kRun, gemm_kq::kQk, ActLayout::kHalves>(
             x, q_run, d.get(), sums.get(), (int)k, (int)n, np, stream, q_halves);
     }
-    const int nsm = ggml_cuda_info().devices[ctx.device].nsm;
-    const size_t smem_optin = ggml_cuda_info().devices[ctx.device].smpbo;
     for (auto [w, dst, q] : {std::tuple{w1, dst1, q1}, std::tuple{w2, dst2, q2}}) {
         gemm_mma(w->type, mins_int, false, (int)n, (int)w->ne[1], (int)k, x, (const char *)w->data, (int64_t)w->nb[1],
                  (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, 0, q, d.get(), sums.get(), nsm,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU: ggml_ext's k-quant GEMV and its tensor-core GEMM on their own (tools/device/gemv_standalone.cu;
-# argument: all, check, bench, q6, q5q8, mma, long, rows, tiles, check_mma, wgmma, split, quant or profile_engine): the binary carried
+# argument: all, check, bench, q6, q5q8, mma, long, rows, tiles, check_mma, wgmma, split, quant, q6wg or profile_engine): the binary carried
 # gzipped as .carry/gemv_standalone.gz (built here with nvcc -O3 for sm_90a; gzip keeps the
 # carry under 64 MiB; -DGEMV_STANDALONE_SLIM keeps the engine's forms only and, stripped, makes it
 # ~3 MB gzipped: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM,
@@ -41,6 +41,11 @@ for r in rows:
         form = "act_smem" if r.get("act_smem") else "warp_rows" if r.get("warp_rows") else "block"
         print(f'{r["bench_mma_split"]:>9} {r["type"]} split n={r["n"]} {form:>9} pieces={r["pieces"]} '
               f'{r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
+    elif "bench_q6k_wgmma" in r:
+        print(f'{r["bench_q6k_wgmma"]:>9} q6_K f16 wgmma n={r["n"]} mma {r["us_mma_code2"]:.2f} | s3 {r["us_wg_s3"]:.2f} '
+              f's3split {r["us_wg_s3_split"]:.2f} (p{r["pieces_s3"]}) s4split {r["us_wg_s4_split"]:.2f} '
+              f'2wg {r["us_wg_2wg_split"]:.2f} (p{r["pieces_2wg"]}) us; quant {r["us_quantize_int8"]:.2f} '
+              f'f16 {r["us_convert_f16"]:.2f} us')
     elif "bench_quant" in r:
         print(f'quant {r["bench_quant"]:>6} {r["layout"]:>5} n={r["n"]:2d} {r["form"]:>15} {r["us"]:7.3f} us')
     elif "bench_mma" in r:

@@ -1,0 +1,450 @@
+// ggml_ext's Q6_K GEMM through Hopper's f16 warpgroup products (wgmma m64nNk16, sm_90a), for 16..64
+// activation columns.
+//
+// Why f16: a Q6_K weight is d * sc * (q - 32) with an int8 scale sc per 16 values. The int8 forms
+// (gemm_kquant_mma_impl.cuh's Q6K) sum each 16-value group in int32 and then multiply it by sc: 4
+// integer multiply-adds (a half-rate pipe) per m16n8k16 mma, which is what bounds them (ncu on the
+// H100, session 33: ALU 41% busy, tensor 6.5%), and sc * (q - 32) (up to 4064) fits no 8-bit
+// operand, so the scale cannot go into the weights (Q4_K's wgmma form splits its 6-bit scale in
+// two u8 operands; Q6_K's 8-bit one would take four). In f16 it can: each weight operand is
+// half(d * sc) * half(q - 32), rounded once (|q - 32| <= 32 is exact; ggml's dequantize-to-f16 path
+// rounds d * sc * (q - 32) once), the activations are f16 (ggml's cuBLAS path), and the f32
+// accumulators run over all of K: no integer step, no float step per super-block, no wait for
+// the tensor cores but the one before an operand register is reused.
+//
+// A block is WG warpgroups of 64 rows each (one copy of the activations for all). Per super-block
+// it stages the rows' 210-byte blocks (14 aligned 16-byte chunks a row: rows are 2-byte aligned)
+// and every column's 256 f16 activations with cp.async; each warp builds its 16 rows' A operands
+// for 4 of the 16 groups at a time (a chunk) and issues their 4 wgmmas as one commit group, then
+// waits for the chunk before (wait_group 1): the operand registers alternate between two sets, so
+// the tensor cores run while the next chunk is built. A stage is refilled 2 super-blocks after it
+// was read (kAhead = S - 2): by the barrier of super-block i every warp has waited for all of
+// super-block i - 2's wgmmas.
+//
+// Activations (ActLayout-free: f16, their own layout, q6k_f16_act_index): per super-block kb and
+// group s a tile of N columns x 16 halves in core matrices of 8 columns x 8 halves (16 bytes);
+// core matrix (kk, nn) at nn * 256 + kk * 128, so a wgmma's B descriptor has LBO 128 and SBO 256
+// (K-major, no swizzle), as the Q4_K form's. The k order is permuted as the weights' (thread t
+// holds a group's values 4t..4t+3, the bytes the int8 form reads): hardware k 2t, 2t + 1, 8 + 2t,
+// 9 + 2t hold values 4t..4t+3.
+#pragma once
+
+#include "gemm_q4k_wgmma.cuh"
+
+namespace gemm_kq {
+
+constexpr int kQ6Bytes = 210;
+constexpr int kQ6Chunks = 14;  // aligned 16-byte chunks that hold a 2-byte aligned 210-byte block
+
+// Hardware k (0..15) of value v (0..15) of a group: value 4t + i at 2t + i (i < 2), 8 + 2t + i - 2.
+__host__ __device__ __forceinline__ int q6f16_k_of_value(int v) {
+    const int t = v >> 2, i = v & 3;
+    return i < 2 ? 2 * t + i : 8 + 2 * t + (i - 2);
+}
+
+// Half index of value v (0..255) of super-block kb, column col, in the f16 activations of np columns.
+__host__ __device__ __forceinline__ int64_t q6k_f16_act_index(int kb, int v, int col, int np) {
+    const int s = v >> 4, p = q6f16_k_of_value(v & 15);
+    return (int64_t)kb * np * kQk + (int64_t)s * np * 16 + (col >> 3) * 128 + (p >> 3) * 64 + (col & 7) * 8 + (p & 7);
+}
+
+// Activations for the kernel below: value v of column col of x (ActSource, every form the int8
+// quantizer takes), as an f16 (round to nearest), at q6k_f16_act_index; columns ncols..np - 1 zero.
+// A block of 256 threads a super-block of a column, a value a thread (quantize_act_k_kernel's V = 1
+// order, so the head norm's and RMSNorm's scales are summed as there).
+template <SrcForm kSrc>
+static __global__ void __launch_bounds__(kQk)
+    convert_act_f16_kernel(const ActSource x, __half * __restrict__ out, const int k, const int ncols, const int np) {
+    pdl_wait();
+    pdl_trigger();
+    const int col = blockIdx.y, kb = blockIdx.x, r = threadIdx.x;
+    const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // a barrier: before any return
+    float head_scale = 1.0f;
+    if constexpr (kSrc == SrcForm::kHeadNorm) head_scale = head_scale_one_a_thread(x, col, ncols, kb, r / 32, r % 32);
+    const int64_t vi = (int64_t)kb * kQk + r;
+    float v = 0.0f;
+    if (col < ncols) {
+        if constexpr (kSrc == SrcForm::kHeadNorm) {
+            v = x.gated_head_normed(col, vi, head_scale);
+        } else if constexpr (kSrc == SrcForm::kSigmoidGate) {
+            v = x.sigmoid_gated(col, vi);
+        } else {
+            v = x(col, vi, scale);
+        }
+    }
+    out[q6k_f16_act_index(kb, r, col, np)] = __float2half_rn(v);
+}
+
+inline void convert_act_f16(const ActSource & x, __half * out, int k, int ncols, int np, cudaStream_t stream) {
+    const dim3 grid((unsigned)(k / kQk), (unsigned)np, 1);
+    auto go = [&](auto src_tag) {
+        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), grid, kQk, 0, stream,
+                          convert_act_f16_kernel<decltype(src_tag)::value>)(x, out, k, ncols, np);
+    };
+    switch (src_form(x)) {
+        case SrcForm::kHeadNorm:
+            go(std::integral_constant<SrcForm, SrcForm::kHeadNorm>{});
+            break;
+        case SrcForm::kSigmoidGate:
+            go(std::integral_constant<SrcForm, SrcForm::kSigmoidGate>{});
+            break;
+        default:
+            go(std::integral_constant<SrcForm, SrcForm::kPlain>{});
+    }
+}
+
+// d (+)= a (64 x 16 f16, registers: mma_f16's A layout, warp w rows 16w..) * B (16 x N f16, shared
+// memory at desc_b, K-major); f32 accumulators in mma's C layout per 8-column tile i, d[4i..].
+#if defined(DFLASH_CUDA_EMU)
+template <int N>
+void wgmma_f16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) {
+    cuda_emu::wgmma_m64k16_f16(N, d, a, desc_b, true);
+}
+#else
+template <int N>
+__device__ __forceinline__ void wgmma_f16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b);
+#endif
+
+#if defined(DFLASH_WGMMA_PTX)
+// scale-d 1 (accumulate), scale-a and scale-b 1, trans-b 0 (B K-major).
+template <>
+__device__ __forceinline__ void wgmma_f16<16>(float (&d)[8], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, 1, 1, 1, "
+        "0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_f16<24>(float (&d)[12], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
+        "{%12,%13,%14,%15}, %16, 1, 1, 1, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_f16<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+        "{%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_f16<48>(float (&d)[24], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, {%24,%25,%26,%27}, "
+        "%28, 1, 1, 1, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_f16<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%"
+        "29,%30,%31}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+#endif
+
+// The registers stay where the asm left them (float accumulators; wg_pin's).
+template <int n>
+__device__ __forceinline__ void wg_pin_f(float (&d)[n]) {
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+#if defined(DFLASH_CUDA_EMU)
+        asm volatile("" : "+m"(d[i])::"memory");
+#else
+        asm volatile("" : "+f"(d[i])::"memory");
+#endif
+    }
+}
+
+// A stage: the block's rows' Q6_K blocks (kQ6Chunks chunks a row, the block at its address's
+// offset in 16 bytes), then the super-block's f16 activations of N columns.
+template <int N, int WG>
+struct Q6WgPlan {
+    static constexpr int kWBytes = WG * kWgRows * kQ6Chunks * 16;
+    static constexpr int kBBytes = N * kQk * 2;
+    static constexpr int kStageBytes = kWBytes + kBBytes;
+};
+
+// Group s's f16 A operand of this lane's rows (r0: row g, r1: row g + 8): a0 / a1 values 4t, 4t + 1
+// of rows g / g + 8, a2 / a3 values 4t + 2, 4t + 3; each half(d * sc) * (q - 32).
+__device__ __forceinline__ void q6_f16_operand(const Q6KRow & r0, const Q6KRow & r1, const uint32_t s0,
+                                               const uint32_t s1, int s, uint32_t (&a)[4]) {
+    const int n = s >> 3, q = (s >> 1) & 3, u = s & 1;
+    const half2 bias = __floats2half2_rn(1056.0f, 1056.0f);  // 1024 (the 0x64 exponent byte) + 32
+    auto values = [&](const Q6KRow & r, uint32_t sc2, uint32_t & lo, uint32_t & hi) {
+        const uint32_t ql = (r.ql[n][q & 1][u] >> (4 * (q >> 1))) & 0x0F0F0F0Fu;
+        const uint32_t qb = ql | (((r.qh[n][u] >> (2 * q)) & 0x03030303u) << 4);  // q in 0..63, a byte each
+        const uint32_t b01 = __byte_perm(qb, 0x64646464u, 0x4140u), b23 = __byte_perm(qb, 0x64646464u, 0x4342u);
+        const half2 sc = *reinterpret_cast<const half2 *>(&sc2);
+        const half2 w01 = __hmul2(__hsub2(*reinterpret_cast<const half2 *>(&b01), bias), sc);
+        const half2 w23 = __hmul2(__hsub2(*reinterpret_cast<const half2 *>(&b23), bias), sc);
+        lo = *reinterpret_cast<const uint32_t *>(&w01);
+        hi = *reinterpret_cast<const uint32_t *>(&w23);
+    };
+    values(r0, s0, a[0], a[2]);
+    values(r1, s1, a[1], a[3]);
+}
+
+// half(d * sc) of group s of a row, in both halves.
+__device__ __forceinline__ uint32_t q6_scale_half2(const Q6KRow & r, int s) {
+    const float v = r.d * (float)q6_k_scale(r, s);
+    const half2 h = __floats2half2_rn(v, v);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+// N: padded columns (16, 24, 32, 48, 64); S: stages (3 or more); WG: warpgroups a block. The tail
+// split (WgSplit) as the Q4_K form's. kRes: res (stride_col_res floats a column) is added to each
+// output as it is written (a fused residual add).
+template <int N, int S, int WG, bool kRes>
+__device__ __forceinline__ void q6k_wgmma_body(const char * __restrict__ w, const __half * act,
+                                               float * __restrict__ dst, const int nrows, const int nblocks,
+                                               const int64_t row_bytes, const int ncols, const int stride_col_dst,
+                                               const float * res, const int stride_col_res, const int full_tiles,
+                                               const int pieces, float * partials) {
+    using P = Q6WgPlan<N, WG>;
+    constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows, NT = N / 8;
+    constexpr int kAhead = S - 2;
+    static_assert(kAhead >= 1, "a stage is refilled two super-blocks after it was read: 3 stages at least");
+    DFLASH_DYNAMIC_SMEM_BYTES(smem);
+    const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
+    const int g = lane >> 2, t = lane & 3;
+    const bool split = (int)blockIdx.x >= full_tiles;
+    int tile = blockIdx.x, piece = 0, kb_begin = 0, kb_end = nblocks;
+    if (split) {
+        const int p = blockIdx.x - full_tiles;
+        tile = full_tiles + p / pieces, piece = p % pieces;
+        kb_begin = piece * nblocks / pieces, kb_end = (piece + 1) * nblocks / pieces;
+    }
+    const int nkb = kb_end - kb_begin;
+    const int row_base = tile * kBlockRows;
+    const int wrow = 64 * (warp >> 2) + 16 * (warp & 3);  // the warp's first row in the block
+    // This thread's copies of a stage's weights: chunk c = tid + kThreads i (row c / 14, chunk c % 14)
+    // from the row's block aligned down to 16 bytes; the row's address at super-block 0, once.
+    constexpr int kWTotal = kBlockRows * kQ6Chunks, kWCopies = (kWTotal + kThreads - 1) / kThreads;
+    const char * wrow_at[kWCopies];
+#pragma unroll
+    for (int i = 0; i < kWCopies; ++i) {
+        const int c = min(tid + i * kThreads, kWTotal - 1);
+        wrow_at[i] = w + (int64_t)min(row_base + c / kQ6Chunks, nrows - 1) * row_bytes;
+    }
+    auto stage_in = [&](int s, int kb) {
+        char * st = smem + s * P::kStageBytes;
+#pragma unroll
+        for (int i = 0; i < kWCopies; ++i) {
+            const int c = tid + i * kThreads;
+            if (kWTotal % kThreads == 0 || c < kWTotal) {
+                const int ch = c % kQ6Chunks;  // stage byte 16 c: row c / 14's chunk ch
+                cp_async_16(st + 16 * c, align16_down(wrow_at[i] + (int64_t)kb * kQ6Bytes) + 16 * ch);
+            }
+        }
+        const char * src = reinterpret_cast<const char *>(act) + (int64_t)kb * P::kBBytes;
+#pragma unroll
+        for (int i = 0; i < (P::kBBytes / 16 + kThreads - 1) / kThreads; ++i) {
+            const int c = tid + i * kThreads;
+            if ((P::kBBytes / 16) % kThreads == 0 || c < P::kBBytes / 16)
+                cp_async_16(st + P::kWBytes + 16 * c, src + 16 * c);
+        }
+    };
+    // the first stages (the weights before the wait for the kernel that wrote the activations would
+    // need a group of their own; the activations' copies are a small part: one group a stage)
+    pdl_wait();
+    pdl_trigger();
+#pragma unroll
+    for (int s = 0; s < kAhead; ++s) {
+        if (s < nkb) stage_in(s, kb_begin + s);
+        cp_async_commit();
+    }
+    // this lane's rows g, g + 8: their blocks' offsets in 16 bytes at super-block kb
+    const char * row0 = w + (int64_t)min(row_base + wrow + g, nrows - 1) * row_bytes;
+    const char * row1 = w + (int64_t)min(row_base + wrow + g + 8, nrows - 1) * row_bytes;
+    float acc[N / 2] = {};
+    uint32_t a[2][4][4];  // a chunk's 4 groups' operands, two chunks in turn
+    int chunk = 0;
+    for (int i = 0; i < nkb; ++i) {
+        const int kb = kb_begin + i;
+        cp_async_wait<kAhead - 1>();
+        fence_proxy_async();
+        __syncthreads();  // every thread's copies of stage i landed; every warp past super-block i - 2's wgmmas
+        if (i + kAhead < nkb) stage_in((i + kAhead) % S, kb + kAhead);
+        cp_async_commit();
+        const char * st = smem + (i % S) * P::kStageBytes;
+        const Q6KRow r0 =
+            load_q6_k_row<true>(st + (wrow + g) * kQ6Chunks * 16 + offset_in16(row0 + (int64_t)kb * kQ6Bytes), t);
+        const Q6KRow r1 =
+            load_q6_k_row<true>(st + (wrow + g + 8) * kQ6Chunks * 16 + offset_in16(row1 + (int64_t)kb * kQ6Bytes), t);
+        const char * b = st + P::kWBytes;
+#pragma unroll
+        for (int c = 0; c < 4; ++c, ++chunk) {
+            uint32_t (&ac)[4][4] = a[chunk & 1];
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                const int s = 4 * c + m;
+                q6_f16_operand(r0, r1, q6_scale_half2(r0, s), q6_scale_half2(r1, s), s, ac[m]);
+            }
+            wg_fence();
+#pragma unroll
+            for (int m = 0; m < 4; ++m) wgmma_f16<N>(acc, ac[m], wg_desc(b + (4 * c + m) * N * 32, 128, 256));
+            wg_commit();
+            wg_wait<1>();  // the chunk before is done: its operand set is free
+        }
+    }
+    wg_wait0();
+    wg_pin_f(acc);
+    cp_async_wait<0>();
+    if (split) {  // this piece's sums out; the tile's last piece adds every piece's in piece order
+        const int slot = tile - full_tiles;
+        auto piece_sums = [&](int p) {
+            return reinterpret_cast<float4 *>(partials) + ((int64_t)(slot * pieces + p) * kThreads + tid) * NT;
+        };
+        float4 * mine = piece_sums(piece);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+            mine[nt] = make_float4(acc[4 * nt], acc[4 * nt + 1], acc[4 * nt + 2], acc[4 * nt + 3]);
+        __threadfence();
+        __syncthreads();
+        const bool last =
+            __syncthreads_or(tid == 0 && atomicAdd(&wg_tile_arrivals[slot], 1u) == (unsigned)(pieces - 1));
+        if (!last) return;
+        __threadfence();
+        for (int p = 0; p < pieces; ++p) {
+            const float4 * sums = piece_sums(p);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const float4 v = __ldcg(sums + nt);
+                float * o = acc + 4 * nt;
+                if (p == 0) {
+                    o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+                } else {
+                    o[0] += v.x, o[1] += v.y, o[2] += v.z, o[3] += v.w;
+                }
+            }
+        }
+        if (tid == 0) wg_tile_arrivals[slot] = 0u;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = row_base + wrow + g + (e < 2 ? 0 : 8), col = nt * 8 + 2 * t + (e & 1);
+            if (row < nrows && col < ncols) {
+                float v = acc[4 * nt + e];
+                if constexpr (kRes) v += res[(int64_t)col * stride_col_res + row];
+                dst[(int64_t)col * stride_col_dst + row] = v;
+            }
+        }
+    }
+}
+
+template <int N, int S, int WG, int MB, bool kRes>
+__global__ void __launch_bounds__(128 * WG, MB)
+    gemm_q6k_wgmma_kernel(const char * __restrict__ w, const __half * act, float * __restrict__ dst, const int nrows,
+                          const int nblocks, const int64_t row_bytes, const int ncols, const int stride_col_dst,
+                          const float * res, const int stride_col_res, const int full_tiles, const int pieces,
+                          float * partials) {
+#if defined(DFLASH_WGMMA)
+    q6k_wgmma_body<N, S, WG, kRes>(w, act, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, res, stride_col_res,
+                                   full_tiles, pieces, partials);
+#else
+    NO_DEVICE_CODE;
+#endif
+}
+
+using Q6WgKernel = void (*)(const char *, const __half *, float *, int, int, int64_t, int, int, const float *, int, int,
+                            int, float *);
+
+// The instance for N padded columns, its dynamic shared memory opted in once; null when that failed.
+template <int S, int WG, int MB, int N, bool kRes>
+Q6WgKernel q6k_wgmma_kernel_ready() {
+    constexpr int kBytes = S * Q6WgPlan<N, WG>::kStageBytes;
+    Q6WgKernel kernel = gemm_q6k_wgmma_kernel<N, S, WG, MB, kRes>;
+    static const bool ok =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) == cudaSuccess;
+    return ok ? kernel : nullptr;
+}
+
+// The engine's instance: 3 stages of one warpgroup (64 rows) at 24..64 columns: 3 x 47 KB at 64
+// (one block a multiprocessor on the H100's 227 KB... two at 32 columns and fewer); 4 at 16.
+constexpr int kQ6WgStages = 3;
+
+// The tail split of a launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit).
+template <int S = kQ6WgStages, int WG = 1, int MB = 1>
+WgSplit q6k_wgmma_split_for(int nrows, int k, int ncols, int nsm) {
+    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
+        constexpr int N = decltype(n_tag)::value;
+        static const int per_sm = [] {
+            int b = 0;
+            auto kernel = q6k_wgmma_kernel_ready<S, WG, MB, N, false>();
+            if (!kernel || cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                               &b, kernel, 128 * WG, S * Q6WgPlan<N, WG>::kStageBytes) != cudaSuccess) {
+                (void)cudaGetLastError();
+                return 0;
+            }
+            return b;
+        }();
+        return wg_split_plan((nrows + WG * kWgRows - 1) / (WG * kWgRows), k / kQk, per_sm * nsm);
+    });
+}
+
+// Floats of the pieces' sums a split needs (partials).
+template <int WG = 1>
+inline size_t q6k_wgmma_split_floats(const WgSplit & sp, int ncols) {
+    return sp.pieces > 1 ? (size_t)sp.tail * sp.pieces * WG * kWgRows * wg_padded_columns(ncols) : 0;
+}
+
+// Halves of f16 activations for ncols columns of k values (wg_padded_columns(ncols) columns).
+inline size_t q6k_f16_act_halves(int k, int ncols) { return (size_t)wg_padded_columns(ncols) * k; }
+
+// Whether the engine's instance for ncols columns (with a residual or not) can run here (its opt-in).
+template <int S = kQ6WgStages, int WG = 1, int MB = 1>
+bool q6k_wgmma_ready(int ncols, bool with_res) {
+    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
+        constexpr int N = decltype(n_tag)::value;
+        return with_res ? q6k_wgmma_kernel_ready<S, WG, MB, N, true>() != nullptr
+                        : q6k_wgmma_kernel_ready<S, WG, MB, N, false>() != nullptr;
+    });
+}
+
+// Returns false when the kernel cannot run here (the opt-in failed). act: convert_act_f16's, for
+// wg_padded_columns(ncols) columns. split / partials: a tail split and its floats; by default none.
+template <int S = kQ6WgStages, int WG = 1, int MB = 1>
+bool launch_q6k_wgmma(const char * w, const __half * act, float * dst, int nrows, int k, int64_t row_bytes, int ncols,
+                      int stride_col_dst, cudaStream_t stream, const float * res = nullptr, int stride_col_res = 0,
+                      WgSplit split = {}, float * partials = nullptr) {
+    const int tiles = (nrows + WG * kWgRows - 1) / (WG * kWgRows);
+    if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
+    const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, 4 * WG, 1);
+    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
+        constexpr int N = decltype(n_tag)::value;
+        constexpr int kBytes = S * Q6WgPlan<N, WG>::kStageBytes;
+        auto go = [&](auto res_tag) {
+            auto kernel = q6k_wgmma_kernel_ready<S, WG, MB, N, decltype(res_tag)::value>();
+            if (!kernel) return false;
+            DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
+                w, act, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, res, stride_col_res, split.full_tiles,
+                split.pieces, partials);
+            return true;
+        };
+        return res ? go(std::true_type{}) : go(std::false_type{});
+    });
+}
+
+}  // namespace gemm_kq
