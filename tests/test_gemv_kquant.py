@@ -801,38 +801,52 @@ def test_cuda_fusion_changes_no_logit_of_the_engine(synth_model, fusion: str, se
     np.testing.assert_array_equal(fused, plain)
 
 
-def test_q6k_wgmma_gemm_is_off_unless_asked() -> None:
-    """The Q6_K f16 wgmma GEMM is off by default (until measured); DFLASH_Q6K_WGMMA=n (2..64) starts
-    it from n columns, where the build has it."""
-    env = os.environ.get("DFLASH_Q6K_WGMMA", "0")
-    want = int(env) if GPU and env.isdigit() and 2 <= int(env) <= 64 else 0
-    assert _core.q6k_wgmma_from_columns() == want
+@pytest.mark.parametrize(
+    ("env", "get"),
+    [("DFLASH_Q6K_WGMMA", "q6k_wgmma_from_columns"), ("DFLASH_Q4K_F16", "q4k_f16_from_columns")],
+)
+def test_f16_wgmma_gemm_is_off_unless_asked(env: str, get: str) -> None:
+    """The f16 wgmma GEMM is off by default for Q6_K and Q4_K (until measured); DFLASH_Q6K_WGMMA=n /
+    DFLASH_Q4K_F16=n (2..64) start it from n columns."""
+    value = os.environ.get(env, "0")
+    want = int(value) if GPU and value.isdigit() and 2 <= int(value) <= 64 else 0
+    assert getattr(_core, get)() == want
 
 
 @pytest.fixture
-def q6k_wgmma_restored() -> Iterator[None]:
-    yield from _restoring(_core.q6k_wgmma_from_columns, _core.set_q6k_wgmma_from)
+def f16_wgmma_restored() -> Iterator[None]:
+    q6, q4 = _core.q6k_wgmma_from_columns(), _core.q4k_f16_from_columns()
+    yield
+    _core.set_q6k_wgmma_from(q6)
+    _core.set_q4k_f16_from(q4)
+
+
+_F16_SWITCH = {
+    "q6_K": (_core.q6k_wgmma_from_columns, _core.set_q6k_wgmma_from),
+    "q4_K": (_core.q4k_f16_from_columns, _core.set_q4k_f16_from),
+}
 
 
 @needs_gpu
+@pytest.mark.parametrize("wtype", ["q6_K", "q4_K"])
 @pytest.mark.parametrize(("rows", "k"), [(5120, 17408), (1000, 2304), (31040, 5120)])
 @pytest.mark.parametrize("n", [9, 16, 33, 64, 100])
-def test_cuda_q6k_wgmma_gemm_is_the_f16_product(
-    rows: int, k: int, n: int, mma_restored: None, q6k_wgmma_restored: None
+def test_cuda_f16_wgmma_gemm_is_the_f16_product(
+    wtype: str, rows: int, k: int, n: int, mma_restored: None, f16_wgmma_restored: None
 ) -> None:
-    """Q6_K through the f16 wgmma GEMM (weights half(half(d sc) (q - 32)), activations f16, f32
-    sums; 1000 rows: a last tile 40 short; 5120 x 17408: the 27B's ffn_down, split along K): a launch
-    of each 64 or fewer columns counted (100: 64 and 36) on an sm_90a build on sm_90, and within
-    2e-3 of numpy's float64 product, which the int8 GEMM (its activations in 8 bits) is not held to
-    (3e-2 elsewhere)."""
+    """Q6_K / Q4_K through the f16 wgmma GEMM (weights half(half(d sc) (q - 32)), half(half(d sc) q +
+    half(-dmin m)); activations f16, f32 sums; 1000 rows: a last tile 40 short; 5120 x 17408: the
+    27B's ffn_down, split along K): a launch of each 64 or fewer columns counted (100: 64 and 36) on
+    an sm_90a build on sm_90, and within 2e-3 of numpy's float64 product, which the int8 GEMMs
+    (their activations in 8 bits) are not held to (3e-2 elsewhere)."""
     _core.set_mma_enabled(True)
-    w, dense = _weights("q6_K", rows, k, seed=51)
+    w, dense = _weights(wtype, rows, k, seed=51)
     x = np.random.default_rng(52).standard_normal((n, k)).astype(np.float32)
     ref, got, launches = _a_b(
-        (_core.q6k_wgmma_from_columns, _core.set_q6k_wgmma_from),
+        _F16_SWITCH[wtype],
         (0, 2),
-        lambda: _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True),
-        _core.q6k_wgmma_launches,
+        lambda: _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True),
+        _core.f16_wgmma_launches,
     )
     ran = _core.wgmma_built() and _gpu_is_sm90()
     assert launches == ((2 if n > 64 else 1) if ran else 0)
@@ -843,32 +857,37 @@ def test_cuda_q6k_wgmma_gemm_is_the_f16_product(
 
 
 @needs_gpu
+@pytest.mark.parametrize("wtype", ["q6_K", "q4_K"])
 @pytest.mark.parametrize("n", [16, 48])
-def test_cuda_q6k_wgmma_gemm_adds_the_residual(n: int, mma_restored: None, q6k_wgmma_restored: None) -> None:
+def test_cuda_f16_wgmma_gemm_adds_the_residual(
+    wtype: str, n: int, mma_restored: None, f16_wgmma_restored: None
+) -> None:
     """The fused residual add in the f16 wgmma GEMM: its output plus the residual, one float
     addition, bit for bit what the add node gives (the fusion counted)."""
     rows = 1000
-    w, x, res = _residual_inputs("q6_K", n, rows, seed=53)
+    w, x, res = _residual_inputs(wtype, n, rows, seed=53)
     _core.set_mma_enabled(True)
     _core.set_fuse_add_enabled(True)
-    _core.set_q6k_wgmma_from(2)
-    want = _core.op_mul_mat(w, "q6_K", rows, x, tiles=True, gpu=True) + res
+    _F16_SWITCH[wtype][1](2)
+    want = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True) + res
     before = _core.mul_mat_add_fusions()
-    got = _core.op_mul_mat_fused(w, "q6_K", rows, x, residual=res, gpu=True)
+    got = _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
     assert _core.mul_mat_add_fusions() - before == 1
     np.testing.assert_array_equal(got, want)
 
 
 @needs_gpu
-def test_cuda_q6k_wgmma_engine_logits_stay_close(synth_model, q6k_wgmma_restored: None) -> None:
-    """The engine's forwards (a q4_K_M model: its Q6_K products, alone and in a norm's pair) with
-    the f16 wgmma GEMM against the int8 one: launches counted on sm_90, logits within 5e-2 of their
-    scale (another rounding of the activations, not another product)."""
+def test_cuda_f16_wgmma_engine_logits_stay_close(synth_model, f16_wgmma_restored: None) -> None:
+    """The engine's forwards (a q4_K_M model: its Q6_K and Q4_K products, alone, in a norm's pair,
+    after a SwiGLU) with the f16 wgmma GEMM against the int8 ones: launches counted on sm_90,
+    logits within 5e-2 of their scale (another rounding of the activations, not another product)."""
     path = str(synth_model("small", "q4_K_M"))
     _core.set_q6k_wgmma_from(0)
+    _core.set_q4k_f16_from(0)
     plain = _engine_logits(path, 11)
     _core.set_q6k_wgmma_from(2)
-    before = _core.q6k_wgmma_launches()
+    _core.set_q4k_f16_from(2)
+    before = _core.f16_wgmma_launches()
     got = _engine_logits(path, 11)
-    assert (_core.q6k_wgmma_launches() > before) == (_core.wgmma_built() and _gpu_is_sm90())
+    assert (_core.f16_wgmma_launches() > before) == (_core.wgmma_built() and _gpu_is_sm90())
     assert np.abs(got - plain).max() <= 5e-2 * np.abs(plain).max()

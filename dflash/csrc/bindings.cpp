@@ -531,7 +531,13 @@ PYBIND11_MODULE(_core, m) {
           "CUDA (sm_90a build, sm_90 GPU): Q6_K products of n..64 columns through the f16 wgmma GEMM (scales folded "
           "into f16 weight operands): 0 off (the default until measured), 2..64 (DFLASH_Q6K_WGMMA)");
     m.def("q6k_wgmma_from_columns", &ggml_ext::q6k_wgmma_from_columns);
-    m.def("q6k_wgmma_launches", &ggml_ext::q6k_wgmma_launches, "launches of the Q6_K f16 wgmma GEMM so far (tests)");
+    m.def("set_q4k_f16_from", &ggml_ext::set_q4k_f16_from, py::arg("n"),
+          "CUDA (sm_90a build, sm_90 GPU): Q4_K products of n..64 columns through the f16 wgmma GEMM (scales and "
+          "mins folded into f16 weight operands) instead of the int8 forms: 0 off (the default until measured), "
+          "2..64 (DFLASH_Q4K_F16)");
+    m.def("q4k_f16_from_columns", &ggml_ext::q4k_f16_from_columns);
+    m.def("f16_wgmma_launches", &ggml_ext::f16_wgmma_launches,
+          "launches of the f16 wgmma GEMM (Q6_K, Q4_K) so far (tests)");
     m.def("wgmma_split_launches", &ggml_ext::wgmma_split_launches,
           "launches of the wgmma GEMM with a split tail so far (tests)");
     m.def("set_wgmma_pipe", &ggml_ext::set_wgmma_pipe, py::arg("mode"),

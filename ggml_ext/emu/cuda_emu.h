@@ -101,6 +101,12 @@ inline __half2 __hmul2(__half2 a, __half2 b) {  // each half's product, rounded 
     return {__float2half_rn(__half2float(a.x) * __half2float(b.x)),
             __float2half_rn(__half2float(a.y) * __half2float(b.y))};
 }
+inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {  // a * b + c, each rounded once (in double: exact)
+    auto one = [](__half x, __half y, __half z) {
+        return __float2half_rn((float)((double)__half2float(x) * __half2float(y) + __half2float(z)));
+    };
+    return {one(a.x, b.x, c.x), one(a.y, b.y, c.y)};
+}
 inline float __low2float(__half2 h) { return __half2float(h.x); }
 inline float __high2float(__half2 h) { return __half2float(h.y); }
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "../kernels/gemm_kquant_mma.cu"
-#include "../kernels/gemm_q6k_wgmma.cu"
+#include "../kernels/gemm_f16_wgmma.cu"
 
 // The few functions of ggml and ggml_ext the entry points call (neither library is linked here).
 extern "C" enum ggml_backend_buffer_usage ggml_backend_buffer_get_usage(ggml_backend_buffer_t) {

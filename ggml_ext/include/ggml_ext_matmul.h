@@ -123,12 +123,14 @@ int mma_split();
 void set_mma_act_smem(bool on);
 bool mma_act_smem();
 int64_t mma_split_launches();
-// Q6_K products of n..64 columns through the f16 wgmma GEMM (gemm_q6k_wgmma.cuh; sm_90a builds on
-// sm_90 GPUs): 0 off (until measured), n in 2..64 from n columns (DFLASH_Q6K_WGMMA=n).
-// q6k_wgmma_launches counts them (tests).
+// Q6_K / Q4_K products of n..64 columns through the f16 wgmma GEMM (gemm_f16_wgmma.cuh; sm_90a builds
+// on sm_90 GPUs): 0 off (until measured), n in 2..64 from n columns (DFLASH_Q6K_WGMMA=n,
+// DFLASH_Q4K_F16=n). f16_wgmma_launches counts them (tests).
 void set_q6k_wgmma_from(int n);
 int q6k_wgmma_from_columns();
-int64_t q6k_wgmma_launches();
+void set_q4k_f16_from(int n);
+int q4k_f16_from_columns();
+int64_t f16_wgmma_launches();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to fuse_add_max_columns() columns
 // (patches/0008): the residual added as the GEMM writes its outputs, the same float addition as the

@@ -209,18 +209,22 @@ bool wgmma_short_flag = [] {
     return e && e[0] == '1';
 }();
 
-// Q6_K products through the f16 wgmma form (gemm_q6k_wgmma.cuh: the scales folded into f16 weight
-// operands, no integer multiply-adds) from this many columns up to 64: 0 off (until measured),
-// DFLASH_Q6K_WGMMA=n (2..64) sets it. On an sm_90a build on an sm_90 GPU.
-int q6k_wgmma_from = [] {
-    const char * e = std::getenv("DFLASH_Q6K_WGMMA");
+// Q6_K / Q4_K products through the f16 wgmma form (gemm_f16_wgmma.cuh: the scales folded into f16
+// weight operands, no integer multiply-adds, no float step per super-block) from this many
+// columns up to 64: 0 off (until measured), DFLASH_Q6K_WGMMA=n / DFLASH_Q4K_F16=n (2..64) set them.
+// On an sm_90a build on an sm_90 GPU; Q4_K's takes precedence over its int8 wgmma form.
+int columns_from_env(const char * name) {
+    const char * e = std::getenv(name);
     const int n = e ? std::atoi(e) : 0;
     return n >= 2 && n <= 64 ? n : 0;
-}();
-std::atomic<int64_t> q6k_wgmma_count{0};
+}
+int q6k_wgmma_from = columns_from_env("DFLASH_Q6K_WGMMA");
+int q4k_f16_from = columns_from_env("DFLASH_Q4K_F16");
+std::atomic<int64_t> f16_wgmma_count{0};
 
-bool takes_q6k_wgmma(ggml_type t, int n, bool hopper) {
-    return kWgmmaBuilt && hopper && t == GGML_TYPE_Q6_K && q6k_wgmma_from > 0 && n >= q6k_wgmma_from && n <= 64;
+bool takes_f16_wgmma(ggml_type t, int n, bool hopper) {
+    const int from = t == GGML_TYPE_Q6_K ? q6k_wgmma_from : t == GGML_TYPE_Q4_K ? q4k_f16_from : 0;
+    return kWgmmaBuilt && hopper && from > 0 && n >= from && n <= 64;
 }
 
 // The shapes where the wgmma form beat the mma.sync forms on the H200 (session 19, standalone,
@@ -352,9 +356,9 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                 int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
                 int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
     // qs holds 2 bytes a value of up to 64 columns then (the caller's)
-    if (takes_q6k_wgmma(t, n, hopper) &&
-        ggml_ext_cuda_q6k_wgmma(x, qs, w, rows, k, row_bytes, n, out, sd, r_ptr, sr, nsm, pool, stream)) {
-        ++q6k_wgmma_count;
+    if (takes_f16_wgmma(t, n, hopper) &&
+        ggml_ext_cuda_f16_wgmma(t, x, qs, w, rows, k, row_bytes, n, out, sd, r_ptr, sr, nsm, pool, stream)) {
+        ++f16_wgmma_count;
         return;
     }
     if (takes_wgmma(t, mins_int, rows, n, hopper, r_ptr != nullptr)) {
@@ -429,7 +433,9 @@ bool mma_act_smem() { return mma_act_smem_flag; }
 int64_t mma_split_launches() { return mma_split_count.load(); }
 void set_q6k_wgmma_from(int n) { q6k_wgmma_from = n >= 2 && n <= 64 ? n : 0; }
 int q6k_wgmma_from_columns() { return q6k_wgmma_from; }
-int64_t q6k_wgmma_launches() { return q6k_wgmma_count.load(); }
+void set_q4k_f16_from(int n) { q4k_f16_from = n >= 2 && n <= 64 ? n : 0; }
+int q4k_f16_from_columns() { return q4k_f16_from; }
+int64_t f16_wgmma_launches() { return f16_wgmma_count.load(); }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
@@ -490,8 +496,8 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
     constexpr int kChunk = 64;
     const int np = gemm_kq::padded_columns((int)std::min<int64_t>(n, kChunk));
     // the Q6_K f16 form's activations: 2 bytes a value, of up to 64 columns
-    const bool f16 = takes_q6k_wgmma(t, (int)std::min<int64_t>(n, kChunk), cc == GGML_CUDA_CC_HOPPER) ||
-                     (n > kChunk && takes_q6k_wgmma(t, (int)(n % kChunk), cc == GGML_CUDA_CC_HOPPER));
+    const bool f16 = takes_f16_wgmma(t, (int)std::min<int64_t>(n, kChunk), cc == GGML_CUDA_CC_HOPPER) ||
+                     (n > kChunk && takes_f16_wgmma(t, (int)(n % kChunk), cc == GGML_CUDA_CC_HOPPER));
     ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), f16 ? (size_t)2 * 64 * k : (size_t)np * k);
     ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 32));  // per 256 values, or per 32 (Q8_0)
     ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
@@ -526,7 +532,7 @@ bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggm
     cudaStream_t stream = ctx.stream();
     // a Q6_K of the pair in the f16 wgmma form: each product with activations of its own form (two
     // activation kernels from the one source, still no norm kernel)
-    if (takes_q6k_wgmma(t1, (int)n, hopper) || takes_q6k_wgmma(t2, (int)n, hopper)) {
+    if (takes_f16_wgmma(t1, (int)n, hopper) || takes_f16_wgmma(t2, (int)n, hopper)) {
         for (auto [w, dst] : {std::pair{w1, dst1}, std::pair{w2, dst2}}) {
             const int np = gemm_kq::padded_columns((int)n);
             ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)2 * 64 * k);

@@ -67,7 +67,9 @@ int mma_split() { return 0; }
 int64_t mma_split_launches() { return 0; }
 void set_q6k_wgmma_from(int) {}
 int q6k_wgmma_from_columns() { return 0; }
-int64_t q6k_wgmma_launches() { return 0; }
+void set_q4k_f16_from(int) {}
+int q4k_f16_from_columns() { return 0; }
+int64_t f16_wgmma_launches() { return 0; }
 void set_mmq_tiles_enabled(bool) {}
 bool mmq_tiles_enabled() { return false; }
 void set_fuse_add_enabled(bool) {}

@@ -7,7 +7,7 @@
 // emulator (ggml_ext/emu, -DDFLASH_CUDA_EMU), where tests/test_cuda_emu.py runs its checks.
 #include "gemm_kquant_mma_impl.cuh"
 #include "gemm_q4k_wgmma.cuh"
-#include "gemm_q6k_wgmma.cuh"
+#include "gemm_f16_wgmma.cuh"
 #include "gemv_kquant_impl.cuh"
 
 #include <algorithm>
@@ -1448,13 +1448,30 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
     }
 }
 
-// The Q6_K f16 wgmma GEMM (gemm_q6k_wgmma.cuh): its operands on the host as the kernel forms them
-// (each weight half(half(d * sc) * (q - 32)), each activation half(x)), and the products of those in
-// double (ref_ops: what the kernel computes but for the f32 accumulation order), and of the exact
-// weights and activations (ref).
-std::vector<float> q6k_f16_weights(const uint8_t * row, int k) {
+// The f16 wgmma GEMM (gemm_f16_wgmma.cuh): its operands on the host as the kernel forms them (each
+// Q6_K weight half(half(d * sc) * (q - 32)), each Q4_K one half(half(d * sc) * q + half(-dmin * m)),
+// each activation half(x)), and the products of those in double (ref_ops: what the kernel computes
+// but for the f32 accumulation order), and of the exact weights and activations (ref).
+std::vector<float> f16_weights(W t, const uint8_t * row, int k) {
     std::vector<float> out((size_t)k);
     for (int kb = 0; kb < k / 256; ++kb) {
+        if (t == W::q4_K) {
+            const uint8_t * b = row + (size_t)kb * 144;
+            uint16_t hd, hm;
+            std::memcpy(&hd, b, 2);
+            std::memcpy(&hm, b + 2, 2);
+            const float d = half_to_float(hd), dmin = half_to_float(hm);
+            for (int l = 0; l < 256; ++l) {
+                const int j = l / 32, v = l % 32;
+                int sc, m;
+                scale_min_k4(j, b + 4, sc, m);
+                const float s = half_to_float(float_to_half(d * (float)sc));
+                const float mb = half_to_float(float_to_half(-dmin * (float)m));
+                const int q = (b[16 + 32 * (j / 2) + v] >> (4 * (j % 2))) & 15;
+                out[(size_t)kb * 256 + l] = half_to_float(float_to_half((float)((double)s * q + mb)));
+            }
+            continue;
+        }
         const uint8_t * b = row + (size_t)kb * 210;
         uint16_t dh;
         std::memcpy(&dh, b + 208, 2);
@@ -1471,18 +1488,20 @@ std::vector<float> q6k_f16_weights(const uint8_t * row, int k) {
     return out;
 }
 
-// The kernel (3 and 4 stages, 1 and 2 warpgroups, with a residual, with the tail split for `slots`
-// block slots when slots > 0) against ref_ops (1e-5 of the largest product: the f32 order) and ref
-// (2e-3: the f16 roundings); the f16 activations against the host's, half for half.
-void check_q6k_wgmma(int rows, int k, std::mt19937 & gen, std::initializer_list<int> ncols_list, int slots = 0) {
+// The kernel for type t (F: F16Q6K or F16Q4K; 3 and 4 stages, 1 and 2 warpgroups, with a residual,
+// with the tail split for `slots` block slots when slots > 0) against ref_ops (1e-5 of the largest
+// product: the f32 order) and ref (2e-3: the f16 roundings); the f16 activations against the
+// host's, half for half.
+template <typename F>
+void check_f16_wgmma(W t, int rows, int k, std::mt19937 & gen, std::initializer_list<int> ncols_list, int slots = 0) {
     const int nb = k / 256;
-    const int64_t row_bytes = (int64_t)nb * 210;
-    const auto w = random_rows(W::q6_K, rows, k, gen);
+    const int64_t row_bytes = (int64_t)nb * superblock_bytes(t);
+    const auto w = random_rows(t, rows, k, gen);
     std::vector<float> wf((size_t)rows * k), wh;
     wh.reserve((size_t)rows * k);
     for (int r = 0; r < rows; ++r) {
-        dequant_row(W::q6_K, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
-        const auto h = q6k_f16_weights(w.data() + r * row_bytes, k);
+        dequant_row(t, w.data() + r * row_bytes, k, wf.data() + (size_t)r * k);
+        const auto h = f16_weights(t, w.data() + r * row_bytes, k);
         wh.insert(wh.end(), h.begin(), h.end());
     }
     char * dw = nullptr;
@@ -1513,40 +1532,40 @@ void check_q6k_wgmma(int rows, int k, std::mt19937 & gen, std::initializer_list<
         CK(cudaMalloc(&dx, x.size() * 4));
         CK(cudaMalloc(&dst, res.size() * 4));
         CK(cudaMalloc(&dres, res.size() * 4));
-        CK(cudaMalloc(&act, gemm_kq::q6k_f16_act_halves(k, ncols) * 2));
+        CK(cudaMalloc(&act, gemm_kq::f16_act_halves(k, ncols) * 2));
         CK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dres, res.data(), res.size() * 4, cudaMemcpyHostToDevice));
         gemm_kq::convert_act_f16(act_floats(dx, k), act, k, ncols, np, nullptr);
-        // the activations, half for half at q6k_f16_act_index (padded columns zero)
-        std::vector<uint16_t> ah(gemm_kq::q6k_f16_act_halves(k, ncols));
+        // the activations, half for half at f16_act_index (padded columns zero)
+        std::vector<uint16_t> ah(gemm_kq::f16_act_halves(k, ncols));
         CK(cudaMemcpy(ah.data(), act, ah.size() * 2, cudaMemcpyDeviceToHost));
         bool act_ok = true;
         for (int col = 0; col < np; ++col) {
             for (int v = 0; v < k; ++v) {
                 const uint16_t want = col < ncols ? float_to_half(x[(size_t)col * k + v]) : 0;
-                act_ok &= ah[gemm_kq::q6k_f16_act_index(v / 256, v % 256, col, np)] == want;
+                act_ok &= ah[gemm_kq::f16_act_index(v / 256, v % 256, col, np)] == want;
             }
         }
         const int tiles = (rows + gemm_kq::kWgRows - 1) / gemm_kq::kWgRows;
         const gemm_kq::WgSplit split = slots > 0 ? gemm_kq::wg_split_plan(tiles, nb, slots) : gemm_kq::WgSplit{};
-        CK(cudaMalloc(&partials, std::max<size_t>(1, gemm_kq::q6k_wgmma_split_floats(split, ncols)) * 4));
+        CK(cudaMalloc(&partials, std::max<size_t>(1, gemm_kq::f16_wgmma_split_floats(split, ncols)) * 4));
         for (int form = 0; form < 4; ++form) {  // 0: 3 stages, 1: 4 stages, 2: 2 warpgroups, 3: residual
             CK(cudaMemset(dst, 0, res.size() * 4));
             bool ran = false;
             switch (form) {
                 case 0:
-                    ran = gemm_kq::launch_q6k_wgmma<3>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr, nullptr,
-                                                       0, split, partials);
+                    ran = gemm_kq::launch_f16_wgmma<F, 3>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr,
+                                                          nullptr, 0, split, partials);
                     break;
                 case 1:
-                    ran = gemm_kq::launch_q6k_wgmma<4>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr);
+                    ran = gemm_kq::launch_f16_wgmma<F, 4>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr);
                     break;
                 case 2:
-                    ran = gemm_kq::launch_q6k_wgmma<3, 2>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr);
+                    ran = gemm_kq::launch_f16_wgmma<F, 3, 2>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr);
                     break;
                 default:
-                    ran = gemm_kq::launch_q6k_wgmma<3>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr, dres,
-                                                       rows, split, partials);
+                    ran = gemm_kq::launch_f16_wgmma<F, 3>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr, dres,
+                                                          rows, split, partials);
             }
             CK(cudaDeviceSynchronize());
             std::vector<float> got(res.size());
@@ -1558,9 +1577,9 @@ void check_q6k_wgmma(int rows, int k, std::mt19937 & gen, std::initializer_list<
                 err = std::fmax(err, std::fabs(base - ref[i]));
             }
             std::printf(
-                "{\"check_q6k_wgmma\": \"q6_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"form\": %d, \"pieces\": %d, "
+                "{\"check_f16_wgmma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"form\": %d, \"pieces\": %d, "
                 "\"ran\": %s, \"act_ok\": %s, \"rel_err_ops\": %.3g, \"rel_err\": %.3g, \"ok\": %s}\n",
-                rows, k, ncols, form, split.pieces, ran ? "true" : "false", act_ok ? "true" : "false",
+                type_name(t), rows, k, ncols, form, split.pieces, ran ? "true" : "false", act_ok ? "true" : "false",
                 err_ops / ref_max, err / ref_max,
                 ran && act_ok && err_ops / ref_max <= 1e-5 && err / ref_max <= 2e-3 ? "true" : "false");
         }
@@ -1574,13 +1593,15 @@ void check_q6k_wgmma(int rows, int k, std::mt19937 & gen, std::initializer_list<
 }
 
 #if !defined(DFLASH_CUDA_EMU)
-// The Q6_K f16 wgmma GEMM against the engine's mma.sync form (code 2) on the 27B's Q6_K matrices,
+// The f16 wgmma GEMM against the engine's int8 forms (mma.sync code 2 for Q6_K; for Q4_K code 102
+// and the int8 wgmma form, the engine's above 32 columns on tall matrices) on the 27B's matrices,
 // us a launch (weights cycled through copies past the L2), and each form's activation kernel.
-void bench_q6k_wgmma(const char * name, int rows, int k, std::mt19937 & gen, int nsm) {
-    const int64_t row_bytes = (int64_t)(k / 256) * 210;
+template <typename F>
+void bench_f16_wgmma(const char * name, W t, int rows, int k, std::mt19937 & gen, int nsm) {
+    const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
     const size_t bytes = (size_t)rows * row_bytes;
     const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
-    char * dw = weight_copies(W::q6_K, rows, k, bytes, copies, gen);
+    char * dw = weight_copies(t, rows, k, bytes, copies, gen);
     float * partials = nullptr;
     CK(cudaMalloc(&partials, (size_t)1024 * 64 * 64 * 8 * 4));
     for (int ncols : {16, 24, 32, 48, 64}) {
@@ -1588,7 +1609,7 @@ void bench_q6k_wgmma(const char * name, int rows, int k, std::mt19937 & gen, int
         b.alloc(k, ncols, rows);
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
         __half * act = nullptr;
-        CK(cudaMalloc(&act, gemm_kq::q6k_f16_act_halves(k, ncols) * 2));
+        CK(cudaMalloc(&act, gemm_kq::f16_act_halves(k, ncols) * 2));
         const int np = gemm_kq::wg_padded_columns(ncols);
         const int reps = 5;
         auto timed = [&](auto && once) {
@@ -1599,38 +1620,50 @@ void bench_q6k_wgmma(const char * name, int rows, int k, std::mt19937 & gen, int
                 }
             });
         };
-        const double us_quant = timed([&](int) { b.quantize(W::q6_K, k, ncols); });
+        const double us_quant = timed([&](int) { b.quantize(t, k, ncols); });
         const double us_conv =
             timed([&](int) { gemm_kq::convert_act_f16(act_floats(b.x, k), act, k, ncols, np, nullptr); });
-        b.quantize(W::q6_K, k, ncols);
+        b.quantize(t, k, ncols);
         gemm_kq::convert_act_f16(act_floats(b.x, k), act, k, ncols, np, nullptr);
-        const double us_mma = timed([&](int c) { run_mma(W::q6_K, 2, dw + bytes * c, b, rows, k, row_bytes, ncols); });
+        const double us_mma =
+            timed([&](int c) { run_mma(t, t == W::q6_K ? 2 : 102, dw + bytes * c, b, rows, k, row_bytes, ncols); });
+        double us_int8_wgmma = 0;
+        if (t == W::q4_K) {
+            gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
+            const auto sp = gemm_kq::wgmma_split_for<4, 1, 1, gemm_kq::kWgEarly>(rows, k, ncols, nsm);
+            us_int8_wgmma = timed([&](int c) {
+                gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgEarly>(dw + bytes * c, b.yq, b.yd, b.ysum, b.dst, rows,
+                                                                      k, row_bytes, ncols, rows, nullptr, 128, 256, sp,
+                                                                      partials);
+            });
+        }
         // forms: stages / warpgroups / split
-        const auto sp3 = gemm_kq::q6k_wgmma_split_for<3, 1, 1>(rows, k, ncols, nsm);
-        const auto sp4 = gemm_kq::q6k_wgmma_split_for<4, 1, 1>(rows, k, ncols, nsm);
-        const auto sp3w2 = gemm_kq::q6k_wgmma_split_for<3, 2, 1>(rows, k, ncols, nsm);
+        const auto sp3 = gemm_kq::f16_wgmma_split_for<F, 3, 1, 1>(rows, k, ncols, nsm);
+        const auto sp4 = gemm_kq::f16_wgmma_split_for<F, 4, 1, 1>(rows, k, ncols, nsm);
+        const auto sp3w2 = gemm_kq::f16_wgmma_split_for<F, 3, 2, 1>(rows, k, ncols, nsm);
         const double us_s3 = timed([&](int c) {
-            gemm_kq::launch_q6k_wgmma<3>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
+            gemm_kq::launch_f16_wgmma<F, 3>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
         });
         const double us_s3_split = timed([&](int c) {
-            gemm_kq::launch_q6k_wgmma<3>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr, nullptr,
-                                         0, sp3, partials);
+            gemm_kq::launch_f16_wgmma<F, 3>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
+                                            nullptr, 0, sp3, partials);
         });
         const double us_s4_split = timed([&](int c) {
-            gemm_kq::launch_q6k_wgmma<4>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr, nullptr,
-                                         0, sp4, partials);
+            gemm_kq::launch_f16_wgmma<F, 4>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
+                                            nullptr, 0, sp4, partials);
         });
         const double us_w2_split = timed([&](int c) {
-            gemm_kq::launch_q6k_wgmma<3, 2>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
-                                            nullptr, 0, sp3w2, partials);
+            gemm_kq::launch_f16_wgmma<F, 3, 2>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
+                                               nullptr, 0, sp3w2, partials);
         });
         std::printf(
-            "{\"bench_q6k_wgmma\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"us_mma_code2\": %.2f, "
-            "\"us_wg_s3\": %.2f, \"us_wg_s3_split\": %.2f, \"pieces_s3\": %d, \"us_wg_s4_split\": %.2f, "
-            "\"us_wg_2wg_split\": %.2f, \"pieces_2wg\": %d, \"us_quantize_int8\": %.2f, \"us_convert_f16\": %.2f, "
-            "\"GBps_best_wg\": %.0f}\n",
-            name, rows, k, ncols, us_mma, us_s3, us_s3_split, sp3.pieces, us_s4_split, us_w2_split, sp3w2.pieces,
-            us_quant, us_conv, bytes / std::min({us_s3, us_s3_split, us_s4_split, us_w2_split}) / 1e3);
+            "{\"bench_f16_wgmma\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"us_mma\": %.2f, "
+            "\"us_int8_wgmma\": %.2f, \"us_wg_s3\": %.2f, \"us_wg_s3_split\": %.2f, \"pieces_s3\": %d, "
+            "\"us_wg_s4_split\": %.2f, \"us_wg_2wg_split\": %.2f, \"pieces_2wg\": %d, \"us_quantize_int8\": %.2f, "
+            "\"us_convert_f16\": %.2f, \"GBps_best_wg\": %.0f}\n",
+            name, type_name(t), rows, k, ncols, us_mma, us_int8_wgmma, us_s3, us_s3_split, sp3.pieces, us_s4_split,
+            us_w2_split, sp3w2.pieces, us_quant, us_conv,
+            bytes / std::min({us_s3, us_s3_split, us_s4_split, us_w2_split}) / 1e3);
         CK(cudaGetLastError());
         cudaFree(act);
         b.free_all();
@@ -1904,10 +1937,13 @@ int main(int argc, char ** argv) {
         check_wgmma(70, 256, gen, {9, 64});  // one super-block: the pipelined loop's shortest
         check_wgmma_split(300, 2304, 2,
                           gen);  // 5 tiles over 2 slots: 4 whole, the last (20 rows short) in pieces of 4 and 5
-        check_wgmma_split(64 * 7, 3072, 3, gen);       // 7 over 3: 6 whole, the last in 3 pieces of 4
-        check_wgmma_split(130, 3072, 7, gen);          // 3 over 7 (a short matrix): every tile in 2 pieces of 6
-        check_q6k_wgmma(70, 768, gen, {9, 64});        // 2 row tiles, the second 58 short; 3 super-blocks
-        check_q6k_wgmma(130, 2304, gen, {16, 40}, 2);  // 3 tiles over 2 slots: the last in pieces (4, 5)
+        check_wgmma_split(64 * 7, 3072, 3, gen);  // 7 over 3: 6 whole, the last in 3 pieces of 4
+        check_wgmma_split(130, 3072, 7, gen);     // 3 over 7 (a short matrix): every tile in 2 pieces of 6
+        // 2 row tiles, the second 58 short; 3 super-blocks; then 3 tiles over 2 slots: the last in pieces (4, 5)
+        check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 70, 768, gen, {9, 64});
+        check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 130, 2304, gen, {16, 40}, 2);
+        check_f16_wgmma<gemm_kq::F16Q4K>(W::q4_K, 70, 768, gen, {9, 64});
+        check_f16_wgmma<gemm_kq::F16Q4K>(W::q4_K, 130, 2304, gen, {40}, 2);
         check_quantize_bytes(gen);
         check_swiglu_source(gen);
         check_rms_norm_source(gen);
@@ -2006,13 +2042,19 @@ int main(int argc, char ** argv) {
         for (const Shape & m : shapes) bench_wgmma(m.name, m.rows, m.k, gen);
     }
 #ifndef DFLASH_CUDA_EMU
-    if (what == "q6wg") {  // the Q6_K f16 wgmma GEMM: checked, then timed against the mma.sync form
-        check_q6k_wgmma(130, 5120, gen, {16, 24, 40, 64});
-        check_q6k_wgmma(200, 17408, gen, {32, 64}, 3);
+    if (what == "q6wg") {  // the f16 wgmma GEMM (Q6_K, Q4_K): checked, then timed against the int8 forms
+        check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 130, 5120, gen, {16, 24, 40, 64});
+        check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 200, 17408, gen, {32, 64}, 3);
+        check_f16_wgmma<gemm_kq::F16Q4K>(W::q4_K, 130, 5120, gen, {16, 40, 64});
         int nsm = 0;
         CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
-        for (const Shape & m : q6_shapes) bench_q6k_wgmma(m.name, m.rows, m.k, gen, nsm);
-        bench_q6k_wgmma("attn_v", 1024, 5120, gen, nsm);
+        for (const Shape & m : q6_shapes) bench_f16_wgmma<gemm_kq::F16Q6K>(m.name, m.t, m.rows, m.k, gen, nsm);
+        bench_f16_wgmma<gemm_kq::F16Q6K>("attn_v", W::q6_K, 1024, 5120, gen, nsm);
+        const std::vector<Shape> q4 = {{"ffn_gate_up", W::q4_K, 34816, 5120},
+                                       {"gdn_in", W::q4_K, 16480, 5120},
+                                       {"ffn_down", W::q4_K, 5120, 17408},
+                                       {"ssm_out", W::q4_K, 5120, 6144}};
+        for (const Shape & m : q4) bench_f16_wgmma<gemm_kq::F16Q4K>(m.name, m.t, m.rows, m.k, gen, nsm);
     }
 #endif
     if (what == "profile_wgmma") {  // one launch of 102 and of the wgmma form, [gate; up] at 16 and 64 columns

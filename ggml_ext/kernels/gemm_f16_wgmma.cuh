@@ -1,31 +1,34 @@
-// ggml_ext's Q6_K GEMM through Hopper's f16 warpgroup products (wgmma m64nNk16, sm_90a), for 16..64
-// activation columns.
+// ggml_ext's Q6_K and Q4_K GEMM through Hopper's f16 warpgroup products (wgmma m64nNk16, sm_90a),
+// for 16..64 activation columns.
 //
-// Why f16: a Q6_K weight is d * sc * (q - 32) with an int8 scale sc per 16 values. The int8 forms
-// (gemm_kquant_mma_impl.cuh's Q6K) sum each 16-value group in int32 and then multiply it by sc: 4
-// integer multiply-adds (a half-rate pipe) per m16n8k16 mma, which is what bounds them (ncu on the
-// H100, session 33: ALU 41% busy, tensor 6.5%), and sc * (q - 32) (up to 4064) fits no 8-bit
-// operand, so the scale cannot go into the weights (Q4_K's wgmma form splits its 6-bit scale in
-// two u8 operands; Q6_K's 8-bit one would take four). In f16 it can: each weight operand is
-// half(d * sc) * half(q - 32), rounded once (|q - 32| <= 32 is exact; ggml's dequantize-to-f16 path
-// rounds d * sc * (q - 32) once), the activations are f16 (ggml's cuBLAS path), and the f32
-// accumulators run over all of K: no integer step, no float step per super-block, no wait for
-// the tensor cores but the one before an operand register is reused.
+// Why f16: a K-quant weight is d * sc * q (- dmin * m for Q4_K) with a small-integer scale per 16
+// (Q6_K, int8) or 32 (Q4_K, 6 bits) values. The int8 forms sum each group in int32 and then
+// multiply the sum by its scale: Q6_K's mma.sync form (gemm_kquant_mma_impl.cuh's Q6K) pays 4
+// integer multiply-adds (a half-rate pipe) per m16n8k16 mma, which is what bounds it (ncu on the
+// H100, session 33: ALU 41% busy, tensor 6.5%), since sc * (q - 32) (up to 4064) fits no 8-bit
+// operand; Q4_K's wgmma form (gemm_q4k_wgmma.cuh) splits its 6-bit scale into two u8 operands (two
+// wgmmas a sub-block) and still takes a float step per super-block for d, dmin and the min term.
+// In f16 the scales go into the weights: each operand is half(d * sc) * (q - 32) (Q6_K) or
+// half(d * sc) * q + half(-dmin * m) (Q4_K, one fma), rounded once (q is exact; ggml's
+// dequantize-to-f16 path rounds d * sc * q - dmin * m once), the activations are f16 (ggml's cuBLAS
+// path), and the f32 accumulators run over all of K: no integer step, no float step per
+// super-block, no wait for the tensor cores but the one before an operand register is reused.
 //
 // A block is WG warpgroups of 64 rows each (one copy of the activations for all). Per super-block
-// it stages the rows' 210-byte blocks (14 aligned 16-byte chunks a row: rows are 2-byte aligned)
-// and every column's 256 f16 activations with cp.async; each warp builds its 16 rows' A operands
-// for 4 of the 16 groups at a time (a chunk) and issues their 4 wgmmas as one commit group, then
-// waits for the chunk before (wait_group 1): the operand registers alternate between two sets, so
-// the tensor cores run while the next chunk is built. A stage is refilled 2 super-blocks after it
-// was read (kAhead = S - 2): by the barrier of super-block i every warp has waited for all of
-// super-block i - 2's wgmmas.
+// it stages the rows' blocks (Q6_K's 210 bytes are 2-byte aligned: 14 aligned 16-byte chunks a
+// row, the block at its address's offset; Q4_K's 144 are 9 chunks) and every column's 256 f16
+// activations with cp.async; each warp builds its 16 rows' A operands for 4 of the 16 groups of 16
+// values at a time (a chunk) and issues their 4 wgmmas as one commit group, then waits for the
+// chunk before (wait_group 1): the operand registers alternate between two sets, so the tensor
+// cores run while the next chunk is built. A stage is refilled 2 super-blocks after it was read
+// (kAhead = S - 2): by the barrier of super-block i every warp has waited for all of super-block
+// i - 2's wgmmas.
 //
-// Activations (ActLayout-free: f16, their own layout, q6k_f16_act_index): per super-block kb and
-// group s a tile of N columns x 16 halves in core matrices of 8 columns x 8 halves (16 bytes);
-// core matrix (kk, nn) at nn * 256 + kk * 128, so a wgmma's B descriptor has LBO 128 and SBO 256
-// (K-major, no swizzle), as the Q4_K form's. The k order is permuted as the weights' (thread t
-// holds a group's values 4t..4t+3, the bytes the int8 form reads): hardware k 2t, 2t + 1, 8 + 2t,
+// Activations (f16, their own layout, f16_act_index): per super-block kb and group s a tile of N
+// columns x 16 halves in core matrices of 8 columns x 8 halves (16 bytes); core matrix (kk, nn) at
+// nn * 256 + kk * 128, so a wgmma's B descriptor has LBO 128 and SBO 256 (K-major, no swizzle), as
+// the Q4_K int8 form's. The k order is permuted as the weights' (thread t holds a group's values
+// 4t..4t+3, 4 contiguous bytes of Q6_K's ql and Q4_K's nibbles): hardware k 2t, 2t + 1, 8 + 2t,
 // 9 + 2t hold values 4t..4t+3.
 #pragma once
 
@@ -33,23 +36,20 @@
 
 namespace gemm_kq {
 
-constexpr int kQ6Bytes = 210;
-constexpr int kQ6Chunks = 14;  // aligned 16-byte chunks that hold a 2-byte aligned 210-byte block
-
 // Hardware k (0..15) of value v (0..15) of a group: value 4t + i at 2t + i (i < 2), 8 + 2t + i - 2.
-__host__ __device__ __forceinline__ int q6f16_k_of_value(int v) {
+__host__ __device__ __forceinline__ int f16_k_of_value(int v) {
     const int t = v >> 2, i = v & 3;
     return i < 2 ? 2 * t + i : 8 + 2 * t + (i - 2);
 }
 
 // Half index of value v (0..255) of super-block kb, column col, in the f16 activations of np columns.
-__host__ __device__ __forceinline__ int64_t q6k_f16_act_index(int kb, int v, int col, int np) {
-    const int s = v >> 4, p = q6f16_k_of_value(v & 15);
+__host__ __device__ __forceinline__ int64_t f16_act_index(int kb, int v, int col, int np) {
+    const int s = v >> 4, p = f16_k_of_value(v & 15);
     return (int64_t)kb * np * kQk + (int64_t)s * np * 16 + (col >> 3) * 128 + (p >> 3) * 64 + (col & 7) * 8 + (p & 7);
 }
 
 // Activations for the kernel below: value v of column col of x (ActSource, every form the int8
-// quantizer takes), as an f16 (round to nearest), at q6k_f16_act_index; columns ncols..np - 1 zero.
+// quantizer takes), as an f16 (round to nearest), at f16_act_index; columns ncols..np - 1 zero.
 // A block of 256 threads a super-block of a column, a value a thread (quantize_act_k_kernel's V = 1
 // order, so the head norm's and RMSNorm's scales are summed as there).
 template <SrcForm kSrc>
@@ -72,7 +72,7 @@ static __global__ void __launch_bounds__(kQk)
             v = x(col, vi, scale);
         }
     }
-    out[q6k_f16_act_index(kb, r, col, np)] = __float2half_rn(v);
+    out[f16_act_index(kb, r, col, np)] = __float2half_rn(v);
 }
 
 inline void convert_act_f16(const ActSource & x, __half * out, int k, int ncols, int np, cudaStream_t stream) {
@@ -175,16 +175,10 @@ __device__ __forceinline__ void wg_pin_f(float (&d)[n]) {
     }
 }
 
-// A stage: the block's rows' Q6_K blocks (kQ6Chunks chunks a row, the block at its address's
-// offset in 16 bytes), then the super-block's f16 activations of N columns.
-template <int N, int WG>
-struct Q6WgPlan {
-    static constexpr int kWBytes = WG * kWgRows * kQ6Chunks * 16;
-    static constexpr int kBBytes = N * kQk * 2;
-    static constexpr int kStageBytes = kWBytes + kBBytes;
-};
-
-// Group s's f16 A operand of this lane's rows (r0: row g, r1: row g + 8): a0 / a1 values 4t, 4t + 1
+// The weight formats: a super-block's bytes, the aligned 16-byte chunks staged a row (kAligned:
+// rows 16-byte aligned, the block at the start of its chunks), a lane's data of a row (Row, loaded
+// from the stage), and group s's A operand of rows g and g + 8 (operand).
+// Q6_K: group s's f16 A operand of this lane's rows (r0: row g, r1: row g + 8): a0 / a1 values 4t, 4t + 1
 // of rows g / g + 8, a2 / a3 values 4t + 2, 4t + 3; each half(d * sc) * (q - 32).
 __device__ __forceinline__ void q6_f16_operand(const Q6KRow & r0, const Q6KRow & r1, const uint32_t s0,
                                                const uint32_t s1, int s, uint32_t (&a)[4]) {
@@ -211,16 +205,82 @@ __device__ __forceinline__ uint32_t q6_scale_half2(const Q6KRow & r, int s) {
     return *reinterpret_cast<const uint32_t *>(&h);
 }
 
-// N: padded columns (16, 24, 32, 48, 64); S: stages (3 or more); WG: warpgroups a block. The tail
-// split (WgSplit) as the Q4_K form's. kRes: res (stride_col_res floats a column) is added to each
-// output as it is written (a fused residual add).
-template <int N, int S, int WG, bool kRes>
-__device__ __forceinline__ void q6k_wgmma_body(const char * __restrict__ w, const __half * act,
+struct F16Q6K {
+    static constexpr int kBytes = 210, kChunks = 14;  // 14 chunks hold a 2-byte aligned block
+    static constexpr bool kAligned = false;
+    using Row = Q6KRow;
+    static __device__ __forceinline__ Row load(const char * blk, int t) { return load_q6_k_row<true>(blk, t); }
+    static __device__ __forceinline__ void operand(const Row & r0, const Row & r1, int s, int, uint32_t (&a)[4]) {
+        q6_f16_operand(r0, r1, q6_scale_half2(r0, s), q6_scale_half2(r1, s), s, a);
+    }
+};
+
+// Q4_K: d, dmin (half2), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles (sub-blocks 2c
+// and 2c + 1 in the low and high nibbles of bytes 32c..32c+31). Group s = 2j + u is values 16u..
+// 16u+15 of sub-block j: lane t's 4 are the nibbles of bytes 32 (j / 2) + 16u + 4t..+3.
+struct F16Q4KRow {
+    uint32_t q[4][2];  // [c][u]: bytes 16 + 32c + 16u + 4t..+3
+    uint32_t s0, s1, s2;
+    float d, dmin;
+};
+
+struct F16Q4K {
+    static constexpr int kBytes = 144, kChunks = 9;
+    static constexpr bool kAligned = true;
+    using Row = F16Q4KRow;
+    static __device__ __forceinline__ Row load(const char * blk, int t) {
+        Row r;
+        const uint4 h = *reinterpret_cast<const uint4 *>(blk);
+        const float2 dm = __half22float2(*reinterpret_cast<const half2 *>(&h.x));
+        r.d = dm.x, r.dmin = dm.y, r.s0 = h.y, r.s1 = h.z, r.s2 = h.w;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+#pragma unroll
+            for (int u = 0; u < 2; ++u)
+                r.q[c][u] = *reinterpret_cast<const uint32_t *>(blk + 16 + 32 * c + 16 * u + 4 * t);
+        }
+        return r;
+    }
+    // half(d * sc) * q + half(-dmin * m), one fma (q in 0..15 exact: 1024 + q under the 0x64 byte, less 1024)
+    static __device__ __forceinline__ void operand(const Row & r0, const Row & r1, int s, int, uint32_t (&a)[4]) {
+        const int j = s >> 1, u = s & 1;
+        const half2 bias = __floats2half2_rn(1024.0f, 1024.0f);
+        auto values = [&](const Row & r, uint32_t & lo, uint32_t & hi) {
+            int sc, mn;
+            scale_min(r.s0, r.s1, r.s2, j, sc, mn);
+            const half2 s2 = __floats2half2_rn(r.d * (float)sc, r.d * (float)sc);
+            const half2 m2 = __floats2half2_rn(-r.dmin * (float)mn, -r.dmin * (float)mn);
+            const uint32_t nib = (r.q[j >> 1][u] >> (4 * (j & 1))) & 0x0F0F0F0Fu;
+            const uint32_t b01 = __byte_perm(nib, 0x64646464u, 0x4140u), b23 = __byte_perm(nib, 0x64646464u, 0x4342u);
+            const half2 w01 = __hfma2(__hsub2(*reinterpret_cast<const half2 *>(&b01), bias), s2, m2);
+            const half2 w23 = __hfma2(__hsub2(*reinterpret_cast<const half2 *>(&b23), bias), s2, m2);
+            lo = *reinterpret_cast<const uint32_t *>(&w01);
+            hi = *reinterpret_cast<const uint32_t *>(&w23);
+        };
+        values(r0, a[0], a[2]);
+        values(r1, a[1], a[3]);
+    }
+};
+
+// A stage: the block's rows' blocks (F::kChunks chunks a row), then the super-block's f16
+// activations of N columns.
+template <typename F, int N, int WG>
+struct F16WgPlan {
+    static constexpr int kWBytes = WG * kWgRows * F::kChunks * 16;
+    static constexpr int kBBytes = N * kQk * 2;
+    static constexpr int kStageBytes = kWBytes + kBBytes;
+};
+
+// F: the weight format (F16Q6K, F16Q4K); N: padded columns (16, 24, 32, 48, 64); S: stages (3 or
+// more); WG: warpgroups a block. The tail split (WgSplit) as the Q4_K int8 form's. kRes: res
+// (stride_col_res floats a column) is added to each output as it is written (a fused residual add).
+template <typename F, int N, int S, int WG, bool kRes>
+__device__ __forceinline__ void f16_wgmma_body(const char * __restrict__ w, const __half * act,
                                                float * __restrict__ dst, const int nrows, const int nblocks,
                                                const int64_t row_bytes, const int ncols, const int stride_col_dst,
                                                const float * res, const int stride_col_res, const int full_tiles,
                                                const int pieces, float * partials) {
-    using P = Q6WgPlan<N, WG>;
+    using P = F16WgPlan<F, N, WG>;
     constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows, NT = N / 8;
     constexpr int kAhead = S - 2;
     static_assert(kAhead >= 1, "a stage is refilled two super-blocks after it was read: 3 stages at least");
@@ -237,14 +297,14 @@ __device__ __forceinline__ void q6k_wgmma_body(const char * __restrict__ w, cons
     const int nkb = kb_end - kb_begin;
     const int row_base = tile * kBlockRows;
     const int wrow = 64 * (warp >> 2) + 16 * (warp & 3);  // the warp's first row in the block
-    // This thread's copies of a stage's weights: chunk c = tid + kThreads i (row c / 14, chunk c % 14)
-    // from the row's block aligned down to 16 bytes; the row's address at super-block 0, once.
-    constexpr int kWTotal = kBlockRows * kQ6Chunks, kWCopies = (kWTotal + kThreads - 1) / kThreads;
+    // This thread's copies of a stage's weights: chunk c = tid + kThreads i (row c / kChunks, chunk
+    // c % kChunks) from the row's block (aligned down to 16 bytes); the row's address, once.
+    constexpr int kWTotal = kBlockRows * F::kChunks, kWCopies = (kWTotal + kThreads - 1) / kThreads;
     const char * wrow_at[kWCopies];
 #pragma unroll
     for (int i = 0; i < kWCopies; ++i) {
         const int c = min(tid + i * kThreads, kWTotal - 1);
-        wrow_at[i] = w + (int64_t)min(row_base + c / kQ6Chunks, nrows - 1) * row_bytes;
+        wrow_at[i] = w + (int64_t)min(row_base + c / F::kChunks, nrows - 1) * row_bytes;
     }
     auto stage_in = [&](int s, int kb) {
         char * st = smem + s * P::kStageBytes;
@@ -252,8 +312,9 @@ __device__ __forceinline__ void q6k_wgmma_body(const char * __restrict__ w, cons
         for (int i = 0; i < kWCopies; ++i) {
             const int c = tid + i * kThreads;
             if (kWTotal % kThreads == 0 || c < kWTotal) {
-                const int ch = c % kQ6Chunks;  // stage byte 16 c: row c / 14's chunk ch
-                cp_async_16(st + 16 * c, align16_down(wrow_at[i] + (int64_t)kb * kQ6Bytes) + 16 * ch);
+                const int ch = c % F::kChunks;  // stage byte 16 c: row c / kChunks's chunk ch
+                const char * blk = wrow_at[i] + (int64_t)kb * F::kBytes;
+                cp_async_16(st + 16 * c, (F::kAligned ? blk : align16_down(blk)) + 16 * ch);
             }
         }
         const char * src = reinterpret_cast<const char *>(act) + (int64_t)kb * P::kBBytes;
@@ -287,10 +348,11 @@ __device__ __forceinline__ void q6k_wgmma_body(const char * __restrict__ w, cons
         if (i + kAhead < nkb) stage_in((i + kAhead) % S, kb + kAhead);
         cp_async_commit();
         const char * st = smem + (i % S) * P::kStageBytes;
-        const Q6KRow r0 =
-            load_q6_k_row<true>(st + (wrow + g) * kQ6Chunks * 16 + offset_in16(row0 + (int64_t)kb * kQ6Bytes), t);
-        const Q6KRow r1 =
-            load_q6_k_row<true>(st + (wrow + g + 8) * kQ6Chunks * 16 + offset_in16(row1 + (int64_t)kb * kQ6Bytes), t);
+        auto in_stage = [&](int r, const char * row) {  // row r's block in the stage
+            return st + r * F::kChunks * 16 + (F::kAligned ? 0 : offset_in16(row + (int64_t)kb * F::kBytes));
+        };
+        const typename F::Row r0 = F::load(in_stage(wrow + g, row0), t);
+        const typename F::Row r1 = F::load(in_stage(wrow + g + 8, row1), t);
         const char * b = st + P::kWBytes;
 #pragma unroll
         for (int c = 0; c < 4; ++c, ++chunk) {
@@ -298,7 +360,7 @@ __device__ __forceinline__ void q6k_wgmma_body(const char * __restrict__ w, cons
 #pragma unroll
             for (int m = 0; m < 4; ++m) {
                 const int s = 4 * c + m;
-                q6_f16_operand(r0, r1, q6_scale_half2(r0, s), q6_scale_half2(r1, s), s, ac[m]);
+                F::operand(r0, r1, s, t, ac[m]);
             }
             wg_fence();
 #pragma unroll
@@ -354,47 +416,46 @@ __device__ __forceinline__ void q6k_wgmma_body(const char * __restrict__ w, cons
     }
 }
 
-template <int N, int S, int WG, int MB, bool kRes>
+template <typename F, int N, int S, int WG, int MB, bool kRes>
 __global__ void __launch_bounds__(128 * WG, MB)
-    gemm_q6k_wgmma_kernel(const char * __restrict__ w, const __half * act, float * __restrict__ dst, const int nrows,
+    gemm_f16_wgmma_kernel(const char * __restrict__ w, const __half * act, float * __restrict__ dst, const int nrows,
                           const int nblocks, const int64_t row_bytes, const int ncols, const int stride_col_dst,
                           const float * res, const int stride_col_res, const int full_tiles, const int pieces,
                           float * partials) {
 #if defined(DFLASH_WGMMA)
-    q6k_wgmma_body<N, S, WG, kRes>(w, act, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, res, stride_col_res,
-                                   full_tiles, pieces, partials);
+    f16_wgmma_body<F, N, S, WG, kRes>(w, act, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, res,
+                                      stride_col_res, full_tiles, pieces, partials);
 #else
     NO_DEVICE_CODE;
 #endif
 }
 
-using Q6WgKernel = void (*)(const char *, const __half *, float *, int, int, int64_t, int, int, const float *, int, int,
-                            int, float *);
+using F16WgKernel = void (*)(const char *, const __half *, float *, int, int, int64_t, int, int, const float *, int,
+                             int, int, float *);
 
 // The instance for N padded columns, its dynamic shared memory opted in once; null when that failed.
-template <int S, int WG, int MB, int N, bool kRes>
-Q6WgKernel q6k_wgmma_kernel_ready() {
-    constexpr int kBytes = S * Q6WgPlan<N, WG>::kStageBytes;
-    Q6WgKernel kernel = gemm_q6k_wgmma_kernel<N, S, WG, MB, kRes>;
+template <typename F, int S, int WG, int MB, int N, bool kRes>
+F16WgKernel f16_wgmma_kernel_ready() {
+    constexpr int kBytes = S * F16WgPlan<F, N, WG>::kStageBytes;
+    F16WgKernel kernel = gemm_f16_wgmma_kernel<F, N, S, WG, MB, kRes>;
     static const bool ok =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) == cudaSuccess;
     return ok ? kernel : nullptr;
 }
 
-// The engine's instance: 3 stages of one warpgroup (64 rows) at 24..64 columns: 3 x 47 KB at 64
-// (one block a multiprocessor on the H100's 227 KB... two at 32 columns and fewer); 4 at 16.
-constexpr int kQ6WgStages = 3;
+// The engine's instance: 3 stages of one warpgroup (64 rows). Q6_K at 64 columns: 3 x 46 KB.
+constexpr int kF16WgStages = 3;
 
 // The tail split of a launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit).
-template <int S = kQ6WgStages, int WG = 1, int MB = 1>
-WgSplit q6k_wgmma_split_for(int nrows, int k, int ncols, int nsm) {
+template <typename F, int S = kF16WgStages, int WG = 1, int MB = 1>
+WgSplit f16_wgmma_split_for(int nrows, int k, int ncols, int nsm) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         static const int per_sm = [] {
             int b = 0;
-            auto kernel = q6k_wgmma_kernel_ready<S, WG, MB, N, false>();
+            auto kernel = f16_wgmma_kernel_ready<F, S, WG, MB, N, false>();
             if (!kernel || cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                               &b, kernel, 128 * WG, S * Q6WgPlan<N, WG>::kStageBytes) != cudaSuccess) {
+                               &b, kernel, 128 * WG, S * F16WgPlan<F, N, WG>::kStageBytes) != cudaSuccess) {
                 (void)cudaGetLastError();
                 return 0;
             }
@@ -406,27 +467,27 @@ WgSplit q6k_wgmma_split_for(int nrows, int k, int ncols, int nsm) {
 
 // Floats of the pieces' sums a split needs (partials).
 template <int WG = 1>
-inline size_t q6k_wgmma_split_floats(const WgSplit & sp, int ncols) {
+inline size_t f16_wgmma_split_floats(const WgSplit & sp, int ncols) {
     return sp.pieces > 1 ? (size_t)sp.tail * sp.pieces * WG * kWgRows * wg_padded_columns(ncols) : 0;
 }
 
 // Halves of f16 activations for ncols columns of k values (wg_padded_columns(ncols) columns).
-inline size_t q6k_f16_act_halves(int k, int ncols) { return (size_t)wg_padded_columns(ncols) * k; }
+inline size_t f16_act_halves(int k, int ncols) { return (size_t)wg_padded_columns(ncols) * k; }
 
 // Whether the engine's instance for ncols columns (with a residual or not) can run here (its opt-in).
-template <int S = kQ6WgStages, int WG = 1, int MB = 1>
-bool q6k_wgmma_ready(int ncols, bool with_res) {
+template <typename F, int S = kF16WgStages, int WG = 1, int MB = 1>
+bool f16_wgmma_ready(int ncols, bool with_res) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
-        return with_res ? q6k_wgmma_kernel_ready<S, WG, MB, N, true>() != nullptr
-                        : q6k_wgmma_kernel_ready<S, WG, MB, N, false>() != nullptr;
+        return with_res ? f16_wgmma_kernel_ready<F, S, WG, MB, N, true>() != nullptr
+                        : f16_wgmma_kernel_ready<F, S, WG, MB, N, false>() != nullptr;
     });
 }
 
 // Returns false when the kernel cannot run here (the opt-in failed). act: convert_act_f16's, for
 // wg_padded_columns(ncols) columns. split / partials: a tail split and its floats; by default none.
-template <int S = kQ6WgStages, int WG = 1, int MB = 1>
-bool launch_q6k_wgmma(const char * w, const __half * act, float * dst, int nrows, int k, int64_t row_bytes, int ncols,
+template <typename F, int S = kF16WgStages, int WG = 1, int MB = 1>
+bool launch_f16_wgmma(const char * w, const __half * act, float * dst, int nrows, int k, int64_t row_bytes, int ncols,
                       int stride_col_dst, cudaStream_t stream, const float * res = nullptr, int stride_col_res = 0,
                       WgSplit split = {}, float * partials = nullptr) {
     const int tiles = (nrows + WG * kWgRows - 1) / (WG * kWgRows);
@@ -434,9 +495,9 @@ bool launch_q6k_wgmma(const char * w, const __half * act, float * dst, int nrows
     const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, 4 * WG, 1);
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
-        constexpr int kBytes = S * Q6WgPlan<N, WG>::kStageBytes;
+        constexpr int kBytes = S * F16WgPlan<F, N, WG>::kStageBytes;
         auto go = [&](auto res_tag) {
-            auto kernel = q6k_wgmma_kernel_ready<S, WG, MB, N, decltype(res_tag)::value>();
+            auto kernel = f16_wgmma_kernel_ready<F, S, WG, MB, N, decltype(res_tag)::value>();
             if (!kernel) return false;
             DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
                 w, act, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, res, stride_col_res, split.full_tiles,

@@ -1,0 +1,29 @@
+// The engine's entry to the f16 wgmma GEMM for Q6_K and Q4_K (gemm_f16_wgmma.cuh), in a unit of its
+// own so that its instances compile beside gemm_kquant_mma.cu's, not after them.
+#include "gemm_f16_wgmma.cuh"
+#include "ggml_ext_gemv_cuda.cuh"
+
+bool ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, const char * w, int rows, int k,
+                             int64_t row_bytes, int n, float * out, int sd, const float * res, int sr, int nsm,
+                             ggml_cuda_pool & pool, cudaStream_t stream) {
+#ifdef DFLASH_HAVE_WGMMA
+    auto run = [&](auto f) {
+        using F = decltype(f);
+        auto * a = reinterpret_cast<__half *>(act);
+        // the kernel's opt-in first: when it fails nothing is launched (x not converted)
+        const gemm_kq::WgSplit split = gemm_kq::f16_wgmma_split_for<F>(rows, k, n, nsm);
+        if (!gemm_kq::f16_wgmma_ready<F>(n, res != nullptr)) return false;
+        gemm_kq::convert_act_f16(x, a, k, n, gemm_kq::wg_padded_columns(n), stream);
+        ggml_cuda_pool_alloc<float> partials(pool);
+        if (split.pieces > 1) partials.alloc(gemm_kq::f16_wgmma_split_floats(split, n));
+        return gemm_kq::launch_f16_wgmma<F>(w, a, out, rows, k, row_bytes, n, sd, stream, res, sr, split, partials.ptr);
+    };
+    if (t == GGML_TYPE_Q6_K) return run(gemm_kq::F16Q6K{});
+    if (t == GGML_TYPE_Q4_K) return run(gemm_kq::F16Q4K{});
+    return false;
+#else
+    (void)t, (void)x, (void)act, (void)w, (void)rows, (void)k, (void)row_bytes, (void)n, (void)out, (void)sd;
+    (void)res, (void)sr, (void)nsm, (void)pool, (void)stream;
+    return false;
+#endif
+}
