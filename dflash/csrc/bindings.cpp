@@ -536,6 +536,10 @@ PYBIND11_MODULE(_core, m) {
           "mins folded into f16 weight operands) instead of the int8 forms: 0 off (the default until measured), "
           "2..64 (DFLASH_Q4K_F16)");
     m.def("q4k_f16_from_columns", &ggml_ext::q4k_f16_from_columns);
+    m.def("set_f16_wgmma_all", &ggml_ext::set_f16_wgmma_all, py::arg("on"),
+          "the f16 wgmma GEMM for every matrix of its types, not only long rows (24 super-blocks or more) and the "
+          "output matrix (65536 rows or more) (DFLASH_F16_WGMMA_ALL=1)");
+    m.def("f16_wgmma_all", &ggml_ext::f16_wgmma_all);
     m.def("f16_wgmma_launches", &ggml_ext::f16_wgmma_launches,
           "launches of the f16 wgmma GEMM (Q6_K, Q4_K) so far (tests)");
     m.def("wgmma_split_launches", &ggml_ext::wgmma_split_launches,

@@ -131,6 +131,10 @@ int q6k_wgmma_from_columns();
 void set_q4k_f16_from(int n);
 int q4k_f16_from_columns();
 int64_t f16_wgmma_launches();
+// Which matrices it takes: long rows (24 super-blocks or more) and the output matrix (65536 rows or
+// more) by default; every matrix with DFLASH_F16_WGMMA_ALL=1 (or on).
+void set_f16_wgmma_all(bool on);
+bool f16_wgmma_all();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to fuse_add_max_columns() columns
 // (patches/0008): the residual added as the GEMM writes its outputs, the same float addition as the

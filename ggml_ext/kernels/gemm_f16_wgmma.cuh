@@ -177,88 +177,131 @@ __device__ __forceinline__ void wg_pin_f(float (&d)[n]) {
 
 // The weight formats: a super-block's bytes, the aligned 16-byte chunks staged a row (kAligned:
 // rows 16-byte aligned, the block at the start of its chunks), a lane's data of a row (Row, loaded
-// from the stage), and group s's A operand of rows g and g + 8 (operand).
-// Q6_K: group s's f16 A operand of this lane's rows (r0: row g, r1: row g + 8): a0 / a1 values 4t, 4t + 1
-// of rows g / g + 8, a2 / a3 values 4t + 2, 4t + 3; each half(d * sc) * (q - 32).
-__device__ __forceinline__ void q6_f16_operand(const Q6KRow & r0, const Q6KRow & r1, const uint32_t s0,
-                                               const uint32_t s1, int s, uint32_t (&a)[4]) {
-    const int n = s >> 3, q = (s >> 1) & 3, u = s & 1;
-    const half2 bias = __floats2half2_rn(1056.0f, 1056.0f);  // 1024 (the 0x64 exponent byte) + 32
-    auto values = [&](const Q6KRow & r, uint32_t sc2, uint32_t & lo, uint32_t & hi) {
-        const uint32_t ql = (r.ql[n][q & 1][u] >> (4 * (q >> 1))) & 0x0F0F0F0Fu;
-        const uint32_t qb = ql | (((r.qh[n][u] >> (2 * q)) & 0x03030303u) << 4);  // q in 0..63, a byte each
-        const uint32_t b01 = __byte_perm(qb, 0x64646464u, 0x4140u), b23 = __byte_perm(qb, 0x64646464u, 0x4342u);
-        const half2 sc = *reinterpret_cast<const half2 *>(&sc2);
-        const half2 w01 = __hmul2(__hsub2(*reinterpret_cast<const half2 *>(&b01), bias), sc);
-        const half2 w23 = __hmul2(__hsub2(*reinterpret_cast<const half2 *>(&b23), bias), sc);
-        lo = *reinterpret_cast<const uint32_t *>(&w01);
-        hi = *reinterpret_cast<const uint32_t *>(&w23);
-    };
-    values(r0, s0, a[0], a[2]);
-    values(r1, s1, a[1], a[3]);
+// from the stage), its super-block's scales as f16 pairs (Scales, once a super-block), and group
+// s's A operand of rows g and g + 8 (operand: a0 / a1 values 4t, 4t + 1 of rows g / g + 8, a2 / a3
+// values 4t + 2, 4t + 3).
+//
+// The scales in f16 without a conversion instruction (I2F and F2F run at a quarter of the FP32
+// rate): small integers under a 0x64 exponent byte read as 1024 + x, less 1024 exactly, then one
+// f16 product with d: half(d) * half(sc) rounded once is half(d * sc) (the float product of an
+// 11-bit and an 8-bit integer is exact), so the operands are the same bits as converting
+// float(d) * sc. Session 35's first form converted every group's scale: 2 I2F, 2 F2F a group and row.
+
+// Bytes b0..b3 of w (0..255 each) less `bias` as two f16 pairs: (b0, b1), (b2, b3).
+__device__ __forceinline__ void bytes_to_half2(const uint32_t w, const half2 bias, half2 & p01, half2 & p23) {
+    const uint32_t lo = __byte_perm(w, 0x64646464u, 0x4140u), hi = __byte_perm(w, 0x64646464u, 0x4342u);
+    p01 = __hsub2(*reinterpret_cast<const half2 *>(&lo), bias);
+    p23 = __hsub2(*reinterpret_cast<const half2 *>(&hi), bias);
 }
 
-// half(d * sc) of group s of a row, in both halves.
-__device__ __forceinline__ uint32_t q6_scale_half2(const Q6KRow & r, int s) {
-    const float v = r.d * (float)q6_k_scale(r, s);
-    const half2 h = __floats2half2_rn(v, v);
-    return *reinterpret_cast<const uint32_t *>(&h);
+// Half i (0 or 1) of the pair p in both halves.
+__device__ __forceinline__ half2 splat_half(const half2 p, int i) {
+    const uint32_t w = *reinterpret_cast<const uint32_t *>(&p);
+    const uint32_t r = __byte_perm(w, 0u, i ? 0x3232u : 0x1010u);
+    return *reinterpret_cast<const half2 *>(&r);
 }
 
+__device__ __forceinline__ uint32_t half2_word(const half2 h) { return *reinterpret_cast<const uint32_t *>(&h); }
+
+// Q6_K: each weight half(d * sc) * (q - 32).
 struct F16Q6K {
     static constexpr int kBytes = 210, kChunks = 14;  // 14 chunks hold a 2-byte aligned block
     static constexpr bool kAligned = false;
     using Row = Q6KRow;
+    struct Scales {
+        half2 p[8];  // (d sc_2i, d sc_2i+1)
+    };
     static __device__ __forceinline__ Row load(const char * blk, int t) { return load_q6_k_row<true>(blk, t); }
-    static __device__ __forceinline__ void operand(const Row & r0, const Row & r1, int s, int, uint32_t (&a)[4]) {
-        q6_f16_operand(r0, r1, q6_scale_half2(r0, s), q6_scale_half2(r1, s), s, a);
+    static __device__ __forceinline__ Scales scales(const Row & r) {
+        Scales sc;
+        const half2 d2 = __floats2half2_rn(r.d, r.d);            // exact: d came from a half
+        const half2 bias = __floats2half2_rn(1152.0f, 1152.0f);  // 1024 + 128: int8 scales biased by 128
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            bytes_to_half2(r.sc[i] ^ 0x80808080u, bias, sc.p[2 * i], sc.p[2 * i + 1]);
+            sc.p[2 * i] = __hmul2(sc.p[2 * i], d2);
+            sc.p[2 * i + 1] = __hmul2(sc.p[2 * i + 1], d2);
+        }
+        return sc;
+    }
+    static __device__ __forceinline__ void operand(const Row & r0, const Row & r1, const Scales & c0, const Scales & c1,
+                                                   int s, uint32_t (&a)[4]) {
+        const int n = s >> 3, q = (s >> 1) & 3, u = s & 1;
+        const half2 bias = __floats2half2_rn(1056.0f, 1056.0f);  // 1024 + 32
+        auto values = [&](const Row & r, const Scales & c, uint32_t & lo, uint32_t & hi) {
+            const uint32_t ql = (r.ql[n][q & 1][u] >> (4 * (q >> 1))) & 0x0F0F0F0Fu;
+            const uint32_t qb = ql | (((r.qh[n][u] >> (2 * q)) & 0x03030303u) << 4);  // q + 32 in 0..63, a byte each
+            half2 w01, w23;
+            bytes_to_half2(qb, bias, w01, w23);
+            const half2 sc = splat_half(c.p[s >> 1], s & 1);
+            lo = half2_word(__hmul2(w01, sc));
+            hi = half2_word(__hmul2(w23, sc));
+        };
+        values(r0, c0, a[0], a[2]);
+        values(r1, c1, a[1], a[3]);
     }
 };
 
 // Q4_K: d, dmin (half2), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles (sub-blocks 2c
 // and 2c + 1 in the low and high nibbles of bytes 32c..32c+31). Group s = 2j + u is values 16u..
-// 16u+15 of sub-block j: lane t's 4 are the nibbles of bytes 32 (j / 2) + 16u + 4t..+3.
+// 16u+15 of sub-block j: lane t's 4 are the nibbles of bytes 32 (j / 2) + 16u + 4t..+3. Each
+// weight half(d * sc) * q + half(-dmin * m), one fma.
 struct F16Q4KRow {
     uint32_t q[4][2];  // [c][u]: bytes 16 + 32c + 16u + 4t..+3
     uint32_t s0, s1, s2;
-    float d, dmin;
+    uint32_t dm;  // d, dmin (half2)
 };
 
 struct F16Q4K {
     static constexpr int kBytes = 144, kChunks = 9;
     static constexpr bool kAligned = true;
     using Row = F16Q4KRow;
+    struct Scales {
+        half2 sc[4], mn[4];  // (d sc_2i, d sc_2i+1), (-dmin m_2i, -dmin m_2i+1)
+    };
     static __device__ __forceinline__ Row load(const char * blk, int t) {
         Row r;
         const uint4 h = *reinterpret_cast<const uint4 *>(blk);
-        const float2 dm = __half22float2(*reinterpret_cast<const half2 *>(&h.x));
-        r.d = dm.x, r.dmin = dm.y, r.s0 = h.y, r.s1 = h.z, r.s2 = h.w;
+        r.dm = h.x, r.s0 = h.y, r.s1 = h.z, r.s2 = h.w;
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
 #pragma unroll
-            for (int u = 0; u < 2; ++u)
+            for (int u = 0; u < 2; ++u) {
                 r.q[c][u] = *reinterpret_cast<const uint32_t *>(blk + 16 + 32 * c + 16 * u + 4 * t);
+            }
         }
         return r;
     }
-    // half(d * sc) * q + half(-dmin * m), one fma (q in 0..15 exact: 1024 + q under the 0x64 byte, less 1024)
-    static __device__ __forceinline__ void operand(const Row & r0, const Row & r1, int s, int, uint32_t (&a)[4]) {
+    static __device__ __forceinline__ Scales scales(const Row & r) {
+        Scales c;
+        const half2 dm = *reinterpret_cast<const half2 *>(&r.dm);  // (d, dmin)
+        const half2 dd = splat_half(dm, 0);
+        const uint32_t neg = half2_word(splat_half(dm, 1)) ^ 0x80008000u;  // -dmin: the sign bits flipped
+        const half2 nm = *reinterpret_cast<const half2 *>(&neg);
+        const half2 bias = __floats2half2_rn(1024.0f, 1024.0f);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // sub-blocks 4h..4h+3: scale_word / min_word's bytes
+            bytes_to_half2(scale_word(r.s0, r.s2, h), bias, c.sc[2 * h], c.sc[2 * h + 1]);
+            bytes_to_half2(min_word(r.s1, r.s2, h), bias, c.mn[2 * h], c.mn[2 * h + 1]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) c.sc[i] = __hmul2(c.sc[i], dd), c.mn[i] = __hmul2(c.mn[i], nm);
+        return c;
+    }
+    static __device__ __forceinline__ void operand(const Row & r0, const Row & r1, const Scales & c0, const Scales & c1,
+                                                   int s, uint32_t (&a)[4]) {
         const int j = s >> 1, u = s & 1;
         const half2 bias = __floats2half2_rn(1024.0f, 1024.0f);
-        auto values = [&](const Row & r, uint32_t & lo, uint32_t & hi) {
-            int sc, mn;
-            scale_min(r.s0, r.s1, r.s2, j, sc, mn);
-            const half2 s2 = __floats2half2_rn(r.d * (float)sc, r.d * (float)sc);
-            const half2 m2 = __floats2half2_rn(-r.dmin * (float)mn, -r.dmin * (float)mn);
+        auto values = [&](const Row & r, const Scales & c, uint32_t & lo, uint32_t & hi) {
             const uint32_t nib = (r.q[j >> 1][u] >> (4 * (j & 1))) & 0x0F0F0F0Fu;
-            const uint32_t b01 = __byte_perm(nib, 0x64646464u, 0x4140u), b23 = __byte_perm(nib, 0x64646464u, 0x4342u);
-            const half2 w01 = __hfma2(__hsub2(*reinterpret_cast<const half2 *>(&b01), bias), s2, m2);
-            const half2 w23 = __hfma2(__hsub2(*reinterpret_cast<const half2 *>(&b23), bias), s2, m2);
-            lo = *reinterpret_cast<const uint32_t *>(&w01);
-            hi = *reinterpret_cast<const uint32_t *>(&w23);
+            half2 w01, w23;
+            bytes_to_half2(nib, bias, w01, w23);
+            const half2 sc = splat_half(c.sc[j >> 1], j & 1), mn = splat_half(c.mn[j >> 1], j & 1);
+            lo = half2_word(__hfma2(w01, sc, mn));
+            hi = half2_word(__hfma2(w23, sc, mn));
         };
-        values(r0, a[0], a[2]);
-        values(r1, a[1], a[3]);
+        values(r0, c0, a[0], a[2]);
+        values(r1, c1, a[1], a[3]);
     }
 };
 
@@ -353,6 +396,7 @@ __device__ __forceinline__ void f16_wgmma_body(const char * __restrict__ w, cons
         };
         const typename F::Row r0 = F::load(in_stage(wrow + g, row0), t);
         const typename F::Row r1 = F::load(in_stage(wrow + g + 8, row1), t);
+        const typename F::Scales c0 = F::scales(r0), c1 = F::scales(r1);
         const char * b = st + P::kWBytes;
 #pragma unroll
         for (int c = 0; c < 4; ++c, ++chunk) {
@@ -360,7 +404,7 @@ __device__ __forceinline__ void f16_wgmma_body(const char * __restrict__ w, cons
 #pragma unroll
             for (int m = 0; m < 4; ++m) {
                 const int s = 4 * c + m;
-                F::operand(r0, r1, s, t, ac[m]);
+                F::operand(r0, r1, c0, c1, s, ac[m]);
             }
             wg_fence();
 #pragma unroll

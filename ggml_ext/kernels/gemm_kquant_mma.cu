@@ -222,9 +222,20 @@ int q6k_wgmma_from = columns_from_env("DFLASH_Q6K_WGMMA");
 int q4k_f16_from = columns_from_env("DFLASH_Q4K_F16");
 std::atomic<int64_t> f16_wgmma_count{0};
 
-bool takes_f16_wgmma(ggml_type t, int n, bool hopper) {
+// Which matrices: by default long rows (gemm_kq::kLongRowBlocks super-blocks or more: the 27B's
+// ffn_down, ssm_out, attn_output) and the output matrix (65536 rows or more), where session 35's
+// standalone found the f16 form ahead on the H100 (Q6_K ffn_down 39.4 / 49.0 / 68.2 us at 16 / 32 /
+// 64 columns against 47.7 / 53.6 / 70.7; the other Q6_K matrices of the 27B as fast or slower);
+// DFLASH_F16_WGMMA_ALL=1 every matrix.
+bool f16_wgmma_all_flag = [] {
+    const char * e = std::getenv("DFLASH_F16_WGMMA_ALL");
+    return e && e[0] == '1';
+}();
+
+bool takes_f16_wgmma(ggml_type t, int n, bool hopper, int rows, int k) {
     const int from = t == GGML_TYPE_Q6_K ? q6k_wgmma_from : t == GGML_TYPE_Q4_K ? q4k_f16_from : 0;
-    return kWgmmaBuilt && hopper && from > 0 && n >= from && n <= 64;
+    const bool shape = f16_wgmma_all_flag || k / 256 >= gemm_kq::kLongRowBlocks || rows >= 65536;
+    return kWgmmaBuilt && hopper && from > 0 && n >= from && n <= 64 && shape;
 }
 
 // The shapes where the wgmma form beat the mma.sync forms on the H200 (session 19, standalone,
@@ -356,7 +367,7 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                 int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
                 int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
     // qs holds 2 bytes a value of up to 64 columns then (the caller's)
-    if (takes_f16_wgmma(t, n, hopper) &&
+    if (takes_f16_wgmma(t, n, hopper, rows, k) &&
         ggml_ext_cuda_f16_wgmma(t, x, qs, w, rows, k, row_bytes, n, out, sd, r_ptr, sr, nsm, pool, stream)) {
         ++f16_wgmma_count;
         return;
@@ -436,6 +447,8 @@ int q6k_wgmma_from_columns() { return q6k_wgmma_from; }
 void set_q4k_f16_from(int n) { q4k_f16_from = n >= 2 && n <= 64 ? n : 0; }
 int q4k_f16_from_columns() { return q4k_f16_from; }
 int64_t f16_wgmma_launches() { return f16_wgmma_count.load(); }
+void set_f16_wgmma_all(bool on) { f16_wgmma_all_flag = on; }
+bool f16_wgmma_all() { return f16_wgmma_all_flag; }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
@@ -496,8 +509,9 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
     constexpr int kChunk = 64;
     const int np = gemm_kq::padded_columns((int)std::min<int64_t>(n, kChunk));
     // the Q6_K f16 form's activations: 2 bytes a value, of up to 64 columns
-    const bool f16 = takes_f16_wgmma(t, (int)std::min<int64_t>(n, kChunk), cc == GGML_CUDA_CC_HOPPER) ||
-                     (n > kChunk && takes_f16_wgmma(t, (int)(n % kChunk), cc == GGML_CUDA_CC_HOPPER));
+    const int rows0 = (int)src0->ne[1];
+    const bool f16 = takes_f16_wgmma(t, (int)std::min<int64_t>(n, kChunk), cc == GGML_CUDA_CC_HOPPER, rows0, (int)k) ||
+                     (n > kChunk && takes_f16_wgmma(t, (int)(n % kChunk), cc == GGML_CUDA_CC_HOPPER, rows0, (int)k));
     ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), f16 ? (size_t)2 * 64 * k : (size_t)np * k);
     ggml_cuda_pool_alloc<float> d(ctx.pool(), (size_t)np * (k / 32));  // per 256 values, or per 32 (Q8_0)
     ggml_cuda_pool_alloc<int> sums(ctx.pool(), (size_t)np * (k / 32));
@@ -532,7 +546,8 @@ bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggm
     cudaStream_t stream = ctx.stream();
     // a Q6_K of the pair in the f16 wgmma form: each product with activations of its own form (two
     // activation kernels from the one source, still no norm kernel)
-    if (takes_f16_wgmma(t1, (int)n, hopper) || takes_f16_wgmma(t2, (int)n, hopper)) {
+    if (takes_f16_wgmma(t1, (int)n, hopper, (int)w1->ne[1], (int)k) ||
+        takes_f16_wgmma(t2, (int)n, hopper, (int)w2->ne[1], (int)k)) {
         for (auto [w, dst] : {std::pair{w1, dst1}, std::pair{w2, dst2}}) {
             const int np = gemm_kq::padded_columns((int)n);
             ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)2 * 64 * k);

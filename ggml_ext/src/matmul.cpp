@@ -70,6 +70,8 @@ int q6k_wgmma_from_columns() { return 0; }
 void set_q4k_f16_from(int) {}
 int q4k_f16_from_columns() { return 0; }
 int64_t f16_wgmma_launches() { return 0; }
+void set_f16_wgmma_all(bool) {}
+bool f16_wgmma_all() { return false; }
 void set_mmq_tiles_enabled(bool) {}
 bool mmq_tiles_enabled() { return false; }
 void set_fuse_add_enabled(bool) {}
