@@ -159,11 +159,25 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # the block's warps sharing the super-blocks; Q4_K in 4, Q6_K in 2 over two blocks, each warp on
     # rows of its own, and those two with the activations staged in shared memory a block; 4 column
     # counts each: against the unsplit kernel, the host reference, a second launch, and with a
-    # residual its own outputs plus the residual)
+    # residual its own outputs plus the residual), and the f16 wgmma GEMM (Q6_K at 9 and 64 columns,
+    # at 40 with its tail split, Q4_K at 64; 4 forms each: 3 and 4 stages, 2 warpgroups, a residual)
     sources = 4 + 16 + 6 + 9 + 5  # SwiGLU, RMSNorm (two GEMM forms, the GEMV), head norm, sigmoid gate
     mma_splits = 6 * 4
+    f16_wgmma = 4 * 4
     assert len(rows) == (
-        4 * 2 * 6 + 4 * 8 * 6 + 2 * 8 * 8 + 3 * 8 + 8 * 6 + 2 * 8 + 1 + 2 + sources + 45 + 9 + mma_splits
+        4 * 2 * 6
+        + 4 * 8 * 6
+        + 2 * 8 * 8
+        + 3 * 8
+        + 8 * 6
+        + 2 * 8
+        + 1
+        + 2
+        + sources
+        + 45
+        + 9
+        + mma_splits
+        + f16_wgmma
     )
     pieces = [r for r in rows if "check_mma_split" in r]
     forms = {(r["check_mma_split"], r["warp_rows"], r["act_smem"], r["pieces"]) for r in pieces}

@@ -1941,9 +1941,8 @@ int main(int argc, char ** argv) {
         check_wgmma_split(130, 3072, 7, gen);     // 3 over 7 (a short matrix): every tile in 2 pieces of 6
         // 2 row tiles, the second 58 short; 3 super-blocks; then 3 tiles over 2 slots: the last in pieces (4, 5)
         check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 70, 768, gen, {9, 64});
-        check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 130, 2304, gen, {16, 40}, 2);
-        check_f16_wgmma<gemm_kq::F16Q4K>(W::q4_K, 70, 768, gen, {9, 64});
-        check_f16_wgmma<gemm_kq::F16Q4K>(W::q4_K, 130, 2304, gen, {40}, 2);
+        check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 130, 2304, gen, {40}, 2);
+        check_f16_wgmma<gemm_kq::F16Q4K>(W::q4_K, 70, 768, gen, {64});
         check_quantize_bytes(gen);
         check_swiglu_source(gen);
         check_rms_norm_source(gen);
