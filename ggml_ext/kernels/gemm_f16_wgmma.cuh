@@ -24,6 +24,15 @@
 // (kAhead = S - 2): by the barrier of super-block i every warp has waited for all of super-block
 // i - 2's wgmmas.
 //
+// Measured on the H100 (session 35, bench/results/h100-s35-*): ahead of the int8 forms only on long
+// rows and the output matrix at some column counts (Q6_K ffn_down 39.4 / 48.8 / 66.9 us at 16 / 32 / 64
+// columns against 48.1 / 54.0 / 71.5, the output 700 against 804 at 64), behind on the shorter Q6_K
+// matrices and on most Q4_K ones (the int8 wgmma form's [gate; up] 73.3 against 83.6 at 64). In the
+// 27B's 64-token forward the Q6_K form took 17.73 ms of kernels against 17.95 (16 / 32 tokens: even);
+// Q4_K's made every forward slower. What bounds it: the operand work a warp issues (~30 instructions
+// a group and row pair) against the tensor cores' 16 wgmmas a super-block, with 4..8 warps a
+// multiprocessor; the per-group scale conversions were not it (the f16 pairs below gained 1..2%).
+//
 // Activations (f16, their own layout, f16_act_index): per super-block kb and group s a tile of N
 // columns x 16 halves in core matrices of 8 columns x 8 halves (16 bytes); core matrix (kk, nn) at
 // nn * 256 + kk * 128, so a wgmma's B descriptor has LBO 128 and SBO 256 (K-major, no swizzle), as
@@ -487,7 +496,8 @@ F16WgKernel f16_wgmma_kernel_ready() {
     return ok ? kernel : nullptr;
 }
 
-// The engine's instance: 3 stages of one warpgroup (64 rows). Q6_K at 64 columns: 3 x 46 KB.
+// The engine's stages: 3 (gemm_f16_wgmma.cu picks one warpgroup a block up to 32 columns, two
+// above). A Q6_K stage of 64 columns is 46 KB with one warpgroup, 60 KB with two.
 constexpr int kF16WgStages = 3;
 
 // The tail split of a launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit).

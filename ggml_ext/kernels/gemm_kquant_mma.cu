@@ -211,8 +211,12 @@ bool wgmma_short_flag = [] {
 
 // Q6_K / Q4_K products through the f16 wgmma form (gemm_f16_wgmma.cuh: the scales folded into f16
 // weight operands, no integer multiply-adds, no float step per super-block) from this many
-// columns up to 64: 0 off (until measured), DFLASH_Q6K_WGMMA=n / DFLASH_Q4K_F16=n (2..64) set them.
-// On an sm_90a build on an sm_90 GPU; Q4_K's takes precedence over its int8 wgmma form.
+// columns up to 64: 0 off, DFLASH_Q6K_WGMMA=n / DFLASH_Q4K_F16=n (2..64) set them. On an sm_90a
+// build on an sm_90 GPU; Q4_K's takes precedence over its int8 wgmma form. Measured on the H100
+// (session 35, bench/results/h100-s35-27b-kernels-*-9370f3d.json): Q6_K's (long rows and the
+// output matrix) took the 27B's 64-token forward from 17.95 to 17.73 ms of kernels, 16 and 32
+// tokens even (10.27 / 13.35 against 10.23 / 13.36); with Q4_K's too 10.91 / 14.10 / 18.06. Both
+// off until the whole CUDA suite has run with Q6_K's on from 33 columns (the candidate default).
 int columns_from_env(const char * name) {
     const char * e = std::getenv(name);
     const int n = e ? std::atoi(e) : 0;
