@@ -70,17 +70,7 @@ static __global__ void __launch_bounds__(kQk)
     const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // a barrier: before any return
     float head_scale = 1.0f;
     if constexpr (kSrc == SrcForm::kHeadNorm) head_scale = head_scale_one_a_thread(x, col, ncols, kb, r / 32, r % 32);
-    const int64_t vi = (int64_t)kb * kQk + r;
-    float v = 0.0f;
-    if (col < ncols) {
-        if constexpr (kSrc == SrcForm::kHeadNorm) {
-            v = x.gated_head_normed(col, vi, head_scale);
-        } else if constexpr (kSrc == SrcForm::kSigmoidGate) {
-            v = x.sigmoid_gated(col, vi);
-        } else {
-            v = x(col, vi, scale);
-        }
-    }
+    const float v = source_value<kSrc>(x, col, ncols, (int64_t)kb * kQk + r, scale, head_scale);
     out[f16_act_index(kb, r, col, np)] = __float2half_rn(v);
 }
 
@@ -339,15 +329,9 @@ __device__ __forceinline__ void f16_wgmma_body(const char * __restrict__ w, cons
     DFLASH_DYNAMIC_SMEM_BYTES(smem);
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
     const int g = lane >> 2, t = lane & 3;
-    const bool split = (int)blockIdx.x >= full_tiles;
-    int tile = blockIdx.x, piece = 0, kb_begin = 0, kb_end = nblocks;
-    if (split) {
-        const int p = blockIdx.x - full_tiles;
-        tile = full_tiles + p / pieces, piece = p % pieces;
-        kb_begin = piece * nblocks / pieces, kb_end = (piece + 1) * nblocks / pieces;
-    }
-    const int nkb = kb_end - kb_begin;
-    const int row_base = tile * kBlockRows;
+    const WgBlockWork work = wg_block_work(full_tiles, pieces, nblocks);
+    const int kb_begin = work.kb_begin, nkb = work.kb_end - work.kb_begin;
+    const int row_base = work.tile * kBlockRows;
     const int wrow = 64 * (warp >> 2) + 16 * (warp & 3);  // the warp's first row in the block
     // This thread's copies of a stage's weights: chunk c = tid + kThreads i (row c / kChunks, chunk
     // c % kChunks) from the row's block (aligned down to 16 bytes); the row's address, once.
@@ -425,36 +409,9 @@ __device__ __forceinline__ void f16_wgmma_body(const char * __restrict__ w, cons
     wg_wait0();
     wg_pin_f(acc);
     cp_async_wait<0>();
-    if (split) {  // this piece's sums out; the tile's last piece adds every piece's in piece order
-        const int slot = tile - full_tiles;
-        auto piece_sums = [&](int p) {
-            return reinterpret_cast<float4 *>(partials) + ((int64_t)(slot * pieces + p) * kThreads + tid) * NT;
-        };
-        float4 * mine = piece_sums(piece);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-            mine[nt] = make_float4(acc[4 * nt], acc[4 * nt + 1], acc[4 * nt + 2], acc[4 * nt + 3]);
-        __threadfence();
-        __syncthreads();
-        const bool last =
-            __syncthreads_or(tid == 0 && atomicAdd(&wg_tile_arrivals[slot], 1u) == (unsigned)(pieces - 1));
-        if (!last) return;
-        __threadfence();
-        for (int p = 0; p < pieces; ++p) {
-            const float4 * sums = piece_sums(p);
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const float4 v = __ldcg(sums + nt);
-                float * o = acc + 4 * nt;
-                if (p == 0) {
-                    o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
-                } else {
-                    o[0] += v.x, o[1] += v.y, o[2] += v.z, o[3] += v.w;
-                }
-            }
-        }
-        if (tid == 0) wg_tile_arrivals[slot] = 0u;
-    }
+    // a piece of a split tile: its sums out; the tile's last piece adds every piece's and writes
+    auto at = [&](int nt, int i) -> float & { return acc[4 * nt + i]; };
+    if (work.split && !wg_split_gather<NT, kThreads>(at, partials, work, full_tiles, pieces, tid)) return;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll

@@ -936,6 +936,21 @@ __device__ __forceinline__ void quantize_values(const float (&v)[V], int kb, int
     }
 }
 
+// Value vi of column col of the source x in form kSrc, 0 past ncols: scale is the column's RMSNorm
+// scale (column_scale), head_scale the head norm's of the value's head (the forms that use them).
+template <SrcForm kSrc>
+__device__ __forceinline__ float source_value(const ActSource & x, int col, int ncols, int64_t vi, float scale,
+                                              float head_scale) {
+    if (col >= ncols) return 0.0f;
+    if constexpr (kSrc == SrcForm::kHeadNorm) {
+        return x.gated_head_normed(col, vi, head_scale);
+    } else if constexpr (kSrc == SrcForm::kSigmoidGate) {
+        return x.sigmoid_gated(col, vi);
+    } else {
+        return x(col, vi, scale);
+    }
+}
+
 // Activations for the kernels above: column j of the source x (act_source.cuh: floats, a
 // SwiGLU's inputs, or an RMSNorm's input and weight) -> int8 qs in the tiled layout L of
 // ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and column, and the
@@ -983,13 +998,7 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const int64_t vi = kb * kQk + 32 * j + quantized_value_index<L, V>(i, t, r);
-        if constexpr (kHeadNorm) {
-            v[i] = col < ncols ? x.gated_head_normed(col, vi, head_scale) : 0.0f;
-        } else if constexpr (kSrc == SrcForm::kSigmoidGate) {
-            v[i] = col < ncols ? x.sigmoid_gated(col, vi) : 0.0f;
-        } else {
-            v[i] = col < ncols ? x(col, vi, scale) : 0.0f;
-        }
+        v[i] = source_value<kSrc>(x, col, ncols, vi, scale, head_scale);
     }
     quantize_values<L, kBlock, V, L2>(v, kb, j, t, r, col, ncol_tiles, qs, d, sums, qs2);
 }

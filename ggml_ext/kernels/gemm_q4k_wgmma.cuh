@@ -236,6 +236,57 @@ inline WgSplit wg_split_plan(int tiles, int nblocks, int slots) {
     return p;
 }
 
+// A block's row tile and super-blocks [kb_begin, kb_end) under a tail split (WgSplit): all of them,
+// or its piece of a tail tile.
+struct WgBlockWork {
+    bool split;
+    int tile, piece, kb_begin, kb_end;
+};
+
+__device__ __forceinline__ WgBlockWork wg_block_work(const int full_tiles, const int pieces, const int nblocks) {
+    WgBlockWork b{(int)blockIdx.x >= full_tiles, (int)blockIdx.x, 0, 0, nblocks};
+    if (b.split) {
+        const int p = blockIdx.x - full_tiles;
+        b.tile = full_tiles + p / pieces, b.piece = p % pieces;
+        b.kb_begin = b.piece * nblocks / pieces, b.kb_end = (b.piece + 1) * nblocks / pieces;
+    }
+    return b;
+}
+
+// The end of a tail split's piece (every thread of the block calls it): this thread's NT x 4 sums
+// (at(nt, i)) out to partials; the tile's last piece to arrive adds every piece's in piece order
+// into them and returns true (it writes the tile), the others false. kThreads: the block's threads.
+template <int NT, int kThreads, typename At>
+__device__ __forceinline__ bool wg_split_gather(At && at, float * partials, const WgBlockWork & b, const int full_tiles,
+                                                const int pieces, const int tid) {
+    const int slot = b.tile - full_tiles;
+    auto piece_sums = [&](int p) {
+        return reinterpret_cast<float4 *>(partials) + ((int64_t)(slot * pieces + p) * kThreads + tid) * NT;
+    };
+    float4 * mine = piece_sums(b.piece);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mine[nt] = make_float4(at(nt, 0), at(nt, 1), at(nt, 2), at(nt, 3));
+    __threadfence();
+    __syncthreads();  // every thread's sums written before the count
+    const bool last = __syncthreads_or(tid == 0 && atomicAdd(&wg_tile_arrivals[slot], 1u) == (unsigned)(pieces - 1));
+    if (!last) return false;
+    __threadfence();
+    for (int p = 0; p < pieces; ++p) {
+        const float4 * sums = piece_sums(p);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const float4 v = __ldcg(sums + nt);
+            if (p == 0) {
+                at(nt, 0) = v.x, at(nt, 1) = v.y, at(nt, 2) = v.z, at(nt, 3) = v.w;
+            } else {
+                at(nt, 0) += v.x, at(nt, 1) += v.y, at(nt, 2) += v.z, at(nt, 3) += v.w;
+            }
+        }
+    }
+    if (tid == 0) wg_tile_arrivals[slot] = 0u;
+    return true;
+}
+
 // Sub-blocks 2c and 2c + 1 of this lane's rows (g at s0, g + 8 at s1; their scale words h0, h1) as
 // the u8 operands of their wgmmas: al = q * lo, ah = q * hi for the scale split sc = 8 hi + lo
 // (from scale_min at 64 columns, scale_word's bytes below).
@@ -366,15 +417,9 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
     const int g = lane >> 2, t = lane & 3;
     // this block's row tile and super-blocks [kb_begin, kb_end): all of them, or a piece of a tail tile
-    const bool split = (int)blockIdx.x >= full_tiles;
-    int tile = blockIdx.x, piece = 0, kb_begin = 0, kb_end = nblocks;
-    if (split) {
-        const int p = blockIdx.x - full_tiles;
-        tile = full_tiles + p / pieces, piece = p % pieces;
-        kb_begin = piece * nblocks / pieces, kb_end = (piece + 1) * nblocks / pieces;
-    }
-    const int nkb = kb_end - kb_begin;
-    const int row_base = tile * kBlockRows;
+    const WgBlockWork work = wg_block_work(full_tiles, pieces, nblocks);
+    const int kb_begin = work.kb_begin, nkb = work.kb_end - work.kb_begin;
+    const int row_base = work.tile * kBlockRows;
     const int wq = warp & 3, wrow = 64 * (warp >> 2) + 16 * wq;  // the warp's rank in its warpgroup, first row
     // This thread's 16-byte chunks of the block's 144-byte weight rows, addressed once (super-block
     // 0; a super-block adds 144): the staging is a few adds and cp.asyncs a super-block.
@@ -588,34 +633,9 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
         }
     }
     cp_async_wait<0>();
-    if (split) {  // this piece's sums out; the tile's last piece adds every piece's in piece order
-        const int slot = tile - full_tiles;
-        auto piece_sums = [&](int p) {
-            return reinterpret_cast<float4 *>(partials) + ((int64_t)(slot * pieces + p) * kThreads + tid) * NT;
-        };
-        float4 * mine = piece_sums(piece);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mine[nt] = make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
-        __threadfence();
-        __syncthreads();  // every thread's sums written before the count
-        const bool last =
-            __syncthreads_or(tid == 0 && atomicAdd(&wg_tile_arrivals[slot], 1u) == (unsigned)(pieces - 1));
-        if (!last) return;
-        __threadfence();
-        for (int p = 0; p < pieces; ++p) {
-            const float4 * sums = piece_sums(p);
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const float4 v = __ldcg(sums + nt);
-                if (p == 0) {
-                    acc[nt][0] = v.x, acc[nt][1] = v.y, acc[nt][2] = v.z, acc[nt][3] = v.w;
-                } else {
-                    acc[nt][0] += v.x, acc[nt][1] += v.y, acc[nt][2] += v.z, acc[nt][3] += v.w;
-                }
-            }
-        }
-        if (tid == 0) wg_tile_arrivals[slot] = 0u;
-    }
+    // a piece of a split tile: its sums out; the tile's last piece adds every piece's and writes
+    auto at = [&](int nt, int i) -> float & { return acc[nt][i]; };
+    if (work.split && !wg_split_gather<NT, kThreads>(at, partials, work, full_tiles, pieces, tid)) return;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
