@@ -20,7 +20,7 @@ bool ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, con
             if (!gemm_kq::f16_wgmma_ready<F, gemm_kq::kF16WgStages, WG>(n, res != nullptr)) return false;
             gemm_kq::convert_act_f16(x, a, k, n, gemm_kq::wg_padded_columns(n), stream);
             ggml_cuda_pool_alloc<float> partials(pool);
-            if (split.pieces > 1) partials.alloc(gemm_kq::f16_wgmma_split_floats<WG>(split, n));
+            if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<WG>(split, n));
             return gemm_kq::launch_f16_wgmma<F, gemm_kq::kF16WgStages, WG>(w, a, out, rows, k, row_bytes, n, sd, stream,
                                                                            res, sr, split, partials.ptr);
         };

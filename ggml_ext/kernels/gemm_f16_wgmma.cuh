@@ -80,16 +80,7 @@ inline void convert_act_f16(const ActSource & x, __half * out, int k, int ncols,
         DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), grid, kQk, 0, stream,
                           convert_act_f16_kernel<decltype(src_tag)::value>)(x, out, k, ncols, np);
     };
-    switch (src_form(x)) {
-        case SrcForm::kHeadNorm:
-            go(std::integral_constant<SrcForm, SrcForm::kHeadNorm>{});
-            break;
-        case SrcForm::kSigmoidGate:
-            go(std::integral_constant<SrcForm, SrcForm::kSigmoidGate>{});
-            break;
-        default:
-            go(std::integral_constant<SrcForm, SrcForm::kPlain>{});
-    }
+    with_src_form(x, go);
 }
 
 // d (+)= a (64 x 16 f16, registers: mma_f16's A layout, warp w rows 16w..) * B (16 x N f16, shared
@@ -462,24 +453,10 @@ template <typename F, int S = kF16WgStages, int WG = 1, int MB = 1>
 WgSplit f16_wgmma_split_for(int nrows, int k, int ncols, int nsm) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
-        static const int per_sm = [] {
-            int b = 0;
-            auto kernel = f16_wgmma_kernel_ready<F, S, WG, MB, N, false>();
-            if (!kernel || cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                               &b, kernel, 128 * WG, S * F16WgPlan<F, N, WG>::kStageBytes) != cudaSuccess) {
-                (void)cudaGetLastError();
-                return 0;
-            }
-            return b;
-        }();
+        static const int per_sm = wg_blocks_per_sm(f16_wgmma_kernel_ready<F, S, WG, MB, N, false>(), 128 * WG,
+                                                   S * F16WgPlan<F, N, WG>::kStageBytes);
         return wg_split_plan((nrows + WG * kWgRows - 1) / (WG * kWgRows), k / kQk, per_sm * nsm);
     });
-}
-
-// Floats of the pieces' sums a split needs (partials).
-template <int WG = 1>
-inline size_t f16_wgmma_split_floats(const WgSplit & sp, int ncols) {
-    return sp.pieces > 1 ? (size_t)sp.tail * sp.pieces * WG * kWgRows * wg_padded_columns(ncols) : 0;
 }
 
 // Halves of f16 activations for ncols columns of k values (wg_padded_columns(ncols) columns).

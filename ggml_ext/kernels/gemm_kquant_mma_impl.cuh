@@ -56,6 +56,21 @@ inline SrcForm src_form(const ActSource & x) {
     return x.head_w ? SrcForm::kHeadNorm : x.gate ? SrcForm::kSigmoidGate : SrcForm::kPlain;
 }
 
+// fn(std::integral_constant<SrcForm, src_form(x)>): a launcher's kernel for x's form.
+template <typename Fn>
+void with_src_form(const ActSource & x, Fn && fn) {
+    switch (src_form(x)) {
+        case SrcForm::kHeadNorm:
+            fn(std::integral_constant<SrcForm, SrcForm::kHeadNorm>{});
+            break;
+        case SrcForm::kSigmoidGate:
+            fn(std::integral_constant<SrcForm, SrcForm::kSigmoidGate>{});
+            break;
+        default:
+            fn(std::integral_constant<SrcForm, SrcForm::kPlain>{});
+    }
+}
+
 // kWgmma: per super-block kb and sub-block j a tile of np = 8 ncol_tiles columns x 32 bytes, in
 // core matrices of 8 columns x 16 bytes; core matrix (kk, nn) (bytes 16 kk.. of columns 8 nn..) at
 // nn * 256 + kk * 128. A column's bytes are in the hardware k order of Q4_K's weight operands
@@ -1133,16 +1148,7 @@ void launch_quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums
                               quantize_act_k_kernel<L, kBlock, 8, L2, kSrc>)(x, qs, d, sums, k, ncols, np / 8, qs2);
         }
     };
-    switch (src_form(x)) {
-        case SrcForm::kHeadNorm:
-            go(std::integral_constant<SrcForm, SrcForm::kHeadNorm>{});
-            break;
-        case SrcForm::kSigmoidGate:
-            go(std::integral_constant<SrcForm, SrcForm::kSigmoidGate>{});
-            break;
-        default:
-            go(std::integral_constant<SrcForm, SrcForm::kPlain>{});
-    }
+    with_src_form(x, go);
 }
 
 // Whether x can be quantized for products of k values: a head-norm source needs whole heads of

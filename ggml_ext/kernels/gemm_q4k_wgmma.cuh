@@ -726,6 +726,18 @@ WgKernel wgmma_kernel_ready() {
     return ok ? kernel : nullptr;
 }
 
+// Blocks of `threads` threads and `smem` bytes of dynamic shared memory a multiprocessor holds of
+// kernel (null: its opt-in failed), 0 when the runtime cannot say: a tail split's block slots.
+template <typename Kernel>
+int wg_blocks_per_sm(Kernel kernel, int threads, int smem) {
+    int b = 0;
+    if (!kernel || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, threads, smem) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return b;
+}
+
 template <typename Fn>
 auto wg_for_columns(int np, Fn && fn) {
     switch (np) {
@@ -748,16 +760,8 @@ template <int S = 4, int WG = 1, int MB = 1, int kForm = kWgPlain>
 WgSplit wgmma_split_for(int nrows, int k, int ncols, int nsm) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
-        static const int per_sm = [] {
-            int b = 0;
-            auto kernel = wgmma_kernel_ready<S, WG, MB, N, kForm>();
-            if (!kernel || cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                               &b, kernel, 128 * WG, S * WgPlan<N, WG>::kStageBytes) != cudaSuccess) {
-                (void)cudaGetLastError();
-                return 0;
-            }
-            return b;
-        }();
+        static const int per_sm =
+            wg_blocks_per_sm(wgmma_kernel_ready<S, WG, MB, N, kForm>(), 128 * WG, S * WgPlan<N, WG>::kStageBytes);
         return wg_split_plan((nrows + WG * kWgRows - 1) / (WG * kWgRows), k / kQk, per_sm * nsm);
     });
 }

@@ -1548,7 +1548,7 @@ void check_f16_wgmma(W t, int rows, int k, std::mt19937 & gen, std::initializer_
         }
         const int tiles = (rows + gemm_kq::kWgRows - 1) / gemm_kq::kWgRows;
         const gemm_kq::WgSplit split = slots > 0 ? gemm_kq::wg_split_plan(tiles, nb, slots) : gemm_kq::WgSplit{};
-        CK(cudaMalloc(&partials, std::max<size_t>(1, gemm_kq::f16_wgmma_split_floats(split, ncols)) * 4));
+        CK(cudaMalloc(&partials, std::max<size_t>(1, gemm_kq::wgmma_split_floats(split, ncols)) * 4));
         for (int form = 0; form < 4; ++form) {  // 0: 3 stages, 1: 4 stages, 2: 2 warpgroups, 3: residual
             CK(cudaMemset(dst, 0, res.size() * 4));
             bool ran = false;
