@@ -506,6 +506,18 @@ def mma_split_restored() -> Iterator[None]:
     yield from _restoring(_core.mma_split, _core.set_mma_split)
 
 
+@pytest.fixture
+def f16_wgmma_off() -> Iterator[None]:
+    """The f16 wgmma GEMM off (Q6_K takes it from 33 columns by default), for tests of the int8
+    forms it would replace; its switches restored after."""
+    q6, q4 = _core.q6k_wgmma_from_columns(), _core.q4k_f16_from_columns()
+    _core.set_q6k_wgmma_from(0)
+    _core.set_q4k_f16_from(0)
+    yield
+    _core.set_q6k_wgmma_from(q6)
+    _core.set_q4k_f16_from(q4)
+
+
 def test_mma_split_is_off_unless_asked() -> None:
     env = os.environ.get("DFLASH_MMA_SPLIT", "0")
     want = int(env) if env.isdigit() and 2 <= int(env) <= 8 else -1 if env == "auto" else 0
@@ -516,7 +528,7 @@ def test_mma_split_is_off_unless_asked() -> None:
 @pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
 @pytest.mark.parametrize("n", [16, 17, 32, 64])
 @pytest.mark.parametrize("pieces,k", [(2, 6144), (3, 6144), (-1, 6144), (-1, 2304)])
-@pytest.mark.usefixtures("mma_restored", "add_limit_restored", "mma_split_restored")
+@pytest.mark.usefixtures("mma_restored", "add_limit_restored", "mma_split_restored", "f16_wgmma_off")
 def test_cuda_mma_split_along_k_is_the_product(wtype: str, n: int, pieces: int, k: int) -> None:
     """Long rows (24 super-blocks) at 17..64 columns split along K (DFLASH_MMA_SPLIT), and with
     `auto` (-1) shorter rows too (9 super-blocks: 4 pieces): the unsplit GEMM's outputs to float
@@ -548,7 +560,7 @@ def test_cuda_mma_split_along_k_is_the_product(wtype: str, n: int, pieces: int, 
 @pytest.mark.parametrize("wtype", ("q4_K", "q6_K"))
 @pytest.mark.parametrize("n", [24, 64])
 @pytest.mark.parametrize("k", [2304, 17408])
-@pytest.mark.usefixtures("mma_restored", "mma_split_restored")
+@pytest.mark.usefixtures("mma_restored", "mma_split_restored", "f16_wgmma_off")
 def test_cuda_mma_split_with_staged_activations_gives_the_same_bits(wtype: str, n: int, k: int) -> None:
     """The split along K (auto pieces) with its activations staged in shared memory a block
     (DFLASH_MMA_ACT_SMEM) gives the split's outputs without staging bit for bit."""
@@ -805,11 +817,11 @@ def test_cuda_fusion_changes_no_logit_of_the_engine(synth_model, fusion: str, se
     ("env", "get"),
     [("DFLASH_Q6K_WGMMA", "q6k_wgmma_from_columns"), ("DFLASH_Q4K_F16", "q4k_f16_from_columns")],
 )
-def test_f16_wgmma_gemm_is_off_unless_asked(env: str, get: str) -> None:
-    """The f16 wgmma GEMM is off by default for Q6_K and Q4_K (measured slower in the engine);
-    DFLASH_Q6K_WGMMA=n / DFLASH_Q4K_F16=n (2..64) start it from n columns, for long rows and the
-    output matrix unless DFLASH_F16_WGMMA_ALL=1."""
-    value = os.environ.get(env, "0")
+def test_f16_wgmma_gemm_defaults(env: str, get: str) -> None:
+    """The f16 wgmma GEMM takes Q6_K from 33 columns by default (the 64-token forward gained) and
+    Q4_K never (slower in the engine); DFLASH_Q6K_WGMMA=n / DFLASH_Q4K_F16=n (2..64) start it from n
+    columns, 0 turns it off, for long rows and the output matrix unless DFLASH_F16_WGMMA_ALL=1."""
+    value = os.environ.get(env, "33" if env == "DFLASH_Q6K_WGMMA" else "0")
     want = int(value) if GPU and value.isdigit() and 2 <= int(value) <= 64 else 0
     assert getattr(_core, get)() == want
     assert _core.f16_wgmma_all() == (GPU and os.environ.get("DFLASH_F16_WGMMA_ALL") == "1")

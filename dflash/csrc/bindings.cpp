@@ -529,8 +529,8 @@ PYBIND11_MODULE(_core, m) {
     m.def("mma_split_launches", &ggml_ext::mma_split_launches, "launches of the split mma.sync GEMM so far (tests)");
     m.def("set_q6k_wgmma_from", &ggml_ext::set_q6k_wgmma_from, py::arg("n"),
           "CUDA (sm_90a build, sm_90 GPU): Q6_K products of n..64 columns through the f16 wgmma GEMM (scales folded "
-          "into f16 weight operands): 0 off (the default: on the H100 only the 64-token forward gained, 17.73 against "
-          "17.95 ms), 2..64 (DFLASH_Q6K_WGMMA)");
+          "into f16 weight operands): 0 off, 2..64 (DFLASH_Q6K_WGMMA; 33 by default: on the H100 the 64-token forward "
+          "took 17.73 against 17.95 ms, fewer tokens gained nothing)");
     m.def("q6k_wgmma_from_columns", &ggml_ext::q6k_wgmma_from_columns);
     m.def("set_q4k_f16_from", &ggml_ext::set_q4k_f16_from, py::arg("n"),
           "CUDA (sm_90a build, sm_90 GPU): Q4_K products of n..64 columns through the f16 wgmma GEMM (scales and "

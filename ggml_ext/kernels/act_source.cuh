@@ -34,6 +34,9 @@ struct ActSource {
     const float * gate = nullptr;
     int64_t sgate = 0;
     int gate_block = 0, gate_stride = 0;
+    // Set by the GEMM's quantizer launcher (gemm_kq::with_runs16): x, up and norm_w start 16 bytes
+    // aligned and their columns are whole float4s apart, so runs of 4 values load as one float4.
+    bool runs16 = false;
 
     // The source past the first c0 columns.
     ActSource columns_from(int64_t c0) const {
@@ -49,6 +52,38 @@ struct ActSource {
         const float v = x[col * sx + i];
         if (norm_w) return scale * v * norm_w[i];  // rms_norm_f32's (scale * x) * mul
         return up ? ggml_cuda_op_silu_single(v) * up[col * sup + i] : v;
+    }
+
+    // Values i .. i + 3 of column col, each as operator() gives it, from 16-byte loads (runs16; i a
+    // multiple of 4).
+    __device__ __forceinline__ void run_of_4(int64_t col, int64_t i, float scale, float * out) const {
+        const float4 v = *reinterpret_cast<const float4 *>(x + col * sx + i);
+        const float xv[4] = {v.x, v.y, v.z, v.w};
+        if (norm_w) {
+            const float4 w = *reinterpret_cast<const float4 *>(norm_w + i);
+            const float wv[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int m = 0; m < 4; ++m) out[m] = scale * xv[m] * wv[m];
+        } else if (up) {
+            const float4 u = *reinterpret_cast<const float4 *>(up + col * sup + i);
+            const float uv[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int m = 0; m < 4; ++m) out[m] = ggml_cuda_op_silu_single(xv[m]) * uv[m];
+        } else {
+#pragma unroll
+            for (int m = 0; m < 4; ++m) out[m] = xv[m];
+        }
+    }
+
+    // gated_head_normed of values i .. i + 3 from 16-byte loads (runs16; i a multiple of 4, so the
+    // run sits in one head).
+    __device__ __forceinline__ void gated_head_normed_run_of_4(int64_t col, int64_t i, float s, float * out) const {
+        const float4 a = *reinterpret_cast<const float4 *>(x + col * sx + i);
+        const float4 u = *reinterpret_cast<const float4 *>(up + col * sup + i);
+        const float4 w = *reinterpret_cast<const float4 *>(head_w + i % head);
+        const float av[4] = {a.x, a.y, a.z, a.w}, uv[4] = {u.x, u.y, u.z, u.w}, wv[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) out[m] = ggml_cuda_op_silu_single(av[m]) * (s * uv[m] * wv[m]);
     }
 
     // silu(x) * ((s up) * head_w): the SwiGLU of a per-head norm's output, s its head's scale.

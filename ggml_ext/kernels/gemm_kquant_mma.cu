@@ -215,15 +215,16 @@ bool wgmma_short_flag = [] {
 // build on an sm_90 GPU; Q4_K's takes precedence over its int8 wgmma form. Measured on the H100
 // (session 35, bench/results/h100-s35-27b-kernels-*-9370f3d.json): Q6_K's (long rows and the
 // output matrix) took the 27B's 64-token forward from 17.95 to 17.73 ms of kernels, 16 and 32
-// tokens even (10.27 / 13.35 against 10.23 / 13.36); with Q4_K's too 10.91 / 14.10 / 18.06. Both
-// off until the whole CUDA suite has run with Q6_K's on from 33 columns (the candidate default).
-int columns_from_env(const char * name) {
+// tokens even (10.27 / 13.35 against 10.23 / 13.36); with Q4_K's too 10.91 / 14.10 / 18.06. So
+// Q6_K's is on from 33 columns by default (where it gained; =0 turns it off), Q4_K's off.
+int columns_from_env(const char * name, int fallback) {
     const char * e = std::getenv(name);
-    const int n = e ? std::atoi(e) : 0;
+    const int n = e ? std::atoi(e) : fallback;
     return n >= 2 && n <= 64 ? n : 0;
 }
-int q6k_wgmma_from = columns_from_env("DFLASH_Q6K_WGMMA");
-int q4k_f16_from = columns_from_env("DFLASH_Q4K_F16");
+constexpr int kQ6kWgmmaDefaultFrom = 33;
+int q6k_wgmma_from = columns_from_env("DFLASH_Q6K_WGMMA", kQ6kWgmmaDefaultFrom);
+int q4k_f16_from = columns_from_env("DFLASH_Q4K_F16", 0);
 std::atomic<int64_t> f16_wgmma_count{0};
 
 // Which matrices: by default long rows (gemm_kq::kLongRowBlocks super-blocks or more: the 27B's

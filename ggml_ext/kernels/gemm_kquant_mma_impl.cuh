@@ -891,8 +891,13 @@ __device__ __forceinline__ float head_scale_one_a_thread(const ActSource & x, in
 __device__ __forceinline__ float head_scale_quad(const ActSource & x, int col, int ncols, int kb, int j, int t) {
     float o[8];
     const float * up = col < ncols ? x.up + (int64_t)col * x.sup + kb * kQk + 32 * j + 8 * t : nullptr;
+    if (up && x.runs16) {  // two 16-byte loads
+        const float4 a = reinterpret_cast<const float4 *>(up)[0], b = reinterpret_cast<const float4 *>(up)[1];
+        o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+    } else {
 #pragma unroll
-    for (int m = 0; m < 8; ++m) o[m] = up ? up[m] : 0.0f;
+        for (int m = 0; m < 8; ++m) o[m] = up ? up[m] : 0.0f;
+    }
     float s = ActSource::sum_squares_of_quad(o);
     for (int off = x.head / 64; off >= 1; off >>= 1) s = s + __shfl_xor_sync(0xffffffff, s, 4 * off);
     return rsqrtf(s / x.head + x.head_eps);
@@ -904,6 +909,28 @@ template <ActLayout L, int V>
 __device__ __forceinline__ int quantized_value_index(int i, int t, int r) {
     if constexpr (V == 1) return r % WARP_SIZE;
     return L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
+}
+
+// Which layouts store a V = 8 thread's values (taken in layout L's order) as runs of 4 bytes: its
+// own, and another of the same value order (kRun's and kWgmma's 8t..8t+7; kHalves' differs).
+template <ActLayout L, ActLayout M>
+constexpr bool kSameValueOrder = (L == ActLayout::kHalves) == (M == ActLayout::kHalves);
+
+// A V = 8 thread's 8 bytes (lo: values 0..3, hi: 4..7, in L's order) into layout M (of the same
+// value order): one 8-byte store (kRun, kHalves: bytes 0..7 of the lane's slot) or two 4-byte
+// stores (kWgmma: a run in each of two core matrices), where a byte a value took 8 stores.
+template <ActLayout L, ActLayout M>
+__device__ __forceinline__ void store_lane_bytes(int8_t * __restrict__ qs, int kb, int j, int t, int col,
+                                                 int ncol_tiles, uint32_t lo, uint32_t hi) {
+    static_assert(kSameValueOrder<L, M>, "runs of 4 bytes only where the value orders agree");
+    const int64_t i0 = act_q_index<M>(kb, j, quantized_value_index<L, 8>(0, t, 0), col, ncol_tiles);
+    if constexpr (M == ActLayout::kWgmma) {
+        const int64_t i4 = act_q_index<M>(kb, j, quantized_value_index<L, 8>(4, t, 0), col, ncol_tiles);
+        *reinterpret_cast<uint32_t *>(qs + i0) = lo;
+        *reinterpret_cast<uint32_t *>(qs + i4) = hi;
+    } else {
+        *reinterpret_cast<uint2 *>(qs + i0) = make_uint2(lo, hi);
+    }
 }
 
 // The V values v of a quantizer thread (super-block kb, sub-block j; see quantize_act_k_kernel)
@@ -931,13 +958,25 @@ __device__ __forceinline__ void quantize_values(const float (&v)[V], int kb, int
     }
     const float dd = amax / 127.0f;
     int s = 0;
+    uint32_t packed[2] = {0u, 0u};  // V = 8: the bytes of values 0..3 and 4..7
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const int q = amax == 0.0f ? 0 : (int)roundf(v[i] / dd);
-        qs[act_q_index<L>(kb, j, quantized_value_index<L, V>(i, t, r), col, ncol_tiles)] = (int8_t)q;
-        if constexpr (L2 != L)
-            qs2[act_q_index<L2>(kb, j, quantized_value_index<L, V>(i, t, r), col, ncol_tiles)] = (int8_t)q;
+        if constexpr (V == 8) {
+            packed[i / 4] |= (uint32_t)(uint8_t)(int8_t)q << (8 * (i % 4));
+            if constexpr (L2 != L && !kSameValueOrder<L, L2>)
+                qs2[act_q_index<L2>(kb, j, quantized_value_index<L, V>(i, t, r), col, ncol_tiles)] = (int8_t)q;
+        } else {
+            qs[act_q_index<L>(kb, j, quantized_value_index<L, V>(i, t, r), col, ncol_tiles)] = (int8_t)q;
+            if constexpr (L2 != L)
+                qs2[act_q_index<L2>(kb, j, quantized_value_index<L, V>(i, t, r), col, ncol_tiles)] = (int8_t)q;
+        }
         s += q;
+    }
+    if constexpr (V == 8) {
+        store_lane_bytes<L, L>(qs, kb, j, t, col, ncol_tiles, packed[0], packed[1]);
+        if constexpr (L2 != L && kSameValueOrder<L, L2>)
+            store_lane_bytes<L, L2>(qs2, kb, j, t, col, ncol_tiles, packed[0], packed[1]);
     }
 #pragma unroll
     for (int o = V == 8 ? 2 : 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);  // the sub-block's
@@ -981,8 +1020,9 @@ __device__ __forceinline__ float source_value(const ActSource & x, int col, int 
 // On the H200 (the 27B's forwards, bench/results/h200-s25-27b-kernels-*): V = 8 took the
 // quantizers of a 64-token forward from 1.73 to 1.35 ms and a 32-token one from 1.04 to 1.00, but
 // a 16-token one from 0.82 to 0.91 (48 blocks for 16 columns of 5120), so up to 16 columns V = 1
-// (quantize_values_per_thread). The maximum and the integer sums do not depend on the order they
-// are taken in: both give the same bytes.
+// until session 36, whose 16-byte loads (ActSource::runs16) and stores of a lane's bytes made V = 8
+// the faster one at every column count (quantize_values_per_thread). The maximum and the integer
+// sums do not depend on the order they are taken in: both give the same bytes.
 // L2 != L: the same bytes also into qs2 in layout L2 (the scales and sums do not depend on the
 // layout): one quantizer for two products of one source whose types want different layouts
 // (rms_norm_fusion.cu's pairs). kSrc: what x holds (SrcForm): floats, a SwiGLU's inputs or an
@@ -1010,6 +1050,27 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
     if (kb * kQk >= k) return;  // the same for a super-block's threads
     if constexpr (kHeadNorm && V == 8) head_scale = head_scale_quad(x, col, ncols, kb, j, t);
     float v[V];
+    if constexpr (V == 8 && kSrc != SrcForm::kSigmoidGate) {
+        if (x.runs16) {  // the thread's two runs of 4 values, 16-byte loads (the same floats)
+            const int64_t base = (int64_t)kb * kQk + 32 * j;
+            if (col < ncols) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int64_t i = base + quantized_value_index<L, 8>(4 * h, t, r);
+                    if constexpr (kHeadNorm) {
+                        x.gated_head_normed_run_of_4(col, i, head_scale, v + 4 * h);
+                    } else {
+                        x.run_of_4(col, i, scale, v + 4 * h);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < V; ++i) v[i] = 0.0f;
+            }
+            quantize_values<L, kBlock, V, L2>(v, kb, j, t, r, col, ncol_tiles, qs, d, sums, qs2);
+            return;
+        }
+    }
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const int64_t vi = kb * kQk + 32 * j + quantized_value_index<L, V>(i, t, r);
@@ -1107,14 +1168,17 @@ inline bool quantize_norm_column(const ActSource & x, int k) {
 }
 
 // The fewest padded columns whose quantizer takes 8 values a thread (quantize_act_k_kernel's V):
-// 24 (above 16 columns), or DFLASH_QUANT_V8_FROM=8 / 16 (benches). A SwiGLU source of 17408 (the
-// 27B's ffn_down input) alone on the H100 (session 34): V = 1 2.64 / 3.02 us a launch at 8 / 16
-// columns against 3.33 / 3.96 with V = 8.
+// 8, so every launch (padded columns are 8 or more), or DFLASH_QUANT_V8_FROM=16 / 24 (benches). A
+// SwiGLU source of 17408 (the 27B's ffn_down input) alone on the H100 (session 34): V = 1 2.64 /
+// 3.02 us a launch at 8 / 16 columns against 3.33 / 3.96 with V = 8, so V = 8 began at 24 columns;
+// with the float4 loads of ActSource::runs16 (session 36) V = 8 took 2.47 / 2.72 us there, and the
+// 27B's forwards of 8 / 16 tokens 8.90 / 10.08 ms of kernels against 9.36 / 10.12 from 24
+// (bench/results/h100-s36-27b-kernels-quant-v8-from-*).
 inline int & quantize_v8_from() {
     static int from = [] {
         const char * e = std::getenv("DFLASH_QUANT_V8_FROM");
-        const int n = e ? std::atoi(e) : 24;
-        return n == 8 || n == 16 ? n : 24;
+        const int n = e ? std::atoi(e) : 8;
+        return n == 16 || n == 24 ? n : 8;
     }();
     return from;
 }
@@ -1128,11 +1192,36 @@ inline dim3 quantize_act_grid(int k, int np, int V) {
     return dim3((unsigned)((k + values_per_block - 1) / values_per_block), (unsigned)np, 1);
 }
 
+// Whether a source's runs of 4 values load as float4s (ActSource::runs16; floats, a SwiGLU, an
+// RMSNorm, a per-head RMSNorm's SwiGLU; not a sigmoid gate's blocks) in the quantizer of 8 values
+// a thread (V = 8), which also stores a lane's bytes in one or two stores (store_lane_bytes). On
+// the H100 (session 36, standalone `quant`, 200 launches in a CUDA graph): an RMSNorm source of
+// 5120 in the wgmma layout 3.35 / 3.59 us a launch at 32 / 64 columns against 3.68 / 4.22 with a
+// float a load, a SwiGLU of 17408 (Q6_K's layout) 3.24 / 4.34 against 4.76 / 5.86; the 27B's
+// forwards of 32 / 64 tokens 13.03 / 17.42 ms of kernels against 13.17 / 17.51
+// (bench/results/h100-s36-*). The same bytes either way (checked on the emulator): on unless
+// DFLASH_QUANT_RUNS16=0 (benches: the loads of a float each), where the pointers allow it.
+inline bool & quantize_runs16_flag() {
+    static bool on = [] {
+        const char * e = std::getenv("DFLASH_QUANT_RUNS16");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+inline ActSource with_runs16(ActSource x) {
+    auto a16 = [](const float * p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    x.runs16 = quantize_runs16_flag() && !x.gate && a16(x.x) && x.sx % 4 == 0 &&
+               (!x.up || (a16(x.up) && x.sup % 4 == 0)) && (!x.norm_w || a16(x.norm_w)) &&
+               (!x.head_w || (a16(x.head_w) && x.head % 4 == 0));
+    return x;
+}
+
 // Launches quantize_act_k_kernel<L, kBlock, V, L2, kSrc> with V = quantize_values_per_thread(np),
 // kSrc from x (src_form); qs2: the bytes in layout L2 too (L2 != L).
 template <ActLayout L, int kBlock, ActLayout L2 = L>
-void launch_quantize_act(const ActSource & x, int8_t * qs, float * d, int * sums, int k, int ncols, int np,
+void launch_quantize_act(const ActSource & x_in, int8_t * qs, float * d, int * sums, int k, int ncols, int np,
                          cudaStream_t stream, int8_t * qs2 = nullptr) {
+    const ActSource x = with_runs16(x_in);
     if (quantize_norm_column(x, k)) {
         DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), dim3((unsigned)np), kQk, 0, stream,
                           quantize_act_norm_column_kernel<L, kBlock, L2>)(x, qs, d, sums, k, ncols, np / 8, qs2);

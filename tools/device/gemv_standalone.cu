@@ -668,8 +668,8 @@ bool quantize_bytes_match(int k, int ncols, std::mt19937 & gen) {
     int8_t * yq2 = nullptr;
     if (L2 != L) CK(cudaMalloc(&yq2, (size_t)np * k));
     DFLASH_LAUNCH(gemm_kq::quantize_act_grid(k, np, V), 256, 0, nullptr,
-                  gemm_kq::quantize_act_k_kernel<L, kBlock, V, L2>)(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols,
-                                                                    nt, yq2);
+                  gemm_kq::quantize_act_k_kernel<L, kBlock, V, L2>)(gemm_kq::with_runs16(act_floats(b.x, k)), b.yq,
+                                                                    b.yd, b.ysum, k, ncols, nt, yq2);
     CK(cudaDeviceSynchronize());
     std::vector<int8_t> q((size_t)np * k), q2(L2 != L ? (size_t)np * k : 0);
     if (yq2) {
@@ -710,11 +710,14 @@ bool quantize_bytes_match(int k, int ncols, std::mt19937 & gen) {
     return ok;
 }
 
+// Each with the float4 loads of runs of 4 values (ActSource::runs16, the default) and without.
 void check_quantize_bytes(std::mt19937 & gen) {
     using gemm_kq::ActLayout;
     bool ok = true;
+    int shape = 0;  // a third of the shapes without
     for (int nkb : {1, 3, 9}) {
         for (int ncols : {2, 9, 23, 64}) {
+            gemm_kq::quantize_runs16_flag() = shape++ % 3 != 0;
             ok &= quantize_bytes_match<ActLayout::kRun, 256, 1>(256 * nkb, ncols, gen);
             ok &= quantize_bytes_match<ActLayout::kHalves, 256, 1>(256 * nkb, ncols, gen);
             ok &= quantize_bytes_match<ActLayout::kHalves, 32, 1>(256 * nkb, ncols, gen);
@@ -729,11 +732,16 @@ void check_quantize_bytes(std::mt19937 & gen) {
     ok = true;  // both layouts of a pair (Q4_K's and Q6_K's) from one launch, either one first
     for (int nkb : {1, 9}) {
         for (int ncols : {2, 23, 64}) {
+            gemm_kq::quantize_runs16_flag() = shape++ % 3 != 0;
             ok &= quantize_bytes_match<ActLayout::kRun, 256, 1, ActLayout::kHalves>(256 * nkb, ncols, gen);
             ok &= quantize_bytes_match<ActLayout::kRun, 256, 8, ActLayout::kHalves>(256 * nkb, ncols, gen);
             ok &= quantize_bytes_match<ActLayout::kHalves, 256, 8, ActLayout::kRun>(256 * nkb, ncols, gen);
+            // the same value order in both: both stored as runs of 4 bytes
+            ok &= quantize_bytes_match<ActLayout::kRun, 256, 8, ActLayout::kWgmma>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kWgmma, 256, 8, ActLayout::kRun>(256 * nkb, ncols, gen);
         }
     }
+    gemm_kq::quantize_runs16_flag() = true;
     std::printf("{\"check_quantize_bytes\": \"two layouts\", \"ok\": %s}\n", ok ? "true" : "false");
 }
 
@@ -806,12 +814,21 @@ bool same_quantized(const MmaBuffers & a, const MmaBuffers & b, W t, int k, int 
            to_host(a.ysum, ns) == to_host(b.ysum, ns);
 }
 
+// The quantizer's values a thread for a check of ncols columns: a value a thread below 24 columns
+// (DFLASH_QUANT_V8_FROM=24, the engine's form there before session 36), 8 from 24 (the default
+// everywhere now), so the checks of 5 and 40 columns cover both; the default back after.
+struct ValuesPerThreadFor {
+    explicit ValuesPerThreadFor(int ncols) { gemm_kq::quantize_v8_from() = ncols < 24 ? 24 : 8; }
+    ~ValuesPerThreadFor() { gemm_kq::quantize_v8_from() = 8; }
+};
+
 // The quantizers reading a SwiGLU's inputs (act_source.cuh; glu_fusion.cu) write the bytes they
 // write for the GLU's output: the GEMV's (k = 700: a tail in the last super-block) and the GEMM's
 // layouts (Q4_K, Q6_K, Q8_0), 5 columns; gate and up are the halves of a [2k, 5] matrix (the
 // stacked [gate; up] product), so their columns are 2k apart.
 void check_swiglu_source(std::mt19937 & gen) {
     const int ncols = 5;
+    const ValuesPerThreadFor values(ncols);
     std::normal_distribution<float> normal(0.0f, 2.0f);
     for (const char * what : {"gemv", "q4_K", "q6_K", "q8_0"}) {
         const bool gemv = std::string(what) == "gemv";
@@ -884,6 +901,24 @@ __global__ void rms_norm_mul_kernel(const float * x, const float * w, float * ds
     for (int c = tid; c < k; c += T) dst[c] = scale * x[c] * w[c];
 }
 
+// fused's quantizer of src writes plain's bytes, scales and sums, with the 16-byte loads of
+// ActSource::runs16 (the default) and, where the launch would take them (8 values a thread, not a
+// block a column), with a float a load (fused's bytes poisoned before each).
+bool quantized_alike_both_loads(MmaBuffers & plain, MmaBuffers & fused, W t, int k, int ncols, const ActSource & src) {
+    const bool loads_matter = gemm_kq::quantize_values_per_thread(gemm_kq::padded_columns(ncols)) == 8 &&
+                              !gemm_kq::quantize_norm_column(src, k);
+    bool ok = true;
+    for (bool runs16 : {true, false}) {
+        if (!runs16 && !loads_matter) break;
+        gemm_kq::quantize_runs16_flag() = runs16;
+        CK(cudaMemset(fused.yq, 0x55, (size_t)gemm_kq::padded_columns(ncols) * k));
+        fused.quantize(t, k, ncols, &src);
+        ok = ok && same_quantized(plain, fused, t, k, ncols);
+    }
+    gemm_kq::quantize_runs16_flag() = true;  // the default
+    return ok;
+}
+
 // An RMSNorm source: columns of k floats at x, the norm's weight w, ggml's block for rows of k.
 ActSource norm_source(const float * x, const float * w, int k, float eps) {
     ActSource s = act_floats(x, k);
@@ -904,6 +939,7 @@ void check_rms_norm_source(std::mt19937 & gen) {
           std::tuple{"q8_0", 768, 5}, std::tuple{"q4_K", 768, 40}, std::tuple{"q4_K", 5120, 40},
           std::tuple{"q6_K", 5120, 5}, std::tuple{"q6_K", 2304, 40}}) {
         const W t = what[1] == '4' ? W::q4_K : what[1] == '6' ? W::q6_K : W::q8_0;
+        const ValuesPerThreadFor values(ncols);
         std::vector<float> xs((size_t)ncols * k), ws(k);
         std::uniform_real_distribution<float> octaves(-6.0f, 6.0f);  // magnitudes far apart: the sum order shows
         for (auto & v : xs) v = normal(gen) * std::exp2(octaves(gen));
@@ -926,9 +962,7 @@ void check_rms_norm_source(std::mt19937 & gen) {
         plain.quantize(t, k, ncols);
         for (bool column : {true, false}) {  // a block a column, or the scale summed by each block
             gemm_kq::quantize_norm_column_flag() = column;
-            CK(cudaMemset(fused.yq, 0x55, (size_t)gemm_kq::padded_columns(ncols) * k));
-            fused.quantize(t, k, ncols, &norm);
-            const bool ok = same_quantized(plain, fused, t, k, ncols);
+            const bool ok = quantized_alike_both_loads(plain, fused, t, k, ncols, norm);
             std::printf("{\"check_rms_norm_source\": \"%s\", \"k\": %d, \"ncols\": %d, \"column\": %s, \"ok\": %s}\n",
                         what, k, ncols, column ? "true" : "false", ok ? "true" : "false");
         }
@@ -1008,6 +1042,7 @@ void check_head_norm_source(std::mt19937 & gen) {
           std::tuple{"q6_K", 128, 512, 40}, std::tuple{"q8_0", 128, 512, 5}, std::tuple{"q4_K", 32, 256, 40},
           std::tuple{"q6_K", 64, 512, 5}, std::tuple{"q4_K", 256, 512, 40}, std::tuple{"q8_0", 256, 512, 40}}) {
         const W t = what[1] == '4' ? W::q4_K : what[1] == '6' ? W::q6_K : W::q8_0;
+        const ValuesPerThreadFor values(ncols);
         std::vector<float> os((size_t)ncols * k), zs(os.size()), ws(head);
         std::uniform_real_distribution<float> octaves(-6.0f, 6.0f);  // magnitudes far apart: the sum order shows
         for (auto & v : os) v = normal(gen) * std::exp2(octaves(gen));
@@ -1034,8 +1069,7 @@ void check_head_norm_source(std::mt19937 & gen) {
         src.head = head;
         src.head_eps = eps;
         plain.quantize(t, k, ncols);
-        fused.quantize(t, k, ncols, &src);
-        const bool ok = gemm_kq::act_source_ok(src, k) && same_quantized(plain, fused, t, k, ncols);
+        const bool ok = gemm_kq::act_source_ok(src, k) && quantized_alike_both_loads(plain, fused, t, k, ncols, src);
         plain.free_all();
         fused.free_all();
         for (float * ptr : {d_o, d_z, d_w, normed}) cudaFree(ptr);
@@ -1066,6 +1100,7 @@ void check_sigmoid_gate_source(std::mt19937 & gen) {
          {std::tuple{"q4_K", 128, 768, 5}, std::tuple{"q4_K", 128, 768, 40}, std::tuple{"q6_K", 256, 512, 5},
           std::tuple{"q6_K", 128, 512, 40}, std::tuple{"q8_0", 256, 512, 40}}) {
         const W t = what[1] == '4' ? W::q4_K : what[1] == '6' ? W::q6_K : W::q8_0;
+        const ValuesPerThreadFor values(ncols);
         const int64_t sg = 2 * k + 64;  // [q, gate] heads, then other rows of the product
         std::vector<float> rows((size_t)ncols * sg), os((size_t)ncols * k);
         for (auto & v : rows) v = normal(gen);
@@ -1088,8 +1123,7 @@ void check_sigmoid_gate_source(std::mt19937 & gen) {
         src.gate_block = hd;
         src.gate_stride = 2 * hd;
         plain.quantize(t, k, ncols);
-        fused.quantize(t, k, ncols, &src);
-        const bool ok = gemm_kq::act_source_ok(src, k) && same_quantized(plain, fused, t, k, ncols);
+        const bool ok = gemm_kq::act_source_ok(src, k) && quantized_alike_both_loads(plain, fused, t, k, ncols, src);
         plain.free_all();
         fused.free_all();
         cudaFree(d_rows);
@@ -1827,9 +1861,10 @@ double graph_us(cudaStream_t st, Fn && once) {
 // The GEMM's quantizer, us a launch: (1) of an RMSNorm source (the 27B's hidden size, 5120) in one
 // form and the other (gemm_kq::quantize_norm_column: a block a column, or the blocks of
 // quantize_act_k_kernel that each sum the column's scale) for 8..64 columns and the layouts the
-// engine asks for: Q4_K's, Q6_K's, the pair of both (rms_norm_fusion.cu) and the wgmma form's;
-// (2) of a SwiGLU source (the 27B's ffn_down input, 17408) at 8 and 16 columns with a value a
-// thread and 8 (gemm_kq::quantize_v8_from).
+// engine asks for: Q4_K's, Q6_K's, the pair of both (rms_norm_fusion.cu) and the wgmma form's, the
+// latter also with a float a load (per_super_block_floats: ActSource::runs16 off); (2) of a SwiGLU
+// source (the 27B's ffn_down input, 17408) at 8..64 columns with a value a thread and 8
+// (gemm_kq::quantize_v8_from), 8 also with a float a load ("V=8 floats").
 void bench_quant(std::mt19937 & gen) {
     using gemm_kq::ActLayout;
     const int k = 5120, kf = 17408;
@@ -1854,8 +1889,9 @@ void bench_quant(std::mt19937 & gen) {
     for (const std::string layout : {"q4_K", "q6_K", "pair", "wgmma"}) {
         for (int ncols : {8, 16, 32, 64}) {
             const int np = gemm_kq::padded_columns(ncols);
-            for (bool column : {false, true}) {
-                gemm_kq::quantize_norm_column_flag() = column;
+            for (const std::string form : {"per_super_block", "column", "per_super_block_floats"}) {
+                gemm_kq::quantize_norm_column_flag() = form == "column";
+                gemm_kq::quantize_runs16_flag() = form != "per_super_block_floats";
                 const double us = graph_us(st, [&] {
                     if (layout == "q4_K") {
                         gemm_kq::launch_quantize_act<ActLayout::kRun, 256>(x, q1, d, sums, k, ncols, np, st);
@@ -1871,19 +1907,22 @@ void bench_quant(std::mt19937 & gen) {
                 std::printf(
                     "{\"bench_quant\": \"norm\", \"layout\": \"%s\", \"k\": %d, \"n\": %d, "
                     "\"form\": \"%s\", \"us\": %.3f}\n",
-                    layout.c_str(), k, ncols, column ? "column" : "per_super_block", us);
+                    layout.c_str(), k, ncols, form.c_str(), us);
             }
         }
     }
-    gemm_kq::quantize_norm_column_flag() = false;  // the default
+    gemm_kq::quantize_norm_column_flag() = false;  // the defaults
+    gemm_kq::quantize_runs16_flag() = true;
     ActSource glu = act_floats(d_x, kf);
     glu.sx = 2 * kf;
     glu.up = d_x + kf;
     glu.sup = 2 * kf;
     for (const std::string layout : {"q4_K", "q6_K"}) {
-        for (int ncols : {8, 16}) {
-            for (int from : {24, 8}) {
-                gemm_kq::quantize_v8_from() = from;
+        for (int ncols : {8, 16, 32, 64}) {
+            for (int from : {24, 8, -8}) {               // -8: V = 8 with the loads of a float each (runs16 off)
+                if (ncols > 16 && from == 24) continue;  // the same launch as 8 there
+                gemm_kq::quantize_v8_from() = from < 0 ? -from : from;
+                gemm_kq::quantize_runs16_flag() = from > 0;
                 const int np = gemm_kq::padded_columns(ncols);
                 const double us = graph_us(st, [&] {
                     if (layout == "q4_K") {
@@ -1894,12 +1933,13 @@ void bench_quant(std::mt19937 & gen) {
                 });
                 std::printf(
                     "{\"bench_quant\": \"swiglu\", \"layout\": \"%s\", \"k\": %d, \"n\": %d, "
-                    "\"form\": \"V=%d\", \"us\": %.3f}\n",
-                    layout.c_str(), kf, ncols, gemm_kq::quantize_values_per_thread(np), us);
+                    "\"form\": \"V=%d%s\", \"us\": %.3f}\n",
+                    layout.c_str(), kf, ncols, gemm_kq::quantize_values_per_thread(np), from < 0 ? " floats" : "", us);
             }
         }
     }
-    gemm_kq::quantize_v8_from() = 24;
+    gemm_kq::quantize_v8_from() = 8;  // the default
+    gemm_kq::quantize_runs16_flag() = true;
     CK(cudaStreamDestroy(st));
     for (void * p : {(void *)d_x, (void *)d_w, (void *)d, (void *)q1, (void *)q2, (void *)sums}) cudaFree(p);
 }
