@@ -911,25 +911,22 @@ __device__ __forceinline__ int quantized_value_index(int i, int t, int r) {
     return L == ActLayout::kHalves ? (i < 4 ? 4 * t + i : 16 + 4 * t + i - 4) : 8 * t + i;
 }
 
-// Which layouts store a V = 8 thread's values (taken in layout L's order) as runs of 4 bytes: its
-// own, and another of the same value order (kRun's and kWgmma's 8t..8t+7; kHalves' differs).
-template <ActLayout L, ActLayout M>
-constexpr bool kSameValueOrder = (L == ActLayout::kHalves) == (M == ActLayout::kHalves);
-
-// A V = 8 thread's 8 bytes (lo: values 0..3, hi: 4..7, in L's order) into layout M (of the same
-// value order): one 8-byte store (kRun, kHalves: bytes 0..7 of the lane's slot) or two 4-byte
-// stores (kWgmma: a run in each of two core matrices), where a byte a value took 8 stores.
+// A V = 8 thread's 8 bytes (lo: its values 0..3, hi: 4..7, in layout L's order) into layout M. Each
+// half is 4 consecutive values starting at a multiple of 4, which every layout keeps as 4
+// consecutive bytes (kRun, kHalves: bytes 4m.. of a lane's 8; kWgmma: a core matrix row's 4), so a
+// half is one 4-byte store, and both one 8-byte store where M holds them side by side (M's own
+// value order, not kWgmma's two core matrices), where a byte a value took 8 stores.
 template <ActLayout L, ActLayout M>
 __device__ __forceinline__ void store_lane_bytes(int8_t * __restrict__ qs, int kb, int j, int t, int col,
                                                  int ncol_tiles, uint32_t lo, uint32_t hi) {
-    static_assert(kSameValueOrder<L, M>, "runs of 4 bytes only where the value orders agree");
+    constexpr bool kSameOrder = (L == ActLayout::kHalves) == (M == ActLayout::kHalves);
     const int64_t i0 = act_q_index<M>(kb, j, quantized_value_index<L, 8>(0, t, 0), col, ncol_tiles);
-    if constexpr (M == ActLayout::kWgmma) {
+    if constexpr (kSameOrder && M != ActLayout::kWgmma) {
+        *reinterpret_cast<uint2 *>(qs + i0) = make_uint2(lo, hi);
+    } else {
         const int64_t i4 = act_q_index<M>(kb, j, quantized_value_index<L, 8>(4, t, 0), col, ncol_tiles);
         *reinterpret_cast<uint32_t *>(qs + i0) = lo;
         *reinterpret_cast<uint32_t *>(qs + i4) = hi;
-    } else {
-        *reinterpret_cast<uint2 *>(qs + i0) = make_uint2(lo, hi);
     }
 }
 
@@ -964,8 +961,6 @@ __device__ __forceinline__ void quantize_values(const float (&v)[V], int kb, int
         const int q = amax == 0.0f ? 0 : (int)roundf(v[i] / dd);
         if constexpr (V == 8) {
             packed[i / 4] |= (uint32_t)(uint8_t)(int8_t)q << (8 * (i % 4));
-            if constexpr (L2 != L && !kSameValueOrder<L, L2>)
-                qs2[act_q_index<L2>(kb, j, quantized_value_index<L, V>(i, t, r), col, ncol_tiles)] = (int8_t)q;
         } else {
             qs[act_q_index<L>(kb, j, quantized_value_index<L, V>(i, t, r), col, ncol_tiles)] = (int8_t)q;
             if constexpr (L2 != L)
@@ -975,8 +970,7 @@ __device__ __forceinline__ void quantize_values(const float (&v)[V], int kb, int
     }
     if constexpr (V == 8) {
         store_lane_bytes<L, L>(qs, kb, j, t, col, ncol_tiles, packed[0], packed[1]);
-        if constexpr (L2 != L && kSameValueOrder<L, L2>)
-            store_lane_bytes<L, L2>(qs2, kb, j, t, col, ncol_tiles, packed[0], packed[1]);
+        if constexpr (L2 != L) store_lane_bytes<L, L2>(qs2, kb, j, t, col, ncol_tiles, packed[0], packed[1]);
     }
 #pragma unroll
     for (int o = V == 8 ? 2 : 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);  // the sub-block's

@@ -736,9 +736,10 @@ void check_quantize_bytes(std::mt19937 & gen) {
             ok &= quantize_bytes_match<ActLayout::kRun, 256, 1, ActLayout::kHalves>(256 * nkb, ncols, gen);
             ok &= quantize_bytes_match<ActLayout::kRun, 256, 8, ActLayout::kHalves>(256 * nkb, ncols, gen);
             ok &= quantize_bytes_match<ActLayout::kHalves, 256, 8, ActLayout::kRun>(256 * nkb, ncols, gen);
-            // the same value order in both: both stored as runs of 4 bytes
+            // the wgmma layout's core matrices beside the others (each half a 4-byte store)
             ok &= quantize_bytes_match<ActLayout::kRun, 256, 8, ActLayout::kWgmma>(256 * nkb, ncols, gen);
             ok &= quantize_bytes_match<ActLayout::kWgmma, 256, 8, ActLayout::kRun>(256 * nkb, ncols, gen);
+            ok &= quantize_bytes_match<ActLayout::kWgmma, 256, 8, ActLayout::kHalves>(256 * nkb, ncols, gen);
         }
     }
     gemm_kq::quantize_runs16_flag() = true;
