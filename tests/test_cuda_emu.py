@@ -153,11 +153,12 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # and its SwiGLU's gate against ggml's norm kernel, then the SwiGLU (9 lines: heads of 32..256
     # values) and reading the attention's output and its sigmoid gate in place against the copied
     # gate and ggml's fused sigmoid and multiply (5 lines), the Q4_K wgmma GEMM through the
-    # emulator's asynchronous wgmma (7 column counts x 5 forms, and one super-block: 2 x 5; the
-    # pipelined forms and the early-staging one must give the first form's bits) and its split along
-    # K (3 splits: a last wave of 1 tile, and a short matrix's every tile; x 3 column counts: against
-    # the unsplit kernel, the host reference, a second launch, and the pipelined and early-staging
-    # kernels split the same way), and the mma.sync GEMM split along K (Q4_K in 2 pieces, Q6_K in 3,
+    # emulator's asynchronous wgmma (7 column counts x 6 forms, and one super-block: 2 x 6; the
+    # pipelined forms, the early-staging one and that with 2 warpgroups a block must give the first
+    # form's bits) and its split along K (3 splits: a last wave of 1 tile, and a short matrix's
+    # every tile; x 3 column counts: against the unsplit kernel, the host reference, a second
+    # launch, the pipelined and early-staging kernels split the same way, and 2 warpgroups a block
+    # split its own way), and the mma.sync GEMM split along K (Q4_K in 2 pieces, Q6_K in 3,
     # the block's warps sharing the super-blocks; Q4_K in 4, Q6_K in 2 over two blocks, each warp on
     # rows of its own, and those two with the activations staged in shared memory a block; 4 column
     # counts each: against the unsplit kernel, the host reference, a second launch, and with a
@@ -176,7 +177,7 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
         + 1
         + 2
         + sources
-        + 45
+        + 54
         + 9
         + mma_splits
         + f16_wgmma
@@ -194,13 +195,14 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     assert all(r["relaunch_same"] and r["residual_added"] for r in pieces)
     assert any("check_wgmma_layout" in r for r in rows)
     wgmma = [r for r in rows if "check_wgmma" in r]
-    assert len(wgmma) == 45
-    assert sorted({r["swap"] for r in wgmma}) == [0, 1, 2, 3, 4]
+    assert len(wgmma) == 54
+    assert sorted({r["swap"] for r in wgmma}) == [0, 1, 2, 3, 4, 5]
     assert all(r["same_bits"] for r in wgmma if r["swap"] >= 2)
     splits = [r for r in rows if "check_wgmma_split" in r]
     assert sorted({r["pieces"] for r in splits}) == [2, 3]
     assert any(r["full_tiles"] == 0 for r in splits)  # every tile in pieces
     assert all(r["pipe_same"] and r["early_same"] for r in splits)
+    assert all(r["two_wg_pieces"] > 1 and r["two_wg_vs_whole"] <= 1e-5 for r in splits)
     assert sorted(r["check_quantize_bytes"] for r in rows if "check_quantize_bytes" in r) == [
         "all layouts",
         "two layouts",
@@ -390,36 +392,43 @@ def test_emulated_chain_delta_rule_columns_and_tree_kernel_agree(ops: Path, buil
     _close(runs[0][n * hv * s :].reshape(hv, s, s), want_state, 2e-5, f"chain delta rule's state, S {s}")
 
 
-# (form, S, tokens, columns, decay, lanes): form 1 the chunked form (100 tokens: a full chunk and a
+# (form, S, tokens, columns, decay, lanes, step): form 1 the chunked form (100 tokens: a full chunk and a
 # partial one, the state carried between them), 2 the one-round kernel (1, 2 or 4 columns a lane,
 # 0: by the form; 8 or 16 lanes a column, 0: the default; 40 tokens: three staged chunks, both
 # buffers reused), 3 the gram kernel (16 tokens at a time; 23, 40, 47: a padded last chunk);
 # decay: the log gates times this, one gate zero (the one-round kernel folds the gates' product into
-# the state below 1e-20)
+# the state below 1e-20; with U tokens a step, a step whose own gates' product is that small
+# walks them one by one); step: the one-round kernel's tokens a step (2 or 4; 47 and 33 tokens: a
+# chunk's last tokens under a step, token by token)
 REORDERED_CHAINS = [
-    (1, 64, 1, 0, 1.0, 0),
-    (1, 64, 23, 0, 1.0, 0),
-    (1, 128, 64, 0, 1.0, 0),
-    (1, 128, 100, 0, 1.0, 0),
-    (2, 64, 2, 1, 1.0, 0),
-    (2, 64, 23, 2, 1.0, 0),
-    (2, 128, 16, 4, 1.0, 0),
-    (2, 128, 40, 0, 1.0, 0),
-    (2, 128, 40, 2, 30.0, 0),
-    (2, 64, 23, 1, 1.0, 16),
-    (2, 128, 40, 2, 30.0, 16),
-    (2, 128, 17, 4, 1.0, 16),
-    (3, 64, 2, 0, 1.0, 0),
-    (3, 64, 23, 0, 1.0, 0),
-    (3, 128, 16, 0, 1.0, 0),
-    (3, 128, 40, 0, 30.0, 0),
-    (3, 128, 47, 0, 1.0, 0),
+    (1, 64, 1, 0, 1.0, 0, 1),
+    (1, 64, 23, 0, 1.0, 0, 1),
+    (1, 128, 64, 0, 1.0, 0, 1),
+    (1, 128, 100, 0, 1.0, 0, 1),
+    (2, 64, 2, 1, 1.0, 0, 1),
+    (2, 64, 23, 2, 1.0, 0, 1),
+    (2, 128, 16, 4, 1.0, 0, 1),
+    (2, 128, 40, 0, 1.0, 0, 1),
+    (2, 128, 40, 2, 30.0, 0, 1),
+    (2, 64, 23, 1, 1.0, 16, 1),
+    (2, 128, 40, 2, 30.0, 16, 1),
+    (2, 128, 17, 4, 1.0, 16, 1),
+    (3, 64, 2, 0, 1.0, 0, 1),
+    (3, 64, 23, 0, 1.0, 0, 1),
+    (3, 128, 16, 0, 1.0, 0, 1),
+    (3, 128, 40, 0, 30.0, 0, 1),
+    (3, 128, 47, 0, 1.0, 0, 1),
+    (2, 64, 23, 2, 1.0, 0, 2),
+    (2, 128, 40, 2, 30.0, 0, 2),
+    (2, 128, 47, 1, 1.0, 0, 4),
+    (2, 128, 40, 2, 30.0, 0, 4),
+    (2, 64, 33, 4, 1.0, 0, 4),
 ]
 
 
-@pytest.mark.parametrize(("form", "s", "n", "columns", "decay", "lanes"), REORDERED_CHAINS)
+@pytest.mark.parametrize(("form", "s", "n", "columns", "decay", "lanes", "step"), REORDERED_CHAINS)
 def test_emulated_reordered_chain_equals_the_chain_kernel(
-    ops: Path, build_dir: Path, form: int, s: int, n: int, columns: int, decay: float, lanes: int
+    ops: Path, build_dir: Path, form: int, s: int, n: int, columns: int, decay: float, lanes: int, step: int
 ) -> None:
     """A marked chain's reordered sums (gdn_chunked.cu: 64 tokens at a time as matrix products;
     gdn_chain_one_round.cu: the output from the state before the update, one butterfly a token)
@@ -433,11 +442,14 @@ def test_emulated_reordered_chain_equals_the_chain_kernel(
         arrays["g"] *= np.float32(decay)
         arrays["g"][n // 2] = -1e4  # a zero gate
     chain = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, 0, 1, 0], arrays)
-    got = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, columns, 1, form, lanes], arrays)
+    got = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, columns, 1, form, lanes, step], arrays)
     out, state = n * hv * s, hv * s * s
     assert got.shape == (out + state,)
     assert not np.array_equal(got, chain), "the reordered form gave the chain kernel's bits"
-    what = f"form {form}, S {s}, {n} tokens, {lanes} lanes"
+    if step > 1:  # the steps' sums are not the token walk's
+        walk = _run_op(ops, build_dir, "gated_delta_net", [s, hk, hv, n, columns, 1, form, lanes, 1], arrays)
+        assert not np.array_equal(got, walk), f"{step} tokens a step gave the one-token walk's bits"
+    what = f"form {form}, S {s}, {n} tokens, {lanes} lanes, {step} a step"
     _close(got[:out], chain[:out], 1e-5, f"outputs, {what}")
     _close(got[out:], chain[out:], 1e-5, f"state, {what}")
     a = arrays

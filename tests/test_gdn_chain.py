@@ -74,7 +74,9 @@ def gdn_switches_restored():  # noqa: ANN201
     chunked, chunked_min = _core.gdn_chunked(), _core.gdn_chunked_min_tokens()
     one_round, one_round_columns = _core.gdn_one_round(), _core.gdn_one_round_columns()
     one_round_lanes, gram = _core.gdn_one_round_lanes(), _core.gdn_gram()
+    one_round_step = _core.gdn_one_round_step()
     yield
+    _core.set_gdn_one_round_step(one_round_step)
     _core.set_gdn_gram(gram)
     _core.set_gdn_one_round(one_round)
     _core.set_gdn_one_round_columns(one_round_columns)
@@ -159,6 +161,36 @@ def test_cuda_one_round_chain_matches_the_equations(
         args[3][:] *= 30
         args[3][77] = -1e4
     _check_reordered_chain(args, n > 1)
+
+
+@needs_gpu
+@pytest.mark.parametrize("s", [64, 128])
+@pytest.mark.parametrize("n", [2, 3, 16, 17, 64, 200])
+@pytest.mark.parametrize("columns", [1, 2, 4])
+@pytest.mark.parametrize("step", [2, 4])
+def test_cuda_one_round_chain_steps_match_the_equations(
+    s: int, n: int, columns: int, step: int, gdn_switches_restored: None
+) -> None:
+    """The one-round kernel with 2 or 4 tokens a step (DFLASH_GDN_ONE_ROUND_STEP; 1 by default): one
+    butterfly a step, the step's tokens after it in scalars. 3 and 17 tokens: a chunk's last tokens
+    under a step, one by one (fewer tokens than a step: the walk's bits); 200 with strongly decaying
+    gates and a zero gate (steps whose gates' product is folded into the state first, or walked
+    token by token)."""
+    assert _core.gdn_one_round_step() == int(os.environ.get("DFLASH_GDN_ONE_ROUND_STEP", "1"))
+    _core.set_gdn_chunked(False)
+    _core.set_gdn_one_round(True)
+    _core.set_gdn_one_round_columns(columns)
+    _core.set_gdn_one_round_lanes(8)
+    args = gdn_inputs(np.random.default_rng(17 * s + n + step), n, s=s, hk=2, hv=6)
+    if n == 200:
+        args[3][:] *= 30
+        args[3][77] = -1e4
+    _core.set_gdn_one_round_step(1)
+    walk, _ = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
+    _core.set_gdn_one_round_step(step)
+    stepped, _ = _core.op_gated_delta_net(*args, gpu=True, reordered=True)
+    assert np.array_equal(stepped, walk) == (n < step), "which tokens went a step at a time"
+    _check_reordered_chain(args, True)
 
 
 @needs_gpu

@@ -261,7 +261,8 @@ def test_cuda_wgmma_gemm_matches_the_mma_gemm(n: int, rows: int, mma_restored: N
         lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True),
         _core.wgmma_launches,
     )
-    least = 32 if rows >= 32768 and _core.wgmma_pipe() != 2 else 24  # the columns it starts above
+    tall_least = _core.wgmma_tall_from() - 1 if _core.wgmma_pipe() != 2 else 24
+    least = tall_least if rows >= 32768 else 24  # the columns it starts above
     takes = [c for c in (min(n, 64), n - 64) if c > least]
     assert launches == (len(takes) if _core.wgmma_built() and _gpu_is_sm90() else 0)
     scale = float(np.abs(x.astype(np.float64) @ dense.T.astype(np.float64)).max())
@@ -330,28 +331,41 @@ def test_cuda_wgmma_pipelined_gives_the_same_bits(rows: int, n: int, split: bool
 
 
 @needs_gpu
-@pytest.mark.parametrize(("rows", "n"), [(16480, 25), (34816, 64), (34816, 100)])
+@pytest.mark.parametrize(("rows", "n"), [(16480, 25), (16480, 64), (34816, 48), (34816, 100)])
 @pytest.mark.parametrize("split", [False, True])
-def test_cuda_wgmma_early_staging_gives_the_same_bits(
-    rows: int, n: int, split: bool, mma_restored: None
+@pytest.mark.parametrize("form", ["early", "two_warpgroups"])
+def test_cuda_wgmma_forms_give_the_same_bits(
+    rows: int, n: int, split: bool, form: str, mma_restored: None
 ) -> None:
-    """DFLASH_WGMMA_EARLY=1 (the unpipelined wgmma kernel with the pipelined one's staging: the next
-    stage's copies after a super-block's first wgmmas) changes when the copies go out, not the
-    arithmetic: the same bits, with and without the tail split; each launch counted (100: 64 and
-    36). On by default; the pipe mode (0 here) takes precedence."""
+    """Two forms of the unpipelined wgmma kernel against the form before them, each launch counted
+    (100: 64 and 36): DFLASH_WGMMA_EARLY=1 (the pipelined kernel's staging: the next stage's copies
+    after a super-block's first wgmmas; on by default) changes when the copies go out, not the
+    arithmetic: the same bits, with and without the tail split. DFLASH_WGMMA_WG=2 (128 rows a block,
+    two warpgroups on one copy of the activations; off by default) does each output's float steps
+    in the same order as one warpgroup: the same bits unsplit (16480 rows: a last block of 96 rows);
+    with the tail split its tiles and pieces differ, so within float rounding (1e-5 of the scale).
+    The pipe mode (0 here) takes precedence over both."""
+    if form == "two_warpgroups":
+        assert _core.wgmma_warpgroups() == (2 if os.environ.get("DFLASH_WGMMA_WG") == "2" else 1)
+    switch = {
+        "early": ((_core.wgmma_early_enabled, _core.set_wgmma_early_enabled), (False, True)),
+        "two_warpgroups": ((_core.wgmma_warpgroups, _core.set_wgmma_warpgroups), (1, 2)),
+    }[form]
+    counter = {"early": _core.wgmma_early_launches, "two_warpgroups": _core.wgmma_two_wg_launches}[form]
     k = 2816
     w = _q4k_tall(rows)
     x = np.random.default_rng(31).standard_normal((n, k)).astype(np.float32)
     with _switched(_core.wgmma_split_enabled, _core.set_wgmma_split_enabled, split):
         with _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0):
-            ref, got, early = _a_b(
-                (_core.wgmma_early_enabled, _core.set_wgmma_early_enabled),
-                (False, True),
-                lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True),
-                _core.wgmma_early_launches,
-            )
-    assert early == ((2 if n > 64 else 1) if _core.wgmma_built() and _gpu_is_sm90() else 0)
-    assert np.array_equal(got, ref)
+            with _switched(_core.wgmma_early_enabled, _core.set_wgmma_early_enabled, True):
+                ref, got, launches = _a_b(
+                    *switch, lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True), counter
+                )
+    assert launches == ((2 if n > 64 else 1) if _core.wgmma_built() and _gpu_is_sm90() else 0)
+    if split and form == "two_warpgroups":
+        assert np.abs(got - ref).max() <= 1e-5 * float(np.abs(ref).max())
+    else:
+        assert np.array_equal(got, ref)
 
 
 @needs_gpu
@@ -385,25 +399,65 @@ def test_cuda_wgmma_short_matrices_match_the_mma_gemm(rows: int, k: int, n: int,
     assert np.array_equal(piped, got)
 
 
-@needs_gpu
-def test_cuda_wgmma_pipe_mode_2_takes_gate_up_at_32_columns(mma_restored: None) -> None:
-    """DFLASH_WGMMA_PIPE=2 also gives [gate; up] (34816 rows) at 25..32 columns to the pipelined
-    wgmma kernel, which mode 1 leaves to the mma.sync GEMM: the same integer sums, so within float
-    rounding (1e-5 of the scale), and numpy within 3e-2."""
+def _gate_up_at_32_columns_alike(
+    switch: tuple[Callable[[], int], Callable[[int], None]],
+    values: tuple[int, int],
+    launches: Callable[[], int],
+) -> None:
+    """[gate; up] (34816 rows) at 32 columns with the switch at values[0] (the mma.sync GEMM), then
+    at values[1] (a wgmma kernel): the same integer sums, so within float rounding (1e-5 of the
+    scale), and numpy within 3e-2; one launch counted by `launches`."""
     k, rows, n = 2304, 34816, 32
     w, dense = _weights("q4_K", rows, k, seed=27)
     x = np.random.default_rng(28).standard_normal((n, k)).astype(np.float32)
-    ref, got, pipes = _a_b(
-        (_core.wgmma_pipe, _core.set_wgmma_pipe),
-        (1, 2),
-        lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True),
-        _core.wgmma_pipe_launches,
+    ref, got, counted = _a_b(
+        switch, values, lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True), launches
     )
-    assert pipes == (1 if _core.wgmma_built() and _gpu_is_sm90() else 0)
+    assert counted == (1 if _core.wgmma_built() and _gpu_is_sm90() else 0)
     want = x.astype(np.float64) @ dense.T.astype(np.float64)
     scale = float(np.abs(want).max())
     assert np.abs(got - ref).max() <= 1e-5 * scale
     assert np.abs(got - want).max() <= 3e-2 * scale
+
+
+@needs_gpu
+def test_cuda_wgmma_pipe_mode_2_takes_gate_up_at_32_columns(mma_restored: None) -> None:
+    """DFLASH_WGMMA_PIPE=2 also gives [gate; up] at 25..32 columns to the pipelined wgmma kernel,
+    which mode 1 leaves to the mma.sync GEMM."""
+    _gate_up_at_32_columns_alike((_core.wgmma_pipe, _core.set_wgmma_pipe), (1, 2), _core.wgmma_pipe_launches)
+
+
+@needs_gpu
+def test_cuda_wgmma_tall_from_25_takes_gate_up_at_32_columns(mma_restored: None) -> None:
+    """DFLASH_WGMMA_TALL_FROM=25 gives [gate; up] at 25..32 columns to the wgmma GEMM (the default,
+    33, leaves them to the mma.sync GEMM); the pipe mode held at 0."""
+    want_from = int(os.environ.get("DFLASH_WGMMA_TALL_FROM", "33"))
+    assert _core.wgmma_tall_from() == (want_from if 25 <= want_from <= 64 else 33)
+    with _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0):
+        _gate_up_at_32_columns_alike(
+            (_core.wgmma_tall_from, _core.set_wgmma_tall_from), (33, 25), _core.wgmma_launches
+        )
+
+
+@needs_gpu
+@pytest.mark.parametrize("k", [6144, 17408])
+def test_cuda_wgmma_short_mode_2_takes_long_rows_only(k: int, mma_restored: None) -> None:
+    """DFLASH_WGMMA_SHORT=2: of the Q4_K matrices under 16384 rows, only rows of 64 super-blocks or
+    more (the 27B's ffn_down, k = 17408; not ssm_out's 6144) take the wgmma form at 33..64
+    columns: within float rounding (1e-5 of the scale) of the mma.sync GEMM either way."""
+    rows, n = 5120, 64
+    w, _ = _weights("q4_K", rows, k, seed=29)
+    x = np.random.default_rng(35).standard_normal((n, k)).astype(np.float32)
+    with _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0):
+        ref, got, launches = _a_b(
+            (_core.wgmma_short, _core.set_wgmma_short_mode),
+            (0, 2),
+            lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True),
+            _core.wgmma_launches,
+        )
+    assert launches == (int(k >= 64 * 256) if _core.wgmma_built() and _gpu_is_sm90() else 0)
+    scale = float(np.abs(ref).max())
+    assert np.abs(got - ref).max() <= 1e-5 * scale
 
 
 @needs_gpu

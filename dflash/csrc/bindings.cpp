@@ -486,6 +486,10 @@ PYBIND11_MODULE(_core, m) {
     m.def("set_gdn_one_round_lanes", &ggml_ext::set_gdn_one_round_lanes, py::arg("lanes"),
           "lanes a state column of the one-round kernel: 8 or 16 (DFLASH_GDN_ONE_ROUND_LANES); 0, the default (8)");
     m.def("gdn_one_round_lanes", &ggml_ext::gdn_one_round_lanes);
+    m.def("set_gdn_one_round_step", &ggml_ext::set_gdn_one_round_step, py::arg("tokens"),
+          "a marked chain's tokens a step of the one-round kernel (one round of reductions a step): 1 (the default), "
+          "2 or 4 (DFLASH_GDN_ONE_ROUND_STEP), with 8 lanes a column; 0 without CUDA");
+    m.def("gdn_one_round_step", &ggml_ext::gdn_one_round_step);
     m.def("set_gdn_gram", &ggml_ext::set_gdn_gram, py::arg("on"),
           "CUDA: marked chains of 2 tokens or more take 16 tokens at a time in parallel (gdn_chain_gram.cu) in place "
           "of the one-round kernel, which must be on (off by default; DFLASH_GDN_GRAM=1 starts it on)");
@@ -562,6 +566,20 @@ PYBIND11_MODULE(_core, m) {
           "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM too, split along K to "
           "fill the GPU (off by default until measured; DFLASH_WGMMA_SHORT=1 starts it on)");
     m.def("wgmma_short_enabled", &ggml_ext::wgmma_short_enabled);
+    m.def("set_wgmma_short_mode", &ggml_ext::set_wgmma_short_mode, py::arg("mode"),
+          "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM: 0 none (the default), 1 "
+          "all, 2 rows of 64 super-blocks or more only (DFLASH_WGMMA_SHORT); 0 without CUDA");
+    m.def("wgmma_short", &ggml_ext::wgmma_short);
+    m.def("set_wgmma_tall_from", &ggml_ext::set_wgmma_tall_from, py::arg("n"),
+          "columns from which Q4_K matrices of 32768 rows or more take the wgmma GEMM: 33 by default, 25..64 "
+          "(DFLASH_WGMMA_TALL_FROM); 0 without CUDA");
+    m.def("wgmma_tall_from", &ggml_ext::wgmma_tall_from_columns);
+    m.def("set_wgmma_warpgroups", &ggml_ext::set_wgmma_warpgroups, py::arg("n"),
+          "warpgroups a block of the early-staging wgmma GEMM: 1 (the default) or 2 (DFLASH_WGMMA_WG); 0 without "
+          "CUDA");
+    m.def("wgmma_warpgroups", &ggml_ext::wgmma_warpgroups);
+    m.def("wgmma_two_wg_launches", &ggml_ext::wgmma_two_wg_launches,
+          "launches of the wgmma GEMM with two warpgroups a block so far (tests)");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

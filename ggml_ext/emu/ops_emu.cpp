@@ -85,7 +85,7 @@ int main(int argc, char ** argv) {
         dst.src[0] = &tx, dst.src[1] = &tc, dst.src[2] = &tw, dst.src[3] = &tt;
         ggml_ext_cuda_tree_ssm_conv(ctx, &dst);
     } else if (op == "gated_delta_net") {  // meta: S Hk Hv n columns [staged [form: 1 chunked, 2 one round, 3 gram
-                                           // [lanes]]] (a chain; outputs, then the final state)
+                                           // [lanes [tokens a step]]]] (a chain; outputs, then the final state)
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
         ggml_ext::set_gdn_columns((int)m[4]);
         ggml_ext::set_gdn_staged(m.size() > 5 && m[5] != 0);
@@ -110,6 +110,7 @@ int main(int argc, char ** argv) {
             ggml_ext::set_gdn_gram(false);
             ggml_ext::set_gdn_one_round_columns((int)m[4]);
             ggml_ext::set_gdn_one_round_lanes(m.size() > 7 ? (int)m[7] : 0);
+            ggml_ext::set_gdn_one_round_step(m.size() > 8 ? (int)m[8] : 1);
             if (!ggml_ext_cuda_gated_delta_net_one_round(args, nullptr)) {
                 std::fprintf(stderr, "ops_emu: the one-round chain does not take S = %lld\n", (long long)S);
                 return 2;

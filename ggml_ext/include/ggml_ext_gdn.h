@@ -100,6 +100,10 @@ int gdn_one_round_columns();
 // (8)
 void set_gdn_one_round_lanes(int lanes);
 int gdn_one_round_lanes();
+// a marked chain's tokens a step of the one-round kernel (one round of reductions a step): 1 (the
+// default), 2 or 4 (DFLASH_GDN_ONE_ROUND_STEP); with 8 lanes a column only; anything else is 1
+void set_gdn_one_round_step(int tokens);
+int gdn_one_round_step();
 // a marked chain's 16 tokens at a time in parallel (kernels/gdn_chain_gram.cu) in place of the
 // one-round kernel (which must be on): off by default (slower on the H100, session 33);
 // DFLASH_GDN_GRAM=1 turns it on

@@ -99,10 +99,23 @@ void set_wgmma_early_enabled(bool on);
 bool wgmma_early_enabled();
 int64_t wgmma_early_launches();
 // Q4_K matrices of fewer than 16384 rows at 33..64 columns (no fused residual) through the wgmma
-// form as well, split along K to fill the GPU: off by default until measured
-// (DFLASH_WGMMA_SHORT=1 starts it on).
+// form as well, split along K to fill the GPU: mode 0 off (the default until measured), 1 every
+// such matrix, 2 only rows of 64 super-blocks or more (the 27B's ffn_down); DFLASH_WGMMA_SHORT
+// sets it. set_wgmma_short_enabled(on) is mode 1 or 0, wgmma_short_enabled() mode 1.
 void set_wgmma_short_enabled(bool on);
 bool wgmma_short_enabled();
+void set_wgmma_short_mode(int mode);
+int wgmma_short();
+// Columns from which Q4_K matrices of 32768 rows or more ([gate; up]) take the wgmma form: 33 by
+// default, 25..64 (DFLASH_WGMMA_TALL_FROM); anything else restores 33.
+void set_wgmma_tall_from(int n);
+int wgmma_tall_from_columns();
+// Warpgroups a block of the early-staging wgmma kernel: 1 (the default) or 2 (DFLASH_WGMMA_WG=2:
+// 128 rows a block on one copy of the activations; the same bits unsplit);
+// wgmma_two_wg_launches counts the launches with 2 (tests).
+void set_wgmma_warpgroups(int n);
+int wgmma_warpgroups();
+int64_t wgmma_two_wg_launches();
 // Long rows (24 super-blocks or more: the 27B's ffn_down) of Q6_K at up to 16 columns with 8 warps
 // a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): 0 off (the
 // default until measured), 1 at 3 blocks a multiprocessor (80 registers), 2 with the compiler's

@@ -29,6 +29,18 @@
 // The kernel is still latency-bound (~1.5 warps a scheduler); next: more independent work a
 // warp (two heads' columns, or the next token's k . q ahead).
 //
+// Session 37: a chain may take U = 2 or 4 tokens a step (DFLASH_GDN_ONE_ROUND_STEP; 1, the walk
+// above, by default until timed). With the state U at the step's start (the true state G U), the
+// step's gates' running products H_u, its k_u, q_u, and e_u = delta_u / H_u (what token u adds to U
+// along k_u), the recurrence unrolls to
+//   a_u = U^T k_u + sum_{i<u} e_i (k_i . k_u),   delta_u = beta_u (v_u - H_u a_u),
+//   o_u = H_u (U^T q_u + sum_{i<=u} e_i (k_i . q_u)),   U += sum_u k_u e_u,  G = H_{U-1},
+// so one butterfly reduces all of a step's dot products (2U a column, U(U+1)/2 + U(U-1)/2 Gram
+// entries shared by the lane's columns) and the tokens' dependency is a few scalar multiply-adds:
+// one round of shuffles a step instead of a token, for ~10% more instructions at U = 2. A step
+// whose gates' product falls under kOrMinScale (decayed or zero gates) walks its tokens one by one;
+// a chain's last tokens under a whole step too. Chains only, 8 lanes a column.
+//
 // A DDTree verify's nodes (kTree; tree_ops.cu sends marked tree_gated_delta_net nodes of up to
 // kOrMaxNodes here) are the tree walk's order: nodes in preorder, a node whose parent is not the
 // node just visited continues from its parent's state saved on a per-depth stack (only nodes with
@@ -69,6 +81,13 @@ int or_lanes_flag = [] {
     return valid_lanes(e ? std::atoi(e) : 0);
 }();
 
+// Tokens a step of a chain (U): 1 by default, or DFLASH_GDN_ONE_ROUND_STEP=2 / 4 (8 lanes a column).
+int valid_step(int u) { return u == 1 || u == 2 || u == 4 ? u : 1; }
+int or_step_flag = [] {
+    const char * e = std::getenv("DFLASH_GDN_ONE_ROUND_STEP");
+    return valid_step(e ? std::atoi(e) : 1);
+}();
+
 bool or_enabled_flag = [] {
     const char * e = std::getenv("DFLASH_GDN_ONE_ROUND");
     return !(e && e[0] == '0');
@@ -94,7 +113,7 @@ template <>
 struct OrTree<false> {};
 
 // tree: the tree index (parents, preorder, depths; n each) with kTree, else null.
-template <int S, int CL, int L, bool kTree>
+template <int S, int CL, int L, bool kTree, int U = 1>
 __global__ void __launch_bounds__(16 * L / CL)
     gdn_chain_one_round_kernel(const float * __restrict__ q, const float * __restrict__ k, const float * __restrict__ v,
                                const float * __restrict__ g, const float * __restrict__ beta,
@@ -105,6 +124,7 @@ __global__ void __launch_bounds__(16 * L / CL)
                                const int64_t sb3, const int64_t neqk1, const int64_t rq3, const float scale) {
     constexpr int kThreads = 16 * L / CL;  // kOrColumns columns of L lanes, CL a lane
     constexpr int R4 = S / L / 4;          // float4s of rows a lane: rows 4 (L i + j) .. + 3, i < R4
+    static_assert(U == 1 || (!kTree && kOrChunk % U == 0), "steps of several tokens: chains, whole in a chunk");
     __shared__ __align__(16) float s_k[2][kOrChunk][S];
     __shared__ __align__(16) float s_q[2][kOrChunk][S];
     __shared__ __align__(16) float s_v[2][kOrChunk][kOrColumns];
@@ -206,7 +226,8 @@ __global__ void __launch_bounds__(16 * L / CL)
         });
         __syncthreads();  // this chunk's rows, gates and betas are in shared memory
 
-        for (int t = 0; t < tn; ++t) {
+        // token t of the chunk alone (the walk above)
+        auto one_token = [&](const int t) {
             int64_t node = t0 + t;
             if constexpr (kTree) {
                 node = s_tree.node[t0 + t];
@@ -283,7 +304,106 @@ __global__ void __launch_bounds__(16 * L / CL)
                 }
                 prev = node;
             }
+        };
+        int t = 0;
+        if constexpr (U > 1) {
+            for (; t + U <= tn; t += U) {
+                float gs[U], bs[U], prod = 1.0f;
+#pragma unroll
+                for (int u = 0; u < U; ++u) gs[u] = s_g[buf][t + u], bs[u] = s_b[buf][t + u], prod *= gs[u];
+                if (G * prod < kOrMinScale) {  // the same for the whole block (the gates are the head's)
+                    if (prod < kOrMinScale) {  // the step's own gates: token by token
+#pragma unroll
+                        for (int u = 0; u < U; ++u) one_token(t + u);
+                        continue;
+                    }
+#pragma unroll
+                    for (int c = 0; c < CL; ++c) {
+#pragma unroll
+                        for (int i = 0; i < R4; ++i) scale4(st[c][i], G);
+                    }
+                    G = 1.0f;
+                }
+                // every dot product of the step in one pass over the lane's rows, then one butterfly
+                float dk[CL][U] = {}, dq[CL][U] = {}, kk[U][U] = {}, kq[U][U] = {};
+#pragma unroll
+                for (int i = 0; i < R4; ++i) {
+                    float4 kr[U], qr[U];
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+                        kr[u] = reinterpret_cast<const float4 *>(s_k[buf][t + u])[L * i + j];
+                        qr[u] = reinterpret_cast<const float4 *>(s_q[buf][t + u])[L * i + j];
+                    }
+#pragma unroll
+                    for (int c = 0; c < CL; ++c) {
+#pragma unroll
+                        for (int u = 0; u < U; ++u) {
+                            dk[c][u] = dot4(st[c][i], kr[u], dk[c][u]);
+                            dq[c][u] = dot4(st[c][i], qr[u], dq[c][u]);
+                        }
+                    }
+#pragma unroll
+                    for (int a = 0; a < U; ++a) {
+#pragma unroll
+                        for (int b = a; b < U; ++b) {
+                            if (b > a) kk[a][b] = dot4(kr[a], kr[b], kk[a][b]);
+                            kq[a][b] = dot4(kr[a], qr[b], kq[a][b]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int m = 1; m < L; m <<= 1) {
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+#pragma unroll
+                        for (int c = 0; c < CL; ++c) {
+                            dk[c][u] += __shfl_xor_sync(0xffffffff, dk[c][u], m);
+                            dq[c][u] += __shfl_xor_sync(0xffffffff, dq[c][u], m);
+                        }
+#pragma unroll
+                        for (int a = 0; a <= u; ++a) {
+                            if (a < u) kk[a][u] += __shfl_xor_sync(0xffffffff, kk[a][u], m);
+                            kq[a][u] += __shfl_xor_sync(0xffffffff, kq[a][u], m);
+                        }
+                    }
+                }
+                // the tokens in order: scalars only (H_u: the gates' running product from G)
+                float hs[U], rh[U], h = G;
+#pragma unroll
+                for (int u = 0; u < U; ++u) h *= gs[u], hs[u] = h, rh[u] = 1.0f / h;
+                float e[CL][U];
+#pragma unroll
+                for (int c = 0; c < CL; ++c) {
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+                        float a = dk[c][u], b = dq[c][u];
+#pragma unroll
+                        for (int i = 0; i < u; ++i) a = fmaf(e[c][i], kk[i][u], a);
+                        const float delta = (s_v[buf][t + u][c0 + c] - hs[u] * a) * bs[u];
+                        e[c][u] = delta * rh[u];
+#pragma unroll
+                        for (int i = 0; i <= u; ++i) b = fmaf(e[c][i], kq[i][u], b);
+                        if (j == 0) out[(t0 + t + u) * S * H + c] = hs[u] * b * scale;
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < R4; ++i) {
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+                        const float4 kr = reinterpret_cast<const float4 *>(s_k[buf][t + u])[L * i + j];
+#pragma unroll
+                        for (int c = 0; c < CL; ++c) {
+                            st[c][i].x = fmaf(kr.x, e[c][u], st[c][i].x);
+                            st[c][i].y = fmaf(kr.y, e[c][u], st[c][i].y);
+                            st[c][i].z = fmaf(kr.z, e[c][u], st[c][i].z);
+                            st[c][i].w = fmaf(kr.w, e[c][u], st[c][i].w);
+                        }
+                    }
+                }
+                G = hs[U - 1];
+            }
         }
+        for (; t < tn; ++t) one_token(t);
         if (tn1 > 0 && tid < tn1) s_g[buf ^ 1][tid] = gv, s_b[buf ^ 1][tid] = bv;
         __syncthreads();  // this chunk is read before the next iteration stages into its buffer
     }
@@ -300,18 +420,28 @@ __global__ void __launch_bounds__(16 * L / CL)
     }
 }
 
-template <int S, int CL, int L, bool kTree>
+template <int S, int CL, int L, bool kTree, int U = 1>
 void launch_one_round(const GdnChainArgs & a, cudaStream_t stream) {
     const dim3 grid((unsigned)a.H, (unsigned)a.n_seqs, (unsigned)(S / kOrColumns));
-    DFLASH_LAUNCH(grid, dim3(16 * L / CL), 0, stream, gdn_chain_one_round_kernel<S, CL, L, kTree>)(
+    DFLASH_LAUNCH(grid, dim3(16 * L / CL), 0, stream, gdn_chain_one_round_kernel<S, CL, L, kTree, U>)(
         a.q, a.k, a.v, a.g, a.beta, a.s0, a.dst, a.state, a.parents, a.H, a.n_tokens, a.sq1, a.sq2, a.sq3, a.sv1, a.sv2,
         a.sv3, a.sb1, a.sb2, a.sb3, a.neqk1, a.rq3, a.scale);
 }
 
+// A chain's tokens a step (or_step_flag) with 8 lanes a column; a tree's, or with 16 lanes, one.
 template <int S, int CL, int L>
 void launch_form(const GdnChainArgs & a, cudaStream_t stream) {
     if (a.parents) {
         launch_one_round<S, CL, L, true>(a, stream);
+    } else if constexpr (L == 8) {
+        switch (or_step_flag) {
+            case 2:
+                return launch_one_round<S, CL, L, false, 2>(a, stream);
+            case 4:
+                return launch_one_round<S, CL, L, false, 4>(a, stream);
+            default:
+                return launch_one_round<S, CL, L, false>(a, stream);
+        }
     } else {
         launch_one_round<S, CL, L, false>(a, stream);
     }
@@ -347,6 +477,8 @@ void set_gdn_one_round_columns(int columns) { or_columns_flag = valid_columns(co
 int gdn_one_round_columns() { return or_columns_flag; }
 void set_gdn_one_round_lanes(int lanes) { or_lanes_flag = valid_lanes(lanes); }
 int gdn_one_round_lanes() { return or_lanes_flag; }
+void set_gdn_one_round_step(int tokens) { or_step_flag = valid_step(tokens); }
+int gdn_one_round_step() { return or_step_flag; }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gated_delta_net_one_round(const GdnChainArgs & a, cudaStream_t stream) {

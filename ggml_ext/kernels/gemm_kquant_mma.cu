@@ -197,16 +197,39 @@ bool wgmma_early_flag = [] {
     return !(e && e[0] == '0');
 }();
 std::atomic<int64_t> wgmma_early_count{0};
+std::atomic<int64_t> wgmma_two_wg_count{0};
 // Q4_K matrices of fewer than 16384 rows at 33..64 columns (without a fused residual: the 27B's
 // ffn_down, ssm_out and attn_output at 64, attn_q, the GDN projections) through the wgmma form too,
 // a grid under one wave split along K into pieces that fill the resident blocks (WgSplit; 5120
 // rows are 80 tiles). Off until measured: session 25's stream-K form of the wgmma GEMM beat the
 // mma.sync GEMM on ffn_down at 64 columns (48.9 against 55.6 us) but was slower elsewhere, and was
-// not kept. DFLASH_WGMMA_SHORT=1 starts it on. Measured in session 30 with the pipelined kernel:
-// slower (a 64-token forward 19.27 against 18.62 ms, h200-s30-f1-*), so it stays off.
-bool wgmma_short_flag = [] {
+// not kept. Measured in session 30 with the pipelined kernel: slower (a 64-token forward 19.27
+// against 18.62 ms, h200-s30-f1-*), so it stays off. Session 35's standalone on the H100 (early
+// staging, split; h100-s35-standalone-f16-wgmma-9370f3d.json) had it ahead on ffn_down only (Q4_K
+// 45.7 against 55.4 us at 64 columns; ssm_out 24.0 against 18.0), hence mode 2: only rows of
+// kWgmmaLongKBlocks super-blocks or more. DFLASH_WGMMA_SHORT=1 or 2 sets the mode.
+constexpr int kWgmmaLongKBlocks = 64;  // 16384 values: the 27B's ffn_down (68), not ssm_out (24)
+int valid_short_mode(int m) { return m == 1 || m == 2 ? m : 0; }
+int wgmma_short_mode = [] {
     const char * e = std::getenv("DFLASH_WGMMA_SHORT");
-    return e && e[0] == '1';
+    return valid_short_mode(e ? std::atoi(e) : 0);
+}();
+// Columns from which matrices of 32768 rows or more ([gate; up]) take the wgmma form: 33 (as
+// measured in session 19, even at 32 columns then). Session 35's H100 standalone had the early,
+// split kernel ahead at 32 columns (56.4 against 63.9 us); DFLASH_WGMMA_TALL_FROM=25..64 sets it.
+constexpr int kWgmmaTallDefaultFrom = 33;
+int valid_tall_from(int n) { return n >= 25 && n <= 64 ? n : kWgmmaTallDefaultFrom; }
+int wgmma_tall_from = [] {
+    const char * e = std::getenv("DFLASH_WGMMA_TALL_FROM");
+    return valid_tall_from(e ? std::atoi(e) : kWgmmaTallDefaultFrom);
+}();
+// Warpgroups a block of the early-staging wgmma kernel: 1, or 2 (DFLASH_WGMMA_WG=2; 128 rows a
+// block reading one copy of each super-block's activations, half the staging and L2 reads of them
+// a row; the same bits unsplit). With 197 registers a thread either holds 8 warps a multiprocessor.
+int valid_warpgroups(int n) { return n == 2 ? 2 : 1; }
+int wgmma_warpgroups_flag = [] {
+    const char * e = std::getenv("DFLASH_WGMMA_WG");
+    return valid_warpgroups(e ? std::atoi(e) : 1);
 }();
 
 // Q6_K / Q4_K products through the f16 wgmma form (gemm_f16_wgmma.cuh: the scales folded into f16
@@ -247,9 +270,12 @@ bool takes_f16_wgmma(ggml_type t, int n, bool hopper, int rows, int k) {
 // bench/results/h200-s19-wgmma-staging.json): [gdn q; k; v; z] (16480 rows) from 32 columns
 // (28.2 / 32.8 / 35.5 us at 32 / 48 / 64 against 31.1 / 38.5 / 48.0), [gate; up] (34816) from
 // 48 (74.4 / 88.4 against 83.5 / 96.4; even at 32). Slower on fewer rows and fewer columns.
-bool wgmma_shape(int rows, int ncols) {
-    if (rows < 16384) return wgmma_short_flag && ncols > 32;
-    return ncols > 32 || (ncols > 24 && (rows < 32768 || wgmma_pipe_mode == 2));
+bool wgmma_shape(int rows, int k, int ncols) {
+    if (rows < 16384) {
+        return ncols > 32 && (wgmma_short_mode == 1 || (wgmma_short_mode == 2 && k / 256 >= kWgmmaLongKBlocks));
+    }
+    if (rows < 32768) return ncols > 24;
+    return ncols >= wgmma_tall_from || (ncols > 24 && wgmma_pipe_mode == 2);
 }
 
 // Whether Q4_K / Q5_K rows of up to 16 columns take two row tiles a warp: when the grid of one
@@ -284,8 +310,9 @@ bool launch_with(const float * res, int stride_col_res, const char * w, const in
 }
 
 // Whether a product of type t, rows x n, takes the wgmma form (gemm_chunk).
-bool takes_wgmma(ggml_type t, bool mins_int, int rows, int n, bool hopper, bool has_res) {
-    return kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && !has_res && wgmma_shape(rows, n);
+bool takes_wgmma(ggml_type t, bool mins_int, int rows, int k, int n, bool hopper, bool has_res) {
+    return kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && !has_res &&
+           wgmma_shape(rows, k, n);
 }
 
 // The mma.sync forms' activation layout for type t (its F::kLayout), and whether their scales are
@@ -377,26 +404,34 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
         ++f16_wgmma_count;
         return;
     }
-    if (takes_wgmma(t, mins_int, rows, n, hopper, r_ptr != nullptr)) {
+    if (takes_wgmma(t, mins_int, rows, k, n, hopper, r_ptr != nullptr)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
         const int form = wgmma_pipe_mode != 0 ? gemm_kq::kWgPipe
                          : wgmma_early_flag   ? gemm_kq::kWgEarly
                                               : gemm_kq::kWgPlain;
-        const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_flag): always
+        const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
         ggml_cuda_pool_alloc<float> partials(pool);
-        auto run = [&](auto form_tag) {
-            constexpr int kForm = decltype(form_tag)::value;
+        auto run = [&](auto form_tag, auto wg_tag) {
+            constexpr int kForm = decltype(form_tag)::value, kWG = decltype(wg_tag)::value;
             const gemm_kq::WgSplit split =
-                split_on ? gemm_kq::wgmma_split_for<4, 1, 1, kForm>(rows, k, n, nsm) : gemm_kq::WgSplit{};
-            if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats(split, n));
-            const bool ok = gemm_kq::launch_q4k_wgmma<4, 1, 1, kForm>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
-                                                                      stream, 128, 256, split, partials.ptr);
+                split_on ? gemm_kq::wgmma_split_for<4, kWG, 1, kForm>(rows, k, n, nsm) : gemm_kq::WgSplit{};
+            if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<kWG>(split, n));
+            const bool ok = gemm_kq::launch_q4k_wgmma<4, kWG, 1, kForm>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
+                                                                        stream, 128, 256, split, partials.ptr);
             if (ok && split.pieces > 1) ++wgmma_split_count;
+            if (ok && kWG == 2) ++wgmma_two_wg_count;
             return ok;
         };
-        const bool ran = form == gemm_kq::kWgPipe    ? run(std::integral_constant<int, gemm_kq::kWgPipe>{})
-                         : form == gemm_kq::kWgEarly ? run(std::integral_constant<int, gemm_kq::kWgEarly>{})
-                                                     : run(std::integral_constant<int, gemm_kq::kWgPlain>{});
+        using One = std::integral_constant<int, 1>;
+        using Early = std::integral_constant<int, gemm_kq::kWgEarly>;
+        bool ran = false;
+        if (form == gemm_kq::kWgPipe) {
+            ran = run(std::integral_constant<int, gemm_kq::kWgPipe>{}, One{});
+        } else if (form == gemm_kq::kWgPlain) {
+            ran = run(std::integral_constant<int, gemm_kq::kWgPlain>{}, One{});
+        } else {  // two warpgroups a block: the early form only (the default; the others as measured)
+            ran = wgmma_warpgroups_flag == 2 ? run(Early{}, std::integral_constant<int, 2>{}) : run(Early{}, One{});
+        }
         if (ran) {
             ++wgmma_count;
             if (form == gemm_kq::kWgPipe) ++wgmma_pipe_count;
@@ -436,8 +471,15 @@ int64_t wgmma_pipe_launches() { return wgmma_pipe_count.load(); }
 void set_wgmma_early_enabled(bool on) { wgmma_early_flag = on; }
 bool wgmma_early_enabled() { return wgmma_early_flag; }
 int64_t wgmma_early_launches() { return wgmma_early_count.load(); }
-void set_wgmma_short_enabled(bool on) { wgmma_short_flag = on; }
-bool wgmma_short_enabled() { return wgmma_short_flag; }
+void set_wgmma_short_enabled(bool on) { wgmma_short_mode = on ? 1 : 0; }
+bool wgmma_short_enabled() { return wgmma_short_mode == 1; }
+void set_wgmma_short_mode(int mode) { wgmma_short_mode = valid_short_mode(mode); }
+int wgmma_short() { return wgmma_short_mode; }
+void set_wgmma_tall_from(int n) { wgmma_tall_from = valid_tall_from(n); }
+int wgmma_tall_from_columns() { return wgmma_tall_from; }
+void set_wgmma_warpgroups(int n) { wgmma_warpgroups_flag = valid_warpgroups(n); }
+int wgmma_warpgroups() { return wgmma_warpgroups_flag; }
+int64_t wgmma_two_wg_launches() { return wgmma_two_wg_count.load(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
 void set_mma_split(int pieces) {
@@ -567,8 +609,8 @@ bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggm
     }
     // one launch of each (up to 64 columns), both in the mma.sync forms with scales per 256 values
     if (!mma_scales_per_256(t1) || !mma_scales_per_256(t2) ||
-        takes_wgmma(t1, mins_int, (int)w1->ne[1], (int)n, hopper, false) ||
-        takes_wgmma(t2, mins_int, (int)w2->ne[1], (int)n, hopper, false)) {
+        takes_wgmma(t1, mins_int, (int)w1->ne[1], (int)k, (int)n, hopper, false) ||
+        takes_wgmma(t2, mins_int, (int)w2->ne[1], (int)k, (int)n, hopper, false)) {
         return false;
     }
     const int np = gemm_kq::padded_columns((int)n);

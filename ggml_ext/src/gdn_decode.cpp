@@ -99,6 +99,8 @@ void set_gdn_one_round_columns(int) {}
 int gdn_one_round_columns() { return 0; }
 void set_gdn_one_round_lanes(int) {}
 int gdn_one_round_lanes() { return 0; }
+void set_gdn_one_round_step(int) {}
+int gdn_one_round_step() { return 0; }
 void set_gdn_gram(bool) {}
 bool gdn_gram() { return false; }
 #endif

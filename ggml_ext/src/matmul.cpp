@@ -58,6 +58,13 @@ bool wgmma_early_enabled() { return false; }
 int64_t wgmma_early_launches() { return 0; }
 void set_wgmma_short_enabled(bool) {}
 bool wgmma_short_enabled() { return false; }
+void set_wgmma_short_mode(int) {}
+int wgmma_short() { return 0; }
+void set_wgmma_tall_from(int) {}
+int wgmma_tall_from_columns() { return 0; }
+void set_wgmma_warpgroups(int) {}
+int wgmma_warpgroups() { return 0; }
+int64_t wgmma_two_wg_launches() { return 0; }
 void set_mma_q6k_long_8(int) {}
 int mma_q6k_long_8() { return 0; }
 void set_mma_split(int) {}

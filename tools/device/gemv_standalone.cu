@@ -1257,10 +1257,11 @@ void profile_mma(W t, int rows, int k, std::mt19937 & gen, const std::vector<int
     cudaFree(dw);
 }
 
-// The Q4_K wgmma GEMM (gemm_q4k_wgmma.cuh, sm_90a) against the host reference, in five forms
+// The Q4_K wgmma GEMM (gemm_q4k_wgmma.cuh, sm_90a) against the host reference, in six forms
 // ("swap"): 0 the default (4 stages, 1 warpgroup), 1 3 blocks a multiprocessor and 2 stages, 2 and
 // 3 the pipelined kernel (the float step under the next super-block's wgmmas) with 4 and 5 stages,
-// 4 the default with the pipelined kernel's staging (kWgEarly); 2..4 must give form 0's bits
+// 4 the default with the pipelined kernel's staging (kWgEarly), 5 that with 2 warpgroups a block
+// (128 rows on one copy of the activations); 2..5 must give form 0's bits
 // ("same_bits"); then timed against the engine's mma.sync forms (102; 1000102) on the 27B's Q4_K
 // matrices.
 void check_wgmma(int rows, int k, std::mt19937 & gen,
@@ -1281,33 +1282,38 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
         std::vector<float> form0;
-        for (int swap = 0; swap < 5; ++swap) {
+        for (int swap = 0; swap < 6; ++swap) {
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
-            auto launch = [&](auto s_tag, auto mb_tag, auto form_tag) {
-                return gemm_kq::launch_q4k_wgmma<decltype(s_tag)::value, 1, decltype(mb_tag)::value,
-                                                 decltype(form_tag)::value>(dw, b.yq, b.yd, b.ysum, b.dst, rows, k,
-                                                                            row_bytes, ncols, rows, nullptr);
+            auto launch = [&](auto s_tag, auto mb_tag, auto form_tag, auto wg_tag) {
+                return gemm_kq::launch_q4k_wgmma<decltype(s_tag)::value, decltype(wg_tag)::value,
+                                                 decltype(mb_tag)::value, decltype(form_tag)::value>(
+                    dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
             };
             constexpr std::integral_constant<int, gemm_kq::kWgPlain> kPlain{};
             constexpr std::integral_constant<int, gemm_kq::kWgPipe> kPipe{};
+            constexpr std::integral_constant<int, 1> kOne{};
             bool ran = false;
             switch (swap) {
                 case 0:
-                    ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, kPlain);
+                    ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, kPlain, kOne);
                     break;
                 case 1:
-                    ran = launch(std::integral_constant<int, 2>{}, std::integral_constant<int, 3>{}, kPlain);
+                    ran = launch(std::integral_constant<int, 2>{}, std::integral_constant<int, 3>{}, kPlain, kOne);
                     break;
                 case 2:
-                    ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, kPipe);
+                    ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, kPipe, kOne);
                     break;
                 case 3:
-                    ran = launch(std::integral_constant<int, 5>{}, std::integral_constant<int, 1>{}, kPipe);
+                    ran = launch(std::integral_constant<int, 5>{}, std::integral_constant<int, 1>{}, kPipe, kOne);
+                    break;
+                case 4:
+                    ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{},
+                                 std::integral_constant<int, gemm_kq::kWgEarly>{}, kOne);
                     break;
                 default:
                     ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{},
-                                 std::integral_constant<int, gemm_kq::kWgEarly>{});
+                                 std::integral_constant<int, gemm_kq::kWgEarly>{}, std::integral_constant<int, 2>{});
             }
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
@@ -1460,10 +1466,23 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
             g.resize(whole.size());
             CK(cudaMemcpy(g.data(), b.dst, g.size() * 4, cudaMemcpyDeviceToHost));
         }
-        double err_whole = 0, err_ref = 0;
+        // two warpgroups a block (128-row tiles): their own split of the same slots, against the whole
+        const gemm_kq::WgSplit split2 = gemm_kq::wg_split_plan((rows + 127) / 128, k / 256, slots);
+        float * partials2 = nullptr;
+        CK(cudaMalloc(&partials2, std::max<size_t>(1, gemm_kq::wgmma_split_floats<2>(split2, ncols)) * sizeof(float)));
+        CK(cudaMemset(b.dst, 0, whole.size() * 4));
+        ran = ran && gemm_kq::launch_q4k_wgmma<4, 2, 1, gemm_kq::kWgEarly>(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k,
+                                                                           cw.row_bytes, ncols, rows, nullptr, 128, 256,
+                                                                           split2, partials2);
+        CK(cudaDeviceSynchronize());
+        std::vector<float> two(whole.size());
+        CK(cudaMemcpy(two.data(), b.dst, two.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaFree(partials2));
+        double err_whole = 0, err_ref = 0, err_two = 0;
         for (size_t i = 0; i < whole.size(); ++i) {
             err_whole = std::fmax(err_whole, std::fabs((double)got[0][i] - whole[i]));
             err_ref = std::fmax(err_ref, std::fabs(got[0][i] - ref[i]));
+            err_two = std::fmax(err_two, std::fabs((double)two[i] - whole[i]));
         }
         const bool same = std::memcmp(got[0].data(), got[1].data(), whole.size() * 4) == 0;
         const bool pipe_same = std::memcmp(got[0].data(), got[2].data(), whole.size() * 4) == 0;
@@ -1471,11 +1490,13 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
         std::printf(
             "{\"check_wgmma_split\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"slots\": %d, "
             "\"full_tiles\": %d, \"tail\": %d, \"pieces\": %d, \"vs_whole\": %.3g, \"rel_err\": %.3g, "
-            "\"relaunch_same\": %s, \"pipe_same\": %s, \"early_same\": %s, \"ok\": %s}\n",
+            "\"relaunch_same\": %s, \"pipe_same\": %s, \"early_same\": %s, \"two_wg_pieces\": %d, "
+            "\"two_wg_vs_whole\": %.3g, \"ok\": %s}\n",
             rows, k, ncols, slots, split.full_tiles, split.tail, split.pieces, err_whole / ref_max, err_ref / ref_max,
-            same ? "true" : "false", pipe_same ? "true" : "false", early_same ? "true" : "false",
-            ran && same && pipe_same && early_same && split.pieces > 1 && err_whole / ref_max <= 1e-5 &&
-                    err_ref / ref_max <= 5e-4
+            same ? "true" : "false", pipe_same ? "true" : "false", early_same ? "true" : "false", split2.pieces,
+            err_two / ref_max,
+            ran && same && pipe_same && early_same && split.pieces > 1 && split2.pieces > 1 &&
+                    err_whole / ref_max <= 1e-5 && err_two / ref_max <= 1e-5 && err_ref / ref_max <= 5e-4
                 ? "true"
                 : "false");
         CK(cudaFree(partials));
