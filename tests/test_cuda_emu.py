@@ -550,6 +550,42 @@ def test_emulated_fused_gdn_inputs_equal_the_cpu_op(
     np.testing.assert_array_equal(out[c + 2 * hv :].reshape(c, 3), want_state)
 
 
+@pytest.mark.parametrize(
+    ("s", "hk", "hv", "n", "tree"), [(32, 2, 4, 5, False), (128, 2, 6, 33, False), (64, 1, 3, 17, True)]
+)
+def test_emulated_verify_inputs_take_tokens_a_block_alike(
+    ops: Path, build_dir: Path, s: int, hk: int, hv: int, n: int, tree: bool
+) -> None:
+    """The CUDA kernel of gdn_verify_inputs (a chain) and gdn_tree_inputs (a tree's nodes) with 4, 8
+    or 16 tokens a block (DFLASH_GDN_INPUTS_TOKENS: a head's weights, and a chain's conv window,
+    read once for them; 5 and 17 tokens: a last block short) gives the one-token-a-block kernel's
+    bits, and the CPU op's values within 1e-5 of their scale (the conv state after a chain
+    exactly)."""
+    from test_gdn_decode_inputs import EPS, _verify_inputs
+
+    k, c = 4, s * (2 * hk + hv)
+    i = _verify_inputs(s, hk, hv, k, n, seed=s + n)
+    arrays = {**i, "params": np.array([EPS / s, 1.0 / np.sqrt(np.float32(s))], np.float32)}
+    parents = _random_parents(np.random.default_rng(n), n, 0.6) if tree else None
+    if parents is not None:
+        arrays["tree"] = _tree_index(parents)
+    runs = {
+        t: _run_op(ops, build_dir, "gdn_verify_inputs", [c, hv, k, s, hk, n, t, int(tree)], arrays)
+        for t in (1, 4, 8, 16)
+    }
+    for t in (4, 8, 16):
+        assert np.array_equal(runs[t], runs[1]), f"{t} tokens a block"
+    order = ("qkv", "alpha", "beta", "conv_state", "w", "dt_bias", "a")
+    tree_arg = {"parents": parents} if parents is not None else {}
+    want = _core.op_gdn_verify_inputs(*(i[x] for x in order), s, hk, EPS, **tree_arg, gpu=False)
+    got, what = runs[1], f"GDN inputs of {n} tokens, S {s}, tree {tree}"
+    _close(got[: n * c].reshape(n, c), want[0], 1e-5, what)
+    _close(got[n * c : n * c + n * hv].reshape(n, hv), want[1], 1e-5, f"gates, {what}")
+    _close(got[n * c + n * hv : n * (c + 2 * hv)].reshape(n, hv), want[2], 1e-5, f"betas, {what}")
+    if not tree:
+        np.testing.assert_array_equal(got[n * (c + 2 * hv) :].reshape(c, k - 1), want[3])
+
+
 @pytest.mark.parametrize(("ncols", "k"), [(2048, 1), (5000, 8), (4096, 13), (2500, 32)])
 def test_emulated_top_k_rows_picks_the_largest(ops: Path, build_dir: Path, ncols: int, k: int) -> None:
     rng = np.random.default_rng(ncols + k)

@@ -231,6 +231,35 @@ def test_tree_cuda_op_equals_the_cpu_and_the_chain_kernel() -> None:
         np.testing.assert_array_equal(t, c)
 
 
+@needs_gpu
+@pytest.mark.parametrize("tokens", [4, 8, 16])
+@pytest.mark.parametrize("tree", [False, True])
+def test_cuda_tokens_a_block_give_the_same_bits(tokens: int, tree: bool) -> None:
+    """DFLASH_GDN_INPUTS_TOKENS (1 by default): the n-token and tree kernels with 4, 8 or 16 tokens
+    a block (a head's weights, and a chain's conv window, read once for them) repeat each token's
+    operations: the bits of one token a block (33 tokens: a last block short)."""
+    want_default = int(os.environ.get("DFLASH_GDN_INPUTS_TOKENS", "1"))
+    assert _core.gdn_inputs_tokens() == (want_default if want_default in (4, 8, 16) else 1)
+    n = 33
+    i = _verify_inputs(128, 16, 48, 4, n, seed=5)
+    rng = np.random.default_rng(tokens)
+    parents = [-1] + [int(rng.integers(-1, t)) if rng.random() < 0.4 else t - 1 for t in range(1, n)]
+
+    def run() -> tuple[np.ndarray, ...]:
+        return _run_tree(i, 128, 16, parents, True) if tree else _run_n(i, 128, 16, gpu=True)
+
+    was = _core.gdn_inputs_tokens()
+    try:
+        _core.set_gdn_inputs_tokens(1)
+        one = run()
+        _core.set_gdn_inputs_tokens(tokens)
+        many = run()
+    finally:
+        _core.set_gdn_inputs_tokens(was)
+    for a, b in zip(one, many, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def _decode(path: str, fuse: bool) -> tuple[np.ndarray, bool]:
     cfg = _core.EngineConfig()
     cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers = 256, 2, 99

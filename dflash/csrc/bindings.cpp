@@ -490,6 +490,10 @@ PYBIND11_MODULE(_core, m) {
           "a marked chain's tokens a step of the one-round kernel (one round of reductions a step): 1 (the default), "
           "2 or 4 (DFLASH_GDN_ONE_ROUND_STEP), with 8 lanes a column; 0 without CUDA");
     m.def("gdn_one_round_step", &ggml_ext::gdn_one_round_step);
+    m.def("set_gdn_inputs_tokens", &ggml_ext::set_gdn_inputs_tokens, py::arg("tokens"),
+          "tokens a block of the CUDA kernel of the n-token and tree GDN inputs: 1 (the default), 4, 8 or 16 "
+          "(DFLASH_GDN_INPUTS_TOKENS; the same bits); 0 without CUDA");
+    m.def("gdn_inputs_tokens", &ggml_ext::gdn_inputs_tokens);
     m.def("set_gdn_gram", &ggml_ext::set_gdn_gram, py::arg("on"),
           "CUDA: marked chains of 2 tokens or more take 16 tokens at a time in parallel (gdn_chain_gram.cu) in place "
           "of the one-round kernel, which must be on (off by default; DFLASH_GDN_GRAM=1 starts it on)");

@@ -1,7 +1,7 @@
 // ggml_ext's CUDA ops on the CPU emulator, through their real ggml entry points (the .cu files are
 // compiled in here): tests/test_cuda_emu.py writes an op's inputs into a folder, runs
 //   ops_emu <op> <dir>     op: tree_ssm_conv | tree_gated_delta_net | gated_delta_net | gdn_decode_inputs |
-//                              top_k_rows | attn_paths
+//                              gdn_verify_inputs | top_k_rows | attn_paths
 // and compares dir/out.bin with the CPU op of the same inputs. Files: meta.txt (the op's sizes,
 // whitespace-separated integers), then one raw little-endian array per input (f32, tree index i32).
 #include "cuda_emu.h"
@@ -168,7 +168,30 @@ int main(int argc, char ** argv) {
         for (int i = 0; i < 7; ++i) dst.src[i] = srcs[i];
         ggml_ext_cuda_gdn_decode_inputs(ctx, &dst);
         out.insert(out.end(), cs.begin(), cs.end());  // the advanced conv state after the outputs
-    } else if (op == "top_k_rows") {                  // meta: ncols nrows k
+    } else if (op == "gdn_verify_inputs") {  // meta: C Hv K S Hk n tokens-a-block [tree]; eps / S, 1 / sqrt(S) in
+                                             // params.bin; a tree's index in tree.bin (parents, preorder, depths)
+        const int64_t C = m[0], Hv = m[1], K = m[2], n = m[5];
+        const bool tree = m.size() > 7 && m[7] != 0;
+        ggml_ext::set_gdn_inputs_tokens((int)m[6]);
+        auto x = in("qkv"), al = in("alpha"), be = in("beta"), cs = in("conv_state"), w = in("w"), dt = in("dt_bias"),
+             a = in("a"), params = in("params");
+        std::vector<char> tr = tree ? in("tree") : std::vector<char>();
+        ggml_tensor tx = tensor(GGML_TYPE_F32, x, {C, n}), ta = tensor(GGML_TYPE_F32, al, {Hv, n}),
+                    tb = tensor(GGML_TYPE_F32, be, {Hv, n}), tc = tensor(GGML_TYPE_F32, cs, {K - 1, C}),
+                    tw = tensor(GGML_TYPE_F32, w, {K, C}), td = tensor(GGML_TYPE_F32, dt, {Hv}),
+                    tA = tensor(GGML_TYPE_F32, a, {Hv});
+        ggml_tensor tt = tree ? tensor(GGML_TYPE_I32, tr, {n, 3}) : ggml_tensor{};
+        out.assign((size_t)(n * C + 2 * n * Hv + (tree ? 0 : (K - 1) * C)) * 4, 0);
+        ggml_tensor dst = tensor(GGML_TYPE_F32, out, {(int64_t)out.size() / 4});
+        dst.op = GGML_OP_GDN_DECODE_INPUTS;
+        dst.op_params[0] = (int32_t)m[3];
+        dst.op_params[1] = (int32_t)m[4];
+        std::memcpy(dst.op_params + 2, params.data(), 8);
+        dst.op_params[ggml_ext::kGdnInputsModeParam] = tree ? 2 : 1;
+        ggml_tensor * srcs[] = {&tx, &ta, &tb, &tc, &tw, &td, &tA, &tt};
+        for (int i = 0; i < (tree ? 8 : 7); ++i) dst.src[i] = srcs[i];
+        ggml_ext_cuda_gdn_decode_inputs(ctx, &dst);
+    } else if (op == "top_k_rows") {  // meta: ncols nrows k
         const int64_t ncols = m[0], nrows = m[1], k = m[2];
         auto x = in("x");
         ggml_tensor tx = tensor(GGML_TYPE_F32, x, {ncols, nrows});

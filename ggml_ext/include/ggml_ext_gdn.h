@@ -39,6 +39,11 @@ ggml_tensor * gdn_tree_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor
 // gdn_*_inputs' op_params[4]: 0 one token (state advanced in place), 1 n tokens (gdn_verify_inputs),
 // 2 a tree's nodes (gdn_tree_inputs).
 constexpr int kGdnInputsModeParam = 4;
+// Tokens a block of the CUDA kernel of gdn_verify_inputs / gdn_tree_inputs (a head's weights and a
+// chain's conv window read once for them): 1 (the default), 4, 8 or 16 (DFLASH_GDN_INPUTS_TOKENS);
+// anything else is 1. The same bits for each. 0 without CUDA.
+void set_gdn_inputs_tokens(int tokens);
+int gdn_inputs_tokens();
 
 // ggml_ext's CUDA delta rule kernels (kernels/gdn_chain.cu for ggml_gated_delta_net, through
 // patches/0007; kernels/tree_ops.cu for tree_gated_delta_net): state columns a warp, 0 (by the
