@@ -458,24 +458,37 @@ def test_emulated_reordered_chain_equals_the_chain_kernel(
     _close(got[out:].reshape(hv, s, s), want_state, 2e-5, f"state against the CPU op, {what}")
 
 
-# (form, S, nodes, chance of a chain link, seed, columns, lanes): form 1 the chunked form (up to 64
+# (form, S, nodes, chance of a chain link, seed, columns, lanes, step): form 1 the chunked form (up to 64
 # nodes), 2 the one-round kernel (columns a lane, 0: by the form; lanes a column, 0: the default; 40
-# and 120 nodes: several staged chunks)
+# and 120 nodes: several staged chunks; step: nodes a step of the one-round kernel, runs of
+# parent-child links)
 REORDERED_TREES = [
-    (1, 64, 5, 0.5, 0, 0, 0),
-    (1, 128, 33, 0.6, 1, 0, 0),
-    (1, 128, 64, 0.3, 2, 0, 0),
-    (2, 64, 5, 0.5, 0, 0, 0),
-    (2, 128, 40, 0.6, 1, 2, 0),
-    (2, 128, 120, 0.3, 2, 4, 0),
-    (2, 64, 21, 0.5, 3, 1, 16),
-    (2, 128, 40, 0.6, 1, 2, 16),
+    (1, 64, 5, 0.5, 0, 0, 0, 1),
+    (1, 128, 33, 0.6, 1, 0, 0, 1),
+    (1, 128, 64, 0.3, 2, 0, 0, 1),
+    (2, 64, 5, 0.5, 0, 0, 0, 1),
+    (2, 128, 40, 0.6, 1, 2, 0, 1),
+    (2, 128, 120, 0.3, 2, 4, 0, 1),
+    (2, 64, 21, 0.5, 3, 1, 16, 1),
+    (2, 128, 40, 0.6, 1, 2, 16, 1),
+    (2, 128, 40, 0.6, 1, 1, 0, 2),
+    (2, 128, 120, 0.8, 2, 2, 0, 4),
+    (2, 64, 33, 0.9, 3, 1, 0, 4),
 ]
 
 
-@pytest.mark.parametrize(("form", "s", "n", "chain", "seed", "columns", "lanes"), REORDERED_TREES)
+@pytest.mark.parametrize(("form", "s", "n", "chain", "seed", "columns", "lanes", "step"), REORDERED_TREES)
 def test_emulated_reordered_tree_delta_rule_equals_the_walk(
-    ops: Path, build_dir: Path, form: int, s: int, n: int, chain: float, seed: int, columns: int, lanes: int
+    ops: Path,
+    build_dir: Path,
+    form: int,
+    s: int,
+    n: int,
+    chain: float,
+    seed: int,
+    columns: int,
+    lanes: int,
+    step: int,
 ) -> None:
     """A marked tree node's reordered sums (the chunked form over a tree's ancestors; the one-round
     kernel in preorder, states saved on a per-depth stack where a node's child is not next), a
@@ -491,9 +504,12 @@ def test_emulated_reordered_tree_delta_rule_equals_the_walk(
     arrays["k"] = (arrays["k"] / np.linalg.norm(arrays["k"], axis=-1, keepdims=True)).astype(np.float32)
     base = [s, hk, hv, n, int(tree[2].max())]
     walk = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, 0, 1, 0], arrays)
-    got = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, columns, 1, form, lanes], arrays)
+    got = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, columns, 1, form, lanes, step], arrays)
     assert not np.array_equal(walk, got), "the marked node took the walk"
-    _close(got, walk, 1e-5, f"reordered form {form}, tree, S {s}, {n} nodes, {lanes} lanes")
+    if step > 1:  # runs of parent-child links went a step at a time
+        one = _run_op(ops, build_dir, "tree_gated_delta_net", [*base, columns, 1, form, lanes, 1], arrays)
+        assert not np.array_equal(got, one), f"{step} nodes a step gave one node a step's bits"
+    _close(got, walk, 1e-5, f"reordered form {form}, tree, S {s}, {n} nodes, {lanes} lanes, {step} a step")
 
 
 @pytest.mark.parametrize("s", [32, 128])

@@ -241,12 +241,39 @@ def test_cuda_one_round_tree_matches_the_cpu_op(
     assert not np.array_equal(got, _core.op_tree_gated_delta_net(*args, parents, gpu=True))
 
 
-def _random_tree(rng: np.random.Generator, n: int) -> list[int]:
-    """Parents of n nodes (a chain link half the time), a second root, depths within the tree
-    kernel's."""
+@needs_gpu
+@pytest.mark.parametrize("s", [64, 128])
+@pytest.mark.parametrize("n", [21, 65, 300])
+@pytest.mark.parametrize("columns", [1, 2])
+@pytest.mark.parametrize("step", [2, 4])
+def test_cuda_one_round_tree_steps_match_the_cpu_op(
+    s: int, n: int, columns: int, step: int, gdn_switches_restored: None
+) -> None:
+    """The one-round kernel over a tree with 2 or 4 nodes a step (runs of parent-child links in
+    preorder, none but the last saving its state; the other nodes one by one): the CPU op's values
+    within 2e-5 of their scale, not one node a step's bits."""
+    rng = np.random.default_rng(5 * s + n + step)
+    parents = _random_tree(rng, n, chain=0.8)
+    args = gdn_inputs(rng, n, s=s, hk=2, hv=6)
+    _core.set_gdn_chunked(False)
+    _core.set_gdn_one_round(True)
+    _core.set_gdn_one_round_columns(columns)
+    _core.set_gdn_one_round_lanes(8)
+    _core.set_gdn_one_round_step(1)
+    one = _core.op_tree_gated_delta_net(*args, parents, gpu=True, reordered=True)
+    _core.set_gdn_one_round_step(step)
+    got = _core.op_tree_gated_delta_net(*args, parents, gpu=True, reordered=True)
+    want = _core.op_tree_gated_delta_net(*args, parents)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, float(np.abs(want).max())))
+    assert not np.array_equal(got, one), "no run of the tree went a step at a time"
+
+
+def _random_tree(rng: np.random.Generator, n: int, chain: float = 0.5) -> list[int]:
+    """Parents of n nodes (a chain link with probability `chain`), a second root, depths within the
+    tree kernel's."""
     parents, depth = [-1], [0]
     for i in range(1, n):
-        p = i - 1 if rng.random() < 0.5 else int(rng.integers(0, i))
+        p = i - 1 if rng.random() < chain else int(rng.integers(0, i))
         p = p if depth[p] < 24 else 0  # within the tree kernel's depth
         parents.append(p)
         depth.append(depth[p] + 1)

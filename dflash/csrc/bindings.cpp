@@ -487,8 +487,8 @@ PYBIND11_MODULE(_core, m) {
           "lanes a state column of the one-round kernel: 8 or 16 (DFLASH_GDN_ONE_ROUND_LANES); 0, the default (8)");
     m.def("gdn_one_round_lanes", &ggml_ext::gdn_one_round_lanes);
     m.def("set_gdn_one_round_step", &ggml_ext::set_gdn_one_round_step, py::arg("tokens"),
-          "a marked chain's tokens a step of the one-round kernel (one round of reductions a step): 1 (the default), "
-          "2 or 4 (DFLASH_GDN_ONE_ROUND_STEP), with 8 lanes a column; 0 without CUDA");
+          "tokens a step of the one-round kernel (one round of reductions a step; a tree's runs of parent-child "
+          "links): 1 (the default), 2 or 4 (DFLASH_GDN_ONE_ROUND_STEP), with 8 lanes a column; 0 without CUDA");
     m.def("gdn_one_round_step", &ggml_ext::gdn_one_round_step);
     m.def("set_gdn_inputs_tokens", &ggml_ext::set_gdn_inputs_tokens, py::arg("tokens"),
           "tokens a block of the CUDA kernel of the n-token and tree GDN inputs: 1 (the default), 4, 8 or 16 "

@@ -126,7 +126,7 @@ int main(int argc, char ** argv) {
             return 2;
         }
     } else if (op == "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth [columns [form: 1 walk, 2 paths [reordered
-                                                // [lanes]]]]
+                                                // [lanes [tokens a step]]]]]
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
         ggml_ext::set_gdn_columns(m.size() > 5 ? (int)m[5] : 0);
         ggml_ext::set_tree_gdn_mode(m.size() > 6 ? (int)m[6] : 0);
@@ -147,6 +147,7 @@ int main(int argc, char ** argv) {
             ggml_ext::set_gdn_one_round(m[7] == 2);
             ggml_ext::set_gdn_one_round_columns(m.size() > 5 ? (int)m[5] : 0);
             ggml_ext::set_gdn_one_round_lanes(m.size() > 8 ? (int)m[8] : 0);
+            ggml_ext::set_gdn_one_round_step(m.size() > 9 ? (int)m[9] : 1);
             ggml_ext::allow_reordered_delta_rule(&dst);
         }
         ggml_ext_cuda_tree_gated_delta_net(ctx, &dst);

@@ -105,8 +105,9 @@ int gdn_one_round_columns();
 // (8)
 void set_gdn_one_round_lanes(int lanes);
 int gdn_one_round_lanes();
-// a marked chain's tokens a step of the one-round kernel (one round of reductions a step): 1 (the
-// default), 2 or 4 (DFLASH_GDN_ONE_ROUND_STEP); with 8 lanes a column only; anything else is 1
+// tokens a step of the one-round kernel (one round of reductions a step; in a tree, runs of nodes
+// each the parent of the next): 1 (the default), 2 or 4 (DFLASH_GDN_ONE_ROUND_STEP); with 8 lanes
+// a column only; anything else is 1
 void set_gdn_one_round_step(int tokens);
 int gdn_one_round_step();
 // a marked chain's 16 tokens at a time in parallel (kernels/gdn_chain_gram.cu) in place of the

@@ -39,7 +39,9 @@
 // entries shared by the lane's columns) and the tokens' dependency is a few scalar multiply-adds:
 // one round of shuffles a step instead of a token, for ~10% more instructions at U = 2. A step
 // whose gates' product falls under kOrMinScale (decayed or zero gates) walks its tokens one by one;
-// a chain's last tokens under a whole step too. Chains only, 8 lanes a column.
+// a chunk's last tokens under a whole step too. In a tree, a step is U nodes in preorder each the
+// parent of the next, none but the last with its state saved for a later child; other nodes go
+// one by one. 8 lanes a column.
 //
 // A DDTree verify's nodes (kTree; tree_ops.cu sends marked tree_gated_delta_net nodes of up to
 // kOrMaxNodes here) are the tree walk's order: nodes in preorder, a node whose parent is not the
@@ -124,7 +126,7 @@ __global__ void __launch_bounds__(16 * L / CL)
                                const int64_t sb3, const int64_t neqk1, const int64_t rq3, const float scale) {
     constexpr int kThreads = 16 * L / CL;  // kOrColumns columns of L lanes, CL a lane
     constexpr int R4 = S / L / 4;          // float4s of rows a lane: rows 4 (L i + j) .. + 3, i < R4
-    static_assert(U == 1 || (!kTree && kOrChunk % U == 0), "steps of several tokens: chains, whole in a chunk");
+    static_assert(kOrChunk % U == 0, "a chunk holds whole steps");
     __shared__ __align__(16) float s_k[2][kOrChunk][S];
     __shared__ __align__(16) float s_q[2][kOrChunk][S];
     __shared__ __align__(16) float s_v[2][kOrChunk][kOrColumns];
@@ -227,10 +229,10 @@ __global__ void __launch_bounds__(16 * L / CL)
         __syncthreads();  // this chunk's rows, gates and betas are in shared memory
 
         // token t of the chunk alone (the walk above)
-        auto one_token = [&](const int t) {
-            int64_t node = t0 + t;
+        // a tree node's state before it: the initial state (a root), or its parent's from the stack
+        // when its parent is not the node just visited
+        auto enter_node = [&](const int64_t node) {
             if constexpr (kTree) {
-                node = s_tree.node[t0 + t];
                 const int p = s_tree.parent[node], d = s_tree.depth[node];
                 if (p < 0) {
                     load_initial();
@@ -243,6 +245,26 @@ __global__ void __launch_bounds__(16 * L / CL)
                     G = stack_g[d - 1];
                 }
             }
+        };
+        // after a tree node: its state saved for a later child, and it is the node just visited
+        auto leave_node = [&](const int64_t node) {
+            if constexpr (kTree) {
+                if (s_tree.branch[node]) {
+                    const int d = s_tree.depth[node];
+#pragma unroll
+                    for (int c = 0; c < CL; ++c) {
+#pragma unroll
+                        for (int i = 0; i < R4; ++i) stack[d][c][i] = st[c][i];
+                    }
+                    stack_g[d] = G;
+                }
+                prev = node;
+            }
+        };
+        auto node_of = [&](const int t) -> int64_t { return node_at(t0 + t); };
+        auto one_token = [&](const int t) {
+            const int64_t node = node_of(t);
+            enter_node(node);
             const float4 * kp = reinterpret_cast<const float4 *>(s_k[buf][t]);
             const float4 * qp = reinterpret_cast<const float4 *>(s_q[buf][t]);
             float4 kr[R4];
@@ -292,22 +314,28 @@ __global__ void __launch_bounds__(16 * L / CL)
                 }
             }
             if (fold) G = 1.0f;
+            leave_node(node);
+        };
+        // positions t .. t + U - 1 as one step: in a tree, each node the parent of the next, none
+        // but the last with its state saved (a chain: always)
+        auto step_links = [&](const int t) {
             if constexpr (kTree) {
-                if (s_tree.branch[node]) {
-                    const int d = s_tree.depth[node];
 #pragma unroll
-                    for (int c = 0; c < CL; ++c) {
-#pragma unroll
-                        for (int i = 0; i < R4; ++i) stack[d][c][i] = st[c][i];
-                    }
-                    stack_g[d] = G;
+                for (int u = 1; u < U; ++u) {
+                    const int64_t a = node_of(t + u - 1);
+                    if (s_tree.parent[node_of(t + u)] != a || s_tree.branch[a]) return false;
                 }
-                prev = node;
             }
+            return true;
         };
         int t = 0;
-        if constexpr (U > 1) {
-            for (; t + U <= tn; t += U) {
+        while (t < tn) {
+            if constexpr (U > 1) {
+                if (t + U > tn || !step_links(t)) {
+                    one_token(t++);
+                    continue;
+                }
+                enter_node(node_of(t));
                 float gs[U], bs[U], prod = 1.0f;
 #pragma unroll
                 for (int u = 0; u < U; ++u) gs[u] = s_g[buf][t + u], bs[u] = s_b[buf][t + u], prod *= gs[u];
@@ -315,6 +343,7 @@ __global__ void __launch_bounds__(16 * L / CL)
                     if (prod < kOrMinScale) {  // the step's own gates: token by token
 #pragma unroll
                         for (int u = 0; u < U; ++u) one_token(t + u);
+                        t += U;
                         continue;
                     }
 #pragma unroll
@@ -383,7 +412,7 @@ __global__ void __launch_bounds__(16 * L / CL)
                         e[c][u] = delta * rh[u];
 #pragma unroll
                         for (int i = 0; i <= u; ++i) b = fmaf(e[c][i], kq[i][u], b);
-                        if (j == 0) out[(t0 + t + u) * S * H + c] = hs[u] * b * scale;
+                        if (j == 0) out[node_of(t + u) * S * H + c] = hs[u] * b * scale;
                     }
                 }
 #pragma unroll
@@ -401,9 +430,12 @@ __global__ void __launch_bounds__(16 * L / CL)
                     }
                 }
                 G = hs[U - 1];
+                leave_node(node_of(t + U - 1));
+                t += U;
+            } else {
+                one_token(t++);
             }
         }
-        for (; t < tn; ++t) one_token(t);
         if (tn1 > 0 && tid < tn1) s_g[buf ^ 1][tid] = gv, s_b[buf ^ 1][tid] = bv;
         __syncthreads();  // this chunk is read before the next iteration stages into its buffer
     }
@@ -428,22 +460,29 @@ void launch_one_round(const GdnChainArgs & a, cudaStream_t stream) {
         a.sv3, a.sb1, a.sb2, a.sb3, a.neqk1, a.rq3, a.scale);
 }
 
-// A chain's tokens a step (or_step_flag) with 8 lanes a column; a tree's, or with 16 lanes, one.
+// Tokens a step (or_step_flag) with 8 lanes a column; with 16 lanes, one.
+template <int S, int CL, int L, bool kTree>
+void launch_steps(const GdnChainArgs & a, cudaStream_t stream) {
+    if constexpr (L == 8) {
+        switch (or_step_flag) {
+            case 2:
+                return launch_one_round<S, CL, L, kTree, 2>(a, stream);
+            case 4:
+                return launch_one_round<S, CL, L, kTree, 4>(a, stream);
+            default:
+                return launch_one_round<S, CL, L, kTree>(a, stream);
+        }
+    } else {
+        launch_one_round<S, CL, L, kTree>(a, stream);
+    }
+}
+
 template <int S, int CL, int L>
 void launch_form(const GdnChainArgs & a, cudaStream_t stream) {
     if (a.parents) {
-        launch_one_round<S, CL, L, true>(a, stream);
-    } else if constexpr (L == 8) {
-        switch (or_step_flag) {
-            case 2:
-                return launch_one_round<S, CL, L, false, 2>(a, stream);
-            case 4:
-                return launch_one_round<S, CL, L, false, 4>(a, stream);
-            default:
-                return launch_one_round<S, CL, L, false>(a, stream);
-        }
+        launch_steps<S, CL, L, true>(a, stream);
     } else {
-        launch_one_round<S, CL, L, false>(a, stream);
+        launch_steps<S, CL, L, false>(a, stream);
     }
 }
 
