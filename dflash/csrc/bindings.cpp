@@ -584,6 +584,12 @@ PYBIND11_MODULE(_core, m) {
     m.def("wgmma_warpgroups", &ggml_ext::wgmma_warpgroups);
     m.def("wgmma_two_wg_launches", &ggml_ext::wgmma_two_wg_launches,
           "launches of the wgmma GEMM with two warpgroups a block so far (tests)");
+    m.def("set_wgmma_chunks_enabled", &ggml_ext::set_wgmma_chunks_enabled, py::arg("on"),
+          "the early wgmma GEMM waiting a chunk at a time, 2 stages and 3 blocks a multiprocessor (off by default; "
+          "DFLASH_WGMMA_CHUNKS=1 starts it on; the same bits)");
+    m.def("wgmma_chunks_enabled", &ggml_ext::wgmma_chunks_enabled);
+    m.def("wgmma_chunks_launches", &ggml_ext::wgmma_chunks_launches,
+          "launches of the chunk-waiting wgmma GEMM so far (tests)");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

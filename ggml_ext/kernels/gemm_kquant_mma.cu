@@ -227,6 +227,18 @@ int wgmma_tall_from = [] {
 // block reading one copy of each super-block's activations, half the staging and L2 reads of them
 // a row; the same bits unsplit). With 197 registers a thread either holds 8 warps a multiprocessor.
 int valid_warpgroups(int n) { return n == 2 ? 2 : 1; }
+// The early kernel waiting for its wgmmas a chunk at a time (gemm_q4k_wgmma.cuh's kChunkWait: two
+// chunks' operands live instead of four), with 2 stages and 3 blocks a multiprocessor (12 warps
+// against 8; registers and shared memory both allow it): off until timed, DFLASH_WGMMA_CHUNKS=1 (one
+// warpgroup a block; the pipe mode takes precedence). The same bits.
+bool wgmma_chunks_flag = [] {
+    const char * e = std::getenv("DFLASH_WGMMA_CHUNKS");
+    return e && e[0] == '1';
+}();
+std::atomic<int64_t> wgmma_chunks_count{0};
+// Stages and blocks a multiprocessor of a wgmma form's instance.
+constexpr int wgmma_stages(int form) { return form == gemm_kq::kWgChunks ? 2 : 4; }
+constexpr int wgmma_min_blocks(int form) { return form == gemm_kq::kWgChunks ? 3 : 1; }
 int wgmma_warpgroups_flag = [] {
     const char * e = std::getenv("DFLASH_WGMMA_WG");
     return valid_warpgroups(e ? std::atoi(e) : 1);
@@ -407,17 +419,19 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
     if (takes_wgmma(t, mins_int, rows, k, n, hopper, r_ptr != nullptr)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
         const int form = wgmma_pipe_mode != 0 ? gemm_kq::kWgPipe
+                         : wgmma_chunks_flag  ? gemm_kq::kWgChunks
                          : wgmma_early_flag   ? gemm_kq::kWgEarly
                                               : gemm_kq::kWgPlain;
         const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
         ggml_cuda_pool_alloc<float> partials(pool);
         auto run = [&](auto form_tag, auto wg_tag) {
             constexpr int kForm = decltype(form_tag)::value, kWG = decltype(wg_tag)::value;
+            constexpr int kS = wgmma_stages(kForm), kMB = wgmma_min_blocks(kForm);
             const gemm_kq::WgSplit split =
-                split_on ? gemm_kq::wgmma_split_for<4, kWG, 1, kForm>(rows, k, n, nsm) : gemm_kq::WgSplit{};
+                split_on ? gemm_kq::wgmma_split_for<kS, kWG, kMB, kForm>(rows, k, n, nsm) : gemm_kq::WgSplit{};
             if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<kWG>(split, n));
-            const bool ok = gemm_kq::launch_q4k_wgmma<4, kWG, 1, kForm>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
-                                                                        stream, 128, 256, split, partials.ptr);
+            const bool ok = gemm_kq::launch_q4k_wgmma<kS, kWG, kMB, kForm>(w, qs, d, sums, out, rows, k, row_bytes, n,
+                                                                           sd, stream, 128, 256, split, partials.ptr);
             if (ok && split.pieces > 1) ++wgmma_split_count;
             if (ok && kWG == 2) ++wgmma_two_wg_count;
             return ok;
@@ -429,6 +443,8 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
             ran = run(std::integral_constant<int, gemm_kq::kWgPipe>{}, One{});
         } else if (form == gemm_kq::kWgPlain) {
             ran = run(std::integral_constant<int, gemm_kq::kWgPlain>{}, One{});
+        } else if (form == gemm_kq::kWgChunks) {
+            ran = run(std::integral_constant<int, gemm_kq::kWgChunks>{}, One{});
         } else {  // two warpgroups a block: the early form only (the default; the others as measured)
             ran = wgmma_warpgroups_flag == 2 ? run(Early{}, std::integral_constant<int, 2>{}) : run(Early{}, One{});
         }
@@ -436,6 +452,7 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
             ++wgmma_count;
             if (form == gemm_kq::kWgPipe) ++wgmma_pipe_count;
             if (form == gemm_kq::kWgEarly) ++wgmma_early_count;
+            if (form == gemm_kq::kWgChunks) ++wgmma_chunks_count;
             return;
         }
     }
@@ -480,6 +497,9 @@ int wgmma_tall_from_columns() { return wgmma_tall_from; }
 void set_wgmma_warpgroups(int n) { wgmma_warpgroups_flag = valid_warpgroups(n); }
 int wgmma_warpgroups() { return wgmma_warpgroups_flag; }
 int64_t wgmma_two_wg_launches() { return wgmma_two_wg_count.load(); }
+void set_wgmma_chunks_enabled(bool on) { wgmma_chunks_flag = on; }
+bool wgmma_chunks_enabled() { return wgmma_chunks_flag; }
+int64_t wgmma_chunks_launches() { return wgmma_chunks_count.load(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
 void set_mma_split(int pieces) {

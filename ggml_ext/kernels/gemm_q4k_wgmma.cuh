@@ -402,7 +402,12 @@ __device__ __forceinline__ void wg_float_tiles(float (&acc)[N / 8][4], const int
 // The same float operations in the same order: the same bits as without.
 // kEarly (the pipelined kernel's, and gemm_q4k_wgmma_early_kernel's for the unpipelined loop): the
 // next stage's copies go out after the super-block's first wgmmas, each at an immediate offset.
-template <int N, int S, int WG, bool kPipe, bool kEarly = kPipe>
+// kChunkWait (gemm_q4k_wgmma_chunks_kernel, with kEarly): each chunk's wgmmas are a commit group
+// and the warp waits for the chunk before (wait_group 1) before building the next chunk's operands,
+// so two chunks' operands are live instead of four (32 registers fewer at 64 columns: room for a
+// third block a multiprocessor, with 2 stages for shared memory). The same operations: the same
+// bits.
+template <int N, int S, int WG, bool kPipe, bool kEarly = kPipe, bool kChunkWait = false>
 __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, const int8_t * qs, const float * yd,
                                                 const int * ysum, float * __restrict__ dst, const int nrows,
                                                 const int nblocks, const int64_t row_bytes, const int ncols,
@@ -535,26 +540,32 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
             const char * st = stage_at(i % S);
             const char *s0 = lane_row(st), *s1 = s0 + 8 * 144;
             const uint4 h0 = *reinterpret_cast<const uint4 *>(s0), h1 = *reinterpret_cast<const uint4 *>(s1);
-            int al[4][2][4], ah[4][2][4];
+            constexpr int kSets = kChunkWait ? 2 : 4;  // operand sets: a chunk's each, or two in turn
+            int al[kSets][2][4], ah[kSets][2][4];
             int clo[N / 2], chi[N / 2];
             // two sub-blocks' operands, then their 4 wgmmas (the tensor cores start while the next two
             // are unpacked; the fence orders this warp's operand writes before the wgmmas read them)
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
-                wg_operands<N>(s0, s1, h0, h1, c, t, al[c], ah[c]);
+                const int set = c % kSets;
+                wg_operands<N>(s0, s1, h0, h1, c, t, al[set], ah[set]);
                 wg_fence();
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int j = 2 * c + h;
                     const uint64_t desc = wg_desc(st + P::kWBytes + j * N * 32, lbo, sbo);
-                    wgmma_u8s8<N>(clo, al[c][h], desc, j);
-                    wgmma_u8s8<N>(chi, ah[c][h], desc, j);
+                    wgmma_u8s8<N>(clo, al[set][h], desc, j);
+                    wgmma_u8s8<N>(chi, ah[set][h], desc, j);
                 }
+                if constexpr (kChunkWait) wg_commit();
                 if constexpr (kEarly) {
                     if (c == 0) stage_ahead(i);
                 }
+                if constexpr (kChunkWait) {
+                    if (c < 3) wg_wait<1>();  // chunk c - 1 done: its operand set is free for chunk c + 1
+                }
             }
-            wg_commit();
+            if constexpr (!kChunkWait) wg_commit();
             const WgStep step = wg_step<N>(h0, h1, t);
             wg_wait0();
             wg_pin(clo);
@@ -676,6 +687,21 @@ __global__ void __launch_bounds__(128 * WG, MB)
 #endif
 }
 
+// The early kernel waiting a chunk at a time (kChunkWait): fewer live operand registers.
+template <int N, int S, int WG, int MB>
+__global__ void __launch_bounds__(128 * WG, MB)
+    gemm_q4k_wgmma_chunks_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
+                                 float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
+                                 const int ncols, const int stride_col_dst, const int lbo, const int sbo,
+                                 const int full_tiles, const int pieces, float * partials) {
+#if defined(DFLASH_WGMMA)
+    wgmma_gemm_body<N, S, WG, false, true, true>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst,
+                                                 lbo, sbo, full_tiles, pieces, partials);
+#else
+    NO_DEVICE_CODE;
+#endif
+}
+
 template <int N, int S, int WG, int MB>
 __global__ void __launch_bounds__(128 * WG, MB)
     gemm_q4k_wgmma_pipe_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
@@ -702,8 +728,9 @@ inline void quantize_act_wgmma(const ActSource & x, int8_t * qs, float * d, int 
 }
 
 // The kernel forms (kForm): the committed one, the pipelined one, the committed one with the
-// pipelined one's staging (kEarly; the standalone's A/B only).
-enum : int { kWgPlain = 0, kWgPipe = 1, kWgEarly = 2 };
+// pipelined one's staging (kEarly; the engine's default since session 30), and that waiting a chunk
+// at a time (kChunkWait; with 2 stages and 3 blocks a multiprocessor in the engine, not yet timed).
+enum : int { kWgPlain = 0, kWgPipe = 1, kWgEarly = 2, kWgChunks = 3 };
 
 // The kernel's instance for N padded columns (16, 24, 32, 48 or 64) and form, and its dynamic
 // shared memory, opted in once; null when the opt-in failed.
@@ -716,6 +743,8 @@ WgKernel wgmma_kernel_ready() {
     WgKernel kernel = nullptr;
     if constexpr (kForm == kWgPipe) {
         kernel = gemm_q4k_wgmma_pipe_kernel<N, S, WG, MB>;
+    } else if constexpr (kForm == kWgChunks) {
+        kernel = gemm_q4k_wgmma_chunks_kernel<N, S, WG, MB>;
     } else if constexpr (kForm == kWgEarly) {
         kernel = gemm_q4k_wgmma_early_kernel<N, S, WG, MB>;
     } else {

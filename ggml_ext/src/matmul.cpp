@@ -65,6 +65,9 @@ int wgmma_tall_from_columns() { return 0; }
 void set_wgmma_warpgroups(int) {}
 int wgmma_warpgroups() { return 0; }
 int64_t wgmma_two_wg_launches() { return 0; }
+void set_wgmma_chunks_enabled(bool) {}
+bool wgmma_chunks_enabled() { return false; }
+int64_t wgmma_chunks_launches() { return 0; }
 void set_mma_q6k_long_8(int) {}
 int mma_q6k_long_8() { return 0; }
 void set_mma_split(int) {}

@@ -1257,11 +1257,12 @@ void profile_mma(W t, int rows, int k, std::mt19937 & gen, const std::vector<int
     cudaFree(dw);
 }
 
-// The Q4_K wgmma GEMM (gemm_q4k_wgmma.cuh, sm_90a) against the host reference, in six forms
+// The Q4_K wgmma GEMM (gemm_q4k_wgmma.cuh, sm_90a) against the host reference, in seven forms
 // ("swap"): 0 the default (4 stages, 1 warpgroup), 1 3 blocks a multiprocessor and 2 stages, 2 and
 // 3 the pipelined kernel (the float step under the next super-block's wgmmas) with 4 and 5 stages,
 // 4 the default with the pipelined kernel's staging (kWgEarly), 5 that with 2 warpgroups a block
-// (128 rows on one copy of the activations); 2..5 must give form 0's bits
+// (128 rows on one copy of the activations), 6 that waiting a chunk at a time (kWgChunks: 2
+// stages, 3 blocks a multiprocessor); 2..6 must give form 0's bits
 // ("same_bits"); then timed against the engine's mma.sync forms (102; 1000102) on the 27B's Q4_K
 // matrices.
 void check_wgmma(int rows, int k, std::mt19937 & gen,
@@ -1282,7 +1283,7 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
         std::vector<float> form0;
-        for (int swap = 0; swap < 6; ++swap) {
+        for (int swap = 0; swap < 7; ++swap) {
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
             auto launch = [&](auto s_tag, auto mb_tag, auto form_tag, auto wg_tag) {
@@ -1311,9 +1312,13 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
                     ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{},
                                  std::integral_constant<int, gemm_kq::kWgEarly>{}, kOne);
                     break;
-                default:
+                case 5:
                     ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{},
                                  std::integral_constant<int, gemm_kq::kWgEarly>{}, std::integral_constant<int, 2>{});
+                    break;
+                default:
+                    ran = launch(std::integral_constant<int, 2>{}, std::integral_constant<int, 3>{},
+                                 std::integral_constant<int, gemm_kq::kWgChunks>{}, kOne);
             }
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
@@ -1446,22 +1451,24 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
         CK(cudaMalloc(&partials, std::max<size_t>(1, gemm_kq::wgmma_split_floats(split, ncols)) * sizeof(float)));
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
-        std::vector<float> whole((size_t)ncols * rows), got[4];
+        std::vector<float> whole((size_t)ncols * rows), got[5];
         bool ran =
             gemm_kq::launch_q4k_wgmma(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, nullptr);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(whole.data(), b.dst, whole.size() * 4, cudaMemcpyDeviceToHost));
-        for (int form = 0; form < 4; ++form) {
+        for (int form = 0; form < 5; ++form) {
             std::vector<float> & g = got[form];
             CK(cudaMemset(b.dst, 0, whole.size() * 4));
             auto launch = [&](auto form_tag) {
-                return gemm_kq::launch_q4k_wgmma<4, 1, 1, decltype(form_tag)::value>(
+                constexpr int kForm = decltype(form_tag)::value, kS = kForm == gemm_kq::kWgChunks ? 2 : 4;
+                return gemm_kq::launch_q4k_wgmma<kS, 1, kForm == gemm_kq::kWgChunks ? 3 : 1, kForm>(
                     cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, nullptr, 128, 256, split,
                     partials);
             };
             ran = ran && (form < 2    ? launch(std::integral_constant<int, gemm_kq::kWgPlain>{})
                           : form == 2 ? launch(std::integral_constant<int, gemm_kq::kWgPipe>{})
-                                      : launch(std::integral_constant<int, gemm_kq::kWgEarly>{}));
+                          : form == 3 ? launch(std::integral_constant<int, gemm_kq::kWgEarly>{})
+                                      : launch(std::integral_constant<int, gemm_kq::kWgChunks>{}));
             CK(cudaDeviceSynchronize());
             g.resize(whole.size());
             CK(cudaMemcpy(g.data(), b.dst, g.size() * 4, cudaMemcpyDeviceToHost));
@@ -1487,15 +1494,17 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
         const bool same = std::memcmp(got[0].data(), got[1].data(), whole.size() * 4) == 0;
         const bool pipe_same = std::memcmp(got[0].data(), got[2].data(), whole.size() * 4) == 0;
         const bool early_same = std::memcmp(got[0].data(), got[3].data(), whole.size() * 4) == 0;
+        const bool chunks_same = std::memcmp(got[0].data(), got[4].data(), whole.size() * 4) == 0;
         std::printf(
             "{\"check_wgmma_split\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"slots\": %d, "
             "\"full_tiles\": %d, \"tail\": %d, \"pieces\": %d, \"vs_whole\": %.3g, \"rel_err\": %.3g, "
-            "\"relaunch_same\": %s, \"pipe_same\": %s, \"early_same\": %s, \"two_wg_pieces\": %d, "
+            "\"relaunch_same\": %s, \"pipe_same\": %s, \"early_same\": %s, \"chunks_same\": %s, "
+            "\"two_wg_pieces\": %d, "
             "\"two_wg_vs_whole\": %.3g, \"ok\": %s}\n",
             rows, k, ncols, slots, split.full_tiles, split.tail, split.pieces, err_whole / ref_max, err_ref / ref_max,
-            same ? "true" : "false", pipe_same ? "true" : "false", early_same ? "true" : "false", split2.pieces,
-            err_two / ref_max,
-            ran && same && pipe_same && early_same && split.pieces > 1 && split2.pieces > 1 &&
+            same ? "true" : "false", pipe_same ? "true" : "false", early_same ? "true" : "false",
+            chunks_same ? "true" : "false", split2.pieces, err_two / ref_max,
+            ran && same && pipe_same && early_same && chunks_same && split.pieces > 1 && split2.pieces > 1 &&
                     err_whole / ref_max <= 1e-5 && err_two / ref_max <= 1e-5 && err_ref / ref_max <= 5e-4
                 ? "true"
                 : "false");
