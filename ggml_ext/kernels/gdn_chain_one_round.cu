@@ -83,7 +83,8 @@ int or_lanes_flag = [] {
     return valid_lanes(e ? std::atoi(e) : 0);
 }();
 
-// Tokens a step of a chain (U): 1 by default, or DFLASH_GDN_ONE_ROUND_STEP=2 / 4 (8 lanes a column).
+// Tokens a step (U; a tree's runs of parent-child links): 1 by default, or DFLASH_GDN_ONE_ROUND_STEP=2
+// / 4 (8 lanes a column).
 int valid_step(int u) { return u == 1 || u == 2 || u == 4 ? u : 1; }
 int or_step_flag = [] {
     const char * e = std::getenv("DFLASH_GDN_ONE_ROUND_STEP");
@@ -228,7 +229,6 @@ __global__ void __launch_bounds__(16 * L / CL)
         });
         __syncthreads();  // this chunk's rows, gates and betas are in shared memory
 
-        // token t of the chunk alone (the walk above)
         // a tree node's state before it: the initial state (a root), or its parent's from the stack
         // when its parent is not the node just visited
         auto enter_node = [&](const int64_t node) {
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(16 * L / CL)
             }
         };
         auto node_of = [&](const int t) -> int64_t { return node_at(t0 + t); };
-        auto one_token = [&](const int t) {
+        auto one_token = [&](const int t) {  // position t of the chunk alone (the walk above)
             const int64_t node = node_of(t);
             enter_node(node);
             const float4 * kp = reinterpret_cast<const float4 *>(s_k[buf][t]);
