@@ -1369,11 +1369,24 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
-        // 90000000 + 1000 form (1 pipelined, 2 the committed one with the pipelined staging) + 100
-        // blocks a multiprocessor + 10 warpgroups + stages: the committed form (14), the pipelined
-        // one with 4 and 5 stages, and 90002014; the other forms session 19 measured (2 stages, 2
-        // warpgroups, 3-4 blocks) lost everywhere (h200-s19-wgmma-staging.json)
-        for (int code : {102, 1000102, 90000014, 90001014, 90001015, 90002014}) {
+        // 90000000 + 1000 form (1 pipelined, 2 the committed one with the pipelined staging, 3 that
+        // waiting a chunk at a time) + 100 blocks a multiprocessor + 10 warpgroups + stages: the
+        // committed form (14), the pipelined one with 4 and 5 stages, and 90002014; the other forms
+        // session 19 measured (2 stages, 2 warpgroups, 3-4 blocks) lost everywhere
+        // (h200-s19-wgmma-staging.json). 91000000 + the same: with the engine's tail split
+        // (wgmma_split_for): the engine's default (91002014), 2 warpgroups a block (91002024,
+        // DFLASH_WGMMA_WG=2) and the chunk-waiting form (91003312, DFLASH_WGMMA_CHUNKS=1).
+        int nsm = 0;
+        CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
+        const gemm_kq::WgSplit sp_early = gemm_kq::wgmma_split_for<4, 1, 1, gemm_kq::kWgEarly>(rows, k, ncols, nsm);
+        const gemm_kq::WgSplit sp_two = gemm_kq::wgmma_split_for<4, 2, 1, gemm_kq::kWgEarly>(rows, k, ncols, nsm);
+        const gemm_kq::WgSplit sp_chunks = gemm_kq::wgmma_split_for<2, 1, 3, gemm_kq::kWgChunks>(rows, k, ncols, nsm);
+        float * partials = nullptr;
+        const size_t nparts =
+            std::max({gemm_kq::wgmma_split_floats(sp_early, ncols), gemm_kq::wgmma_split_floats<2>(sp_two, ncols),
+                      gemm_kq::wgmma_split_floats(sp_chunks, ncols), (size_t)1});
+        CK(cudaMalloc(&partials, nparts * sizeof(float)));
+        for (int code : {102, 1000102, 90000014, 90001014, 90001015, 90002014, 91002014, 91002024, 91003312}) {
             const bool wg = code >= 90000000;
             if (wg) {
                 gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
@@ -1393,8 +1406,24 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
                                                                                  row_bytes, ncols, rows, nullptr);
                             break;
                         case 2014:
-                            gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgEarly>(wc, b.yq, b.yd, b.ysum, b.dst, rows,
-                                                                                  k, row_bytes, ncols, rows, nullptr);
+                            if (code >= 91000000) {
+                                gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgEarly>(
+                                    wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr, 128, 256,
+                                    sp_early, partials);
+                            } else {
+                                gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgEarly>(
+                                    wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
+                            }
+                            break;
+                        case 2024:
+                            gemm_kq::launch_q4k_wgmma<4, 2, 1, gemm_kq::kWgEarly>(wc, b.yq, b.yd, b.ysum, b.dst, rows,
+                                                                                  k, row_bytes, ncols, rows, nullptr,
+                                                                                  128, 256, sp_two, partials);
+                            break;
+                        case 3312:
+                            gemm_kq::launch_q4k_wgmma<2, 1, 3, gemm_kq::kWgChunks>(wc, b.yq, b.yd, b.ysum, b.dst, rows,
+                                                                                   k, row_bytes, ncols, rows, nullptr,
+                                                                                   128, 256, sp_chunks, partials);
                             break;
                         default:
                             gemm_kq::launch_q4k_wgmma<4, 1>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
@@ -1416,6 +1445,7 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
                 "\"stages\": %d, \"stages_run\": 2, \"warps\": 4, \"us\": %.2f, \"GBps\": %.0f}\n",
                 name, rows, k, ncols, code, us, bytes / us / 1e3);
         }
+        CK(cudaFree(partials));
         b.free_all();
     }
     cudaFree(dw);
