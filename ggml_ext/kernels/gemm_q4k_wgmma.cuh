@@ -672,7 +672,7 @@ __global__ void __launch_bounds__(128 * WG, MB)
 #endif
 }
 
-// The committed kernel with the pipelined one's staging (kEarly), for the standalone's A/B.
+// The committed kernel with the pipelined one's staging (kEarly): the engine's default since session 30.
 template <int N, int S, int WG, int MB>
 __global__ void __launch_bounds__(128 * WG, MB)
     gemm_q4k_wgmma_early_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
