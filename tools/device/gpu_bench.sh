@@ -354,6 +354,30 @@ if [ "$stage" = h1 ]; then
   [ "$(left)" -ge 40 ] && run_cuda_suite "$(( $(left) - 10 ))" -k "${H1_TESTS:-mma_split or quantizer_fusions or fusion_changes}"
   exit 0
 fi
+# `gpu_bench.sh h3` (session 38), within 30 s of h1 (its build and 27B files kept): the profiles of
+# H3_VARS (VAR=VALUE[,VAR=VALUE] sets, forwards of 1, 16, 32, 64 tokens), the DDTree step cost at
+# budgets 16..64 with the defaults and with each of H3_TREE_VARS, then the CUDA tests by H3_TESTS
+# (a pytest -k expression) in the time left.
+if [ "$stage" = h3 ]; then
+  trap "pack_out $stage" EXIT
+  export KP_ARGS="--forwards 1,16,32,64 --quick"
+  wait_27b 100
+  for vs in ${H3_VARS-}; do
+    [ "$(left)" -ge 60 ] || break
+    name=$(echo "$vs" | sed 's/DFLASH_//g' | tr 'A-Z_=,' 'a-z---')
+    # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
+    kernel_profile 40 "h200-27b-kernels-$name.json" $(echo "$vs" | tr ',' ' ')
+    grep -E "wall" "$OUT/h200-27b-kernels-$name.log" | cut -c1-150
+  done
+  for vs in default ${H3_TREE_VARS-}; do
+    [ "$(left)" -ge 70 ] || break
+    name=$(echo "$vs" | sed 's/DFLASH_//g' | tr 'A-Z_=,' 'a-z---')
+    # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
+    tree_steps 50 "h200-27b-tree-steps-$name.json" 16,32,64 $([ "$vs" = default ] || echo "$vs" | tr ',' ' ') -- --no-upstream
+  done
+  [ -n "${H3_TESTS-}" ] && [ "$(left)" -ge 40 ] && run_cuda_suite "$(( $(left) - 10 ))" -k "$H3_TESTS"
+  exit 0
+fi
 if [ "$stage" = h2 ]; then
   trap "pack_out $stage" EXIT
   wait_27b 200
