@@ -579,11 +579,11 @@ PYBIND11_MODULE(_core, m) {
           "(DFLASH_WGMMA_TALL_FROM); 0 without CUDA");
     m.def("wgmma_tall_from", &ggml_ext::wgmma_tall_from_columns);
     m.def("set_wgmma_warpgroups", &ggml_ext::set_wgmma_warpgroups, py::arg("n"),
-          "warpgroups a block of the early-staging wgmma GEMM: 1 (the default) or 2 (DFLASH_WGMMA_WG); 0 without "
-          "CUDA");
+          "warpgroups a block of the wgmma GEMM: 1 (the default), 2 (the early-staging kernel) or 3 (the "
+          "chunk-waiting kernel; DFLASH_WGMMA_WG); 0 without CUDA");
     m.def("wgmma_warpgroups", &ggml_ext::wgmma_warpgroups);
     m.def("wgmma_two_wg_launches", &ggml_ext::wgmma_two_wg_launches,
-          "launches of the wgmma GEMM with two warpgroups a block so far (tests)");
+          "launches of the wgmma GEMM with two or three warpgroups a block so far (tests)");
     m.def("set_wgmma_chunks_enabled", &ggml_ext::set_wgmma_chunks_enabled, py::arg("on"),
           "the early wgmma GEMM waiting a chunk at a time, 2 stages and 3 blocks a multiprocessor (off by default; "
           "DFLASH_WGMMA_CHUNKS=1 starts it on; the same bits)");

@@ -111,8 +111,9 @@ int wgmma_short();
 void set_wgmma_tall_from(int n);
 int wgmma_tall_from_columns();
 // Warpgroups a block of the early-staging wgmma kernel: 1 (the default) or 2 (DFLASH_WGMMA_WG=2:
-// 128 rows a block on one copy of the activations; the same bits unsplit);
-// wgmma_two_wg_launches counts the launches with 2 (tests).
+// 128 rows a block on one copy of the activations; the same bits unsplit), or 3 (the chunk-waiting
+// kernel with 192 rows a block);
+// wgmma_two_wg_launches counts the launches with 2 or 3 (tests).
 void set_wgmma_warpgroups(int n);
 int wgmma_warpgroups();
 int64_t wgmma_two_wg_launches();

@@ -226,7 +226,9 @@ int wgmma_tall_from = [] {
 // Warpgroups a block of the early-staging wgmma kernel: 1, or 2 (DFLASH_WGMMA_WG=2; 128 rows a
 // block reading one copy of each super-block's activations, half the staging and L2 reads of them
 // a row; the same bits unsplit). With 197 registers a thread either holds 8 warps a multiprocessor.
-int valid_warpgroups(int n) { return n == 2 ? 2 : 1; }
+// Or 3 (DFLASH_WGMMA_WG=3): the chunk-waiting kernel (168 registers, which 384 threads fit) with 192
+// rows a block, 4 stages and one block a multiprocessor: 12 warps, a third of the activation reads.
+int valid_warpgroups(int n) { return n == 2 || n == 3 ? n : 1; }
 // The early kernel waiting for its wgmmas a chunk at a time (gemm_q4k_wgmma.cuh's kChunkWait: two
 // chunks' operands live instead of four), with 2 stages and 3 blocks a multiprocessor (12 warps
 // against 8; registers and shared memory both allow it): off until timed, DFLASH_WGMMA_CHUNKS=1 (one
@@ -236,9 +238,9 @@ bool wgmma_chunks_flag = [] {
     return e && e[0] == '1';
 }();
 std::atomic<int64_t> wgmma_chunks_count{0};
-// Stages and blocks a multiprocessor of a wgmma form's instance.
-constexpr int wgmma_stages(int form) { return form == gemm_kq::kWgChunks ? 2 : 4; }
-constexpr int wgmma_min_blocks(int form) { return form == gemm_kq::kWgChunks ? 3 : 1; }
+// Stages and blocks a multiprocessor of a wgmma form's instance (WG warpgroups a block).
+constexpr int wgmma_stages(int form, int wg) { return form == gemm_kq::kWgChunks && wg == 1 ? 2 : 4; }
+constexpr int wgmma_min_blocks(int form, int wg) { return form == gemm_kq::kWgChunks && wg == 1 ? 3 : 1; }
 int wgmma_warpgroups_flag = [] {
     const char * e = std::getenv("DFLASH_WGMMA_WG");
     return valid_warpgroups(e ? std::atoi(e) : 1);
@@ -418,22 +420,24 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
     }
     if (takes_wgmma(t, mins_int, rows, k, n, hopper, r_ptr != nullptr)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
-        const int form = wgmma_pipe_mode != 0 ? gemm_kq::kWgPipe
-                         : wgmma_chunks_flag  ? gemm_kq::kWgChunks
-                         : wgmma_early_flag   ? gemm_kq::kWgEarly
-                                              : gemm_kq::kWgPlain;
+        // three warpgroups a block: the chunk-waiting kernel only (registers)
+        const int form = wgmma_warpgroups_flag == 3 ? gemm_kq::kWgChunks
+                         : wgmma_pipe_mode != 0     ? gemm_kq::kWgPipe
+                         : wgmma_chunks_flag        ? gemm_kq::kWgChunks
+                         : wgmma_early_flag         ? gemm_kq::kWgEarly
+                                                    : gemm_kq::kWgPlain;
         const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
         ggml_cuda_pool_alloc<float> partials(pool);
         auto run = [&](auto form_tag, auto wg_tag) {
             constexpr int kForm = decltype(form_tag)::value, kWG = decltype(wg_tag)::value;
-            constexpr int kS = wgmma_stages(kForm), kMB = wgmma_min_blocks(kForm);
+            constexpr int kS = wgmma_stages(kForm, kWG), kMB = wgmma_min_blocks(kForm, kWG);
             const gemm_kq::WgSplit split =
                 split_on ? gemm_kq::wgmma_split_for<kS, kWG, kMB, kForm>(rows, k, n, nsm) : gemm_kq::WgSplit{};
             if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<kWG>(split, n));
             const bool ok = gemm_kq::launch_q4k_wgmma<kS, kWG, kMB, kForm>(w, qs, d, sums, out, rows, k, row_bytes, n,
                                                                            sd, stream, 128, 256, split, partials.ptr);
             if (ok && split.pieces > 1) ++wgmma_split_count;
-            if (ok && kWG == 2) ++wgmma_two_wg_count;
+            if (ok && kWG >= 2) ++wgmma_two_wg_count;
             return ok;
         };
         using One = std::integral_constant<int, 1>;
@@ -444,7 +448,8 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
         } else if (form == gemm_kq::kWgPlain) {
             ran = run(std::integral_constant<int, gemm_kq::kWgPlain>{}, One{});
         } else if (form == gemm_kq::kWgChunks) {
-            ran = run(std::integral_constant<int, gemm_kq::kWgChunks>{}, One{});
+            using Chunks = std::integral_constant<int, gemm_kq::kWgChunks>;
+            ran = wgmma_warpgroups_flag == 3 ? run(Chunks{}, std::integral_constant<int, 3>{}) : run(Chunks{}, One{});
         } else {  // two warpgroups a block: the early form only (the default; the others as measured)
             ran = wgmma_warpgroups_flag == 2 ? run(Early{}, std::integral_constant<int, 2>{}) : run(Early{}, One{});
         }
