@@ -1262,7 +1262,8 @@ void profile_mma(W t, int rows, int k, std::mt19937 & gen, const std::vector<int
 // 3 the pipelined kernel (the float step under the next super-block's wgmmas) with 4 and 5 stages,
 // 4 the default with the pipelined kernel's staging (kWgEarly), 5 that with 2 warpgroups a block
 // (128 rows on one copy of the activations), 6 that waiting a chunk at a time (kWgChunks: 2
-// stages, 3 blocks a multiprocessor); 2..6 must give form 0's bits
+// stages, 3 blocks a multiprocessor), 7 that with 3 warpgroups a block (192 rows, 4 stages); 2..7
+// must give form 0's bits
 // ("same_bits"); then timed against the engine's mma.sync forms (102; 1000102) on the 27B's Q4_K
 // matrices.
 void check_wgmma(int rows, int k, std::mt19937 & gen,
@@ -1283,7 +1284,7 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
         std::vector<float> form0;
-        for (int swap = 0; swap < 7; ++swap) {
+        for (int swap = 0; swap < 8; ++swap) {
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
             auto launch = [&](auto s_tag, auto mb_tag, auto form_tag, auto wg_tag) {
@@ -1316,9 +1317,13 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
                     ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{},
                                  std::integral_constant<int, gemm_kq::kWgEarly>{}, std::integral_constant<int, 2>{});
                     break;
-                default:
+                case 6:
                     ran = launch(std::integral_constant<int, 2>{}, std::integral_constant<int, 3>{},
                                  std::integral_constant<int, gemm_kq::kWgChunks>{}, kOne);
+                    break;
+                default:
+                    ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{},
+                                 std::integral_constant<int, gemm_kq::kWgChunks>{}, std::integral_constant<int, 3>{});
             }
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
