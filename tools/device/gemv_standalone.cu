@@ -1380,18 +1380,22 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
         // session 19 measured (2 stages, 2 warpgroups, 3-4 blocks) lost everywhere
         // (h200-s19-wgmma-staging.json). 91000000 + the same: with the engine's tail split
         // (wgmma_split_for): the engine's default (91002014), 2 warpgroups a block (91002024,
-        // DFLASH_WGMMA_WG=2) and the chunk-waiting form (91003312, DFLASH_WGMMA_CHUNKS=1).
+        // DFLASH_WGMMA_WG=2), the chunk-waiting form (91003312, DFLASH_WGMMA_CHUNKS=1) and that with 3
+        // warpgroups a block (91003134, DFLASH_WGMMA_WG=3). The pipelined codes (x1014, x1015) are
+        // left out since session 38 (they tied the committed form in session 30).
         int nsm = 0;
         CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
         const gemm_kq::WgSplit sp_early = gemm_kq::wgmma_split_for<4, 1, 1, gemm_kq::kWgEarly>(rows, k, ncols, nsm);
         const gemm_kq::WgSplit sp_two = gemm_kq::wgmma_split_for<4, 2, 1, gemm_kq::kWgEarly>(rows, k, ncols, nsm);
         const gemm_kq::WgSplit sp_chunks = gemm_kq::wgmma_split_for<2, 1, 3, gemm_kq::kWgChunks>(rows, k, ncols, nsm);
+        const gemm_kq::WgSplit sp_three = gemm_kq::wgmma_split_for<4, 3, 1, gemm_kq::kWgChunks>(rows, k, ncols, nsm);
         float * partials = nullptr;
         const size_t nparts =
             std::max({gemm_kq::wgmma_split_floats(sp_early, ncols), gemm_kq::wgmma_split_floats<2>(sp_two, ncols),
-                      gemm_kq::wgmma_split_floats(sp_chunks, ncols), (size_t)1});
+                      gemm_kq::wgmma_split_floats(sp_chunks, ncols), gemm_kq::wgmma_split_floats<3>(sp_three, ncols),
+                      (size_t)1});
         CK(cudaMalloc(&partials, nparts * sizeof(float)));
-        for (int code : {102, 1000102, 90000014, 90001014, 90001015, 90002014, 91002014, 91002024, 91003312}) {
+        for (int code : {102, 1000102, 90000014, 90002014, 91002014, 91002024, 91003312, 91003134}) {
             const bool wg = code >= 90000000;
             if (wg) {
                 gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
@@ -1429,6 +1433,11 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
                             gemm_kq::launch_q4k_wgmma<2, 1, 3, gemm_kq::kWgChunks>(wc, b.yq, b.yd, b.ysum, b.dst, rows,
                                                                                    k, row_bytes, ncols, rows, nullptr,
                                                                                    128, 256, sp_chunks, partials);
+                            break;
+                        case 3134:
+                            gemm_kq::launch_q4k_wgmma<4, 3, 1, gemm_kq::kWgChunks>(wc, b.yq, b.yd, b.ysum, b.dst, rows,
+                                                                                   k, row_bytes, ncols, rows, nullptr,
+                                                                                   128, 256, sp_three, partials);
                             break;
                         default:
                             gemm_kq::launch_q4k_wgmma<4, 1>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
