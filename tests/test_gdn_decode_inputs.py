@@ -235,11 +235,12 @@ def test_tree_cuda_op_equals_the_cpu_and_the_chain_kernel() -> None:
 @pytest.mark.parametrize("tokens", [4, 8, 16])
 @pytest.mark.parametrize("tree", [False, True])
 def test_cuda_tokens_a_block_give_the_same_bits(tokens: int, tree: bool) -> None:
-    """DFLASH_GDN_INPUTS_TOKENS (1 by default): the n-token and tree kernels with 4, 8 or 16 tokens
-    a block (a head's weights, and a chain's conv window, read once for them) repeat each token's
-    operations: the bits of one token a block (33 tokens: a last block short)."""
-    want_default = int(os.environ.get("DFLASH_GDN_INPUTS_TOKENS", "1"))
-    assert _core.gdn_inputs_tokens() == (want_default if want_default in (4, 8, 16) else 1)
+    """DFLASH_GDN_INPUTS_TOKENS (0 by default: 8 from 48 tokens, else 1): the n-token and tree
+    kernels with 4, 8 or 16 tokens a block (a head's weights, and a chain's conv window, read once
+    for them) repeat each token's operations: the bits of one token a block (33 tokens: a last block
+    short)."""
+    want_default = int(os.environ.get("DFLASH_GDN_INPUTS_TOKENS", "0"))
+    assert _core.gdn_inputs_tokens() == (want_default if want_default in (1, 4, 8, 16) else 0)
     n = 33
     i = _verify_inputs(128, 16, 48, 4, n, seed=5)
     rng = np.random.default_rng(tokens)

@@ -435,16 +435,20 @@ def _gate_up_at_32_columns_alike(
 @needs_gpu
 def test_cuda_wgmma_pipe_mode_2_takes_gate_up_at_32_columns(mma_restored: None) -> None:
     """DFLASH_WGMMA_PIPE=2 also gives [gate; up] at 25..32 columns to the pipelined wgmma kernel,
-    which mode 1 leaves to the mma.sync GEMM."""
-    _gate_up_at_32_columns_alike((_core.wgmma_pipe, _core.set_wgmma_pipe), (1, 2), _core.wgmma_pipe_launches)
+    which mode 1 leaves to the mma.sync GEMM (with [gate; up] from 33 columns: DFLASH_WGMMA_TALL_FROM
+    held at 33)."""
+    with _switched(_core.wgmma_tall_from, _core.set_wgmma_tall_from, 33):
+        _gate_up_at_32_columns_alike(
+            (_core.wgmma_pipe, _core.set_wgmma_pipe), (1, 2), _core.wgmma_pipe_launches
+        )
 
 
 @needs_gpu
 def test_cuda_wgmma_tall_from_25_takes_gate_up_at_32_columns(mma_restored: None) -> None:
-    """DFLASH_WGMMA_TALL_FROM=25 gives [gate; up] at 25..32 columns to the wgmma GEMM (the default,
-    33, leaves them to the mma.sync GEMM); the pipe mode held at 0."""
-    want_from = int(os.environ.get("DFLASH_WGMMA_TALL_FROM", "33"))
-    assert _core.wgmma_tall_from() == (want_from if 25 <= want_from <= 64 else 33)
+    """DFLASH_WGMMA_TALL_FROM=25 (the default since session 38) gives [gate; up] at 25..32 columns
+    to the wgmma GEMM (33 leaves them to the mma.sync GEMM); the pipe mode held at 0."""
+    want_from = int(os.environ.get("DFLASH_WGMMA_TALL_FROM", "25"))
+    assert _core.wgmma_tall_from() == (want_from if 25 <= want_from <= 64 else 25)
     with _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0):
         _gate_up_at_32_columns_alike(
             (_core.wgmma_tall_from, _core.set_wgmma_tall_from), (33, 25), _core.wgmma_launches

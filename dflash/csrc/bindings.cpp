@@ -491,8 +491,8 @@ PYBIND11_MODULE(_core, m) {
           "links): 1 (the default), 2 or 4 (DFLASH_GDN_ONE_ROUND_STEP), with 8 lanes a column; 0 without CUDA");
     m.def("gdn_one_round_step", &ggml_ext::gdn_one_round_step);
     m.def("set_gdn_inputs_tokens", &ggml_ext::set_gdn_inputs_tokens, py::arg("tokens"),
-          "tokens a block of the CUDA kernel of the n-token and tree GDN inputs: 1 (the default), 4, 8 or 16 "
-          "(DFLASH_GDN_INPUTS_TOKENS; the same bits); 0 without CUDA");
+          "tokens a block of the CUDA kernel of the n-token and tree GDN inputs: 1, 4, 8 or 16, or 0 (the default: 8 "
+          "from 48 tokens, else 1; DFLASH_GDN_INPUTS_TOKENS; the same bits); 0 without CUDA");
     m.def("gdn_inputs_tokens", &ggml_ext::gdn_inputs_tokens);
     m.def("set_gdn_gram", &ggml_ext::set_gdn_gram, py::arg("on"),
           "CUDA: marked chains of 2 tokens or more take 16 tokens at a time in parallel (gdn_chain_gram.cu) in place "
@@ -575,7 +575,7 @@ PYBIND11_MODULE(_core, m) {
           "all, 2 rows of 64 super-blocks or more only (DFLASH_WGMMA_SHORT); 0 without CUDA");
     m.def("wgmma_short", &ggml_ext::wgmma_short);
     m.def("set_wgmma_tall_from", &ggml_ext::set_wgmma_tall_from, py::arg("n"),
-          "columns from which Q4_K matrices of 32768 rows or more take the wgmma GEMM: 33 by default, 25..64 "
+          "columns from which Q4_K matrices of 32768 rows or more take the wgmma GEMM: 25 by default, 25..64 "
           "(DFLASH_WGMMA_TALL_FROM); 0 without CUDA");
     m.def("wgmma_tall_from", &ggml_ext::wgmma_tall_from_columns);
     m.def("set_wgmma_warpgroups", &ggml_ext::set_wgmma_warpgroups, py::arg("n"),

@@ -40,8 +40,8 @@ ggml_tensor * gdn_tree_inputs(ggml_context * ctx, ggml_tensor * qkv, ggml_tensor
 // 2 a tree's nodes (gdn_tree_inputs).
 constexpr int kGdnInputsModeParam = 4;
 // Tokens a block of the CUDA kernel of gdn_verify_inputs / gdn_tree_inputs (a head's weights and a
-// chain's conv window read once for them): 1 (the default), 4, 8 or 16 (DFLASH_GDN_INPUTS_TOKENS);
-// anything else is 1. The same bits for each. 0 without CUDA.
+// chain's conv window read once for them): 1, 4, 8 or 16 (DFLASH_GDN_INPUTS_TOKENS), or 0 (the
+// default, anything else too): 8 from 48 tokens, else 1. The same bits for each. 0 without CUDA.
 void set_gdn_inputs_tokens(int tokens);
 int gdn_inputs_tokens();
 

@@ -106,8 +106,8 @@ void set_wgmma_short_enabled(bool on);
 bool wgmma_short_enabled();
 void set_wgmma_short_mode(int mode);
 int wgmma_short();
-// Columns from which Q4_K matrices of 32768 rows or more ([gate; up]) take the wgmma form: 33 by
-// default, 25..64 (DFLASH_WGMMA_TALL_FROM); anything else restores 33.
+// Columns from which Q4_K matrices of 32768 rows or more ([gate; up]) take the wgmma form: 25 by
+// default, 25..64 (DFLASH_WGMMA_TALL_FROM); anything else restores 25.
 void set_wgmma_tall_from(int n);
 int wgmma_tall_from_columns();
 // Warpgroups a block of the early-staging wgmma kernel: 1 (the default) or 2 (DFLASH_WGMMA_WG=2:

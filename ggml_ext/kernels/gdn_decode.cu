@@ -100,14 +100,18 @@ __device__ __forceinline__ void l2_normed_tokens(float (&y)[T], int S, float eps
 
 constexpr int kMaxTaps = 8;  // the conv's K (a tree's taps; a chain's window in registers)
 
-// T tokens a block of the n-token kernel: 1 (the default) or 4, 8, 16 (DFLASH_GDN_INPUTS_TOKENS):
-// with T, a head's weights are read once for T tokens and a chain's window of T + K - 1 columns
-// once (one token a block reads K columns and the weights for each token: ~21 MB from L2 for the
-// 27B's 64-token verify, ~7 us a layer on the H200, session 37). The same bits for every T.
-int valid_inputs_tokens(int t) { return t == 4 || t == 8 || t == 16 ? t : 1; }
+// T tokens a block of the n-token kernel: 1, 4, 8 or 16 (DFLASH_GDN_INPUTS_TOKENS), or 0 (the
+// default): 8 from kInputsTokensAutoFrom tokens, else 1. With T, a head's weights are read once for
+// T tokens and a chain's window of T + K - 1 columns once (one token a block reads K columns and
+// the weights for each token: ~21 MB from L2 for the 27B's 64-token verify, ~7 us a layer on the
+// H200, session 37), but the grid has T times fewer blocks. The same bits for every T. The 27B's
+// kernel a forward on the H100 (session 38, bench/results/h100-s38-27b-kernels-*), 48 launches, us
+// with T = 1 / 8 / 16: 146 / 221 / - at 16 tokens, 212 / 223 / 374 at 32, 353 / 262 / 392 at 64.
+constexpr int kInputsTokensAutoFrom = 48;
+int valid_inputs_tokens(int t) { return t == 1 || t == 4 || t == 8 || t == 16 ? t : 0; }
 int inputs_tokens_flag = [] {
     const char * e = std::getenv("DFLASH_GDN_INPUTS_TOKENS");
-    return valid_inputs_tokens(e ? std::atoi(e) : 1);
+    return valid_inputs_tokens(e ? std::atoi(e) : 0);
 }();
 
 // n tokens of a chain (mode 1, ggml_ext::gdn_verify_inputs) or nodes of a tree (kTree, mode 2):
@@ -199,7 +203,8 @@ void ggml_ext_cuda_gdn_decode_inputs(ggml_backend_cuda_context & ctx, ggml_tenso
         };
         auto launch_tokens = [&](auto tree_tag) {
             constexpr bool kTree = decltype(tree_tag)::value;
-            switch (inputs_tokens_flag) {
+            const int tokens = inputs_tokens_flag != 0 ? inputs_tokens_flag : n >= kInputsTokensAutoFrom ? 8 : 1;
+            switch (tokens) {
                 case 4:
                     return launch(gdn_verify_inputs_kernel<kTree, 4>, 4);
                 case 8:

@@ -214,10 +214,11 @@ int wgmma_short_mode = [] {
     const char * e = std::getenv("DFLASH_WGMMA_SHORT");
     return valid_short_mode(e ? std::atoi(e) : 0);
 }();
-// Columns from which matrices of 32768 rows or more ([gate; up]) take the wgmma form: 33 (as
-// measured in session 19, even at 32 columns then). Session 35's H100 standalone had the early,
-// split kernel ahead at 32 columns (56.4 against 63.9 us); DFLASH_WGMMA_TALL_FROM=25..64 sets it.
-constexpr int kWgmmaTallDefaultFrom = 33;
+// Columns from which matrices of 32768 rows or more ([gate; up]) take the wgmma form: 25. Session
+// 19 measured them even at 32 columns, so it was 33 until session 38: the 27B's 32-token forward on
+// the H100 took 12.65 ms of kernels with 25 against 13.08 with 33 (the standalone: 56.0 against
+// 63.5 us a launch; bench/results/h100-s38-*). DFLASH_WGMMA_TALL_FROM=25..64 sets it.
+constexpr int kWgmmaTallDefaultFrom = 25;
 int valid_tall_from(int n) { return n >= 25 && n <= 64 ? n : kWgmmaTallDefaultFrom; }
 int wgmma_tall_from = [] {
     const char * e = std::getenv("DFLASH_WGMMA_TALL_FROM");
@@ -283,7 +284,8 @@ bool takes_f16_wgmma(ggml_type t, int n, bool hopper, int rows, int k) {
 // The shapes where the wgmma form beat the mma.sync forms on the H200 (session 19, standalone,
 // bench/results/h200-s19-wgmma-staging.json): [gdn q; k; v; z] (16480 rows) from 32 columns
 // (28.2 / 32.8 / 35.5 us at 32 / 48 / 64 against 31.1 / 38.5 / 48.0), [gate; up] (34816) from
-// 48 (74.4 / 88.4 against 83.5 / 96.4; even at 32). Slower on fewer rows and fewer columns.
+// 48 (74.4 / 88.4 against 83.5 / 96.4; even at 32; from wgmma_tall_from since, 25 by default).
+// Slower on fewer rows and fewer columns.
 bool wgmma_shape(int rows, int k, int ncols) {
     if (rows < 16384) {
         return ncols > 32 && (wgmma_short_mode == 1 || (wgmma_short_mode == 2 && k / 256 >= kWgmmaLongKBlocks));
