@@ -456,6 +456,32 @@ def test_cuda_wgmma_tall_from_25_takes_gate_up_at_32_columns(mma_restored: None)
 
 
 @needs_gpu
+def test_cuda_wgmma_chunks_mode_2_takes_gate_up_up_to_32_columns(mma_restored: None) -> None:
+    """DFLASH_WGMMA_CHUNKS=2 (off by default): [gate; up] (34816 rows) at 32 columns through the
+    chunk-waiting wgmma kernel, within float rounding of the default wgmma form (their tail splits
+    differ); 16480 rows at 32 columns and [gate; up] at 48 keep the default form (no launch counted).
+    The pipe mode held at 0, [gate; up] through wgmma from 25 columns."""
+    want = int(os.environ.get("DFLASH_WGMMA_CHUNKS", "0"))
+    assert _core.wgmma_chunks() == ((want if want in (1, 2) else 0) if GPU else 0)
+    chunks = (_core.wgmma_chunks, _core.set_wgmma_chunks_mode)
+    with _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0):
+        with _switched(_core.wgmma_tall_from, _core.set_wgmma_tall_from, 25):
+            _gate_up_at_32_columns_alike(chunks, (0, 2), _core.wgmma_chunks_launches)
+            k = 2304
+            for rows, n in ((16480, 32), (34816, 48)):
+                w, _ = _weights("q4_K", rows, k, seed=rows + n)
+                x = np.random.default_rng(n).standard_normal((n, k)).astype(np.float32)
+                ref, got, counted = _a_b(
+                    chunks,
+                    (0, 2),
+                    lambda w=w, x=x, rows=rows: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True),
+                    _core.wgmma_chunks_launches,
+                )
+                assert counted == 0
+                assert np.array_equal(got, ref)
+
+
+@needs_gpu
 @pytest.mark.parametrize("k", [6144, 17408])
 def test_cuda_wgmma_short_mode_2_takes_long_rows_only(k: int, mma_restored: None) -> None:
     """DFLASH_WGMMA_SHORT=2: of the Q4_K matrices under 16384 rows, only rows of 64 super-blocks or

@@ -119,9 +119,13 @@ int wgmma_warpgroups();
 int64_t wgmma_two_wg_launches();
 // The early wgmma kernel waiting for its wgmmas a chunk at a time (two chunks' operands live), with
 // 2 stages and 3 blocks a multiprocessor: off by default (DFLASH_WGMMA_CHUNKS=1 starts it on; the
-// same bits); wgmma_chunks_launches counts it (tests).
+// same bits); wgmma_chunks_launches counts it (tests). Mode 2 (DFLASH_WGMMA_CHUNKS=2): only for
+// matrices of 32768 rows or more at 32 columns or fewer ([gate; up]); set_wgmma_chunks_enabled(on)
+// is mode 1 or 0, wgmma_chunks_enabled() mode 1.
 void set_wgmma_chunks_enabled(bool on);
 bool wgmma_chunks_enabled();
+void set_wgmma_chunks_mode(int mode);
+int wgmma_chunks();
 int64_t wgmma_chunks_launches();
 // Long rows (24 super-blocks or more: the 27B's ffn_down) of Q6_K at up to 16 columns with 8 warps
 // a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): 0 off (the

@@ -232,12 +232,20 @@ int wgmma_tall_from = [] {
 int valid_warpgroups(int n) { return n == 2 || n == 3 ? n : 1; }
 // The early kernel waiting for its wgmmas a chunk at a time (gemm_q4k_wgmma.cuh's kChunkWait: two
 // chunks' operands live instead of four), with 2 stages and 3 blocks a multiprocessor (12 warps
-// against 8; registers and shared memory both allow it): off until timed, DFLASH_WGMMA_CHUNKS=1 (one
-// warpgroup a block; the pipe mode takes precedence). The same bits.
-bool wgmma_chunks_flag = [] {
+// against 8; registers and shared memory both allow it). Mode 1 (DFLASH_WGMMA_CHUNKS=1): every
+// wgmma launch; on the H100 (session 38) the 27B's forwards were slower (17.83 against 17.42 ms at
+// 64 tokens), but in the standalone it was the fastest form on [gate; up] at 32 columns (52.8
+// against 56.0 us; slower at 48..64 and on [gdn q; k; v; z]), hence mode 2 (DFLASH_WGMMA_CHUNKS=2):
+// matrices of 32768 rows or more at 32 columns or fewer only. Off until timed in the engine; the
+// pipe mode takes precedence. The same bits.
+int valid_chunks_mode(int m) { return m == 1 || m == 2 ? m : 0; }
+int wgmma_chunks_mode = [] {
     const char * e = std::getenv("DFLASH_WGMMA_CHUNKS");
-    return e && e[0] == '1';
+    return valid_chunks_mode(e ? std::atoi(e) : 0);
 }();
+bool takes_chunks_form(int rows, int n) {
+    return wgmma_chunks_mode == 1 || (wgmma_chunks_mode == 2 && rows >= 32768 && n <= 32);
+}
 std::atomic<int64_t> wgmma_chunks_count{0};
 // Stages and blocks a multiprocessor of a wgmma form's instance (WG warpgroups a block).
 constexpr int wgmma_stages(int form, int wg) { return form == gemm_kq::kWgChunks && wg == 1 ? 2 : 4; }
@@ -423,11 +431,11 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
     if (takes_wgmma(t, mins_int, rows, k, n, hopper, r_ptr != nullptr)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
         // three warpgroups a block: the chunk-waiting kernel only (registers)
-        const int form = wgmma_warpgroups_flag == 3 ? gemm_kq::kWgChunks
-                         : wgmma_pipe_mode != 0     ? gemm_kq::kWgPipe
-                         : wgmma_chunks_flag        ? gemm_kq::kWgChunks
-                         : wgmma_early_flag         ? gemm_kq::kWgEarly
-                                                    : gemm_kq::kWgPlain;
+        const int form = wgmma_warpgroups_flag == 3   ? gemm_kq::kWgChunks
+                         : wgmma_pipe_mode != 0       ? gemm_kq::kWgPipe
+                         : takes_chunks_form(rows, n) ? gemm_kq::kWgChunks
+                         : wgmma_early_flag           ? gemm_kq::kWgEarly
+                                                      : gemm_kq::kWgPlain;
         const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
         ggml_cuda_pool_alloc<float> partials(pool);
         auto run = [&](auto form_tag, auto wg_tag) {
@@ -504,8 +512,10 @@ int wgmma_tall_from_columns() { return wgmma_tall_from; }
 void set_wgmma_warpgroups(int n) { wgmma_warpgroups_flag = valid_warpgroups(n); }
 int wgmma_warpgroups() { return wgmma_warpgroups_flag; }
 int64_t wgmma_two_wg_launches() { return wgmma_two_wg_count.load(); }
-void set_wgmma_chunks_enabled(bool on) { wgmma_chunks_flag = on; }
-bool wgmma_chunks_enabled() { return wgmma_chunks_flag; }
+void set_wgmma_chunks_enabled(bool on) { wgmma_chunks_mode = on ? 1 : 0; }
+bool wgmma_chunks_enabled() { return wgmma_chunks_mode == 1; }
+void set_wgmma_chunks_mode(int mode) { wgmma_chunks_mode = valid_chunks_mode(mode); }
+int wgmma_chunks() { return wgmma_chunks_mode; }
 int64_t wgmma_chunks_launches() { return wgmma_chunks_count.load(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }

@@ -67,6 +67,8 @@ int wgmma_warpgroups() { return 0; }
 int64_t wgmma_two_wg_launches() { return 0; }
 void set_wgmma_chunks_enabled(bool) {}
 bool wgmma_chunks_enabled() { return false; }
+void set_wgmma_chunks_mode(int) {}
+int wgmma_chunks() { return 0; }
 int64_t wgmma_chunks_launches() { return 0; }
 void set_mma_q6k_long_8(int) {}
 int mma_q6k_long_8() { return 0; }
