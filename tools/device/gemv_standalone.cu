@@ -1405,43 +1405,36 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
             auto once = [&](int c) {
                 if (wg) {
                     const char * wc = dw + bytes * c;
+                    // stages S, warpgroups WG, blocks a multiprocessor MB and form F, with split sp
+                    // (WgSplit{}: none)
+                    auto launch = [&](auto s_tag, auto wg_tag, auto mb_tag, auto form_tag,
+                                      const gemm_kq::WgSplit & sp) {
+                        gemm_kq::launch_q4k_wgmma<decltype(s_tag)::value, decltype(wg_tag)::value,
+                                                  decltype(mb_tag)::value, decltype(form_tag)::value>(
+                            wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr, 128, 256, sp,
+                            partials);
+                    };
+                    using One = std::integral_constant<int, 1>;
+                    using Four = std::integral_constant<int, 4>;
+                    using Early = std::integral_constant<int, gemm_kq::kWgEarly>;
+                    using Chunks = std::integral_constant<int, gemm_kq::kWgChunks>;
                     switch (code % 10000) {
-                        case 1014:
-                            gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgPipe>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k,
-                                                                                 row_bytes, ncols, rows, nullptr);
-                            break;
-                        case 1015:
-                            gemm_kq::launch_q4k_wgmma<5, 1, 1, gemm_kq::kWgPipe>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k,
-                                                                                 row_bytes, ncols, rows, nullptr);
-                            break;
                         case 2014:
-                            if (code >= 91000000) {
-                                gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgEarly>(
-                                    wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr, 128, 256,
-                                    sp_early, partials);
-                            } else {
-                                gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgEarly>(
-                                    wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
-                            }
+                            launch(Four{}, One{}, One{}, Early{}, code >= 91000000 ? sp_early : gemm_kq::WgSplit{});
                             break;
                         case 2024:
-                            gemm_kq::launch_q4k_wgmma<4, 2, 1, gemm_kq::kWgEarly>(wc, b.yq, b.yd, b.ysum, b.dst, rows,
-                                                                                  k, row_bytes, ncols, rows, nullptr,
-                                                                                  128, 256, sp_two, partials);
+                            launch(Four{}, std::integral_constant<int, 2>{}, One{}, Early{}, sp_two);
                             break;
                         case 3312:
-                            gemm_kq::launch_q4k_wgmma<2, 1, 3, gemm_kq::kWgChunks>(wc, b.yq, b.yd, b.ysum, b.dst, rows,
-                                                                                   k, row_bytes, ncols, rows, nullptr,
-                                                                                   128, 256, sp_chunks, partials);
+                            launch(std::integral_constant<int, 2>{}, One{}, std::integral_constant<int, 3>{}, Chunks{},
+                                   sp_chunks);
                             break;
                         case 3134:
-                            gemm_kq::launch_q4k_wgmma<4, 3, 1, gemm_kq::kWgChunks>(wc, b.yq, b.yd, b.ysum, b.dst, rows,
-                                                                                   k, row_bytes, ncols, rows, nullptr,
-                                                                                   128, 256, sp_three, partials);
+                            launch(Four{}, std::integral_constant<int, 3>{}, One{}, Chunks{}, sp_three);
                             break;
                         default:
-                            gemm_kq::launch_q4k_wgmma<4, 1>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
-                                                            rows, nullptr);
+                            launch(Four{}, One{}, One{}, std::integral_constant<int, gemm_kq::kWgPlain>{},
+                                   gemm_kq::WgSplit{});
                     }
                 } else {
                     run_mma(t, code, dw + bytes * c, b, rows, k, row_bytes, ncols);
