@@ -481,6 +481,46 @@ def test_cuda_wgmma_chunks_mode_2_takes_gate_up_up_to_32_columns(mma_restored: N
                 assert np.array_equal(got, ref)
 
 
+def test_wgmma_res_mode_is_off_unless_asked() -> None:
+    want = int(os.environ.get("DFLASH_WGMMA_RES", "0"))
+    assert _core.wgmma_res() == (want if GPU and want in (1, 2) else 0)
+
+
+@needs_gpu
+@pytest.mark.parametrize("k", [6144, 17408])
+@pytest.mark.parametrize("n", [9, 16, 32, 48])
+@pytest.mark.parametrize("mode", [1, 2])
+def test_cuda_wgmma_res_mode_fuses_the_residual_into_the_wgmma_gemm(
+    k: int, n: int, mode: int, mma_restored: None
+) -> None:
+    """DFLASH_WGMMA_RES: w x + residual for Q4_K at 9..48 columns (the engine's ffn_down with k =
+    17408, its ssm_out / attn_output with 6144) through the early wgmma kernel with the residual
+    added as it writes, split along K (5120 rows are 80 row tiles): mode 1 takes rows of 64
+    super-blocks or more only, mode 2 every one (a launch counted). The same integer sums as the
+    mma.sync GEMM's fused form, so within float rounding (1e-5 of the scale), and numpy within 3e-2."""
+    rows = 5120
+    w, dense = _weights("q4_K", rows, k, seed=41)
+    rng = np.random.default_rng(42)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+    _core.set_mma_enabled(True)
+    _core.set_fuse_add_enabled(True)
+    ref, got, launches = _a_b(
+        (_core.wgmma_res, _core.set_wgmma_res_mode),
+        (0, mode),
+        lambda: _core.op_mul_mat_fused(w, "q4_K", rows, x, residual=res, gpu=True),
+        _core.wgmma_res_launches,
+    )
+    takes = mode == 2 or k >= 64 * 256
+    assert launches == (int(takes) if _core.wgmma_built() and _gpu_is_sm90() else 0)
+    want = x.astype(np.float64) @ dense.T.astype(np.float64) + res
+    scale = float(np.abs(want).max())
+    assert np.abs(got - ref).max() <= 1e-5 * scale
+    assert np.abs(got - want).max() <= 3e-2 * scale
+    with _switched(_core.wgmma_res, _core.set_wgmma_res_mode, mode):
+        assert np.array_equal(_core.op_mul_mat_fused(w, "q4_K", rows, x, residual=res, gpu=True), got)
+
+
 @needs_gpu
 @pytest.mark.parametrize("k", [6144, 17408])
 def test_cuda_wgmma_short_mode_2_takes_long_rows_only(k: int, mma_restored: None) -> None:

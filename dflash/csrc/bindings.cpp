@@ -594,6 +594,12 @@ PYBIND11_MODULE(_core, m) {
     m.def("wgmma_chunks", &ggml_ext::wgmma_chunks);
     m.def("wgmma_chunks_launches", &ggml_ext::wgmma_chunks_launches,
           "launches of the chunk-waiting wgmma GEMM so far (tests)");
+    m.def("set_wgmma_res_mode", &ggml_ext::set_wgmma_res_mode, py::arg("mode"),
+          "Q4_K products with a fused residual through the wgmma GEMM with the residual fused: 0 off (the default), "
+          "1 rows of 64 super-blocks or more only, 2 every one (DFLASH_WGMMA_RES); 0 without CUDA");
+    m.def("wgmma_res", &ggml_ext::wgmma_res);
+    m.def("wgmma_res_launches", &ggml_ext::wgmma_res_launches,
+          "launches of the wgmma GEMM with a fused residual so far (tests)");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

@@ -127,6 +127,13 @@ bool wgmma_chunks_enabled();
 void set_wgmma_chunks_mode(int mode);
 int wgmma_chunks();
 int64_t wgmma_chunks_launches();
+// Q4_K products with a fused residual (9 columns up to the fusion's limit) through the early wgmma
+// kernel with the residual added as it writes, split along K: 0 off (the default until measured),
+// 1 rows of 64 super-blocks or more only (the 27B's ffn_down), 2 every one (ssm_out, attn_output
+// too); DFLASH_WGMMA_RES sets it. wgmma_res_launches counts those launches (tests).
+void set_wgmma_res_mode(int mode);
+int wgmma_res();
+int64_t wgmma_res_launches();
 // Long rows (24 super-blocks or more: the 27B's ffn_down) of Q6_K at up to 16 columns with 8 warps
 // a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): 0 off (the
 // default until measured), 1 at 3 blocks a multiprocessor (80 registers), 2 with the compiler's

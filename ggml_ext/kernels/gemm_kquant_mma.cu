@@ -254,6 +254,21 @@ int wgmma_warpgroups_flag = [] {
     const char * e = std::getenv("DFLASH_WGMMA_WG");
     return valid_warpgroups(e ? std::atoi(e) : 1);
 }();
+// Q4_K products that take their residual (up to fuse_add_limit columns: the 27B's ffn_down, ssm_out
+// and attn_output) through the early wgmma kernel with the residual fused (kRes), one warpgroup a
+// block, split along K to fill the GPU (80 row tiles of 5120 rows). Session 38's standalone on the
+// H100 had the split wgmma form ahead on ffn_down's Q4_K layers at 16 columns (25.9 against 32.5 us
+// for the engine's mma.sync form), where the engine fuses the residual, so the mma.sync GEMM kept
+// them. Mode 1 (DFLASH_WGMMA_RES=1): rows of kWgmmaLongKBlocks super-blocks or more only
+// (ffn_down), 2 every such product; from kWgmmaResMinColumns columns (the form pads to 16). Off
+// (0) until timed in the engine.
+constexpr int kWgmmaResMinColumns = 9;
+int valid_res_mode(int m) { return m == 1 || m == 2 ? m : 0; }
+int wgmma_res_mode = [] {
+    const char * e = std::getenv("DFLASH_WGMMA_RES");
+    return valid_res_mode(e ? std::atoi(e) : 0);
+}();
+std::atomic<int64_t> wgmma_res_count{0};
 
 // Q6_K / Q4_K products through the f16 wgmma form (gemm_f16_wgmma.cuh: the scales folded into f16
 // weight operands, no integer multiply-adds, no float step per super-block) from this many
@@ -333,10 +348,15 @@ bool launch_with(const float * res, int stride_col_res, const char * w, const in
         w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, nullptr, 0, pieces, partials);
 }
 
+// Whether a product with a fused residual, rows x k at n columns, takes the wgmma form (wgmma_res_mode).
+bool wgmma_res_shape(int k, int n) {
+    return n >= kWgmmaResMinColumns && (wgmma_res_mode == 2 || (wgmma_res_mode == 1 && k / 256 >= kWgmmaLongKBlocks));
+}
+
 // Whether a product of type t, rows x n, takes the wgmma form (gemm_chunk).
 bool takes_wgmma(ggml_type t, bool mins_int, int rows, int k, int n, bool hopper, bool has_res) {
-    return kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int && !has_res &&
-           wgmma_shape(rows, k, n);
+    return kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int &&
+           (has_res ? wgmma_res_shape(k, n) : wgmma_shape(rows, k, n));
 }
 
 // The mma.sync forms' activation layout for type t (its F::kLayout), and whether their scales are
@@ -430,8 +450,11 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
     }
     if (takes_wgmma(t, mins_int, rows, k, n, hopper, r_ptr != nullptr)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
-        // three warpgroups a block: the chunk-waiting kernel only (registers)
-        const int form = wgmma_warpgroups_flag == 3   ? gemm_kq::kWgChunks
+        // three warpgroups a block: the chunk-waiting kernel only (registers); a residual: the early
+        // kernel with one warpgroup only (its kRes instance)
+        const bool with_res = r_ptr != nullptr;
+        const int form = with_res                     ? gemm_kq::kWgEarly
+                         : wgmma_warpgroups_flag == 3 ? gemm_kq::kWgChunks
                          : wgmma_pipe_mode != 0       ? gemm_kq::kWgPipe
                          : takes_chunks_form(rows, n) ? gemm_kq::kWgChunks
                          : wgmma_early_flag           ? gemm_kq::kWgEarly
@@ -441,11 +464,18 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
         auto run = [&](auto form_tag, auto wg_tag) {
             constexpr int kForm = decltype(form_tag)::value, kWG = decltype(wg_tag)::value;
             constexpr int kS = wgmma_stages(kForm, kWG), kMB = wgmma_min_blocks(kForm, kWG);
-            const gemm_kq::WgSplit split =
-                split_on ? gemm_kq::wgmma_split_for<kS, kWG, kMB, kForm>(rows, k, n, nsm) : gemm_kq::WgSplit{};
+            gemm_kq::WgSplit split{};
+            if (split_on) {
+                if constexpr (kForm == gemm_kq::kWgEarly && kWG == 1) {
+                    split = with_res ? gemm_kq::wgmma_split_for<kS, kWG, kMB, kForm, true>(rows, k, n, nsm)
+                                     : gemm_kq::wgmma_split_for<kS, kWG, kMB, kForm>(rows, k, n, nsm);
+                } else {
+                    split = gemm_kq::wgmma_split_for<kS, kWG, kMB, kForm>(rows, k, n, nsm);
+                }
+            }
             if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<kWG>(split, n));
-            const bool ok = gemm_kq::launch_q4k_wgmma<kS, kWG, kMB, kForm>(w, qs, d, sums, out, rows, k, row_bytes, n,
-                                                                           sd, stream, 128, 256, split, partials.ptr);
+            const bool ok = gemm_kq::launch_q4k_wgmma<kS, kWG, kMB, kForm>(
+                w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, 128, 256, split, partials.ptr, r_ptr, sr);
             if (ok && split.pieces > 1) ++wgmma_split_count;
             if (ok && kWG >= 2) ++wgmma_two_wg_count;
             return ok;
@@ -461,10 +491,12 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
             using Chunks = std::integral_constant<int, gemm_kq::kWgChunks>;
             ran = wgmma_warpgroups_flag == 3 ? run(Chunks{}, std::integral_constant<int, 3>{}) : run(Chunks{}, One{});
         } else {  // two warpgroups a block: the early form only (the default; the others as measured)
-            ran = wgmma_warpgroups_flag == 2 ? run(Early{}, std::integral_constant<int, 2>{}) : run(Early{}, One{});
+            ran = wgmma_warpgroups_flag == 2 && !with_res ? run(Early{}, std::integral_constant<int, 2>{})
+                                                          : run(Early{}, One{});
         }
         if (ran) {
             ++wgmma_count;
+            if (with_res) ++wgmma_res_count;
             if (form == gemm_kq::kWgPipe) ++wgmma_pipe_count;
             if (form == gemm_kq::kWgEarly) ++wgmma_early_count;
             if (form == gemm_kq::kWgChunks) ++wgmma_chunks_count;
@@ -517,6 +549,9 @@ bool wgmma_chunks_enabled() { return wgmma_chunks_mode == 1; }
 void set_wgmma_chunks_mode(int mode) { wgmma_chunks_mode = valid_chunks_mode(mode); }
 int wgmma_chunks() { return wgmma_chunks_mode; }
 int64_t wgmma_chunks_launches() { return wgmma_chunks_count.load(); }
+void set_wgmma_res_mode(int mode) { wgmma_res_mode = valid_res_mode(mode); }
+int wgmma_res() { return wgmma_res_mode; }
+int64_t wgmma_res_launches() { return wgmma_res_count.load(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
 void set_mma_split(int pieces) {

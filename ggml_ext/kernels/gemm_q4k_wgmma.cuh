@@ -407,12 +407,17 @@ __device__ __forceinline__ void wg_float_tiles(float (&acc)[N / 8][4], const int
 // so two chunks' operands are live instead of four (32 registers fewer at 64 columns: room for a
 // third block a multiprocessor, with 2 stages for shared memory). The same operations: the same
 // bits.
-template <int N, int S, int WG, bool kPipe, bool kEarly = kPipe, bool kChunkWait = false>
+// kRes (the early kernel's only): res (stride_col_res floats a column; it may be dst itself) is added
+// to each output as the tile is written, one float addition, as the mma.sync GEMM's kRes does. With
+// res == dst each element is read and then written by the same thread, after its last read of
+// anything else, so dst's __restrict__ holds for every access that could be reordered.
+template <int N, int S, int WG, bool kPipe, bool kEarly = kPipe, bool kChunkWait = false, bool kRes = false>
 __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, const int8_t * qs, const float * yd,
                                                 const int * ysum, float * __restrict__ dst, const int nrows,
                                                 const int nblocks, const int64_t row_bytes, const int ncols,
                                                 const int stride_col_dst, const int lbo, const int sbo,
-                                                const int full_tiles, const int pieces, float * partials) {
+                                                const int full_tiles, const int pieces, float * partials,
+                                                const float * res, const int stride_col_res) {
     using P = WgPlan<N, WG>;
     constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows;
     constexpr int NT = N / 8;
@@ -652,7 +657,11 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int row = row_base + wrow + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-            if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[nt][i];
+            if (row < nrows && col < ncols) {
+                float v = acc[nt][i];
+                if constexpr (kRes) v += res[(int64_t)col * stride_col_res + row];
+                dst[(int64_t)col * stride_col_dst + row] = v;
+            }
         }
     }
 }
@@ -663,25 +672,28 @@ __global__ void __launch_bounds__(128 * WG, MB)
     gemm_q4k_wgmma_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
                           float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
                           const int ncols, const int stride_col_dst, const int lbo, const int sbo, const int full_tiles,
-                          const int pieces, float * partials) {
+                          const int pieces, float * partials, const float *, const int) {
 #if defined(DFLASH_WGMMA)
     wgmma_gemm_body<N, S, WG, false>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo, sbo,
-                                     full_tiles, pieces, partials);
+                                     full_tiles, pieces, partials, nullptr, 0);
 #else
     NO_DEVICE_CODE;
 #endif
 }
 
 // The committed kernel with the pipelined one's staging (kEarly): the engine's default since session 30.
-template <int N, int S, int WG, int MB>
+// kRes: with a fused residual add (wgmma_gemm_body's).
+template <int N, int S, int WG, int MB, bool kRes = false>
 __global__ void __launch_bounds__(128 * WG, MB)
     gemm_q4k_wgmma_early_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
                                 float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
                                 const int ncols, const int stride_col_dst, const int lbo, const int sbo,
-                                const int full_tiles, const int pieces, float * partials) {
+                                const int full_tiles, const int pieces, float * partials, const float * res,
+                                const int stride_col_res) {
 #if defined(DFLASH_WGMMA)
-    wgmma_gemm_body<N, S, WG, false, true>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo,
-                                           sbo, full_tiles, pieces, partials);
+    wgmma_gemm_body<N, S, WG, false, true, false, kRes>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols,
+                                                        stride_col_dst, lbo, sbo, full_tiles, pieces, partials, res,
+                                                        stride_col_res);
 #else
     NO_DEVICE_CODE;
 #endif
@@ -693,10 +705,10 @@ __global__ void __launch_bounds__(128 * WG, MB)
     gemm_q4k_wgmma_chunks_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
                                  float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
                                  const int ncols, const int stride_col_dst, const int lbo, const int sbo,
-                                 const int full_tiles, const int pieces, float * partials) {
+                                 const int full_tiles, const int pieces, float * partials, const float *, const int) {
 #if defined(DFLASH_WGMMA)
     wgmma_gemm_body<N, S, WG, false, true, true>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst,
-                                                 lbo, sbo, full_tiles, pieces, partials);
+                                                 lbo, sbo, full_tiles, pieces, partials, nullptr, 0);
 #else
     NO_DEVICE_CODE;
 #endif
@@ -707,10 +719,10 @@ __global__ void __launch_bounds__(128 * WG, MB)
     gemm_q4k_wgmma_pipe_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
                                float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
                                const int ncols, const int stride_col_dst, const int lbo, const int sbo,
-                               const int full_tiles, const int pieces, float * partials) {
+                               const int full_tiles, const int pieces, float * partials, const float *, const int) {
 #if defined(DFLASH_WGMMA)
     wgmma_gemm_body<N, S, WG, true>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo, sbo,
-                                    full_tiles, pieces, partials);
+                                    full_tiles, pieces, partials, nullptr, 0);
 #else
     NO_DEVICE_CODE;
 #endif
@@ -732,16 +744,20 @@ inline void quantize_act_wgmma(const ActSource & x, int8_t * qs, float * d, int 
 // at a time (kChunkWait; with 2 stages and 3 blocks a multiprocessor in the engine, not yet timed).
 enum : int { kWgPlain = 0, kWgPipe = 1, kWgEarly = 2, kWgChunks = 3 };
 
-// The kernel's instance for N padded columns (16, 24, 32, 48 or 64) and form, and its dynamic
-// shared memory, opted in once; null when the opt-in failed.
+// The kernel's instance for N padded columns (16, 24, 32, 48 or 64) and form (kRes: with the fused
+// residual, the early form only), and its dynamic shared memory, opted in once; null when the
+// opt-in failed.
 using WgKernel = void (*)(const char *, const int8_t *, const float *, const int *, float *, int, int, int64_t, int,
-                          int, int, int, int, int, float *);
+                          int, int, int, int, int, float *, const float *, int);
 
-template <int S, int WG, int MB, int N, int kForm = kWgPlain>
+template <int S, int WG, int MB, int N, int kForm = kWgPlain, bool kRes = false>
 WgKernel wgmma_kernel_ready() {
+    static_assert(!kRes || kForm == kWgEarly, "the fused residual is the early form's");
     constexpr int kBytes = S * WgPlan<N, WG>::kStageBytes;
     WgKernel kernel = nullptr;
-    if constexpr (kForm == kWgPipe) {
+    if constexpr (kRes) {
+        kernel = gemm_q4k_wgmma_early_kernel<N, S, WG, MB, true>;
+    } else if constexpr (kForm == kWgPipe) {
         kernel = gemm_q4k_wgmma_pipe_kernel<N, S, WG, MB>;
     } else if constexpr (kForm == kWgChunks) {
         kernel = gemm_q4k_wgmma_chunks_kernel<N, S, WG, MB>;
@@ -785,12 +801,12 @@ auto wg_for_columns(int np, Fn && fn) {
 
 // The tail split (WgSplit) of a launch of nrows x k at ncols columns on nsm multiprocessors: the
 // block slots from the occupancy of its instance (asked once an instance).
-template <int S = 4, int WG = 1, int MB = 1, int kForm = kWgPlain>
+template <int S = 4, int WG = 1, int MB = 1, int kForm = kWgPlain, bool kRes = false>
 WgSplit wgmma_split_for(int nrows, int k, int ncols, int nsm) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         static const int per_sm =
-            wg_blocks_per_sm(wgmma_kernel_ready<S, WG, MB, N, kForm>(), 128 * WG, S * WgPlan<N, WG>::kStageBytes);
+            wg_blocks_per_sm(wgmma_kernel_ready<S, WG, MB, N, kForm, kRes>(), 128 * WG, S * WgPlan<N, WG>::kStageBytes);
         return wg_split_plan((nrows + WG * kWgRows - 1) / (WG * kWgRows), k / kQk, per_sm * nsm);
     });
 }
@@ -804,22 +820,31 @@ inline size_t wgmma_split_floats(const WgSplit & sp, int ncols) {
 // Returns false when the kernel cannot run here (the smem opt-in failed). split / partials: a tail
 // split from wgmma_split_for and wgmma_split_floats(split) floats for it; by default none. kForm:
 // kWgPipe runs gemm_q4k_wgmma_pipe_kernel (the float step overlapped with the next super-block's
-// wgmmas), kWgEarly gemm_q4k_wgmma_early_kernel.
+// wgmmas), kWgEarly gemm_q4k_wgmma_early_kernel. res: a residual added as the outputs are written
+// (stride_col_res floats a column; it may be dst), the early form of one warpgroup only (false for
+// the others).
 template <int S = 4, int WG = 1, int MB = 1, int kForm = kWgPlain>
 bool launch_q4k_wgmma(const char * w, const int8_t * qs, const float * yd, const int * ysum, float * dst, int nrows,
                       int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, int lbo = 128,
-                      int sbo = 256, WgSplit split = {}, float * partials = nullptr) {
+                      int sbo = 256, WgSplit split = {}, float * partials = nullptr, const float * res = nullptr,
+                      int stride_col_res = 0) {
     const int tiles = (nrows + WG * kWgRows - 1) / (WG * kWgRows);
     if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
     const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, 4 * WG, 1);
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         constexpr int kBytes = S * WgPlan<N, WG>::kStageBytes;
-        auto kernel = wgmma_kernel_ready<S, WG, MB, N, kForm>();
+        WgKernel kernel = nullptr;
+        if constexpr (kForm == kWgEarly && WG == 1) {
+            kernel = res ? wgmma_kernel_ready<S, WG, MB, N, kForm, true>() : wgmma_kernel_ready<S, WG, MB, N, kForm>();
+        } else {
+            if (res) return false;
+            kernel = wgmma_kernel_ready<S, WG, MB, N, kForm>();
+        }
         if (!kernel) return false;
         DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
             w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, lbo, sbo, split.full_tiles,
-            split.pieces, partials);
+            split.pieces, partials, res, stride_col_res);
         return true;
     });
 }

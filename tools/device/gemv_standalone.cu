@@ -1471,7 +1471,8 @@ struct Shape {
 // same kernel unsplit (float rounding: 1e-5 of the scale), the host reference (5e-4), itself on a
 // second launch (the same bits: the tile counters are back at zero, the pieces summed in order), and
 // the pipelined kernel and the early-staging one split the same way (the same bits: "pipe_same",
-// "early_same").
+// "early_same"), and the early one with its residual fused in place (its outputs plus the residual:
+// "res_same").
 void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
     const CheckWeights cw(W::q4_K, rows, k, gen);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -1510,6 +1511,21 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
             g.resize(whole.size());
             CK(cudaMemcpy(g.data(), b.dst, g.size() * 4, cudaMemcpyDeviceToHost));
         }
+        // the early form with a residual (kRes), in place as the engine's (res == dst): form 3's
+        // outputs plus the residual, one float addition each, bit for bit
+        std::vector<float> res(whole.size()), with_res(whole.size());
+        for (auto & v : res) v = normal(gen);
+        CK(cudaMemcpy(b.dst, res.data(), res.size() * 4, cudaMemcpyHostToDevice));
+        ran = ran && gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgEarly>(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k,
+                                                                           cw.row_bytes, ncols, rows, nullptr, 128, 256,
+                                                                           split, partials, b.dst, rows);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(with_res.data(), b.dst, with_res.size() * 4, cudaMemcpyDeviceToHost));
+        bool res_same = true;
+        for (size_t i = 0; i < whole.size(); ++i) {
+            const float want = got[3][i] + res[i];
+            res_same = res_same && std::memcmp(&want, &with_res[i], 4) == 0;
+        }
         // two warpgroups a block (128-row tiles): their own split of the same slots, against the whole
         const gemm_kq::WgSplit split2 = gemm_kq::wg_split_plan((rows + 127) / 128, k / 256, slots);
         float * partials2 = nullptr;
@@ -1536,13 +1552,14 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
             "{\"check_wgmma_split\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"slots\": %d, "
             "\"full_tiles\": %d, \"tail\": %d, \"pieces\": %d, \"vs_whole\": %.3g, \"rel_err\": %.3g, "
             "\"relaunch_same\": %s, \"pipe_same\": %s, \"early_same\": %s, \"chunks_same\": %s, "
-            "\"two_wg_pieces\": %d, "
+            "\"res_same\": %s, \"two_wg_pieces\": %d, "
             "\"two_wg_vs_whole\": %.3g, \"ok\": %s}\n",
             rows, k, ncols, slots, split.full_tiles, split.tail, split.pieces, err_whole / ref_max, err_ref / ref_max,
             same ? "true" : "false", pipe_same ? "true" : "false", early_same ? "true" : "false",
-            chunks_same ? "true" : "false", split2.pieces, err_two / ref_max,
-            ran && same && pipe_same && early_same && chunks_same && split.pieces > 1 && split2.pieces > 1 &&
-                    err_whole / ref_max <= 1e-5 && err_two / ref_max <= 1e-5 && err_ref / ref_max <= 5e-4
+            chunks_same ? "true" : "false", res_same ? "true" : "false", split2.pieces, err_two / ref_max,
+            ran && same && pipe_same && early_same && chunks_same && res_same && split.pieces > 1 &&
+                    split2.pieces > 1 && err_whole / ref_max <= 1e-5 && err_two / ref_max <= 1e-5 &&
+                    err_ref / ref_max <= 5e-4
                 ? "true"
                 : "false");
         CK(cudaFree(partials));
