@@ -344,8 +344,8 @@ def test_cuda_wgmma_forms_give_the_same_bits(
     two warpgroups on one copy of the activations; off by default) does each output's float steps
     in the same order as one warpgroup: the same bits unsplit (16480 rows: a last block of 96 rows);
     with the tail split its tiles and pieces differ, so within float rounding (1e-5 of the scale).
-    DFLASH_WGMMA_CHUNKS=1 (waits a chunk at a time, 2 stages, 3 blocks a multiprocessor; off by
-    default): the same bits unsplit; split, its pieces follow its own occupancy. DFLASH_WGMMA_WG=3
+    DFLASH_WGMMA_CHUNKS=1 (waits a chunk at a time, 2 stages, 3 blocks a multiprocessor; mode 0
+    around the others): the same bits unsplit; split, its pieces follow its own occupancy. DFLASH_WGMMA_WG=3
     (the chunk-waiting kernel, 192 rows a block; 16480 rows: a last block of 160): likewise. The
     pipe mode (0 here) takes precedence over the first three; three warpgroups over it."""
     if form in ("two_warpgroups", "three_warpgroups"):
@@ -368,7 +368,10 @@ def test_cuda_wgmma_forms_give_the_same_bits(
     w = _q4k_tall(rows)
     x = np.random.default_rng(31).standard_normal((n, k)).astype(np.float32)
     with _switched(_core.wgmma_split_enabled, _core.set_wgmma_split_enabled, split):
-        with _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0):
+        with (
+            _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0),
+            _switched(_core.wgmma_chunks, _core.set_wgmma_chunks_mode, 0),
+        ):
             with _switched(_core.wgmma_early_enabled, _core.set_wgmma_early_enabled, True):
                 ref, got, launches = _a_b(
                     *switch, lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True), counter
@@ -457,11 +460,12 @@ def test_cuda_wgmma_tall_from_25_takes_gate_up_at_32_columns(mma_restored: None)
 
 @needs_gpu
 def test_cuda_wgmma_chunks_mode_2_takes_gate_up_up_to_32_columns(mma_restored: None) -> None:
-    """DFLASH_WGMMA_CHUNKS=2 (off by default): [gate; up] (34816 rows) at 32 columns through the
+    """DFLASH_WGMMA_CHUNKS=2 (the default since session 39): [gate; up] (34816 rows) at 32 columns through the
     chunk-waiting wgmma kernel, within float rounding of the default wgmma form (their tail splits
     differ); 16480 rows at 32 columns and [gate; up] at 48 keep the default form (no launch counted).
     The pipe mode held at 0, [gate; up] through wgmma from 25 columns."""
-    want = int(os.environ.get("DFLASH_WGMMA_CHUNKS", "0"))
+    env = os.environ.get("DFLASH_WGMMA_CHUNKS")
+    want = 2 if env is None else int(env)
     assert _core.wgmma_chunks() == ((want if want in (1, 2) else 0) if GPU else 0)
     chunks = (_core.wgmma_chunks, _core.set_wgmma_chunks_mode)
     with _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0):

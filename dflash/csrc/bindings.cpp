@@ -585,12 +585,12 @@ PYBIND11_MODULE(_core, m) {
     m.def("wgmma_two_wg_launches", &ggml_ext::wgmma_two_wg_launches,
           "launches of the wgmma GEMM with two or three warpgroups a block so far (tests)");
     m.def("set_wgmma_chunks_enabled", &ggml_ext::set_wgmma_chunks_enabled, py::arg("on"),
-          "the early wgmma GEMM waiting a chunk at a time, 2 stages and 3 blocks a multiprocessor (off by default; "
-          "DFLASH_WGMMA_CHUNKS=1 starts it on; the same bits)");
+          "the early wgmma GEMM waiting a chunk at a time, 2 stages and 3 blocks a multiprocessor, on every wgmma "
+          "launch (mode 1; DFLASH_WGMMA_CHUNKS=1; the same bits); off: mode 0");
     m.def("wgmma_chunks_enabled", &ggml_ext::wgmma_chunks_enabled);
     m.def("set_wgmma_chunks_mode", &ggml_ext::set_wgmma_chunks_mode, py::arg("mode"),
-          "the chunk-waiting wgmma GEMM: 0 off (the default), 1 every wgmma launch, 2 matrices of 32768 rows or more "
-          "at 32 columns or fewer only (DFLASH_WGMMA_CHUNKS); 0 without CUDA");
+          "the chunk-waiting wgmma GEMM: 0 off, 1 every wgmma launch, 2 matrices of 32768 rows or more at 32 columns "
+          "or fewer only (the default; DFLASH_WGMMA_CHUNKS); 0 without CUDA");
     m.def("wgmma_chunks", &ggml_ext::wgmma_chunks);
     m.def("wgmma_chunks_launches", &ggml_ext::wgmma_chunks_launches,
           "launches of the chunk-waiting wgmma GEMM so far (tests)");

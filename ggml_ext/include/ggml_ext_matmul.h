@@ -118,9 +118,9 @@ void set_wgmma_warpgroups(int n);
 int wgmma_warpgroups();
 int64_t wgmma_two_wg_launches();
 // The early wgmma kernel waiting for its wgmmas a chunk at a time (two chunks' operands live), with
-// 2 stages and 3 blocks a multiprocessor: off by default (DFLASH_WGMMA_CHUNKS=1 starts it on; the
-// same bits); wgmma_chunks_launches counts it (tests). Mode 2 (DFLASH_WGMMA_CHUNKS=2): only for
-// matrices of 32768 rows or more at 32 columns or fewer ([gate; up]); set_wgmma_chunks_enabled(on)
+// 2 stages and 3 blocks a multiprocessor (the same bits): mode 1 every wgmma launch, mode 2 (the
+// default) only matrices of 32768 rows or more at 32 columns or fewer ([gate; up]), 0 none;
+// DFLASH_WGMMA_CHUNKS sets it. wgmma_chunks_launches counts it (tests). set_wgmma_chunks_enabled(on)
 // is mode 1 or 0, wgmma_chunks_enabled() mode 1.
 void set_wgmma_chunks_enabled(bool on);
 bool wgmma_chunks_enabled();

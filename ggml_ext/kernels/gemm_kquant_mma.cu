@@ -236,12 +236,15 @@ int valid_warpgroups(int n) { return n == 2 || n == 3 ? n : 1; }
 // wgmma launch; on the H100 (session 38) the 27B's forwards were slower (17.83 against 17.42 ms at
 // 64 tokens), but in the standalone it was the fastest form on [gate; up] at 32 columns (52.8
 // against 56.0 us; slower at 48..64 and on [gdn q; k; v; z]), hence mode 2 (DFLASH_WGMMA_CHUNKS=2):
-// matrices of 32768 rows or more at 32 columns or fewer only. Off until timed in the engine; the
-// pipe mode takes precedence. The same bits.
+// matrices of 32768 rows or more at 32 columns or fewer only: the default since session 39, when on
+// the H100 the 27B's 32-token forward took 12.43 ms of kernels with it against 12.65
+// (bench/results/h100-s39-*); DFLASH_WGMMA_CHUNKS=0 turns it off. The pipe mode takes precedence.
+// The same bits.
+constexpr int kWgmmaChunksDefault = 2;
 int valid_chunks_mode(int m) { return m == 1 || m == 2 ? m : 0; }
 int wgmma_chunks_mode = [] {
     const char * e = std::getenv("DFLASH_WGMMA_CHUNKS");
-    return valid_chunks_mode(e ? std::atoi(e) : 0);
+    return e ? valid_chunks_mode(std::atoi(e)) : kWgmmaChunksDefault;
 }();
 bool takes_chunks_form(int rows, int n) {
     return wgmma_chunks_mode == 1 || (wgmma_chunks_mode == 2 && rows >= 32768 && n <= 32);
