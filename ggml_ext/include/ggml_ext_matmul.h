@@ -128,8 +128,8 @@ void set_wgmma_chunks_mode(int mode);
 int wgmma_chunks();
 int64_t wgmma_chunks_launches();
 // Q4_K products with a fused residual (9 columns up to the fusion's limit) through the early wgmma
-// kernel with the residual added as it writes, split along K: 0 off (the default until measured),
-// 1 rows of 64 super-blocks or more only (the 27B's ffn_down), 2 every one (ssm_out, attn_output
+// kernel with the residual added as it writes, split along K: 0 off (the default: slower on the
+// H100, session 39), 1 rows of 64 super-blocks or more only (the 27B's ffn_down), 2 every one (ssm_out, attn_output
 // too); DFLASH_WGMMA_RES sets it. wgmma_res_launches counts those launches (tests).
 void set_wgmma_res_mode(int mode);
 int wgmma_res();
