@@ -96,6 +96,20 @@ def test_wgmma_reading_unfenced_cp_async_bytes_is_reported(selftest: Path) -> No
     assert r.returncode != 0 and "fence.proxy.async" in r.stderr, (r.returncode, r.stdout, r.stderr)
 
 
+def test_emulated_mbarrier_pipeline_and_named_barriers(selftest: Path) -> None:
+    """kernels/mbarrier.cuh on the emulator: a producer warp stages 5 rounds through 2 stages with
+    bulk copies on `full` barriers and consumer warps release them on `empty` ones (every sum right,
+    a copy's destination poisoned until its barrier is tested), and named barriers (bar.sync of two
+    64-thread groups, bar.arrive then bar.sync)."""
+    r = subprocess.run([str(selftest), "pipeline"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_a_wait_on_a_stage_nobody_fills_is_reported(selftest: Path) -> None:
+    r = subprocess.run([str(selftest), "stalled"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "deadlock" in r.stderr, (r.returncode, r.stdout, r.stderr)
+
+
 def test_emulated_half_matches_numpy(selftest: Path) -> None:
     rng = np.random.default_rng(0)
     scales = (1e-8, 1e-6, 1e-4, 1.0, 100.0, 1e4, 6e4)

@@ -131,9 +131,32 @@ struct WarpBarrier {
     unsigned char data[kWarpSize][64];
 };
 
+// An mbarrier's state (cuda_emu.h): arrivals left in the phase, transaction bytes still expected
+// (it may dip below zero when bytes land before their expect_tx, as PTX allows), phases completed,
+// and the bulk copies in flight that complete on it.
+struct Mbarrier {
+    unsigned count = 0, pending = 0;
+    int64_t tx = 0;
+    uint64_t phases = 0;
+    struct Copy {
+        void * dst;
+        const void * src;
+        unsigned bytes;
+    };
+    std::vector<Copy> copies;
+};
+
+struct NamedBarrier {
+    int arrived = 0, expected = 0;
+    unsigned gen = 0;
+};
+constexpr int kNamedBarriers = 16;
+
 struct Block {
     std::vector<Fiber> fibers;
     std::vector<WarpBarrier> warps;
+    std::unordered_map<uintptr_t, Mbarrier> mbarriers;
+    NamedBarrier named[kNamedBarriers];
     int live = 0, arrived = 0;
     unsigned gen = 0;
     uint64_t progress = 0;
@@ -453,6 +476,8 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()> & body) {
                 g_block_idx = {bx, by, bz};
                 std::fill(g_dynamic_smem.begin(), g_dynamic_smem.end(), (unsigned char)0xFF);
                 b.unfenced.clear();
+                b.mbarriers.clear();
+                for (auto & nb : b.named) nb = NamedBarrier{};
                 b.live = nthreads;
                 b.arrived = 0;
                 for (int i = 0; i < nthreads; ++i) {
@@ -641,6 +666,105 @@ void wgmma_m64k16_f16(int n, float * d, const uint32_t (&a)[4], uint64_t desc, b
     op.ah = a;
     g_current->wg.open.push_back(op);
 }
+
+namespace {
+
+Mbarrier & mbarrier_at(uint64_t * bar) {
+    if (!g_current) fail("an mbarrier outside a kernel");
+    auto it = g_block.mbarriers.find(reinterpret_cast<uintptr_t>(bar));
+    if (it == g_block.mbarriers.end()) fail("an mbarrier used before mbarrier.init");
+    return it->second;
+}
+
+void mbarrier_complete_if_done(Mbarrier & m) {
+    if (m.pending == 0 && m.tx == 0) {
+        ++m.phases;
+        m.pending = m.count;
+        ++g_block.progress;
+    }
+}
+
+}  // namespace
+
+void mbarrier_init(uint64_t * bar, unsigned count) {
+    if (!g_current) fail("an mbarrier outside a kernel");
+    if (reinterpret_cast<uintptr_t>(bar) & 7) fail("an mbarrier not 8-byte aligned");
+    if (count == 0) fail("mbarrier.init with a count of 0");
+    Mbarrier & m = g_block.mbarriers[reinterpret_cast<uintptr_t>(bar)];
+    m = Mbarrier{};
+    m.count = m.pending = count;
+    *bar = 0;
+}
+
+unsigned mbarrier_arrive(uint64_t * bar, unsigned tx_bytes) {
+    Mbarrier & m = mbarrier_at(bar);
+    if (m.pending == 0) fail("mbarrier: more arrivals in a phase than its count");
+    const unsigned parity = (unsigned)(m.phases & 1);
+    m.tx += tx_bytes;
+    --m.pending;
+    mbarrier_complete_if_done(m);
+    return parity;
+}
+
+bool mbarrier_try_wait_parity(uint64_t * bar, unsigned parity) {
+    Mbarrier & m = mbarrier_at(bar);
+    if (!m.copies.empty()) {  // the copies in flight land now, each completing its bytes
+        for (const auto & c : m.copies) std::memcpy(c.dst, c.src, c.bytes);
+        for (const auto & c : m.copies) m.tx -= c.bytes;
+        m.copies.clear();
+        ++g_block.progress;
+        mbarrier_complete_if_done(m);
+    }
+    return (unsigned)(m.phases & 1) != (parity & 1u);
+}
+
+void mbarrier_wait_parity(uint64_t * bar, unsigned parity) {
+    wait_until([&] { return mbarrier_try_wait_parity(bar, parity); });
+}
+
+void cp_async_bulk_g2s(void * dst, const void * src, unsigned bytes, uint64_t * bar) {
+    Mbarrier & m = mbarrier_at(bar);
+    if (bytes == 0 || bytes % 16 != 0) fail("cp.async.bulk: a size that is not a multiple of 16 bytes");
+    if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15)
+        fail("cp.async.bulk: an address not 16-byte aligned");
+    std::memset(dst, kCpAsyncPoison, bytes);  // in flight: nothing defined there until its barrier is tested
+    m.copies.push_back({dst, src, bytes});
+}
+
+namespace {
+
+NamedBarrier & named_barrier(int id, int nthreads) {
+    if (!g_current) fail("a named barrier outside a kernel");
+    if (id < 1 || id >= kNamedBarriers) fail("a named barrier id outside 1..15");
+    if (nthreads <= 0 || nthreads % kWarpSize != 0) fail("a named barrier count that is not a multiple of 32");
+    NamedBarrier & nb = g_block.named[id];
+    if (nb.arrived == 0) {
+        nb.expected = nthreads;
+    } else if (nb.expected != nthreads) {
+        fail("threads meet at a named barrier with different counts");
+    }
+    return nb;
+}
+
+// One arrival; true when it completed the round (the barrier is released).
+bool named_arrival(NamedBarrier & nb) {
+    if (++nb.arrived < nb.expected) return false;
+    nb.arrived = 0;
+    ++nb.gen;
+    ++g_block.progress;
+    return true;
+}
+
+}  // namespace
+
+void named_barrier_sync(int id, int nthreads) {
+    NamedBarrier & nb = named_barrier(id, nthreads);
+    const unsigned gen = nb.gen;
+    if (named_arrival(nb)) return;
+    wait_until([&] { return nb.gen != gen; });
+}
+
+void named_barrier_arrive(int id, int nthreads) { named_arrival(named_barrier(id, nthreads)); }
 
 void wgmma_commit() {
     if (!g_current) fail("wgmma outside a kernel");

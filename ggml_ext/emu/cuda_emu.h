@@ -294,6 +294,28 @@ void wgmma_wait(int n);
 // The offset of p in the launch's dynamic shared memory (what a shared-space address is there).
 uint32_t shared_offset(const void * p);
 
+// Hopper's mbarriers (PTX mbarrier.*, CTA scope), bulk copies into shared memory that complete on
+// one (cp.async.bulk ... mbarrier::complete_tx::bytes) and named barriers (bar.sync / bar.arrive):
+// what a warp-specialized pipeline (a producer warp staging, consumer warps computing) is built of;
+// kernels reach them through kernels/mbarrier.cuh. An mbarrier's state is kept aside, keyed by its
+// address (init resets it): `count` arrivals and the transaction bytes expected by arrive's tx
+// complete a phase; try_wait_parity(p) is true once the phase of parity p has completed (the current
+// phase's parity differs), so a wait on parity 1 before the first phase passes. A bulk copy poisons
+// its destination at issue and lands when a thread next tests its barrier, counting its bytes then:
+// a read of a stage before the wait for its barrier computes something else here, as it may on a
+// GPU. Its bytes need no proxy fence before a wgmma reads them (the async proxy wrote them). A wait
+// that nothing can complete is reported as a deadlock.
+void mbarrier_init(uint64_t * bar, unsigned count);
+// One arrival, after adding tx bytes to the phase's expected transaction count; the phase's parity.
+unsigned mbarrier_arrive(uint64_t * bar, unsigned tx_bytes);
+bool mbarrier_try_wait_parity(uint64_t * bar, unsigned parity);
+void mbarrier_wait_parity(uint64_t * bar, unsigned parity);
+void cp_async_bulk_g2s(void * dst, const void * src, unsigned bytes, uint64_t * bar);
+// bar.sync id, n (id 1..15: 0 is __syncthreads'): waits until n threads arrived at id; bar.arrive
+// counts the caller without waiting. Every round of one id names the same n.
+void named_barrier_sync(int id, int nthreads);
+void named_barrier_arrive(int id, int nthreads);
+
 }  // namespace cuda_emu
 
 #define threadIdx (::cuda_emu::thread_idx())

@@ -6,8 +6,12 @@
 //   emu_selftest deadlock   : a __syncwarp that one lane skips (the emulator must abort)
 //   emu_selftest unfenced   : wgmma reading B that cp.async staged, first with fence.proxy.async
 //                             (prints "fenced ok"), then without (the emulator must abort)
+//   emu_selftest pipeline   : a warp-specialized pipeline on mbarriers and bulk copies, and named
+//                             barriers (kernels/mbarrier.cuh); prints "ok" or what failed
+//   emu_selftest stalled    : consumers waiting on a stage nobody fills (the emulator must abort)
 #include "cuda_emu.h"
 #include "launch.cuh"
+#include "mbarrier.cuh"
 
 #include <random>
 #include <string>
@@ -147,6 +151,95 @@ void expect(bool ok, const std::string & what) {
     }
 }
 
+// A producer warp's lane 0 stages kPipeRounds chunks of kPipeInts ints through kPipeStages stages
+// (two bulk copies a stage completing on its `full` barrier); warps 1 and 2 wait for each stage,
+// sum 4 ints a thread into out[r * 64 + c] and release it on `empty` (one arrival a warp). *before:
+// what the producer read of stage 0 right after issuing its copies (in flight until a thread tests
+// the barrier: poison). With `fill` false the producer stages nothing, so the consumers' first wait
+// can never pass.
+constexpr int kPipeStages = 2, kPipeRounds = 5, kPipeInts = 64 * 4;
+__global__ void pipeline_kernel(const int * src, int * out, int * before, bool fill) {
+    __shared__ __align__(16) int stage[kPipeStages][kPipeInts];
+    __shared__ __align__(8) uint64_t full[kPipeStages], empty[kPipeStages];
+    const int tid = threadIdx.x, warp = tid / 32;
+    if (tid == 0) {
+        for (int s = 0; s < kPipeStages; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 2);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (warp == 0) {
+        if (tid != 0 || !fill) return;
+        for (int r = 0; r < kPipeRounds; ++r) {
+            const int s = r % kPipeStages, use = r / kPipeStages;
+            mbar_wait_parity(&empty[s], (use & 1) ^ 1);  // the consumers released its use before (use 0: at once)
+            mbar_arrive_expect_tx(&full[s], kPipeInts * 4);
+            constexpr int kHalf = kPipeInts / 2;
+            bulk_copy_g2s(stage[s], src + r * kPipeInts, kHalf * 4, &full[s]);
+            bulk_copy_g2s(stage[s] + kHalf, src + r * kPipeInts + kHalf, kHalf * 4, &full[s]);
+            if (r == 0) *before = stage[0][0];
+        }
+        return;
+    }
+    const int c = tid - 32;
+    for (int r = 0; r < kPipeRounds; ++r) {
+        const int s = r % kPipeStages;
+        mbar_wait_parity(&full[s], (r / kPipeStages) & 1);
+        int sum = 0;
+        for (int i = 0; i < 4; ++i) sum += stage[s][4 * c + i];
+        out[r * 64 + c] = sum;
+        __syncwarp();  // the warp's reads of the stage done before its arrival releases it
+        if (tid % 32 == 0) mbar_arrive(&empty[s]);
+    }
+}
+
+// Named barriers: warps 0-1 meet at barrier 1 and warps 2-3 at barrier 2 (64 threads each), each
+// pair exchanging through shared memory; then warp 0 publishes a value and arrives at barrier 3
+// without waiting, and warp 3 waits there (64 threads) before reading it.
+__global__ void named_barrier_kernel(int * out) {
+    __shared__ int cell[128];
+    __shared__ int flag;
+    const int tid = threadIdx.x, warp = tid / 32;
+    cell[tid] = 7 * tid + 1;
+    const int group = warp / 2, base = 64 * group;
+    named_bar_sync(1 + group, 64);
+    out[tid] = cell[base + 63 - (tid - base)];
+    if (warp == 0) {
+        if (tid == 0) flag = 4242;
+        __syncwarp();
+        named_bar_arrive(3, 64);
+    } else if (warp == 3) {
+        named_bar_sync(3, 64);
+        out[128 + tid - 96] = flag;
+    }
+}
+
+void pipeline_tests() {
+    std::vector<int> src(kPipeRounds * kPipeInts), out(kPipeRounds * 64, -1);
+    int before = -1;
+    for (size_t i = 0; i < src.size(); ++i) src[i] = (int)(i * 2654435761u % 100003u);
+    DFLASH_LAUNCH(1, 96, 0, nullptr, pipeline_kernel)(src.data(), out.data(), &before, true);
+    expect(before == 0x7B7B7B7B, "a bulk copy's destination not poisoned before its barrier's wait");
+    for (int c = 0; c < 64; ++c) {
+        for (int r = 0; r < kPipeRounds; ++r) {
+            int want = 0;
+            for (int i = 0; i < 4; ++i) want += src[r * kPipeInts + 4 * c + i];
+            expect(out[r * 64 + c] == want, "pipeline round " + std::to_string(r) + " consumer " + std::to_string(c));
+        }
+    }
+    std::vector<int> named(160, -1);
+    DFLASH_LAUNCH(1, 128, 0, nullptr, named_barrier_kernel)(named.data());
+    for (int tid = 0; tid < 128; ++tid) {
+        const int base = 64 * (tid / 64);
+        expect(named[tid] == 7 * (base + 63 - (tid - base)) + 1,
+               "named barrier exchange, thread " + std::to_string(tid));
+    }
+    for (int i = 0; i < 32; ++i) expect(named[128 + i] == 4242, "bar.arrive then bar.sync, lane " + std::to_string(i));
+    if (failures == 0) std::printf("ok\n");
+}
+
 void warp_tests() {
     std::vector<int> out(4 * 64, 0);
     DFLASH_LAUNCH(1, 32, 0, nullptr, shuffle_kernel)(out.data());
@@ -270,6 +363,17 @@ int main(int argc, char ** argv) {
         DFLASH_LAUNCH(1, 128, kWgSmem, nullptr, wgmma_kernel)(a.data(), b.data(), image.data(), d.data(), before.data(),
                                                               0, 2);
         std::printf("no missing fence reported\n");
+        return 0;
+    }
+    if (what == "pipeline") {
+        pipeline_tests();
+        return failures == 0 ? 0 : 1;
+    }
+    if (what == "stalled") {
+        std::vector<int> src(kPipeRounds * kPipeInts), out(kPipeRounds * 64);
+        int before = 0;
+        DFLASH_LAUNCH(1, 96, 0, nullptr, pipeline_kernel)(src.data(), out.data(), &before, false);
+        std::printf("no stalled wait reported\n");
         return 0;
     }
     if (what == "deadlock") {
