@@ -22,6 +22,7 @@
 //   wgmma form (gemm_q4k_wgmma.cuh; wgmma_shape below; DFLASH_WGMMA=0 keeps the mma.sync forms).
 #include "gemm_kquant_mma_impl.cuh"
 #include "gemm_q4k_wgmma.cuh"
+#include "gemm_q4k_wgmma_ws.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
 
@@ -275,6 +276,14 @@ int wgmma_res_mode = [] {
     return valid_res_mode(e ? std::atoi(e) : 0);
 }();
 std::atomic<int64_t> wgmma_res_count{0};
+// The warp-specialized wgmma kernel (gemm_q4k_wgmma_ws.cuh: a producer warp's bulk copies on
+// mbarriers, no block barrier a super-block) in place of the early form with one warpgroup and no
+// residual (DFLASH_WGMMA_WS=1): off, untimed. The same bits.
+bool wgmma_ws_flag = [] {
+    const char * e = std::getenv("DFLASH_WGMMA_WS");
+    return e && e[0] == '1';
+}();
+std::atomic<int64_t> wgmma_ws_count{0};
 
 // Q6_K / Q4_K products through the f16 wgmma form (gemm_f16_wgmma.cuh: the scales folded into f16
 // weight operands, no integer multiply-adds, no float step per super-block) from this many
@@ -467,6 +476,18 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                                                       : gemm_kq::kWgPlain;
         const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
         ggml_cuda_pool_alloc<float> partials(pool);
+        if (wgmma_ws_flag && form == gemm_kq::kWgEarly && !with_res && wgmma_warpgroups_flag == 1) {
+            const gemm_kq::WgSplit split =
+                split_on ? gemm_kq::wgmma_ws_split_for<>(rows, k, n, nsm) : gemm_kq::WgSplit{};
+            if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats(split, n));
+            if (gemm_kq::launch_q4k_wgmma_ws<>(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, split,
+                                               partials.ptr)) {
+                ++wgmma_count;
+                ++wgmma_ws_count;
+                if (split.pieces > 1) ++wgmma_split_count;
+                return;
+            }
+        }
         auto run = [&](auto form_tag, auto wg_tag) {
             constexpr int kForm = decltype(form_tag)::value, kWG = decltype(wg_tag)::value;
             constexpr int kS = wgmma_stages(kForm, kWG), kMB = wgmma_min_blocks(kForm, kWG);
@@ -558,6 +579,9 @@ int64_t wgmma_chunks_launches() { return wgmma_chunks_count.load(); }
 void set_wgmma_res_mode(int mode) { wgmma_res_mode = valid_res_mode(mode); }
 int wgmma_res() { return wgmma_res_mode; }
 int64_t wgmma_res_launches() { return wgmma_res_count.load(); }
+void set_wgmma_ws_enabled(bool on) { wgmma_ws_flag = on; }
+bool wgmma_ws_enabled() { return wgmma_ws_flag; }
+int64_t wgmma_ws_launches() { return wgmma_ws_count.load(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
 void set_mma_split(int pieces) {

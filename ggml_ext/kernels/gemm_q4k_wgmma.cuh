@@ -47,6 +47,7 @@
 #pragma once
 
 #include "gemm_kquant_mma_impl.cuh"
+#include "mbarrier.cuh"
 
 namespace gemm_kq {
 
@@ -255,8 +256,10 @@ __device__ __forceinline__ WgBlockWork wg_block_work(const int full_tiles, const
 
 // The end of a tail split's piece (every thread of the block calls it): this thread's NT x 4 sums
 // (at(nt, i)) out to partials; the tile's last piece to arrive adds every piece's in piece order
-// into them and returns true (it writes the tile), the others false. kThreads: the block's threads.
-template <int NT, int kThreads, typename At>
+// into them and returns true (it writes the tile), the others false. kThreads: the block's threads,
+// or with kNamedBar (1..15) the threads that meet at that named barrier instead (a warp-specialized
+// block's consumers; its producer warp has left).
+template <int NT, int kThreads, int kNamedBar = 0, typename At>
 __device__ __forceinline__ bool wg_split_gather(At && at, float * partials, const WgBlockWork & b, const int full_tiles,
                                                 const int pieces, const int tid) {
     const int slot = b.tile - full_tiles;
@@ -267,8 +270,17 @@ __device__ __forceinline__ bool wg_split_gather(At && at, float * partials, cons
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) mine[nt] = make_float4(at(nt, 0), at(nt, 1), at(nt, 2), at(nt, 3));
     __threadfence();
-    __syncthreads();  // every thread's sums written before the count
-    const bool last = __syncthreads_or(tid == 0 && atomicAdd(&wg_tile_arrivals[slot], 1u) == (unsigned)(pieces - 1));
+    bool last = false;
+    if constexpr (kNamedBar == 0) {
+        __syncthreads();  // every thread's sums written before the count
+        last = __syncthreads_or(tid == 0 && atomicAdd(&wg_tile_arrivals[slot], 1u) == (unsigned)(pieces - 1));
+    } else {
+        __shared__ int last_piece;
+        named_bar_sync(kNamedBar, kThreads);  // every thread's sums written before the count
+        if (tid == 0) last_piece = atomicAdd(&wg_tile_arrivals[slot], 1u) == (unsigned)(pieces - 1);
+        named_bar_sync(kNamedBar, kThreads);
+        last = last_piece != 0;
+    }
     if (!last) return false;
     __threadfence();
     for (int p = 0; p < pieces; ++p) {
@@ -341,6 +353,24 @@ __device__ __forceinline__ void wg_copy_rows(char * dst, const char * wk, const 
     if constexpr (i < kCopies) {
         if (kN % kThreads == 0 || tid + i * kThreads < kN) cp_async_16_at<16 * kThreads * i, 0>(dst, wk + off[i]);
         wg_copy_rows<kN, kThreads, i + 1>(dst, wk, off, tid);
+    }
+}
+
+// Chunk c of a super-block: the operands of sub-blocks 2c and 2c + 1 of this lane's rows into al /
+// ah, then their 4 wgmmas on the stage's activations at b (the fence orders this warp's operand
+// writes before the wgmmas read them; sub-block 0's overwrite clo / chi).
+template <int N>
+__device__ __forceinline__ void wg_chunk(const char * b, const char * s0, const char * s1, const uint4 & h0,
+                                         const uint4 & h1, const int c, const int t, int (&al)[2][4], int (&ah)[2][4],
+                                         int (&clo)[N / 2], int (&chi)[N / 2], const int lbo, const int sbo) {
+    wg_operands<N>(s0, s1, h0, h1, c, t, al, ah);
+    wg_fence();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int j = 2 * c + h;
+        const uint64_t desc = wg_desc(b + j * N * 32, lbo, sbo);
+        wgmma_u8s8<N>(clo, al[h], desc, j);
+        wgmma_u8s8<N>(chi, ah[h], desc, j);
     }
 }
 
@@ -553,15 +583,7 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 const int set = c % kSets;
-                wg_operands<N>(s0, s1, h0, h1, c, t, al[set], ah[set]);
-                wg_fence();
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int j = 2 * c + h;
-                    const uint64_t desc = wg_desc(st + P::kWBytes + j * N * 32, lbo, sbo);
-                    wgmma_u8s8<N>(clo, al[set][h], desc, j);
-                    wgmma_u8s8<N>(chi, ah[set][h], desc, j);
-                }
+                wg_chunk<N>(st + P::kWBytes, s0, s1, h0, h1, c, t, al[set], ah[set], clo, chi, lbo, sbo);
                 if constexpr (kChunkWait) wg_commit();
                 if constexpr (kEarly) {
                     if (c == 0) stage_ahead(i);

@@ -1,8 +1,9 @@
 // Hopper's mbarriers, bulk copies and named barriers for ggml_ext's kernels: the parts of a
 // warp-specialized pipeline, where a producer warp stages a matrix's tiles into shared memory and
 // consumer warps wait for each stage on its own barrier instead of every warp meeting at one
-// __syncthreads a stage. sm_90 builds use the PTX instructions; the CPU emulator (cuda_emu.h) models
-// them, so CI checks a pipeline's waits and phases. Barriers are CTA-scoped (no clusters).
+// __syncthreads a stage (gemm_q4k_wgmma_ws.cuh). sm_90 builds use the PTX instructions; the CPU
+// emulator (cuda_emu.h) models them, so CI checks a pipeline's waits and phases. Barriers are
+// CTA-scoped (no clusters).
 //
 // A stage's usual pair: `full` (count 1: the producer's arrive with the stage's bytes, which the
 // bulk copies complete) and `empty` (count: the consumer warps, one arrival each when done). Round
@@ -34,6 +35,11 @@ __device__ __forceinline__ void bulk_copy_g2s(void * dst, const void * src, unsi
 }
 __device__ __forceinline__ void named_bar_sync(int id, int nthreads) { cuda_emu::named_barrier_sync(id, nthreads); }
 __device__ __forceinline__ void named_bar_arrive(int id, int nthreads) { cuda_emu::named_barrier_arrive(id, nthreads); }
+// setmaxnreg (every warp of the warpgroup): registers are not modelled.
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_regs_down() {}
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_regs_up() {}
 
 #else
 
@@ -81,6 +87,22 @@ __device__ __forceinline__ void named_bar_sync(int id, int nthreads) {
 }
 __device__ __forceinline__ void named_bar_arrive(int id, int nthreads) {
     DFLASH_MBAR_PTX("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+// setmaxnreg.dec / .inc (sm_90a; every warp of the warpgroup, kRegs a multiple of 8 in 24..256): a
+// producer warpgroup gives registers back to the multiprocessor's pool and the consumers take them,
+// so a block launched at the __launch_bounds__ count runs its consumers with more.
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_regs_down() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_regs_up() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
 }
 
 #undef DFLASH_MBAR_PTX
