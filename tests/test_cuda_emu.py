@@ -167,9 +167,10 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # and its SwiGLU's gate against ggml's norm kernel, then the SwiGLU (9 lines: heads of 32..256
     # values) and reading the attention's output and its sigmoid gate in place against the copied
     # gate and ggml's fused sigmoid and multiply (5 lines), the Q4_K wgmma GEMM through the
-    # emulator's asynchronous wgmma (7 column counts x 9 forms, and one super-block: 2 x 9; the
+    # emulator's asynchronous wgmma (7 column counts x 10 forms, and one super-block: 2 x 10; the
     # pipelined forms, the early-staging one, that with 2 warpgroups a block, that waiting a chunk
-    # at a time with 1 and 3 warpgroups, and the warp-specialized one must give the first form's
+    # at a time with 1 and 3 warpgroups, and the warp-specialized one with 1 and 2 consumer
+    # warpgroups must give the first form's
     # bits) and its split along K (3 splits: a last wave of 1 tile, and a short matrix's every tile;
     # x 3 column counts: against the unsplit kernel, the host reference, a second launch, the
     # pipelined, early-staging and chunk-waiting kernels split the same way, the early one with its
@@ -195,7 +196,7 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
         + 1
         + 2
         + sources
-        + 81
+        + 90
         + 9
         + mma_splits
         + f16_wgmma
@@ -213,14 +214,14 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     assert all(r["relaunch_same"] and r["residual_added"] for r in pieces)
     assert any("check_wgmma_layout" in r for r in rows)
     wgmma = [r for r in rows if "check_wgmma" in r]
-    assert len(wgmma) == 81
-    assert sorted({r["swap"] for r in wgmma}) == [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    assert len(wgmma) == 90
+    assert sorted({r["swap"] for r in wgmma}) == list(range(10))
     assert all(r["same_bits"] for r in wgmma if r["swap"] >= 2)
     splits = [r for r in rows if "check_wgmma_split" in r]
     assert sorted({r["pieces"] for r in splits}) == [2, 3]
     assert any(r["full_tiles"] == 0 for r in splits)  # every tile in pieces
     assert all(r["pipe_same"] and r["early_same"] and r["chunks_same"] for r in splits)
-    assert all(r["res_same"] and r["ws_same"] for r in splits)
+    assert all(r["res_same"] and r["ws_same"] and r["ws2_same"] for r in splits)
     assert all(r["two_wg_pieces"] > 1 and r["two_wg_vs_whole"] <= 1e-5 for r in splits)
     assert sorted(r["check_quantize_bytes"] for r in rows if "check_quantize_bytes" in r) == [
         "all layouts",

@@ -333,7 +333,9 @@ def test_cuda_wgmma_pipelined_gives_the_same_bits(rows: int, n: int, split: bool
 @needs_gpu
 @pytest.mark.parametrize(("rows", "n"), [(16480, 25), (16480, 64), (34816, 48), (34816, 100)])
 @pytest.mark.parametrize("split", [False, True])
-@pytest.mark.parametrize("form", ["early", "two_warpgroups", "chunks", "three_warpgroups", "specialized"])
+@pytest.mark.parametrize(
+    "form", ["early", "two_warpgroups", "chunks", "three_warpgroups", "specialized", "specialized_two"]
+)
 def test_cuda_wgmma_forms_give_the_same_bits(
     rows: int, n: int, split: bool, form: str, mma_restored: None
 ) -> None:
@@ -347,21 +349,24 @@ def test_cuda_wgmma_forms_give_the_same_bits(
     DFLASH_WGMMA_CHUNKS=1 (waits a chunk at a time, 2 stages, 3 blocks a multiprocessor; mode 0
     around the others): the same bits unsplit; split, its pieces follow its own occupancy. DFLASH_WGMMA_WG=3
     (the chunk-waiting kernel, 192 rows a block; 16480 rows: a last block of 160): likewise.
-    DFLASH_WGMMA_WS=1 (a producer warpgroup's bulk copies on mbarriers; off by default): the same
-    bits unsplit; split, its own occupancy's pieces. The pipe mode (0 here) takes precedence over the
-    first three; three warpgroups over it."""
+    DFLASH_WGMMA_WS=1 / 2 (a producer warpgroup's bulk copies on mbarriers for one / two consumer
+    warpgroups; off by default): the same bits unsplit (2: as the early form's 64-row tiles, every
+    output's float steps in the same order); split, its own pieces. The pipe mode (0 here) takes
+    precedence over the first three; three warpgroups over it."""
     if form in ("two_warpgroups", "three_warpgroups"):
         assert _core.wgmma_warpgroups() == int(os.environ.get("DFLASH_WGMMA_WG", "1"))
     if form == "chunks":
         assert _core.wgmma_chunks_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_CHUNKS") == "1")
-    if form == "specialized":
-        assert _core.wgmma_ws_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_WS") == "1")
+    if form.startswith("specialized"):
+        want_ws = int(os.environ.get("DFLASH_WGMMA_WS", "0"))
+        assert _core.wgmma_ws() == (want_ws if GPU and want_ws in (1, 2) else 0)
     switch = {
         "early": ((_core.wgmma_early_enabled, _core.set_wgmma_early_enabled), (False, True)),
         "two_warpgroups": ((_core.wgmma_warpgroups, _core.set_wgmma_warpgroups), (1, 2)),
         "chunks": ((_core.wgmma_chunks_enabled, _core.set_wgmma_chunks_enabled), (False, True)),
         "three_warpgroups": ((_core.wgmma_warpgroups, _core.set_wgmma_warpgroups), (1, 3)),
-        "specialized": ((_core.wgmma_ws_enabled, _core.set_wgmma_ws_enabled), (False, True)),
+        "specialized": ((_core.wgmma_ws, _core.set_wgmma_ws_mode), (0, 1)),
+        "specialized_two": ((_core.wgmma_ws, _core.set_wgmma_ws_mode), (0, 2)),
     }[form]
     counter = {
         "early": _core.wgmma_early_launches,
@@ -369,6 +374,7 @@ def test_cuda_wgmma_forms_give_the_same_bits(
         "chunks": _core.wgmma_chunks_launches,
         "three_warpgroups": _core.wgmma_chunks_launches,
         "specialized": _core.wgmma_ws_launches,
+        "specialized_two": _core.wgmma_ws_launches,
     }[form]
     k = 2816
     w = _q4k_tall(rows)

@@ -600,10 +600,10 @@ PYBIND11_MODULE(_core, m) {
     m.def("wgmma_res", &ggml_ext::wgmma_res);
     m.def("wgmma_res_launches", &ggml_ext::wgmma_res_launches,
           "launches of the wgmma GEMM with a fused residual so far (tests)");
-    m.def("set_wgmma_ws_enabled", &ggml_ext::set_wgmma_ws_enabled, py::arg("on"),
-          "the warp-specialized wgmma GEMM (a producer warp's bulk copies on mbarriers) in place of the early form "
-          "(off by default; DFLASH_WGMMA_WS=1; the same bits)");
-    m.def("wgmma_ws_enabled", &ggml_ext::wgmma_ws_enabled);
+    m.def("set_wgmma_ws_mode", &ggml_ext::set_wgmma_ws_mode, py::arg("mode"),
+          "the warp-specialized wgmma GEMM (a producer warpgroup's bulk copies on mbarriers) in place of the early "
+          "form: 0 off (the default), 1 one consumer warpgroup a block, 2 two (DFLASH_WGMMA_WS); 0 without CUDA");
+    m.def("wgmma_ws", &ggml_ext::wgmma_ws);
     m.def("wgmma_ws_launches", &ggml_ext::wgmma_ws_launches,
           "launches of the warp-specialized wgmma GEMM so far (tests)");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),

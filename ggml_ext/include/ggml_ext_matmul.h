@@ -134,11 +134,11 @@ int64_t wgmma_chunks_launches();
 void set_wgmma_res_mode(int mode);
 int wgmma_res();
 int64_t wgmma_res_launches();
-// The warp-specialized wgmma kernel (a producer warp staging with bulk copies on mbarriers) in place
-// of the early form with one warpgroup and no residual: off by default (DFLASH_WGMMA_WS=1; the same
-// bits); wgmma_ws_launches counts it (tests).
-void set_wgmma_ws_enabled(bool on);
-bool wgmma_ws_enabled();
+// The warp-specialized wgmma kernel (a producer warpgroup staging with bulk copies on mbarriers) in
+// place of the early form with one warpgroup and no residual: 0 off (the default), 1 one consumer
+// warpgroup a block (the same bits), 2 two (DFLASH_WGMMA_WS); wgmma_ws_launches counts it (tests).
+void set_wgmma_ws_mode(int mode);
+int wgmma_ws();
 int64_t wgmma_ws_launches();
 // Long rows (24 super-blocks or more: the 27B's ffn_down) of Q6_K at up to 16 columns with 8 warps
 // a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): 0 off (the

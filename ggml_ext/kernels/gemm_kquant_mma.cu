@@ -276,12 +276,14 @@ int wgmma_res_mode = [] {
     return valid_res_mode(e ? std::atoi(e) : 0);
 }();
 std::atomic<int64_t> wgmma_res_count{0};
-// The warp-specialized wgmma kernel (gemm_q4k_wgmma_ws.cuh: a producer warp's bulk copies on
+// The warp-specialized wgmma kernel (gemm_q4k_wgmma_ws.cuh: a producer warpgroup's bulk copies on
 // mbarriers, no block barrier a super-block) in place of the early form with one warpgroup and no
-// residual (DFLASH_WGMMA_WS=1): off, untimed. The same bits.
-bool wgmma_ws_flag = [] {
+// residual: mode 1 (DFLASH_WGMMA_WS=1) with one consumer warpgroup a block (the same bits), 2 with
+// two on 128 rows (the same bits as DFLASH_WGMMA_WG=2 unsplit); 0, the default: off, untimed.
+int valid_ws_mode(int m) { return m == 1 || m == 2 ? m : 0; }
+int wgmma_ws_mode = [] {
     const char * e = std::getenv("DFLASH_WGMMA_WS");
-    return e && e[0] == '1';
+    return valid_ws_mode(e ? std::atoi(e) : 0);
 }();
 std::atomic<int64_t> wgmma_ws_count{0};
 
@@ -476,15 +478,20 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                                                       : gemm_kq::kWgPlain;
         const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
         ggml_cuda_pool_alloc<float> partials(pool);
-        if (wgmma_ws_flag && form == gemm_kq::kWgEarly && !with_res && wgmma_warpgroups_flag == 1) {
-            const gemm_kq::WgSplit split =
-                split_on ? gemm_kq::wgmma_ws_split_for<>(rows, k, n, nsm) : gemm_kq::WgSplit{};
-            if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats(split, n));
-            if (gemm_kq::launch_q4k_wgmma_ws<>(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, split,
-                                               partials.ptr)) {
+        if (wgmma_ws_mode != 0 && form == gemm_kq::kWgEarly && !with_res && wgmma_warpgroups_flag == 1) {
+            auto ws = [&](auto cw_tag) {
+                constexpr int kCW = decltype(cw_tag)::value;
+                const gemm_kq::WgSplit split =
+                    split_on ? gemm_kq::wgmma_ws_split_for<kCW>(rows, k, n, nsm) : gemm_kq::WgSplit{};
+                if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<kCW>(split, n));
+                const bool ok = gemm_kq::launch_q4k_wgmma_ws<kCW>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
+                                                                  stream, split, partials.ptr);
+                if (ok && split.pieces > 1) ++wgmma_split_count;
+                return ok;
+            };
+            if (wgmma_ws_mode == 2 ? ws(std::integral_constant<int, 2>{}) : ws(std::integral_constant<int, 1>{})) {
                 ++wgmma_count;
                 ++wgmma_ws_count;
-                if (split.pieces > 1) ++wgmma_split_count;
                 return;
             }
         }
@@ -579,8 +586,8 @@ int64_t wgmma_chunks_launches() { return wgmma_chunks_count.load(); }
 void set_wgmma_res_mode(int mode) { wgmma_res_mode = valid_res_mode(mode); }
 int wgmma_res() { return wgmma_res_mode; }
 int64_t wgmma_res_launches() { return wgmma_res_count.load(); }
-void set_wgmma_ws_enabled(bool on) { wgmma_ws_flag = on; }
-bool wgmma_ws_enabled() { return wgmma_ws_flag; }
+void set_wgmma_ws_mode(int mode) { wgmma_ws_mode = valid_ws_mode(mode); }
+int wgmma_ws() { return wgmma_ws_mode; }
 int64_t wgmma_ws_launches() { return wgmma_ws_count.load(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }

@@ -1,20 +1,26 @@
-// The Q4_K int8 wgmma GEMM, warp-specialized (session 39; DFLASH_WGMMA_WS=1, off and untimed).
+// The Q4_K int8 wgmma GEMM, warp-specialized (session 39; DFLASH_WGMMA_WS=1 or 2, off and untimed).
 //
 // gemm_q4k_wgmma_early_kernel's four warps both stage and compute: each thread issues its share
 // of a stage's cp.asyncs, waits for its own groups, fences, and every super-block the block meets
 // at a __syncthreads before any warp may read the stage (ncu, sessions 19 and 26: 2 warps a
-// scheduler, issue slots ~31-44% busy, the tensor pipe ~26%: latency, not throughput). Here a
-// second warpgroup produces: its first warp's lanes issue one bulk copy per weight row of a stage
-// (144 bytes, rows lane and lane + 32) and lane 0 those of the activations, their per-32 sums and
-// scales, all completing on the stage's `full` mbarrier (kernels/mbarrier.cuh); it refills a stage
-// once the four consumer warps have each arrived on its `empty` barrier. Registers: a block of 8
-// warps launches at 128 a thread (2 blocks a multiprocessor); the producers give theirs back down
-// to 40 (setmaxnreg) and the consumers take them, up to 216 (the early kernel needs 197 at 64
-// columns). A block of 5 warps would be allocated as 6, capping 2 blocks at 168 (spills at 64). The consumers wait for
-// `full` and compute as the early kernel does (the operands of a super-block in registers, its 16 wgmmas, one wait, the
-// float step), with no staging instructions and no block barrier in the loop. The same stages, rows and arithmetic as
-// the early kernel, so the same bits, split or not (checked on the emulator: tools/device/gemv_standalone.cu's
-// check_wgmma swap 8 and check_wgmma_split).
+// scheduler, issue slots ~31-44% busy, the tensor pipe ~26%: latency, not throughput). Here CW
+// consumer warpgroups (64 rows each) and a producer warpgroup: the producer's first warp issues one
+// bulk copy per weight row of a stage (144 bytes; 2 CW rows a lane) and its lane 0 those of the
+// activations, their per-32 sums and scales, all completing on the stage's `full` mbarrier
+// (kernels/mbarrier.cuh); it refills a stage once every consumer warp has arrived on its `empty`
+// barrier. The consumers wait for `full` and compute as the early kernel does (the operands of a
+// super-block in registers, its 16 wgmmas, one wait, the float step), with no staging
+// instructions and no block barrier in the loop; with CW = 2 the two warpgroups share one copy of
+// the activations and need not keep in step (no barrier couples them, unlike DFLASH_WGMMA_WG=2).
+//
+// Registers (setmaxnreg): the producers give theirs back down to 40 and the consumers take them.
+// CW = 1: 8 warps launched at 128 a thread, 2 blocks a multiprocessor, consumers at 216 (the early
+// kernel needs 197 at 64 columns; a block of 5 warps would be allocated as 6, capping 2 blocks at
+// 168, which spills). CW = 2: 12 warps at 168, one block, consumers at 232.
+//
+// The same stages, rows and arithmetic as the early kernel with CW warpgroups, so its bits, split
+// or not (the emulator: tools/device/gemv_standalone.cu's check_wgmma swaps 8 and 9 and
+// check_wgmma_split's ws_same / ws2_same).
 #pragma once
 
 #include "gemm_q4k_wgmma.cuh"
@@ -22,39 +28,45 @@
 
 namespace gemm_kq {
 
-constexpr int kWsConsumerThreads = 128;                     // one warpgroup: warps 0-3
-constexpr int kWsThreads = 256;                             // and the producer warpgroup, warps 4-7 (warp 4 copying)
-constexpr int kWsProducerRegs = 40, kWsConsumerRegs = 216;  // 2 x 128 x (40 + 216) = 65536 a multiprocessor
-constexpr int kWsGatherBarrier = 1;                         // the consumers' named barrier in a tail split's gather
+// Consumer warpgroups CW (1 or 2): the block's threads, blocks a multiprocessor and registers.
+template <int CW>
+struct WsShape {
+    static_assert(CW == 1 || CW == 2, "one or two consumer warpgroups");
+    static constexpr int kConsumers = 128 * CW, kThreads = kConsumers + 128, kBlocksPerSm = CW == 1 ? 2 : 1;
+    // launched at 65536 / (kBlocksPerSm x kThreads) registers, rounded down to 8 (128, 168)
+    static constexpr int kProducerRegs = 40, kConsumerRegs = CW == 1 ? 216 : 232;
+};
+constexpr int kWsGatherBarrier = 1;  // the consumers' named barrier in a tail split's gather
 constexpr int kWsStages = 4;
 
-// Dynamic shared memory: S stages as the early kernel's (WgPlan<N, 1>), then each stage's full and
-// empty barriers.
-template <int N, int S>
+// Dynamic shared memory: S stages as the early kernel's (WgPlan<N, CW>), then each stage's full
+// and empty barriers.
+template <int N, int S, int CW>
 struct WsPlan {
-    static constexpr int kBarOffset = S * WgPlan<N, 1>::kStageBytes;  // a multiple of 16
+    static constexpr int kBarOffset = S * WgPlan<N, CW>::kStageBytes;  // a multiple of 16
     static constexpr int kBytes = kBarOffset + 2 * S * (int)sizeof(uint64_t);
 };
 
-template <int N, int S>
+template <int N, int S, int CW>
 __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const int8_t * qs, const float * yd,
                                               const int * ysum, float * __restrict__ dst, const int nrows,
                                               const int nblocks, const int64_t row_bytes, const int ncols,
                                               const int stride_col_dst, const int lbo, const int sbo,
                                               const int full_tiles, const int pieces, float * partials) {
-    using P = WgPlan<N, 1>;
-    constexpr int NT = N / 8;
+    using P = WgPlan<N, CW>;
+    using Shape = WsShape<CW>;
+    constexpr int NT = N / 8, kProducer = 4 * CW;  // the producer warpgroup's first warp
     DFLASH_DYNAMIC_SMEM_BYTES(ws_smem);
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
     const WgBlockWork work = wg_block_work(full_tiles, pieces, nblocks);
     const int kb_begin = work.kb_begin, nkb = work.kb_end - work.kb_begin;
-    const int row_base = work.tile * kWgRows;
-    uint64_t * full = reinterpret_cast<uint64_t *>(ws_smem + WsPlan<N, S>::kBarOffset);
+    const int row_base = work.tile * kWgRows * CW;
+    uint64_t * full = reinterpret_cast<uint64_t *>(ws_smem + WsPlan<N, S, CW>::kBarOffset);
     uint64_t * empty = full + S;
     if (tid == 0) {
         for (int s = 0; s < S; ++s) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 4);  // one arrival a consumer warp
+            mbar_init(&empty[s], 4 * CW);  // one arrival a consumer warp
         }
         mbar_init_fence();
     }
@@ -62,12 +74,13 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
     pdl_wait();  // the activations come from the kernel before (pdl.cuh)
     pdl_trigger();
     auto stage_at = [&](int s) { return ws_smem + s * P::kStageBytes; };
-    if (warp >= 4) {
-        warpgroup_regs_down<kWsProducerRegs>();
-        if (warp > 4) return;
-        // rows lane and lane + 32 of the tile (a last tile's missing rows read the matrix's last row)
-        const char * r0 = w + (int64_t)min(row_base + lane, nrows - 1) * row_bytes;
-        const char * r1 = w + (int64_t)min(row_base + lane + 32, nrows - 1) * row_bytes;
+    if (warp >= kProducer) {
+        warpgroup_regs_down<Shape::kProducerRegs>();
+        if (warp > kProducer) return;
+        // rows lane + 32 r of the tile (a last tile's missing rows read the matrix's last row)
+        const char * rows[2 * CW];
+#pragma unroll
+        for (int r = 0; r < 2 * CW; ++r) rows[r] = w + (int64_t)min(row_base + lane + 32 * r, nrows - 1) * row_bytes;
         for (int i = 0; i < nkb; ++i) {
             const int s = i % S, use = i / S, kb = kb_begin + i;
             char * st = stage_at(s);
@@ -76,8 +89,9 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
                 mbar_arrive_expect_tx(&full[s], P::kStageBytes);
             }
             __syncwarp();  // the stage's bytes expected before any of them can land
-            bulk_copy_g2s(st + lane * 144, r0 + (int64_t)kb * 144, 144, &full[s]);
-            bulk_copy_g2s(st + (lane + 32) * 144, r1 + (int64_t)kb * 144, 144, &full[s]);
+#pragma unroll
+            for (int r = 0; r < 2 * CW; ++r)
+                bulk_copy_g2s(st + (lane + 32 * r) * 144, rows[r] + (int64_t)kb * 144, 144, &full[s]);
             if (lane == 0) {
                 char * a = st + P::kWBytes;
                 bulk_copy_g2s(a, reinterpret_cast<const char *>(qs) + (int64_t)kb * P::kBBytes, P::kBBytes, &full[s]);
@@ -89,7 +103,7 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
         }
         return;  // the consumers' waits cover every copy it issued
     }
-    warpgroup_regs_up<kWsConsumerRegs>();
+    warpgroup_regs_up<Shape::kConsumerRegs>();
     const int g = lane >> 2, t = lane & 3, wrow = 16 * warp;
     float acc[NT][4] = {};
     for (int i = 0; i < nkb; ++i) {
@@ -116,7 +130,7 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
     }
     auto at = [&](int nt, int i) -> float & { return acc[nt][i]; };
     if (work.split &&
-        !wg_split_gather<NT, kWsConsumerThreads, kWsGatherBarrier>(at, partials, work, full_tiles, pieces, tid)) {
+        !wg_split_gather<NT, Shape::kConsumers, kWsGatherBarrier>(at, partials, work, full_tiles, pieces, tid)) {
         return;
     }
 #pragma unroll
@@ -129,16 +143,15 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
     }
 }
 
-// MB: blocks a multiprocessor (2: a thread launches at 128 registers).
-template <int N, int S, int MB>
-__global__ void __launch_bounds__(kWsThreads, MB)
+template <int N, int S, int CW>
+__global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPerSm)
     gemm_q4k_wgmma_ws_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
                              float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
                              const int ncols, const int stride_col_dst, const int lbo, const int sbo,
                              const int full_tiles, const int pieces, float * partials) {
 #if defined(DFLASH_WGMMA)
-    wgmma_ws_body<N, S>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo, sbo, full_tiles,
-                        pieces, partials);
+    wgmma_ws_body<N, S, CW>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo, sbo,
+                            full_tiles, pieces, partials);
 #else
     NO_DEVICE_CODE;
 #endif
@@ -148,38 +161,40 @@ using WsKernel = void (*)(const char *, const int8_t *, const float *, const int
                           int, int, int, int, int, float *);
 
 // The instance for N padded columns, its dynamic shared memory opted in once; null when that failed.
-template <int S, int MB, int N>
+template <int S, int CW, int N>
 WsKernel wgmma_ws_kernel_ready() {
-    WsKernel kernel = gemm_q4k_wgmma_ws_kernel<N, S, MB>;
-    static const bool ok =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WsPlan<N, S>::kBytes) == cudaSuccess;
+    WsKernel kernel = gemm_q4k_wgmma_ws_kernel<N, S, CW>;
+    static const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                WsPlan<N, S, CW>::kBytes) == cudaSuccess;
     return ok ? kernel : nullptr;
 }
 
 // The tail split of a launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit).
-template <int S = kWsStages, int MB = 2>
+template <int CW = 1, int S = kWsStages>
 WgSplit wgmma_ws_split_for(int nrows, int k, int ncols, int nsm) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
-        static const int per_sm = wg_blocks_per_sm(wgmma_ws_kernel_ready<S, MB, N>(), kWsThreads, WsPlan<N, S>::kBytes);
-        return wg_split_plan((nrows + kWgRows - 1) / kWgRows, k / kQk, per_sm * nsm);
+        static const int per_sm =
+            wg_blocks_per_sm(wgmma_ws_kernel_ready<S, CW, N>(), WsShape<CW>::kThreads, WsPlan<N, S, CW>::kBytes);
+        return wg_split_plan((nrows + CW * kWgRows - 1) / (CW * kWgRows), k / kQk, per_sm * nsm);
     });
 }
 
-// As launch_q4k_wgmma (the same activations, split and partials); false when the kernel cannot run
-// here (its shared memory opt-in failed). The weight rows and activations must be 16-byte aligned
-// (the bulk copies'): row_bytes is a multiple of 144, ggml's buffers are aligned.
-template <int S = kWsStages, int MB = 2>
+// As launch_q4k_wgmma (the same activations, split and partials; a split of 64 CW-row tiles); false
+// when the kernel cannot run here (its shared memory opt-in failed). The weight rows and activations
+// must be 16-byte aligned (the bulk copies'): row_bytes is a multiple of 144, ggml's buffers are
+// aligned.
+template <int CW = 1, int S = kWsStages>
 bool launch_q4k_wgmma_ws(const char * w, const int8_t * qs, const float * yd, const int * ysum, float * dst, int nrows,
                          int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream,
                          WgSplit split = {}, float * partials = nullptr) {
-    const int tiles = (nrows + kWgRows - 1) / kWgRows;
+    const int tiles = (nrows + CW * kWgRows - 1) / (CW * kWgRows);
     if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
-    const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, kWsThreads / WARP_SIZE, 1);
+    const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, WsShape<CW>::kThreads / WARP_SIZE, 1);
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
-        constexpr int kBytes = WsPlan<N, S>::kBytes;
-        auto kernel = wgmma_ws_kernel_ready<S, MB, N>();
+        constexpr int kBytes = WsPlan<N, S, CW>::kBytes;
+        auto kernel = wgmma_ws_kernel_ready<S, CW, N>();
         if (!kernel) return false;
         DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
             w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, 128, 256, split.full_tiles,

@@ -73,8 +73,8 @@ int64_t wgmma_chunks_launches() { return 0; }
 void set_wgmma_res_mode(int) {}
 int wgmma_res() { return 0; }
 int64_t wgmma_res_launches() { return 0; }
-void set_wgmma_ws_enabled(bool) {}
-bool wgmma_ws_enabled() { return false; }
+void set_wgmma_ws_mode(int) {}
+int wgmma_ws() { return 0; }
 int64_t wgmma_ws_launches() { return 0; }
 void set_mma_q6k_long_8(int) {}
 int mma_q6k_long_8() { return 0; }

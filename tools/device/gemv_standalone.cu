@@ -1264,8 +1264,8 @@ void profile_mma(W t, int rows, int k, std::mt19937 & gen, const std::vector<int
 // 4 the default with the pipelined kernel's staging (kWgEarly), 5 that with 2 warpgroups a block
 // (128 rows on one copy of the activations), 6 that waiting a chunk at a time (kWgChunks: 2
 // stages, 3 blocks a multiprocessor), 7 that with 3 warpgroups a block (192 rows, 4 stages), 8 the
-// warp-specialized kernel (gemm_q4k_wgmma_ws.cuh: a producer warp, mbarriers); 2..8 must give form
-// 0's bits
+// warp-specialized kernel (gemm_q4k_wgmma_ws.cuh: a producer warpgroup, mbarriers) with 1 and (9)
+// 2 consumer warpgroups; 2..9 must give form 0's bits
 // ("same_bits"); then timed against the engine's mma.sync forms (102; 1000102) on the 27B's Q4_K
 // matrices.
 void check_wgmma(int rows, int k, std::mt19937 & gen,
@@ -1286,7 +1286,7 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
         CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
         std::vector<float> form0;
-        for (int swap = 0; swap < 9; ++swap) {
+        for (int swap = 0; swap < 10; ++swap) {
             std::vector<float> got((size_t)ncols * rows);
             CK(cudaMemset(b.dst, 0, got.size() * 4));
             auto launch = [&](auto s_tag, auto mb_tag, auto form_tag, auto wg_tag) {
@@ -1327,9 +1327,13 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
                     ran = launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{},
                                  std::integral_constant<int, gemm_kq::kWgChunks>{}, std::integral_constant<int, 3>{});
                     break;
-                default:
+                case 8:
                     ran = gemm_kq::launch_q4k_wgmma_ws(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows,
                                                        nullptr);
+                    break;
+                default:
+                    ran = gemm_kq::launch_q4k_wgmma_ws<2>(dw, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                          rows, nullptr);
             }
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
@@ -1387,8 +1391,8 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
         // (h200-s19-wgmma-staging.json). 91000000 + the same: with the engine's tail split
         // (wgmma_split_for): the engine's default (91002014), 2 warpgroups a block (91002024,
         // DFLASH_WGMMA_WG=2), the chunk-waiting form (91003312, DFLASH_WGMMA_CHUNKS=1), that with 3
-        // warpgroups a block (91003134, DFLASH_WGMMA_WG=3) and the warp-specialized kernel (91004014,
-        // DFLASH_WGMMA_WS=1). The pipelined codes (x1014, x1015) are
+        // warpgroups a block (91003134, DFLASH_WGMMA_WG=3) and the warp-specialized kernel with one and
+        // two consumer warpgroups (91004014, 91004024: DFLASH_WGMMA_WS=1, 2). The pipelined codes (x1014, x1015) are
         // left out since session 38 (they tied the committed form in session 30).
         int nsm = 0;
         CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
@@ -1397,13 +1401,15 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
         const gemm_kq::WgSplit sp_chunks = gemm_kq::wgmma_split_for<2, 1, 3, gemm_kq::kWgChunks>(rows, k, ncols, nsm);
         const gemm_kq::WgSplit sp_three = gemm_kq::wgmma_split_for<4, 3, 1, gemm_kq::kWgChunks>(rows, k, ncols, nsm);
         const gemm_kq::WgSplit sp_ws = gemm_kq::wgmma_ws_split_for(rows, k, ncols, nsm);
+        const gemm_kq::WgSplit sp_ws2 = gemm_kq::wgmma_ws_split_for<2>(rows, k, ncols, nsm);
         float * partials = nullptr;
-        const size_t nparts =
-            std::max({gemm_kq::wgmma_split_floats(sp_early, ncols), gemm_kq::wgmma_split_floats<2>(sp_two, ncols),
-                      gemm_kq::wgmma_split_floats(sp_chunks, ncols), gemm_kq::wgmma_split_floats<3>(sp_three, ncols),
-                      gemm_kq::wgmma_split_floats(sp_ws, ncols), (size_t)1});
+        const size_t nparts = std::max(
+            {gemm_kq::wgmma_split_floats(sp_early, ncols), gemm_kq::wgmma_split_floats<2>(sp_two, ncols),
+             gemm_kq::wgmma_split_floats(sp_chunks, ncols), gemm_kq::wgmma_split_floats<3>(sp_three, ncols),
+             gemm_kq::wgmma_split_floats(sp_ws, ncols), gemm_kq::wgmma_split_floats<2>(sp_ws2, ncols), (size_t)1});
         CK(cudaMalloc(&partials, nparts * sizeof(float)));
-        for (int code : {102, 1000102, 90000014, 90002014, 91002014, 91002024, 91003312, 91003134, 91004014}) {
+        for (int code :
+             {102, 1000102, 90000014, 90002014, 91002014, 91002024, 91003312, 91003134, 91004014, 91004024}) {
             const bool wg = code >= 90000000;
             if (wg) {
                 gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
@@ -1443,6 +1449,10 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
                         case 4014:
                             gemm_kq::launch_q4k_wgmma_ws(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols, rows,
                                                          nullptr, sp_ws, partials);
+                            break;
+                        case 4024:
+                            gemm_kq::launch_q4k_wgmma_ws<2>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                            rows, nullptr, sp_ws2, partials);
                             break;
                         default:
                             launch(Four{}, One{}, One{}, std::integral_constant<int, gemm_kq::kWgPlain>{},
@@ -1484,7 +1494,8 @@ struct Shape {
 // second launch (the same bits: the tile counters are back at zero, the pieces summed in order), and
 // the pipelined kernel and the early-staging one split the same way (the same bits: "pipe_same",
 // "early_same"), the early one with its residual fused in place (its outputs plus the residual:
-// "res_same"), and the warp-specialized kernel split the same way (the early one's bits: "ws_same").
+// "res_same"), and the warp-specialized kernel split the same way (the early one's bits: "ws_same";
+// with two consumer warpgroups, the 2-warpgroup early form's: "ws2_same").
 void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
     const CheckWeights cw(W::q4_K, rows, k, gen);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -1555,8 +1566,15 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
                                                                            cw.row_bytes, ncols, rows, nullptr, 128, 256,
                                                                            split2, partials2);
         CK(cudaDeviceSynchronize());
-        std::vector<float> two(whole.size());
+        std::vector<float> two(whole.size()), ws2(whole.size());
         CK(cudaMemcpy(two.data(), b.dst, two.size() * 4, cudaMemcpyDeviceToHost));
+        // the warp-specialized kernel with two consumer warpgroups, split as those 128-row tiles
+        CK(cudaMemset(b.dst, 0, ws2.size() * 4));
+        ran = ran && gemm_kq::launch_q4k_wgmma_ws<2>(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols,
+                                                     rows, nullptr, split2, partials2);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(ws2.data(), b.dst, ws2.size() * 4, cudaMemcpyDeviceToHost));
+        const bool ws2_same = std::memcmp(ws2.data(), two.data(), ws2.size() * 4) == 0;
         CK(cudaFree(partials2));
         double err_whole = 0, err_ref = 0, err_two = 0;
         for (size_t i = 0; i < whole.size(); ++i) {
@@ -1572,14 +1590,14 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
             "{\"check_wgmma_split\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"slots\": %d, "
             "\"full_tiles\": %d, \"tail\": %d, \"pieces\": %d, \"vs_whole\": %.3g, \"rel_err\": %.3g, "
             "\"relaunch_same\": %s, \"pipe_same\": %s, \"early_same\": %s, \"chunks_same\": %s, "
-            "\"res_same\": %s, \"ws_same\": %s, \"two_wg_pieces\": %d, "
+            "\"res_same\": %s, \"ws_same\": %s, \"ws2_same\": %s, \"two_wg_pieces\": %d, "
             "\"two_wg_vs_whole\": %.3g, \"ok\": %s}\n",
             rows, k, ncols, slots, split.full_tiles, split.tail, split.pieces, err_whole / ref_max, err_ref / ref_max,
             same ? "true" : "false", pipe_same ? "true" : "false", early_same ? "true" : "false",
-            chunks_same ? "true" : "false", res_same ? "true" : "false", ws_same ? "true" : "false", split2.pieces,
-            err_two / ref_max,
-            ran && same && pipe_same && early_same && chunks_same && res_same && ws_same && split.pieces > 1 &&
-                    split2.pieces > 1 && err_whole / ref_max <= 1e-5 && err_two / ref_max <= 1e-5 &&
+            chunks_same ? "true" : "false", res_same ? "true" : "false", ws_same ? "true" : "false",
+            ws2_same ? "true" : "false", split2.pieces, err_two / ref_max,
+            ran && same && pipe_same && early_same && chunks_same && res_same && ws_same && ws2_same &&
+                    split.pieces > 1 && split2.pieces > 1 && err_whole / ref_max <= 1e-5 && err_two / ref_max <= 1e-5 &&
                     err_ref / ref_max <= 5e-4
                 ? "true"
                 : "false");
