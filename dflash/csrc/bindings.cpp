@@ -174,6 +174,15 @@ py::tuple walk_arrays(const IdArray & tokens, const IdArray & parents, const IdA
     return py::make_tuple(w.path, w.next_token);
 }
 
+// A GEMM form's mode switch and its launch counter, named from one stem: set_<stem>_mode(mode),
+// <stem>() and <stem>_launches() (the count so far, for tests). doc: what the modes select.
+void def_form_mode(py::module_ & m, const std::string & stem, void (*set)(int), int (*get)(), int64_t (*launches)(),
+                   const char * doc) {
+    m.def(("set_" + stem + "_mode").c_str(), set, py::arg("mode"), doc);
+    m.def(stem.c_str(), get);
+    m.def((stem + "_launches").c_str(), launches, ("launches of " + stem + "'s GEMM form so far (tests)").c_str());
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -588,24 +597,17 @@ PYBIND11_MODULE(_core, m) {
           "the early wgmma GEMM waiting a chunk at a time, 2 stages and 3 blocks a multiprocessor, on every wgmma "
           "launch (mode 1; DFLASH_WGMMA_CHUNKS=1; the same bits); off: mode 0");
     m.def("wgmma_chunks_enabled", &ggml_ext::wgmma_chunks_enabled);
-    m.def("set_wgmma_chunks_mode", &ggml_ext::set_wgmma_chunks_mode, py::arg("mode"),
-          "the chunk-waiting wgmma GEMM: 0 off, 1 every wgmma launch, 2 matrices of 32768 rows or more at 32 columns "
-          "or fewer only (the default; DFLASH_WGMMA_CHUNKS); 0 without CUDA");
-    m.def("wgmma_chunks", &ggml_ext::wgmma_chunks);
-    m.def("wgmma_chunks_launches", &ggml_ext::wgmma_chunks_launches,
-          "launches of the chunk-waiting wgmma GEMM so far (tests)");
-    m.def("set_wgmma_res_mode", &ggml_ext::set_wgmma_res_mode, py::arg("mode"),
-          "Q4_K products with a fused residual through the wgmma GEMM with the residual fused: 0 off (the default), "
-          "1 rows of 64 super-blocks or more only, 2 every one (DFLASH_WGMMA_RES); 0 without CUDA");
-    m.def("wgmma_res", &ggml_ext::wgmma_res);
-    m.def("wgmma_res_launches", &ggml_ext::wgmma_res_launches,
-          "launches of the wgmma GEMM with a fused residual so far (tests)");
-    m.def("set_wgmma_ws_mode", &ggml_ext::set_wgmma_ws_mode, py::arg("mode"),
-          "the warp-specialized wgmma GEMM (a producer warpgroup's bulk copies on mbarriers) in place of the early "
-          "form: 0 off (the default), 1 one consumer warpgroup a block, 2 two (DFLASH_WGMMA_WS); 0 without CUDA");
-    m.def("wgmma_ws", &ggml_ext::wgmma_ws);
-    m.def("wgmma_ws_launches", &ggml_ext::wgmma_ws_launches,
-          "launches of the warp-specialized wgmma GEMM so far (tests)");
+    def_form_mode(m, "wgmma_chunks", &ggml_ext::set_wgmma_chunks_mode, &ggml_ext::wgmma_chunks,
+                  &ggml_ext::wgmma_chunks_launches,
+                  "the chunk-waiting wgmma GEMM: 0 off, 1 every wgmma launch, 2 matrices of 32768 rows or more at 32 "
+                  "columns or fewer only (the default; DFLASH_WGMMA_CHUNKS); 0 without CUDA");
+    def_form_mode(m, "wgmma_res", &ggml_ext::set_wgmma_res_mode, &ggml_ext::wgmma_res, &ggml_ext::wgmma_res_launches,
+                  "Q4_K products with a fused residual through the wgmma GEMM with the residual fused: 0 off (the "
+                  "default), 1 rows of 64 super-blocks or more only, 2 every one (DFLASH_WGMMA_RES); 0 without CUDA");
+    def_form_mode(m, "wgmma_ws", &ggml_ext::set_wgmma_ws_mode, &ggml_ext::wgmma_ws, &ggml_ext::wgmma_ws_launches,
+                  "the warp-specialized wgmma GEMM (a producer warpgroup's bulk copies on mbarriers) in place of the "
+                  "early form: 0 off (the default), 1 one consumer warpgroup a block, 2 two (DFLASH_WGMMA_WS); 0 "
+                  "without CUDA");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);
