@@ -97,10 +97,12 @@ def test_wgmma_reading_unfenced_cp_async_bytes_is_reported(selftest: Path) -> No
 
 
 def test_emulated_mbarrier_pipeline_and_named_barriers(selftest: Path) -> None:
-    """kernels/mbarrier.cuh on the emulator: a producer warp stages 5 rounds through 2 stages with
-    bulk copies on `full` barriers and consumer warps release them on `empty` ones (every sum right,
-    a copy's destination poisoned until its barrier is tested), and named barriers (bar.sync of two
-    64-thread groups, bar.arrive then bar.sync)."""
+    """kernels/mbarrier.cuh on the emulator: a producer warp stages 5 rounds through 2 stages, half
+    of each with bulk copies and half with cp.asyncs that arrive once landed (.noinc), on `full`
+    barriers, and consumer warps release them on `empty` ones (every sum right, each copy's
+    destination poisoned until its barrier is tested; a `full` count that leaves the cp.asyncs out
+    lets a consumer read their poison), and named barriers (bar.sync of two 64-thread groups,
+    bar.arrive then bar.sync)."""
     r = subprocess.run([str(selftest), "pipeline"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-3000:] + r.stderr[-2000:]
 

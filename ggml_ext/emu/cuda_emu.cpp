@@ -144,6 +144,7 @@ struct Mbarrier {
         unsigned bytes;
     };
     std::vector<Copy> copies;
+    std::vector<std::vector<Fiber::Copy>> async_arrivals;  // cp.async's arrivals: each one's 16-byte copies
 };
 
 struct NamedBarrier {
@@ -393,7 +394,8 @@ void fence_proxy_async() {
     if (!g_current) fail("fence.proxy.async outside a kernel");
     for (uintptr_t chunk : g_current->unfenced) {
         auto it = g_block.unfenced.find(chunk);
-        if (--it->second == 0) g_block.unfenced.erase(it);
+        if (it != g_block.unfenced.end() && --it->second == 0)
+            g_block.unfenced.erase(it);  // a bulk copy may have cleared it
     }
     g_current->unfenced.clear();
 }
@@ -708,14 +710,34 @@ unsigned mbarrier_arrive(uint64_t * bar, unsigned tx_bytes) {
 
 bool mbarrier_try_wait_parity(uint64_t * bar, unsigned parity) {
     Mbarrier & m = mbarrier_at(bar);
-    if (!m.copies.empty()) {  // the copies in flight land now, each completing its bytes
-        for (const auto & c : m.copies) std::memcpy(c.dst, c.src, c.bytes);
-        for (const auto & c : m.copies) m.tx -= c.bytes;
-        m.copies.clear();
-        ++g_block.progress;
+    auto done = [&] { return (unsigned)(m.phases & 1) != (parity & 1u); };
+    // What is in flight lands one copy or arrival at a time, bulk copies first, and no more once the
+    // phase waited for completes: the waiter sees as little landed as a GPU may show it, so a count
+    // that leaves some copies out of a phase lets it read their poison.
+    size_t landed = 0;
+    for (; landed < m.copies.size() && !done(); ++landed) {
+        const auto & c = m.copies[landed];
+        std::memcpy(c.dst, c.src, c.bytes);
+        if (!g_block.unfenced.empty()) {  // the async proxy wrote these bytes: no fence is owed for them
+            for (unsigned o = 0; o < c.bytes; o += 16) g_block.unfenced.erase(reinterpret_cast<uintptr_t>(c.dst) + o);
+        }
+        m.tx -= c.bytes;
         mbarrier_complete_if_done(m);
     }
-    return (unsigned)(m.phases & 1) != (parity & 1u);
+    m.copies.erase(m.copies.begin(), m.copies.begin() + (std::ptrdiff_t)landed);
+    size_t arrived = 0;
+    for (; arrived < m.async_arrivals.size() && !done(); ++arrived) {  // cp.async's: the copies, then the arrival
+        for (const auto & c : m.async_arrivals[arrived]) {
+            std::memcpy(c.dst, c.src, 16);
+            ++g_block.unfenced[reinterpret_cast<uintptr_t>(c.dst)];  // nobody's to fence: no wgmma may read it
+        }
+        if (m.pending == 0) fail("mbarrier: more arrivals in a phase than its count (cp.async's)");
+        --m.pending;
+        mbarrier_complete_if_done(m);
+    }
+    m.async_arrivals.erase(m.async_arrivals.begin(), m.async_arrivals.begin() + (std::ptrdiff_t)arrived);
+    if (landed + arrived > 0) ++g_block.progress;
+    return done();
 }
 
 void mbarrier_wait_parity(uint64_t * bar, unsigned parity) {
@@ -729,6 +751,15 @@ void cp_async_bulk_g2s(void * dst, const void * src, unsigned bytes, uint64_t * 
         fail("cp.async.bulk: an address not 16-byte aligned");
     std::memset(dst, kCpAsyncPoison, bytes);  // in flight: nothing defined there until its barrier is tested
     m.copies.push_back({dst, src, bytes});
+}
+
+void cp_async_mbarrier_arrive_noinc(uint64_t * bar) {
+    Mbarrier & m = mbarrier_at(bar);
+    std::vector<Fiber::Copy> copies;
+    auto take = [&](const Fiber::Copy & c) { copies.push_back(c); };
+    g_current->cp.commit();
+    g_current->cp.run_all_but(0, take);  // every copy the thread issued: they now complete on the barrier
+    m.async_arrivals.push_back(std::move(copies));
 }
 
 namespace {

@@ -311,6 +311,11 @@ unsigned mbarrier_arrive(uint64_t * bar, unsigned tx_bytes);
 bool mbarrier_try_wait_parity(uint64_t * bar, unsigned parity);
 void mbarrier_wait_parity(uint64_t * bar, unsigned parity);
 void cp_async_bulk_g2s(void * dst, const void * src, unsigned bytes, uint64_t * bar);
+// cp.async.mbarrier.arrive.noinc: an arrival on bar once every cp.async the calling thread issued so
+// far has landed (the barrier's count must include it). Those copies land, and the arrival counts,
+// when a thread next tests the barrier. They are generic-proxy writes that no thread can fence, so
+// a wgmma reading them fails (only a bulk copy's bytes may reach one without a fence).
+void cp_async_mbarrier_arrive_noinc(uint64_t * bar);
 // bar.sync id, n (id 1..15: 0 is __syncthreads'): waits until n threads arrived at id; bar.arrive
 // counts the caller without waiting. Every round of one id names the same n.
 void named_barrier_sync(int id, int nthreads);

@@ -6,10 +6,12 @@
 //   emu_selftest deadlock   : a __syncwarp that one lane skips (the emulator must abort)
 //   emu_selftest unfenced   : wgmma reading B that cp.async staged, first with fence.proxy.async
 //                             (prints "fenced ok"), then without (the emulator must abort)
-//   emu_selftest pipeline   : a warp-specialized pipeline on mbarriers and bulk copies, and named
-//                             barriers (kernels/mbarrier.cuh); prints "ok" or what failed
+//   emu_selftest pipeline   : a warp-specialized pipeline on mbarriers, bulk copies and cp.async's
+//                             arrivals, and named barriers (kernels/mbarrier.cuh); prints "ok" or
+//                             what failed
 //   emu_selftest stalled    : consumers waiting on a stage nobody fills (the emulator must abort)
 #include "cuda_emu.h"
+#include "async_copy.cuh"
 #include "launch.cuh"
 #include "mbarrier.cuh"
 
@@ -151,8 +153,10 @@ void expect(bool ok, const std::string & what) {
     }
 }
 
-// A producer warp's lane 0 stages kPipeRounds chunks of kPipeInts ints through kPipeStages stages
-// (two bulk copies a stage completing on its `full` barrier); warps 1 and 2 wait for each stage,
+// A producer warp stages kPipeRounds chunks of kPipeInts ints through kPipeStages stages, completing
+// on the stage's `full` barrier: lane 0 the first half with two bulk copies, and every lane 16 bytes
+// of the second half with a cp.async and an arrival once it lands (cp.async.mbarrier.arrive.noinc,
+// so the barrier counts 1 + 32 arrivals); warps 1 and 2 wait for each stage,
 // sum 4 ints a thread into out[r * 64 + c] and release it on `empty` (one arrival a warp). *before:
 // what the producer read of stage 0 right after issuing its copies (in flight until a thread tests
 // the barrier: poison). With `fill` false the producer stages nothing, so the consumers' first wait
@@ -164,22 +168,26 @@ __global__ void pipeline_kernel(const int * src, int * out, int * before, bool f
     const int tid = threadIdx.x, warp = tid / 32;
     if (tid == 0) {
         for (int s = 0; s < kPipeStages; ++s) {
-            mbar_init(&full[s], 1);
+            mbar_init(&full[s], 1 + 32);
             mbar_init(&empty[s], 2);
         }
         mbar_init_fence();
     }
     __syncthreads();
     if (warp == 0) {
-        if (tid != 0 || !fill) return;
+        if (!fill) return;
         for (int r = 0; r < kPipeRounds; ++r) {
             const int s = r % kPipeStages, use = r / kPipeStages;
             mbar_wait_parity(&empty[s], (use & 1) ^ 1);  // the consumers released its use before (use 0: at once)
-            mbar_arrive_expect_tx(&full[s], kPipeInts * 4);
-            constexpr int kHalf = kPipeInts / 2;
-            bulk_copy_g2s(stage[s], src + r * kPipeInts, kHalf * 4, &full[s]);
-            bulk_copy_g2s(stage[s] + kHalf, src + r * kPipeInts + kHalf, kHalf * 4, &full[s]);
-            if (r == 0) *before = stage[0][0];
+            constexpr int kHalf = kPipeInts / 2, kQuarter = kPipeInts / 4;
+            if (tid == 0) {
+                mbar_arrive_expect_tx(&full[s], kHalf * 4);
+                bulk_copy_g2s(stage[s], src + r * kPipeInts, kQuarter * 4, &full[s]);
+                bulk_copy_g2s(stage[s] + kQuarter, src + r * kPipeInts + kQuarter, kQuarter * 4, &full[s]);
+            }
+            cp_async_16(stage[s] + kHalf + 4 * tid, src + r * kPipeInts + kHalf + 4 * tid);
+            cp_async_mbar_arrive_noinc(&full[s]);
+            if (r == 0 && tid == 0) before[0] = stage[0][0], before[1] = stage[0][kHalf];
         }
         return;
     }
@@ -218,10 +226,11 @@ __global__ void named_barrier_kernel(int * out) {
 
 void pipeline_tests() {
     std::vector<int> src(kPipeRounds * kPipeInts), out(kPipeRounds * 64, -1);
-    int before = -1;
+    int before[2] = {-1, -1};
     for (size_t i = 0; i < src.size(); ++i) src[i] = (int)(i * 2654435761u % 100003u);
-    DFLASH_LAUNCH(1, 96, 0, nullptr, pipeline_kernel)(src.data(), out.data(), &before, true);
-    expect(before == 0x7B7B7B7B, "a bulk copy's destination not poisoned before its barrier's wait");
+    DFLASH_LAUNCH(1, 96, 0, nullptr, pipeline_kernel)(src.data(), out.data(), before, true);
+    expect(before[0] == 0x7B7B7B7B, "a bulk copy's destination not poisoned before its barrier's wait");
+    expect(before[1] == 0x7B7B7B7B, "a cp.async's destination not poisoned before its barrier's wait");
     for (int c = 0; c < 64; ++c) {
         for (int r = 0; r < kPipeRounds; ++r) {
             int want = 0;
@@ -371,8 +380,8 @@ int main(int argc, char ** argv) {
     }
     if (what == "stalled") {
         std::vector<int> src(kPipeRounds * kPipeInts), out(kPipeRounds * 64);
-        int before = 0;
-        DFLASH_LAUNCH(1, 96, 0, nullptr, pipeline_kernel)(src.data(), out.data(), &before, false);
+        int before[2] = {0, 0};
+        DFLASH_LAUNCH(1, 96, 0, nullptr, pipeline_kernel)(src.data(), out.data(), before, false);
         std::printf("no stalled wait reported\n");
         return 0;
     }

@@ -4,10 +4,11 @@
 // of a stage's cp.asyncs, waits for its own groups, fences, and every super-block the block meets
 // at a __syncthreads before any warp may read the stage (ncu, sessions 19 and 26: 2 warps a
 // scheduler, issue slots ~31-44% busy, the tensor pipe ~26%: latency, not throughput). Here CW
-// consumer warpgroups (64 rows each) and a producer warpgroup: the producer's first warp issues one
-// bulk copy per weight row of a stage (144 bytes; 2 CW rows a lane) and its lane 0 those of the
-// activations, their per-32 sums and scales, all completing on the stage's `full` mbarrier
-// (kernels/mbarrier.cuh); it refills a stage once every consumer warp has arrived on its `empty`
+// consumer warpgroups (64 rows each) and a producer warpgroup: the producer's 128 threads stage a
+// super-block's weight rows with 16-byte cp.asyncs, each thread arriving on the stage's `full`
+// mbarrier once its copies land (cp.async.mbarrier.arrive.noinc), and its first thread the
+// activations, their per-32 sums and scales with three bulk copies on the same barrier
+// (kernels/mbarrier.cuh); a stage is refilled once every consumer warp has arrived on its `empty`
 // barrier. The consumers wait for `full` and compute as the early kernel does (the operands of a
 // super-block in registers, its 16 wgmmas, one wait, the float step), with no staging
 // instructions and no block barrier in the loop; with CW = 2 the two warpgroups share one copy of
@@ -20,7 +21,13 @@
 //
 // The same stages, rows and arithmetic as the early kernel with CW warpgroups, so its bits, split
 // or not (the emulator: tools/device/gemv_standalone.cu's check_wgmma swaps 8 and 9 and
-// check_wgmma_split's ws_same / ws2_same).
+// check_wgmma_split's ws_same / ws2_same; on the H200 too, session 40).
+//
+// Session 40 (H200): its first producer, one bulk copy a weight row (144 bytes) from each lane of
+// one warp, capped the kernel at ~0.45-0.86 TB/s whatever the column count ([gate; up] at 16
+// columns 116 us against the early kernel's 37; halved again with one producer warp a
+// multiprocessor, CW = 2): small bulk copies issued lane by lane are slow to issue. A warp's
+// cp.async moves 512 bytes in one instruction.
 #pragma once
 
 #include "gemm_q4k_wgmma.cuh"
@@ -37,6 +44,7 @@ struct WsShape {
     static constexpr int kProducerRegs = 40, kConsumerRegs = CW == 1 ? 216 : 232;
 };
 constexpr int kWsGatherBarrier = 1;  // the consumers' named barrier in a tail split's gather
+constexpr int kWsProducers = 128;    // the producer warpgroup's threads
 constexpr int kWsStages = 4;
 
 // Dynamic shared memory: S stages as the early kernel's (WgPlan<N, CW>), then each stage's full
@@ -65,8 +73,8 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
     uint64_t * empty = full + S;
     if (tid == 0) {
         for (int s = 0; s < S; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 4 * CW);  // one arrival a consumer warp
+            mbar_init(&full[s], 1 + kWsProducers);  // the bulk copies' expect_tx, then every producer's cp.asyncs
+            mbar_init(&empty[s], 4 * CW);           // one arrival a consumer warp
         }
         mbar_init_fence();
     }
@@ -76,23 +84,25 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
     auto stage_at = [&](int s) { return ws_smem + s * P::kStageBytes; };
     if (warp >= kProducer) {
         warpgroup_regs_down<Shape::kProducerRegs>();
-        if (warp > kProducer) return;
-        // rows lane + 32 r of the tile (a last tile's missing rows read the matrix's last row)
-        const char * rows[2 * CW];
+        // The weights: 16-byte chunk c = ptid + 128 j of the stage (row c / 9, piece c % 9) at stage
+        // offset 16 c; a last tile's missing rows read the matrix's last row. Offsets from the tile's
+        // first row fit 32 bits (launch_q4k_wgmma_ws checks).
+        constexpr int kWChunks = P::kWBytes / 16, kPer = (kWChunks + kWsProducers - 1) / kWsProducers;
+        const int ptid = tid - Shape::kConsumers, last = nrows - 1 - row_base;
+        const char * wtile = w + (int64_t)row_base * row_bytes;
+        int off[kPer];
 #pragma unroll
-        for (int r = 0; r < 2 * CW; ++r) rows[r] = w + (int64_t)min(row_base + lane + 32 * r, nrows - 1) * row_bytes;
+        for (int j = 0; j < kPer; ++j) {
+            const int c = ptid + kWsProducers * j, r = c / 9;
+            off[j] = min(r, last) * (int)row_bytes + 16 * (c - 9 * r);
+        }
+        constexpr int kActBytes = P::kBBytes + P::kSumBytes + P::kDBytes;
         for (int i = 0; i < nkb; ++i) {
             const int s = i % S, use = i / S, kb = kb_begin + i;
             char * st = stage_at(s);
-            if (lane == 0) {
-                mbar_wait_parity(&empty[s], (use & 1) ^ 1);  // the consumers are done with its use before
-                mbar_arrive_expect_tx(&full[s], P::kStageBytes);
-            }
-            __syncwarp();  // the stage's bytes expected before any of them can land
-#pragma unroll
-            for (int r = 0; r < 2 * CW; ++r)
-                bulk_copy_g2s(st + (lane + 32 * r) * 144, rows[r] + (int64_t)kb * 144, 144, &full[s]);
-            if (lane == 0) {
+            mbar_wait_parity(&empty[s], (use & 1) ^ 1);  // the consumers are done with its use before
+            if (ptid == 0) {  // the activations, their per-32 sums and scales: three bulk copies
+                mbar_arrive_expect_tx(&full[s], kActBytes);
                 char * a = st + P::kWBytes;
                 bulk_copy_g2s(a, reinterpret_cast<const char *>(qs) + (int64_t)kb * P::kBBytes, P::kBBytes, &full[s]);
                 bulk_copy_g2s(a + P::kBBytes, reinterpret_cast<const char *>(ysum) + (int64_t)kb * P::kSumBytes,
@@ -100,6 +110,13 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
                 bulk_copy_g2s(a + P::kBBytes + P::kSumBytes,
                               reinterpret_cast<const char *>(yd) + (int64_t)kb * P::kDBytes, P::kDBytes, &full[s]);
             }
+            const char * wk = wtile + (int64_t)kb * 144;
+#pragma unroll
+            for (int j = 0; j < kPer; ++j) {
+                if (kWChunks % kWsProducers == 0 || ptid + kWsProducers * j < kWChunks)
+                    cp_async_16(st + 16 * (ptid + kWsProducers * j), wk + off[j]);
+            }
+            cp_async_mbar_arrive_noinc(&full[s]);  // counts once this thread's copies have landed
         }
         return;  // the consumers' waits cover every copy it issued
     }
@@ -189,6 +206,7 @@ bool launch_q4k_wgmma_ws(const char * w, const int8_t * qs, const float * yd, co
                          int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream,
                          WgSplit split = {}, float * partials = nullptr) {
     const int tiles = (nrows + CW * kWgRows - 1) / (CW * kWgRows);
+    if ((int64_t)CW * kWgRows * row_bytes > INT32_MAX) return false;  // the producers' 32-bit offsets
     if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
     const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, WsShape<CW>::kThreads / WARP_SIZE, 1);
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {

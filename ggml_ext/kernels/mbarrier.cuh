@@ -33,6 +33,9 @@ __device__ __forceinline__ void mbar_wait_parity(uint64_t * bar, unsigned parity
 __device__ __forceinline__ void bulk_copy_g2s(void * dst, const void * src, unsigned bytes, uint64_t * bar) {
     cuda_emu::cp_async_bulk_g2s(dst, src, bytes, bar);
 }
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t * bar) {
+    cuda_emu::cp_async_mbarrier_arrive_noinc(bar);
+}
 __device__ __forceinline__ void named_bar_sync(int id, int nthreads) { cuda_emu::named_barrier_sync(id, nthreads); }
 __device__ __forceinline__ void named_bar_arrive(int id, int nthreads) { cuda_emu::named_barrier_arrive(id, nthreads); }
 // setmaxnreg (every warp of the warpgroup): registers are not modelled.
@@ -81,6 +84,12 @@ __device__ __forceinline__ void bulk_copy_g2s(void * dst, const void * src, unsi
     DFLASH_MBAR_PTX("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                         mbar_smem(dst)),
                     "l"(src), "r"(bytes), "r"(mbar_smem(bar)) : "memory");
+}
+// An arrival on bar once every cp.async this thread issued so far has landed; .noinc: the barrier's
+// count includes it (a thread's 16-byte cp.asyncs, which a warp issues as one instruction, complete
+// a stage as a producer's bulk copies do).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t * bar) {
+    DFLASH_MBAR_PTX("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(mbar_smem(bar)) : "memory");
 }
 __device__ __forceinline__ void named_bar_sync(int id, int nthreads) {
     DFLASH_MBAR_PTX("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
