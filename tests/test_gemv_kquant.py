@@ -349,17 +349,17 @@ def test_cuda_wgmma_forms_give_the_same_bits(
     DFLASH_WGMMA_CHUNKS=1 (waits a chunk at a time, 2 stages, 3 blocks a multiprocessor; mode 0
     around the others): the same bits unsplit; split, its pieces follow its own occupancy. DFLASH_WGMMA_WG=3
     (the chunk-waiting kernel, 192 rows a block; 16480 rows: a last block of 160): likewise.
-    DFLASH_WGMMA_WS=1 / 2 (a producer warpgroup's bulk copies on mbarriers for one / two consumer
-    warpgroups; off by default): the same bits unsplit (2: as the early form's 64-row tiles, every
-    output's float steps in the same order); split, its own pieces. The pipe mode (0 here) takes
-    precedence over the first three; three warpgroups over it."""
+    DFLASH_WGMMA_WS=1 / 2 (a producer warpgroup's copies on mbarriers for one / two consumer
+    warpgroups at every column count; the default, 3, takes one from 33 columns, so off here
+    around them): the same bits unsplit (2: as the early form's 64-row tiles, every output's float
+    steps in the same order); split, its own pieces. The pipe mode (0 here) takes precedence over
+    the first three; three warpgroups over it."""
     if form in ("two_warpgroups", "three_warpgroups"):
         assert _core.wgmma_warpgroups() == int(os.environ.get("DFLASH_WGMMA_WG", "1"))
     if form == "chunks":
         assert _core.wgmma_chunks_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_CHUNKS") == "1")
-    if form.startswith("specialized"):
-        want_ws = int(os.environ.get("DFLASH_WGMMA_WS", "0"))
-        assert _core.wgmma_ws() == (want_ws if GPU and want_ws in (1, 2) else 0)
+    want_ws = int(os.environ.get("DFLASH_WGMMA_WS", "3"))
+    assert _core.wgmma_ws() == (want_ws if GPU and want_ws in (1, 2, 3) else 0)
     switch = {
         "early": ((_core.wgmma_early_enabled, _core.set_wgmma_early_enabled), (False, True)),
         "two_warpgroups": ((_core.wgmma_warpgroups, _core.set_wgmma_warpgroups), (1, 2)),
@@ -383,6 +383,7 @@ def test_cuda_wgmma_forms_give_the_same_bits(
         with (
             _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0),
             _switched(_core.wgmma_chunks, _core.set_wgmma_chunks_mode, 0),
+            _switched(_core.wgmma_ws, _core.set_wgmma_ws_mode, 0),
         ):
             with _switched(_core.wgmma_early_enabled, _core.set_wgmma_early_enabled, True):
                 ref, got, launches = _a_b(

@@ -605,9 +605,9 @@ PYBIND11_MODULE(_core, m) {
                   "Q4_K products with a fused residual through the wgmma GEMM with the residual fused: 0 off (the "
                   "default), 1 rows of 64 super-blocks or more only, 2 every one (DFLASH_WGMMA_RES); 0 without CUDA");
     def_form_mode(m, "wgmma_ws", &ggml_ext::set_wgmma_ws_mode, &ggml_ext::wgmma_ws, &ggml_ext::wgmma_ws_launches,
-                  "the warp-specialized wgmma GEMM (a producer warpgroup's bulk copies on mbarriers) in place of the "
-                  "early form: 0 off (the default), 1 one consumer warpgroup a block, 2 two (DFLASH_WGMMA_WS); 0 "
-                  "without CUDA");
+                  "the warp-specialized wgmma GEMM (a producer warpgroup's copies on mbarriers) in place of the "
+                  "early form: 0 off, 1 one consumer warpgroup a block, 2 two, at every column count, 3 one from 33 "
+                  "columns (the default; DFLASH_WGMMA_WS); 0 without CUDA");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

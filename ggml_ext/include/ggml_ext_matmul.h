@@ -134,9 +134,10 @@ int64_t wgmma_chunks_launches();
 void set_wgmma_res_mode(int mode);
 int wgmma_res();
 int64_t wgmma_res_launches();
-// The warp-specialized wgmma kernel (a producer warpgroup staging with bulk copies on mbarriers) in
-// place of the early form with one warpgroup and no residual: 0 off (the default), 1 one consumer
-// warpgroup a block (the same bits), 2 two (DFLASH_WGMMA_WS); wgmma_ws_launches counts it (tests).
+// The warp-specialized wgmma kernel (a producer warpgroup staging with cp.asyncs and bulk copies on
+// mbarriers) in place of the early form with one warpgroup and no residual: 0 off, 1 one consumer
+// warpgroup a block (the same bits), 2 two, at every column count; 3 (the default) one from 33
+// columns (DFLASH_WGMMA_WS); wgmma_ws_launches counts it (tests).
 void set_wgmma_ws_mode(int mode);
 int wgmma_ws();
 int64_t wgmma_ws_launches();

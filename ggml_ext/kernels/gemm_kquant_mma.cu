@@ -276,15 +276,24 @@ int wgmma_res_mode = [] {
     return valid_res_mode(e ? std::atoi(e) : 0);
 }();
 std::atomic<int64_t> wgmma_res_count{0};
-// The warp-specialized wgmma kernel (gemm_q4k_wgmma_ws.cuh: a producer warpgroup's bulk copies on
-// mbarriers, no block barrier a super-block) in place of the early form with one warpgroup and no
-// residual: mode 1 (DFLASH_WGMMA_WS=1) with one consumer warpgroup a block (the same bits), 2 with
-// two on 128 rows (the same bits as DFLASH_WGMMA_WG=2 unsplit); 0, the default: off, untimed.
-int valid_ws_mode(int m) { return m == 1 || m == 2 ? m : 0; }
+// The warp-specialized wgmma kernel (gemm_q4k_wgmma_ws.cuh: a producer warpgroup's cp.asyncs and
+// bulk copies on mbarriers, no block barrier a super-block) in place of the early form with one
+// warpgroup and no residual: mode 1 (DFLASH_WGMMA_WS=1) with one consumer warpgroup a block (the
+// same bits) at every column count, 2 with two on 128 rows (the same bits as DFLASH_WGMMA_WG=2
+// unsplit), 3 (the default) one consumer warpgroup from kWgmmaWsMinColumns columns; 0 off. On the
+// H100 (session 40, bench/results/h100-s40-*): the 27B's 64-token forward took 16.50 ms of
+// kernels with mode 1 against 17.26 ([gate; up] at 64 columns 65.1 against 73.1 us a launch in the
+// standalone), mode 2 16.94; at 32 tokens mode 1 was 0.04 ms slower (gdn_in at 32 columns 30.7
+// against 27.2 us), so the default starts above 32.
+constexpr int kWgmmaWsMinColumns = 33;
+int valid_ws_mode(int m) { return m >= 1 && m <= 3 ? m : 0; }
 int wgmma_ws_mode = [] {
     const char * e = std::getenv("DFLASH_WGMMA_WS");
-    return valid_ws_mode(e ? std::atoi(e) : 0);
+    return e ? valid_ws_mode(std::atoi(e)) : 3;
 }();
+bool takes_ws_form(int n) {
+    return wgmma_ws_mode == 1 || wgmma_ws_mode == 2 || (wgmma_ws_mode == 3 && n >= kWgmmaWsMinColumns);
+}
 std::atomic<int64_t> wgmma_ws_count{0};
 
 // Q6_K / Q4_K products through the f16 wgmma form (gemm_f16_wgmma.cuh: the scales folded into f16
@@ -478,7 +487,7 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                                                       : gemm_kq::kWgPlain;
         const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
         ggml_cuda_pool_alloc<float> partials(pool);
-        if (wgmma_ws_mode != 0 && form == gemm_kq::kWgEarly && !with_res && wgmma_warpgroups_flag == 1) {
+        if (takes_ws_form(n) && form == gemm_kq::kWgEarly && !with_res && wgmma_warpgroups_flag == 1) {
             auto ws = [&](auto cw_tag) {
                 constexpr int kCW = decltype(cw_tag)::value;
                 const gemm_kq::WgSplit split =
