@@ -1237,6 +1237,17 @@ void bench_mma(const char * name, W t, int rows, int k, std::mt19937 & gen,
 // repetitions, no timing.
 // codes: those to launch (default: the engine's, 102 for Q4_K / Q5_K, 2 for the others);
 // column counts: ncols_list.
+// "102,1000102" -> {102, 1000102}
+std::vector<int> parse_codes(const char * list) {
+    std::vector<int> codes;
+    for (const char * p = list; *p;) {
+        codes.push_back(std::atoi(p));
+        while (*p && *p != ',') ++p;
+        if (*p == ',') ++p;
+    }
+    return codes;
+}
+
 void profile_mma(W t, int rows, int k, std::mt19937 & gen, const std::vector<int> & codes = {},
                  const std::vector<int> & ncols_list = {8, 16, 32, 64}) {
     const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
@@ -1374,13 +1385,21 @@ void profile_gate_up_wgmma(std::mt19937 & gen, std::initializer_list<int> ncols_
     cudaFree(dw);
 }
 
-void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
+constexpr int kWgmmaBenchCodes[] = {102,      1000102,  90000014, 90002014, 91002014,
+                                    91002024, 91003312, 91003134, 91004014, 91004024};
+
+// Times the codes below (all: kWgmmaBenchCodes) at each column count of ncols_list; with
+// `profile`, launches each once on one copy of the weights instead (for ncu -k regex:gemm_).
+void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen, const std::vector<int> & codes = {},
+                 const std::vector<int> & ncols_list = {16, 24, 32, 48, 64}, bool profile = false) {
     const W t = W::q4_K;
     const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(t);
     const size_t bytes = (size_t)rows * row_bytes;
-    const int copies = (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
+    const int copies = profile ? 1 : (int)std::max<size_t>(2, (size_t)(400u << 20) / bytes + 1);
     char * dw = weight_copies(t, rows, k, bytes, copies, gen);
-    for (int ncols : {16, 24, 32, 48, 64}) {
+    const std::vector<int> run_codes =
+        codes.empty() ? std::vector<int>(std::begin(kWgmmaBenchCodes), std::end(kWgmmaBenchCodes)) : codes;
+    for (int ncols : ncols_list) {
         MmaBuffers b;
         b.alloc(k, ncols, rows);
         CK(cudaMemset(b.x, 0, (size_t)ncols * k * 4));
@@ -1408,8 +1427,7 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
              gemm_kq::wgmma_split_floats(sp_chunks, ncols), gemm_kq::wgmma_split_floats<3>(sp_three, ncols),
              gemm_kq::wgmma_split_floats(sp_ws, ncols), gemm_kq::wgmma_split_floats<2>(sp_ws2, ncols), (size_t)1});
         CK(cudaMalloc(&partials, nparts * sizeof(float)));
-        for (int code :
-             {102, 1000102, 90000014, 90002014, 91002014, 91002024, 91003312, 91003134, 91004014, 91004024}) {
+        for (int code : run_codes) {
             const bool wg = code >= 90000000;
             if (wg) {
                 gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
@@ -1462,6 +1480,11 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen) {
                     run_mma(t, code, dw + bytes * c, b, rows, k, row_bytes, ncols);
                 }
             };
+            if (profile) {
+                once(0);
+                CK(cudaDeviceSynchronize());
+                continue;
+            }
             const int reps = 5;
             for (int c = 0; c < copies; ++c) once(c);
             const double us = time_us(reps * copies, [&] {
@@ -2205,6 +2228,10 @@ int main(int argc, char ** argv) {
                                            {"ssm_out", W::q4_K, 5120, 6144}};
         for (const Shape & m : shapes) bench_wgmma(m.name, m.rows, m.k, gen);
     }
+    if (what == "profile_forms") {  // [gate; up] at 32 and 64 columns, each wgmma-bench code of argv[2] once (ncu)
+        bench_wgmma("ffn_gate_up", 34816, 5120, gen, parse_codes(argc > 2 ? argv[2] : "91002014,91004014"), {32, 64},
+                    true);
+    }
 #ifndef DFLASH_CUDA_EMU
     if (what == "q6wg") {  // the f16 wgmma GEMM (Q6_K, Q4_K): checked, then timed against the int8 forms
         check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 130, 5120, gen, {16, 24, 40, 64});
@@ -2235,13 +2262,7 @@ int main(int argc, char ** argv) {
 #endif
     }
     if (what == "profile_codes") {  // [gate; up] at 16 and 64 columns, the codes of argv[2] ("102,1000102")
-        std::vector<int> codes;
-        for (const char * p = argc > 2 ? argv[2] : "102"; *p;) {
-            codes.push_back(std::atoi(p));
-            while (*p && *p != ',') ++p;
-            if (*p == ',') ++p;
-        }
-        profile_mma(W::q4_K, 34816, 5120, gen, codes, {16, 64});
+        profile_mma(W::q4_K, 34816, 5120, gen, parse_codes(argc > 2 ? argv[2] : "102"), {16, 64});
     }
     if (what == "profile") {  // ffn_up, ffn_down and the output: one launch each at 16 / 32 / 64 columns
         profile_mma(W::q4_K, 17408, 5120, gen);
