@@ -184,10 +184,12 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # shared memory a block; 4 column
     # counts each: against the unsplit kernel, the host reference, a second launch, and with a
     # residual its own outputs plus the residual), and the f16 wgmma GEMM (Q6_K at 9 and 64 columns,
-    # at 40 with its tail split, Q4_K at 64; 4 forms each: 3 and 4 stages, 2 warpgroups, a residual)
+    # at 40 with its tail split, Q4_K at 64; 7 forms each: 3 and 4 stages, 2 warpgroups, a residual,
+    # and the warp-specialized kernel with one consumer warpgroup, two, and one with a residual, each
+    # with the bits of the form it stands for)
     sources = 4 + 16 + 6 + 9 + 5  # SwiGLU, RMSNorm (two GEMM forms, the GEMV), head norm, sigmoid gate
     mma_splits = 6 * 4
-    f16_wgmma = 4 * 4
+    f16_wgmma = 4 * 7
     assert len(rows) == (
         4 * 2 * 6
         + 4 * 8 * 6

@@ -1029,6 +1029,44 @@ def test_cuda_f16_wgmma_gemm_is_the_f16_product(
 
 @needs_gpu
 @pytest.mark.parametrize("wtype", ["q6_K", "q4_K"])
+@pytest.mark.parametrize(("rows", "k"), [(5120, 17408), (1000, 2304), (31040, 5120)])
+@pytest.mark.parametrize("n", [9, 32, 33, 64, 100])
+@pytest.mark.parametrize("residual", [False, True])
+def test_cuda_f16_wgmma_warp_specialized_gives_the_same_bits(
+    wtype: str, rows: int, k: int, n: int, residual: bool, mma_restored: None, f16_wgmma_restored: None
+) -> None:
+    """DFLASH_F16_WS=1 (off by default): the f16 wgmma GEMM's warp-specialized form, one consumer
+    warpgroup up to 32 columns and two above, each output's wgmmas in the f16 form's order: its
+    bits, with the residual fused or not, wherever both split a matrix alike. From 17 columns they
+    do (the same blocks a multiprocessor, by shared memory); at 16 or fewer the f16 form fits 3
+    blocks of 4 warps and the warp-specialized one 2 of 8, so their tail splits differ and the
+    outputs are held to float rounding (1e-5 of the scale). Each launch counted (100: 64 and 36) on
+    an sm_90a build on sm_90."""
+    assert _core.f16_ws_enabled() == (GPU and os.environ.get("DFLASH_F16_WS") == "1")
+    _core.set_mma_enabled(True)
+    _F16_SWITCH[wtype][1](2)
+    w, _ = _weights(wtype, rows, k, seed=55)
+    x = np.random.default_rng(56).standard_normal((n, k)).astype(np.float32)
+    res = np.random.default_rng(57).standard_normal((n, rows)).astype(np.float32)
+
+    def product() -> np.ndarray:
+        if residual:
+            return _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
+        return _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
+
+    ref, got, launches = _a_b(
+        (_core.f16_ws_enabled, _core.set_f16_ws_enabled), (False, True), product, _core.f16_ws_launches
+    )
+    ran = _core.wgmma_built() and _gpu_is_sm90()
+    assert launches == ((2 if n > 64 else 1) if ran else 0)
+    if n > 16:
+        np.testing.assert_array_equal(got, ref)
+    else:
+        assert np.abs(got - ref).max() <= 1e-5 * float(np.abs(ref).max())
+
+
+@needs_gpu
+@pytest.mark.parametrize("wtype", ["q6_K", "q4_K"])
 @pytest.mark.parametrize("n", [16, 48])
 def test_cuda_f16_wgmma_gemm_adds_the_residual(
     wtype: str, n: int, mma_restored: None, f16_wgmma_restored: None

@@ -183,6 +183,14 @@ void def_form_mode(py::module_ & m, const std::string & stem, void (*set)(int), 
     m.def((stem + "_launches").c_str(), launches, ("launches of " + stem + "'s GEMM form so far (tests)").c_str());
 }
 
+// The same for a form switched on or off: set_<stem>_enabled(on), <stem>_enabled(), <stem>_launches().
+void def_form_switch(py::module_ & m, const std::string & stem, void (*set)(bool), bool (*get)(), int64_t (*launches)(),
+                     const char * doc) {
+    m.def(("set_" + stem + "_enabled").c_str(), set, py::arg("on"), doc);
+    m.def((stem + "_enabled").c_str(), get);
+    m.def((stem + "_launches").c_str(), launches, ("launches of " + stem + "'s GEMM form so far (tests)").c_str());
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -558,6 +566,9 @@ PYBIND11_MODULE(_core, m) {
           "the f16 wgmma GEMM for every matrix of its types, not only long rows (24 super-blocks or more) and the "
           "output matrix (65536 rows or more) (DFLASH_F16_WGMMA_ALL=1)");
     m.def("f16_wgmma_all", &ggml_ext::f16_wgmma_all);
+    def_form_switch(m, "f16_ws", &ggml_ext::set_f16_ws_enabled, &ggml_ext::f16_ws_enabled, &ggml_ext::f16_ws_launches,
+                    "the f16 wgmma GEMM through its warp-specialized form (a producer warpgroup staging on mbarriers; "
+                    "the same bits): off until timed (DFLASH_F16_WS=1); no effect without CUDA");
     m.def("f16_wgmma_launches", &ggml_ext::f16_wgmma_launches,
           "launches of the f16 wgmma GEMM (Q6_K, Q4_K) so far (tests)");
     m.def("wgmma_split_launches", &ggml_ext::wgmma_split_launches,
@@ -568,13 +579,11 @@ PYBIND11_MODULE(_core, m) {
           "(DFLASH_WGMMA_PIPE)");
     m.def("wgmma_pipe", &ggml_ext::wgmma_pipe);
     m.def("wgmma_pipe_launches", &ggml_ext::wgmma_pipe_launches, "launches of the pipelined wgmma GEMM so far (tests)");
-    m.def("set_wgmma_early_enabled", &ggml_ext::set_wgmma_early_enabled, py::arg("on"),
-          "the unpipelined wgmma GEMM with the pipelined one's staging (the next stage's copies after a "
-          "super-block's first wgmmas; the same bits), where the pipe mode is 0 (on by default; "
-          "DFLASH_WGMMA_EARLY=0 turns it off)");
-    m.def("wgmma_early_enabled", &ggml_ext::wgmma_early_enabled);
-    m.def("wgmma_early_launches", &ggml_ext::wgmma_early_launches,
-          "launches of the early-staging wgmma GEMM so far (tests)");
+    def_form_switch(m, "wgmma_early", &ggml_ext::set_wgmma_early_enabled, &ggml_ext::wgmma_early_enabled,
+                    &ggml_ext::wgmma_early_launches,
+                    "the unpipelined wgmma GEMM with the pipelined one's staging (the next stage's copies after a "
+                    "super-block's first wgmmas; the same bits), where the pipe mode is 0 (on by default; "
+                    "DFLASH_WGMMA_EARLY=0 turns it off)");
     m.def("set_wgmma_short_enabled", &ggml_ext::set_wgmma_short_enabled, py::arg("on"),
           "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM too, split along K to "
           "fill the GPU (off by default until measured; DFLASH_WGMMA_SHORT=1 starts it on)");

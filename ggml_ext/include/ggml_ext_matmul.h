@@ -173,6 +173,11 @@ int64_t f16_wgmma_launches();
 // more) by default; every matrix with DFLASH_F16_WGMMA_ALL=1 (or on).
 void set_f16_wgmma_all(bool on);
 bool f16_wgmma_all();
+// The f16 wgmma GEMM through its warp-specialized form (a producer warpgroup staging on mbarriers;
+// the same bits): off until timed, DFLASH_F16_WS=1 starts it on; f16_ws_launches counts it (tests).
+void set_f16_ws_enabled(bool on);
+bool f16_ws_enabled();
+int64_t f16_ws_launches();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to fuse_add_max_columns() columns
 // (patches/0008): the residual added as the GEMM writes its outputs, the same float addition as the

@@ -43,6 +43,8 @@
 
 #include "gemm_q4k_wgmma.cuh"
 
+#include <utility>
+
 namespace gemm_kq {
 
 // Hardware k (0..15) of value v (0..15) of a group: value 4t + i at 2t + i (i < 2), 8 + 2t + i - 2.
@@ -304,6 +306,56 @@ struct F16WgPlan {
     static constexpr int kStageBytes = kWBytes + kBBytes;
 };
 
+// Super-block kb from stage st (its weights at the start, then kWBytes later its activations): this
+// lane's rows wrow + g and + 8 (row0 / row1: their rows in the matrix, for Q6_K's offsets in 16
+// bytes) into operands, a chunk of 4 groups at a time in the operand set a[chunk & 1], each
+// chunk's 4 wgmmas into acc one commit group, waiting for the chunk before. after_first(): once
+// the first chunk's wait has returned, so every earlier super-block's wgmmas are done.
+template <typename F, int N, int kWBytes, typename AfterFirst>
+__device__ __forceinline__ void f16_superblock(const char * st, int kb, int wrow, int g, int t, const char * row0,
+                                               const char * row1, float (&acc)[N / 2], uint32_t (&a)[2][4][4],
+                                               int & chunk, AfterFirst && after_first) {
+    auto in_stage = [&](int r, const char * row) {  // row r's block in the stage
+        return st + r * F::kChunks * 16 + (F::kAligned ? 0 : offset_in16(row + (int64_t)kb * F::kBytes));
+    };
+    const typename F::Row r0 = F::load(in_stage(wrow + g, row0), t);
+    const typename F::Row r1 = F::load(in_stage(wrow + g + 8, row1), t);
+    const typename F::Scales c0 = F::scales(r0), c1 = F::scales(r1);
+    const char * b = st + kWBytes;
+#pragma unroll
+    for (int c = 0; c < 4; ++c, ++chunk) {
+        uint32_t (&ac)[4][4] = a[chunk & 1];
+#pragma unroll
+        for (int m = 0; m < 4; ++m) F::operand(r0, r1, c0, c1, 4 * c + m, ac[m]);
+        wg_fence();
+#pragma unroll
+        for (int m = 0; m < 4; ++m) wgmma_f16<N>(acc, ac[m], wg_desc(b + (4 * c + m) * N * 32, 128, 256));
+        wg_commit();
+        wg_wait<1>();  // the chunk before is done: its operand set is free
+        if (c == 0) after_first();
+    }
+}
+
+// The outputs of this lane's rows (first: the warp's first row in the matrix) and columns, plus
+// res (stride_col_res floats a column) with kRes.
+template <int N, bool kRes>
+__device__ __forceinline__ void f16_write_out(const float (&acc)[N / 2], int first, int g, int t, int nrows, int ncols,
+                                              float * __restrict__ dst, int stride_col_dst, const float * res,
+                                              int stride_col_res) {
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = first + g + (e < 2 ? 0 : 8), col = nt * 8 + 2 * t + (e & 1);
+            if (row < nrows && col < ncols) {
+                float v = acc[4 * nt + e];
+                if constexpr (kRes) v += res[(int64_t)col * stride_col_res + row];
+                dst[(int64_t)col * stride_col_dst + row] = v;
+            }
+        }
+    }
+}
+
 // F: the weight format (F16Q6K, F16Q4K); N: padded columns (16, 24, 32, 48, 64); S: stages (3 or
 // more); WG: warpgroups a block. The tail split (WgSplit) as the Q4_K int8 form's. kRes: res
 // (stride_col_res floats a column) is added to each output as it is written (a fused residual add).
@@ -374,28 +426,8 @@ __device__ __forceinline__ void f16_wgmma_body(const char * __restrict__ w, cons
         __syncthreads();  // every thread's copies of stage i landed; every warp past super-block i - 2's wgmmas
         if (i + kAhead < nkb) stage_in((i + kAhead) % S, kb + kAhead);
         cp_async_commit();
-        const char * st = smem + (i % S) * P::kStageBytes;
-        auto in_stage = [&](int r, const char * row) {  // row r's block in the stage
-            return st + r * F::kChunks * 16 + (F::kAligned ? 0 : offset_in16(row + (int64_t)kb * F::kBytes));
-        };
-        const typename F::Row r0 = F::load(in_stage(wrow + g, row0), t);
-        const typename F::Row r1 = F::load(in_stage(wrow + g + 8, row1), t);
-        const typename F::Scales c0 = F::scales(r0), c1 = F::scales(r1);
-        const char * b = st + P::kWBytes;
-#pragma unroll
-        for (int c = 0; c < 4; ++c, ++chunk) {
-            uint32_t (&ac)[4][4] = a[chunk & 1];
-#pragma unroll
-            for (int m = 0; m < 4; ++m) {
-                const int s = 4 * c + m;
-                F::operand(r0, r1, c0, c1, s, ac[m]);
-            }
-            wg_fence();
-#pragma unroll
-            for (int m = 0; m < 4; ++m) wgmma_f16<N>(acc, ac[m], wg_desc(b + (4 * c + m) * N * 32, 128, 256));
-            wg_commit();
-            wg_wait<1>();  // the chunk before is done: its operand set is free
-        }
+        f16_superblock<F, N, P::kWBytes>(smem + (i % S) * P::kStageBytes, kb, wrow, g, t, row0, row1, acc, a, chunk,
+                                         [] {});
     }
     wg_wait0();
     wg_pin_f(acc);
@@ -403,18 +435,7 @@ __device__ __forceinline__ void f16_wgmma_body(const char * __restrict__ w, cons
     // a piece of a split tile: its sums out; the tile's last piece adds every piece's and writes
     auto at = [&](int nt, int i) -> float & { return acc[4 * nt + i]; };
     if (work.split && !wg_split_gather<NT, kThreads>(at, partials, work, full_tiles, pieces, tid)) return;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int row = row_base + wrow + g + (e < 2 ? 0 : 8), col = nt * 8 + 2 * t + (e & 1);
-            if (row < nrows && col < ncols) {
-                float v = acc[4 * nt + e];
-                if constexpr (kRes) v += res[(int64_t)col * stride_col_res + row];
-                dst[(int64_t)col * stride_col_dst + row] = v;
-            }
-        }
-    }
+    f16_write_out<N, kRes>(acc, row_base + wrow, g, t, nrows, ncols, dst, stride_col_dst, res, stride_col_res);
 }
 
 template <typename F, int N, int S, int WG, int MB, bool kRes>
@@ -472,6 +493,26 @@ bool f16_wgmma_ready(int ncols, bool with_res) {
     });
 }
 
+// One launch of the instance that instance(n_tag, res_tag) names for ncols columns, with a residual
+// or not: its kernel (null: false, nothing launched) and dynamic shared memory bytes.
+template <typename Instance>
+bool launch_f16_instance(Instance && instance, dim3 grid, dim3 block, const char * w, const __half * act, float * dst,
+                         int nrows, int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream,
+                         const float * res, int stride_col_res, const WgSplit & split, float * partials) {
+    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
+        constexpr int N = decltype(n_tag)::value;
+        auto go = [&](auto res_tag) {
+            const auto kernel_bytes = instance(n_tag, res_tag);
+            if (!kernel_bytes.first) return false;
+            DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kernel_bytes.second, stream, kernel_bytes.first)(
+                w, act, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, res, stride_col_res, split.full_tiles,
+                split.pieces, partials);
+            return true;
+        };
+        return res ? go(std::true_type{}) : go(std::false_type{});
+    });
+}
+
 // Returns false when the kernel cannot run here (the opt-in failed). act: convert_act_f16's, for
 // wg_padded_columns(ncols) columns. split / partials: a tail split and its floats; by default none.
 template <typename F, int S = kF16WgStages, int WG = 1, int MB = 1>
@@ -481,19 +522,13 @@ bool launch_f16_wgmma(const char * w, const __half * act, float * dst, int nrows
     const int tiles = (nrows + WG * kWgRows - 1) / (WG * kWgRows);
     if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
     const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, 4 * WG, 1);
-    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
+    auto instance = [](auto n_tag, auto res_tag) {
         constexpr int N = decltype(n_tag)::value;
-        constexpr int kBytes = S * F16WgPlan<F, N, WG>::kStageBytes;
-        auto go = [&](auto res_tag) {
-            auto kernel = f16_wgmma_kernel_ready<F, S, WG, MB, N, decltype(res_tag)::value>();
-            if (!kernel) return false;
-            DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
-                w, act, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, res, stride_col_res, split.full_tiles,
-                split.pieces, partials);
-            return true;
-        };
-        return res ? go(std::true_type{}) : go(std::false_type{});
-    });
+        return std::make_pair(f16_wgmma_kernel_ready<F, S, WG, MB, N, decltype(res_tag)::value>(),
+                              S * F16WgPlan<F, N, WG>::kStageBytes);
+    };
+    return launch_f16_instance(instance, grid, block, w, act, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream,
+                               res, stride_col_res, split, partials);
 }
 
 }  // namespace gemm_kq

@@ -324,6 +324,15 @@ bool f16_wgmma_all_flag = [] {
     return e && e[0] == '1';
 }();
 
+// The f16 GEMM through its warp-specialized form (gemm_f16_wgmma_ws.cuh: a producer warpgroup's
+// cp.asyncs and bulk copy on mbarriers; one consumer warpgroup up to 32 columns, two above; the
+// same bits): DFLASH_F16_WS=1; off (0) until timed.
+bool f16_ws_flag = [] {
+    const char * e = std::getenv("DFLASH_F16_WS");
+    return e && e[0] == '1';
+}();
+std::atomic<int64_t> f16_ws_count{0};
+
 bool takes_f16_wgmma(ggml_type t, int n, bool hopper, int rows, int k) {
     const int from = t == GGML_TYPE_Q6_K ? q6k_wgmma_from : t == GGML_TYPE_Q4_K ? q4k_f16_from : 0;
     const bool shape = f16_wgmma_all_flag || k / 256 >= gemm_kq::kLongRowBlocks || rows >= 65536;
@@ -469,10 +478,14 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                 int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
                 int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
     // qs holds 2 bytes a value of up to 64 columns then (the caller's)
-    if (takes_f16_wgmma(t, n, hopper, rows, k) &&
-        ggml_ext_cuda_f16_wgmma(t, x, qs, w, rows, k, row_bytes, n, out, sd, r_ptr, sr, nsm, pool, stream)) {
-        ++f16_wgmma_count;
-        return;
+    if (takes_f16_wgmma(t, n, hopper, rows, k)) {
+        const int ran = ggml_ext_cuda_f16_wgmma(t, x, qs, w, rows, k, row_bytes, n, out, sd, r_ptr, sr, nsm,
+                                                f16_ws_flag, pool, stream);
+        if (ran) {
+            ++f16_wgmma_count;
+            if (ran == 2) ++f16_ws_count;
+            return;
+        }
     }
     if (takes_wgmma(t, mins_int, rows, k, n, hopper, r_ptr != nullptr)) {
         gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
@@ -612,6 +625,9 @@ int q6k_wgmma_from_columns() { return q6k_wgmma_from; }
 void set_q4k_f16_from(int n) { q4k_f16_from = n >= 2 && n <= 64 ? n : 0; }
 int q4k_f16_from_columns() { return q4k_f16_from; }
 int64_t f16_wgmma_launches() { return f16_wgmma_count.load(); }
+void set_f16_ws_enabled(bool on) { f16_ws_flag = on; }
+bool f16_ws_enabled() { return f16_ws_flag; }
+int64_t f16_ws_launches() { return f16_ws_count.load(); }
 void set_f16_wgmma_all(bool on) { f16_wgmma_all_flag = on; }
 bool f16_wgmma_all() { return f16_wgmma_all_flag; }
 }  // namespace ggml_ext

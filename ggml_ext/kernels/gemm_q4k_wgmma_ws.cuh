@@ -47,6 +47,36 @@ constexpr int kWsGatherBarrier = 1;  // the consumers' named barrier in a tail s
 constexpr int kWsProducers = 128;    // the producer warpgroup's threads
 constexpr int kWsStages = 4;
 
+// A warp-specialized block's work (a tile, or a tail split's piece of one: wg_block_work): its
+// super-blocks and the tile's first row (CW warpgroups of 64 rows).
+struct WsTile {
+    WgBlockWork work;
+    int kb_begin, nkb, row_base;
+};
+template <int CW>
+__device__ __forceinline__ WsTile ws_tile(int full_tiles, int pieces, int nblocks) {
+    const WgBlockWork work = wg_block_work(full_tiles, pieces, nblocks);
+    return {work, work.kb_begin, work.kb_end - work.kb_begin, work.tile * kWgRows * CW};
+}
+
+// A warp-specialized kernel's stage barriers at bars: S `full` ones, completed by the producers'
+// bulk copies' expect_tx and each producer thread's cp.async arrival, then S `empty` ones, by one
+// arrival a consumer warp (CW warpgroups). Thread 0 initialises them; then the block's barrier and
+// the wait for the kernel that wrote the activations (pdl.cuh).
+template <int S, int CW>
+__device__ __forceinline__ void ws_stage_barriers(uint64_t * bars, int tid) {
+    if (tid == 0) {
+        for (int s = 0; s < S; ++s) {
+            mbar_init(&bars[s], 1 + kWsProducers);
+            mbar_init(&bars[S + s], 4 * CW);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    pdl_wait();
+    pdl_trigger();
+}
+
 // Dynamic shared memory: S stages as the early kernel's (WgPlan<N, CW>), then each stage's full
 // and empty barriers.
 template <int N, int S, int CW>
@@ -66,21 +96,12 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
     constexpr int NT = N / 8, kProducer = 4 * CW;  // the producer warpgroup's first warp
     DFLASH_DYNAMIC_SMEM_BYTES(ws_smem);
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
-    const WgBlockWork work = wg_block_work(full_tiles, pieces, nblocks);
-    const int kb_begin = work.kb_begin, nkb = work.kb_end - work.kb_begin;
-    const int row_base = work.tile * kWgRows * CW;
+    const WsTile tile = ws_tile<CW>(full_tiles, pieces, nblocks);
+    const WgBlockWork work = tile.work;
+    const int kb_begin = tile.kb_begin, nkb = tile.nkb, row_base = tile.row_base;
     uint64_t * full = reinterpret_cast<uint64_t *>(ws_smem + WsPlan<N, S, CW>::kBarOffset);
     uint64_t * empty = full + S;
-    if (tid == 0) {
-        for (int s = 0; s < S; ++s) {
-            mbar_init(&full[s], 1 + kWsProducers);  // the bulk copies' expect_tx, then every producer's cp.asyncs
-            mbar_init(&empty[s], 4 * CW);           // one arrival a consumer warp
-        }
-        mbar_init_fence();
-    }
-    __syncthreads();
-    pdl_wait();  // the activations come from the kernel before (pdl.cuh)
-    pdl_trigger();
+    ws_stage_barriers<S, CW>(full, tid);
     auto stage_at = [&](int s) { return ws_smem + s * P::kStageBytes; };
     if (warp >= kProducer) {
         warpgroup_regs_down<Shape::kProducerRegs>();

@@ -79,11 +79,12 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
                                  int64_t n, ggml_tensor * dst, const ggml_tensor * res = nullptr);
 // Q6_K or Q4_K (t) rows x n <= 64 columns of x through the f16 wgmma GEMM (gemm_f16_wgmma.cu; an
 // sm_90a build on an sm_90 GPU): x into f16 at act (2 * 64 * k bytes), then the product into out (sd
-// floats a column), plus res (sr floats a column) when given. False when it cannot run here:
-// nothing launched.
-bool ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, const char * w, int rows, int k,
-                             int64_t row_bytes, int n, float * out, int sd, const float * res, int sr, int nsm,
-                             ggml_cuda_pool & pool, cudaStream_t stream);
+// floats a column), plus res (sr floats a column) when given; ws: through its warp-specialized
+// form (gemm_f16_wgmma_ws.cuh) where that can run. 0 when it cannot run here (nothing launched), 1
+// when the f16 form ran, 2 when its warp-specialized form did.
+int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, const char * w, int rows, int k,
+                            int64_t row_bytes, int n, float * out, int sd, const float * res, int sr, int nsm, bool ws,
+                            ggml_cuda_pool & pool, cudaStream_t stream);
 // Two products of the same n <= 64 columns of x, w1 x into dst1 and w2 x into dst2, their
 // activations quantized by one launch (in both layouts where the types want two; rms_norm_fusion.cu's
 // pairs): both in the mma.sync forms (not the wgmma one), types with scales per 256 values (Q4_K,

@@ -90,6 +90,9 @@ int q4k_f16_from_columns() { return 0; }
 int64_t f16_wgmma_launches() { return 0; }
 void set_f16_wgmma_all(bool) {}
 bool f16_wgmma_all() { return false; }
+void set_f16_ws_enabled(bool) {}
+bool f16_ws_enabled() { return false; }
+int64_t f16_ws_launches() { return 0; }
 void set_mmq_tiles_enabled(bool) {}
 bool mmq_tiles_enabled() { return false; }
 void set_fuse_add_enabled(bool) {}

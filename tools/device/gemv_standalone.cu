@@ -9,6 +9,7 @@
 #include "gemm_q4k_wgmma.cuh"
 #include "gemm_q4k_wgmma_ws.cuh"
 #include "gemm_f16_wgmma.cuh"
+#include "gemm_f16_wgmma_ws.cuh"
 #include "gemv_kquant_impl.cuh"
 
 #include <algorithm>
@@ -1730,10 +1731,25 @@ void check_f16_wgmma(W t, int rows, int k, std::mt19937 & gen, std::initializer_
         const int tiles = (rows + gemm_kq::kWgRows - 1) / gemm_kq::kWgRows;
         const gemm_kq::WgSplit split = slots > 0 ? gemm_kq::wg_split_plan(tiles, nb, slots) : gemm_kq::WgSplit{};
         CK(cudaMalloc(&partials, std::max<size_t>(1, gemm_kq::wgmma_split_floats(split, ncols)) * 4));
-        for (int form = 0; form < 4; ++form) {  // 0: 3 stages, 1: 4 stages, 2: 2 warpgroups, 3: residual
+        // 0: 3 stages, 1: 4 stages, 2: 2 warpgroups, 3: residual; the warp-specialized kernel
+        // (gemm_f16_wgmma_ws.cuh) as 4: form 0 (its split), 5: form 2 (unsplit), 6: form 3, each
+        // with that form's bits
+        std::vector<float> outs[7];
+        for (int form = 0; form < 7; ++form) {
             CK(cudaMemset(dst, 0, res.size() * 4));
             bool ran = false;
             switch (form) {
+                case 4:
+                    ran = gemm_kq::launch_f16_wgmma_ws<F, 1>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr,
+                                                             nullptr, 0, split, partials);
+                    break;
+                case 5:
+                    ran = gemm_kq::launch_f16_wgmma_ws<F, 2>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr);
+                    break;
+                case 6:
+                    ran = gemm_kq::launch_f16_wgmma_ws<F, 1>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr,
+                                                             dres, rows, split, partials);
+                    break;
                 case 0:
                     ran = gemm_kq::launch_f16_wgmma<F, 3>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr,
                                                           nullptr, 0, split, partials);
@@ -1749,20 +1765,25 @@ void check_f16_wgmma(W t, int rows, int k, std::mt19937 & gen, std::initializer_
                                                           rows, split, partials);
             }
             CK(cudaDeviceSynchronize());
-            std::vector<float> got(res.size());
+            std::vector<float> & got = outs[form];
+            got.resize(res.size());
             CK(cudaMemcpy(got.data(), dst, got.size() * 4, cudaMemcpyDeviceToHost));
+            const bool with_res = form == 3 || form == 6;
             double err_ops = 0, err = 0;
             for (size_t i = 0; i < got.size(); ++i) {
-                const double base = form == 3 ? (double)got[i] - res[i] : (double)got[i];
+                const double base = with_res ? (double)got[i] - res[i] : (double)got[i];
                 err_ops = std::fmax(err_ops, std::fabs(base - ref_ops[i]));
                 err = std::fmax(err, std::fabs(base - ref[i]));
             }
+            const int like = form == 4 ? 0 : form == 5 ? 2 : form == 6 ? 3 : form;
+            const bool same = std::memcmp(got.data(), outs[like].data(), got.size() * 4) == 0;
             std::printf(
                 "{\"check_f16_wgmma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"form\": %d, \"pieces\": %d, "
-                "\"ran\": %s, \"act_ok\": %s, \"rel_err_ops\": %.3g, \"rel_err\": %.3g, \"ok\": %s}\n",
-                type_name(t), rows, k, ncols, form, split.pieces, ran ? "true" : "false", act_ok ? "true" : "false",
-                err_ops / ref_max, err / ref_max,
-                ran && act_ok && err_ops / ref_max <= 5e-5 && err / ref_max <= 2e-3 ? "true" : "false");
+                "\"ran\": %s, \"act_ok\": %s, \"rel_err_ops\": %.3g, \"rel_err\": %.3g, \"same_bits\": %s, \"ok\": "
+                "%s}\n",
+                type_name(t), rows, k, ncols, form, form == 5 ? 1 : split.pieces, ran ? "true" : "false",
+                act_ok ? "true" : "false", err_ops / ref_max, err / ref_max, same ? "true" : "false",
+                ran && act_ok && same && err_ops / ref_max <= 5e-5 && err / ref_max <= 2e-3 ? "true" : "false");
         }
         cudaFree(dx);
         cudaFree(dst);
@@ -1837,14 +1858,25 @@ void bench_f16_wgmma(const char * name, W t, int rows, int k, std::mt19937 & gen
             gemm_kq::launch_f16_wgmma<F, 3, 2>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
                                                nullptr, 0, sp3w2, partials);
         });
+        // the warp-specialized kernel (gemm_f16_wgmma_ws.cuh), one and two consumer warpgroups, split
+        const auto spws = gemm_kq::f16_wgmma_ws_split_for<F, 1>(rows, k, ncols, nsm);
+        const auto spws2 = gemm_kq::f16_wgmma_ws_split_for<F, 2>(rows, k, ncols, nsm);
+        const double us_ws_split = timed([&](int c) {
+            gemm_kq::launch_f16_wgmma_ws<F, 1>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
+                                               nullptr, 0, spws, partials);
+        });
+        const double us_ws2_split = timed([&](int c) {
+            gemm_kq::launch_f16_wgmma_ws<F, 2>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
+                                               nullptr, 0, spws2, partials);
+        });
         std::printf(
             "{\"bench_f16_wgmma\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"us_mma\": %.2f, "
             "\"us_int8_wgmma\": %.2f, \"us_wg_s3\": %.2f, \"us_wg_s3_split\": %.2f, \"pieces_s3\": %d, "
             "\"us_wg_s4_split\": %.2f, \"us_wg_2wg_split\": %.2f, \"pieces_2wg\": %d, \"us_quantize_int8\": %.2f, "
-            "\"us_convert_f16\": %.2f, \"GBps_best_wg\": %.0f}\n",
+            "\"us_convert_f16\": %.2f, \"us_ws_split\": %.2f, \"us_ws2_split\": %.2f, \"GBps_best_wg\": %.0f}\n",
             name, type_name(t), rows, k, ncols, us_mma, us_int8_wgmma, us_s3, us_s3_split, sp3.pieces, us_s4_split,
-            us_w2_split, sp3w2.pieces, us_quant, us_conv,
-            bytes / std::min({us_s3, us_s3_split, us_s4_split, us_w2_split}) / 1e3);
+            us_w2_split, sp3w2.pieces, us_quant, us_conv, us_ws_split, us_ws2_split,
+            bytes / std::min({us_s3, us_s3_split, us_s4_split, us_w2_split, us_ws_split, us_ws2_split}) / 1e3);
         CK(cudaGetLastError());
         cudaFree(act);
         b.free_all();

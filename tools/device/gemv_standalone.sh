@@ -45,7 +45,8 @@ for r in rows:
         print(f'{r["bench_f16_wgmma"]:>11} {r["type"]} f16 wgmma n={r["n"]} int8 mma {r["us_mma"]:.2f} '
               f'int8 wgmma {r["us_int8_wgmma"]:.2f} | s3 {r["us_wg_s3"]:.2f} s3split {r["us_wg_s3_split"]:.2f} '
               f'(p{r["pieces_s3"]}) s4split {r["us_wg_s4_split"]:.2f} 2wg {r["us_wg_2wg_split"]:.2f} '
-              f'(p{r["pieces_2wg"]}) us; quant {r["us_quantize_int8"]:.2f} f16 {r["us_convert_f16"]:.2f} us')
+              f'(p{r["pieces_2wg"]}) ws {r.get("us_ws_split", 0):.2f} ws2 {r.get("us_ws2_split", 0):.2f} us; '
+              f'quant {r["us_quantize_int8"]:.2f} f16 {r["us_convert_f16"]:.2f} us')
     elif "bench_quant" in r:
         print(f'quant {r["bench_quant"]:>6} {r["layout"]:>5} n={r["n"]:2d} {r["form"]:>15} {r["us"]:7.3f} us')
     elif "bench_mma" in r:
