@@ -8,7 +8,7 @@
 // `full` mbarrier once its copies land, and its first thread the super-block's f16 activations
 // with one bulk copy on the same barrier. The consumers build their operands and issue a chunk's 4
 // wgmmas at a time as the f16 body does, waiting for the chunk before (wait_group 1); so the last
-// chunk of super-block i is known done at super-block i + 1's first wait, where each consumer warp
+// chunk of super-block i is known done at super-block i + 1's first wait, where each consumer thread
 // releases stage i on its `empty` barrier. The activations reach the wgmmas through the async proxy
 // (the bulk copy), so no proxy fence; the weights are read with ordinary loads.
 //
@@ -52,7 +52,7 @@ __device__ __forceinline__ void f16_wgmma_ws_body(const char * __restrict__ w, c
     const int nkb = tile.nkb, row_base = tile.row_base;
     uint64_t * full = reinterpret_cast<uint64_t *>(ws_smem + F16WsPlan<F, N, S, CW>::kBarOffset);
     uint64_t * empty = full + S;
-    ws_stage_barriers<S, CW>(full, tid);
+    ws_stage_barriers<S>(full, tid, Shape::kConsumers);  // one release a consumer thread (below)
     auto stage_at = [&](int s) { return ws_smem + s * P::kStageBytes; };
     if (warp >= 4 * CW) {  // the producer warpgroup
         warpgroup_regs_down<F16WsRegs<CW>::kProducer>();
@@ -94,11 +94,10 @@ __device__ __forceinline__ void f16_wgmma_ws_body(const char * __restrict__ w, c
     for (int i = 0; i < nkb; ++i) {
         const int s = i % S;
         mbar_wait_parity(&full[s], (i / S) & 1);
-        // super-block i - 1's last chunk is done at i's first wait: its stage is free
+        // super-block i - 1's last chunk is done at i's first wait: its stage is free. Every consumer
+        // thread arrives: a lane-0 arrival's branch among the wgmmas made ptxas serialize them (C7513).
         f16_superblock<F, N, P::kWBytes>(stage_at(s), tile.kb_begin + i, wrow, g, t, row0, row1, acc, a, chunk, [&] {
-            if (i == 0) return;
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[(i - 1) % S]);
+            if (i > 0) mbar_arrive(&empty[(i - 1) % S]);
         });
     }
     wg_wait0();

@@ -60,15 +60,15 @@ __device__ __forceinline__ WsTile ws_tile(int full_tiles, int pieces, int nblock
 }
 
 // A warp-specialized kernel's stage barriers at bars: S `full` ones, completed by the producers'
-// bulk copies' expect_tx and each producer thread's cp.async arrival, then S `empty` ones, by one
-// arrival a consumer warp (CW warpgroups). Thread 0 initialises them; then the block's barrier and
-// the wait for the kernel that wrote the activations (pdl.cuh).
-template <int S, int CW>
-__device__ __forceinline__ void ws_stage_barriers(uint64_t * bars, int tid) {
+// bulk copies' expect_tx and each producer thread's cp.async arrival, then S `empty` ones, by
+// `releases` consumer arrivals. Thread 0 initialises them; then the block's barrier and the wait for
+// the kernel that wrote the activations (pdl.cuh).
+template <int S>
+__device__ __forceinline__ void ws_stage_barriers(uint64_t * bars, int tid, int releases) {
     if (tid == 0) {
         for (int s = 0; s < S; ++s) {
             mbar_init(&bars[s], 1 + kWsProducers);
-            mbar_init(&bars[S + s], 4 * CW);
+            mbar_init(&bars[S + s], releases);
         }
         mbar_init_fence();
     }
@@ -101,7 +101,7 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
     const int kb_begin = tile.kb_begin, nkb = tile.nkb, row_base = tile.row_base;
     uint64_t * full = reinterpret_cast<uint64_t *>(ws_smem + WsPlan<N, S, CW>::kBarOffset);
     uint64_t * empty = full + S;
-    ws_stage_barriers<S, CW>(full, tid);
+    ws_stage_barriers<S>(full, tid, 4 * CW);  // one release a consumer warp
     auto stage_at = [&](int s) { return ws_smem + s * P::kStageBytes; };
     if (warp >= kProducer) {
         warpgroup_regs_down<Shape::kProducerRegs>();
