@@ -43,7 +43,7 @@
 
 #include "gemm_q4k_wgmma.cuh"
 
-#include <utility>
+#include <type_traits>
 
 namespace gemm_kq {
 
@@ -359,12 +359,13 @@ __device__ __forceinline__ void f16_write_out(const float (&acc)[N / 2], int fir
 // F: the weight format (F16Q6K, F16Q4K); N: padded columns (16, 24, 32, 48, 64); S: stages (3 or
 // more); WG: warpgroups a block. The tail split (WgSplit) as the Q4_K int8 form's. kRes: res
 // (stride_col_res floats a column) is added to each output as it is written (a fused residual add).
-template <typename F, int N, int S, int WG, bool kRes>
-__device__ __forceinline__ void f16_wgmma_body(const char * __restrict__ w, const __half * act,
-                                               float * __restrict__ dst, const int nrows, const int nblocks,
-                                               const int64_t row_bytes, const int ncols, const int stride_col_dst,
-                                               const float * res, const int stride_col_res, const int full_tiles,
-                                               const int pieces, float * partials) {
+template <typename F, int N, int S, int WG, int MB, bool kRes>
+__global__ void __launch_bounds__(128 * WG, MB)
+    gemm_f16_wgmma_kernel(const char * __restrict__ w, const __half * act, float * __restrict__ dst, const int nrows,
+                          const int nblocks, const int64_t row_bytes, const int ncols, const int stride_col_dst,
+                          const float * res, const int stride_col_res, const int full_tiles, const int pieces,
+                          float * partials) {
+#if defined(DFLASH_WGMMA)
     using P = F16WgPlan<F, N, WG>;
     constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows, NT = N / 8;
     constexpr int kAhead = S - 2;
@@ -436,17 +437,6 @@ __device__ __forceinline__ void f16_wgmma_body(const char * __restrict__ w, cons
     auto at = [&](int nt, int i) -> float & { return acc[4 * nt + i]; };
     if (work.split && !wg_split_gather<NT, kThreads>(at, partials, work, full_tiles, pieces, tid)) return;
     f16_write_out<N, kRes>(acc, row_base + wrow, g, t, nrows, ncols, dst, stride_col_dst, res, stride_col_res);
-}
-
-template <typename F, int N, int S, int WG, int MB, bool kRes>
-__global__ void __launch_bounds__(128 * WG, MB)
-    gemm_f16_wgmma_kernel(const char * __restrict__ w, const __half * act, float * __restrict__ dst, const int nrows,
-                          const int nblocks, const int64_t row_bytes, const int ncols, const int stride_col_dst,
-                          const float * res, const int stride_col_res, const int full_tiles, const int pieces,
-                          float * partials) {
-#if defined(DFLASH_WGMMA)
-    f16_wgmma_body<F, N, S, WG, kRes>(w, act, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, res,
-                                      stride_col_res, full_tiles, pieces, partials);
 #else
     NO_DEVICE_CODE;
 #endif
@@ -455,56 +445,69 @@ __global__ void __launch_bounds__(128 * WG, MB)
 using F16WgKernel = void (*)(const char *, const __half *, float *, int, int, int64_t, int, int, const float *, int,
                              int, int, float *);
 
-// The instance for N padded columns, its dynamic shared memory opted in once; null when that failed.
-template <typename F, int S, int WG, int MB, int N, bool kRes>
-F16WgKernel f16_wgmma_kernel_ready() {
-    constexpr int kBytes = S * F16WgPlan<F, N, WG>::kStageBytes;
-    F16WgKernel kernel = gemm_f16_wgmma_kernel<F, N, S, WG, MB, kRes>;
-    static const bool ok =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) == cudaSuccess;
+// A form of the f16 GEMM for the host helpers below: K::kernel<N, kRes>() its instance for N padded
+// columns, K::bytes<N>() that instance's dynamic shared memory, K::kThreads a block's threads and
+// K::kTileRows the rows of a tile.
+template <typename F, int S, int WG, int MB>
+struct F16WgForm {
+    static constexpr int kThreads = 128 * WG, kTileRows = WG * kWgRows;
+    template <int N>
+    static constexpr int bytes() {
+        return S * F16WgPlan<F, N, WG>::kStageBytes;
+    }
+    template <int N, bool kRes>
+    static F16WgKernel kernel() {
+        return gemm_f16_wgmma_kernel<F, N, S, WG, MB, kRes>;
+    }
+};
+
+// Form K's instance for N padded columns, its dynamic shared memory opted in once; null when that
+// failed.
+template <typename K, int N, bool kRes>
+F16WgKernel f16_kernel_ready() {
+    const F16WgKernel kernel = K::template kernel<N, kRes>();
+    static const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                K::template bytes<N>()) == cudaSuccess;
     return ok ? kernel : nullptr;
 }
 
-// The engine's stages: 3 (gemm_f16_wgmma.cu picks one warpgroup a block up to 32 columns, two
-// above). A Q6_K stage of 64 columns is 46 KB with one warpgroup, 60 KB with two.
-constexpr int kF16WgStages = 3;
-
-// The tail split of a launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit).
-template <typename F, int S = kF16WgStages, int WG = 1, int MB = 1>
-WgSplit f16_wgmma_split_for(int nrows, int k, int ncols, int nsm) {
+// The tail split of form K's launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit).
+template <typename K>
+WgSplit f16_split_for(int nrows, int k, int ncols, int nsm) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
-        static const int per_sm = wg_blocks_per_sm(f16_wgmma_kernel_ready<F, S, WG, MB, N, false>(), 128 * WG,
-                                                   S * F16WgPlan<F, N, WG>::kStageBytes);
-        return wg_split_plan((nrows + WG * kWgRows - 1) / (WG * kWgRows), k / kQk, per_sm * nsm);
+        static const int per_sm =
+            wg_blocks_per_sm(f16_kernel_ready<K, N, false>(), K::kThreads, K::template bytes<N>());
+        return wg_split_plan((nrows + K::kTileRows - 1) / K::kTileRows, k / kQk, per_sm * nsm);
     });
 }
 
-// Halves of f16 activations for ncols columns of k values (wg_padded_columns(ncols) columns).
-inline size_t f16_act_halves(int k, int ncols) { return (size_t)wg_padded_columns(ncols) * k; }
-
-// Whether the engine's instance for ncols columns (with a residual or not) can run here (its opt-in).
-template <typename F, int S = kF16WgStages, int WG = 1, int MB = 1>
-bool f16_wgmma_ready(int ncols, bool with_res) {
+// Whether form K's instance for ncols columns (with a residual or not) can run here (its opt-in).
+template <typename K>
+bool f16_ready(int ncols, bool with_res) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
-        return with_res ? f16_wgmma_kernel_ready<F, S, WG, MB, N, true>() != nullptr
-                        : f16_wgmma_kernel_ready<F, S, WG, MB, N, false>() != nullptr;
+        return (with_res ? f16_kernel_ready<K, N, true>() : f16_kernel_ready<K, N, false>()) != nullptr;
     });
 }
 
-// One launch of the instance that instance(n_tag, res_tag) names for ncols columns, with a residual
-// or not: its kernel (null: false, nothing launched) and dynamic shared memory bytes.
-template <typename Instance>
-bool launch_f16_instance(Instance && instance, dim3 grid, dim3 block, const char * w, const __half * act, float * dst,
-                         int nrows, int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream,
-                         const float * res, int stride_col_res, const WgSplit & split, float * partials) {
+// One launch of form K; false when it cannot run here (the opt-in failed). act: convert_act_f16's,
+// for wg_padded_columns(ncols) columns. split / partials: a tail split and its floats; none unless
+// both are given.
+template <typename K>
+bool f16_launch(const char * w, const __half * act, float * dst, int nrows, int k, int64_t row_bytes, int ncols,
+                int stride_col_dst, cudaStream_t stream, const float * res, int stride_col_res, WgSplit split,
+                float * partials) {
+    const int tiles = (nrows + K::kTileRows - 1) / K::kTileRows;
+    if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
+    const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, K::kThreads / WARP_SIZE, 1);
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
+        constexpr int kBytes = K::template bytes<N>();
         auto go = [&](auto res_tag) {
-            const auto kernel_bytes = instance(n_tag, res_tag);
-            if (!kernel_bytes.first) return false;
-            DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kernel_bytes.second, stream, kernel_bytes.first)(
+            const F16WgKernel kernel = f16_kernel_ready<K, N, decltype(res_tag)::value>();
+            if (!kernel) return false;
+            DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
                 w, act, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, res, stride_col_res, split.full_tiles,
                 split.pieces, partials);
             return true;
@@ -513,22 +516,29 @@ bool launch_f16_instance(Instance && instance, dim3 grid, dim3 block, const char
     });
 }
 
-// Returns false when the kernel cannot run here (the opt-in failed). act: convert_act_f16's, for
-// wg_padded_columns(ncols) columns. split / partials: a tail split and its floats; by default none.
+// The engine's stages: 3 (gemm_f16_wgmma.cu picks one warpgroup a block up to 32 columns, two
+// above). A Q6_K stage of 64 columns is 46 KB with one warpgroup, 60 KB with two.
+constexpr int kF16WgStages = 3;
+
+// Halves of f16 activations for ncols columns of k values (wg_padded_columns(ncols) columns).
+inline size_t f16_act_halves(int k, int ncols) { return (size_t)wg_padded_columns(ncols) * k; }
+
+template <typename F, int S = kF16WgStages, int WG = 1, int MB = 1>
+WgSplit f16_wgmma_split_for(int nrows, int k, int ncols, int nsm) {
+    return f16_split_for<F16WgForm<F, S, WG, MB>>(nrows, k, ncols, nsm);
+}
+
+template <typename F, int S = kF16WgStages, int WG = 1, int MB = 1>
+bool f16_wgmma_ready(int ncols, bool with_res) {
+    return f16_ready<F16WgForm<F, S, WG, MB>>(ncols, with_res);
+}
+
 template <typename F, int S = kF16WgStages, int WG = 1, int MB = 1>
 bool launch_f16_wgmma(const char * w, const __half * act, float * dst, int nrows, int k, int64_t row_bytes, int ncols,
                       int stride_col_dst, cudaStream_t stream, const float * res = nullptr, int stride_col_res = 0,
                       WgSplit split = {}, float * partials = nullptr) {
-    const int tiles = (nrows + WG * kWgRows - 1) / (WG * kWgRows);
-    if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
-    const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, 4 * WG, 1);
-    auto instance = [](auto n_tag, auto res_tag) {
-        constexpr int N = decltype(n_tag)::value;
-        return std::make_pair(f16_wgmma_kernel_ready<F, S, WG, MB, N, decltype(res_tag)::value>(),
-                              S * F16WgPlan<F, N, WG>::kStageBytes);
-    };
-    return launch_f16_instance(instance, grid, block, w, act, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream,
-                               res, stride_col_res, split, partials);
+    return f16_launch<F16WgForm<F, S, WG, MB>>(w, act, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res,
+                                               stride_col_res, split, partials);
 }
 
 }  // namespace gemm_kq

@@ -1,7 +1,7 @@
 // The f16 wgmma GEMM for Q6_K and Q4_K (gemm_f16_wgmma.cuh), warp-specialized as the Q4_K int8
 // form is (gemm_q4k_wgmma_ws.cuh; session 40, DFLASH_F16_WS, off and untimed).
 //
-// gemm_f16_wgmma_body's warps stage each super-block themselves (cp.async, a wait, a proxy fence
+// gemm_f16_wgmma_kernel's warps stage each super-block themselves (cp.async, a wait, a proxy fence
 // and a __syncthreads a super-block). Here CW consumer warpgroups (64 rows each) and a producer
 // warpgroup: the producer's 128 threads copy the stage's weight blocks with 16-byte cp.asyncs
 // (Q6_K's 2-byte aligned blocks as 14 aligned chunks, as there), each arriving on the stage's
@@ -39,11 +39,12 @@ struct F16WsPlan {
 };
 
 template <typename F, int N, int S, int CW, bool kRes>
-__device__ __forceinline__ void f16_wgmma_ws_body(const char * __restrict__ w, const __half * act,
-                                                  float * __restrict__ dst, const int nrows, const int nblocks,
-                                                  const int64_t row_bytes, const int ncols, const int stride_col_dst,
-                                                  const float * res, const int stride_col_res, const int full_tiles,
-                                                  const int pieces, float * partials) {
+__global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPerSm)
+    gemm_f16_wgmma_ws_kernel(const char * __restrict__ w, const __half * act, float * __restrict__ dst, const int nrows,
+                             const int nblocks, const int64_t row_bytes, const int ncols, const int stride_col_dst,
+                             const float * res, const int stride_col_res, const int full_tiles, const int pieces,
+                             float * partials) {
+#if defined(DFLASH_WGMMA)
     using P = F16WgPlan<F, N, CW>;
     using Shape = WsShape<CW>;
     DFLASH_DYNAMIC_SMEM_BYTES(ws_smem);
@@ -109,69 +110,43 @@ __device__ __forceinline__ void f16_wgmma_ws_body(const char * __restrict__ w, c
         return;
     }
     f16_write_out<N, kRes>(acc, row_base + wrow, g, t, nrows, ncols, dst, stride_col_dst, res, stride_col_res);
-}
-
-template <typename F, int N, int S, int CW, bool kRes>
-__global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPerSm)
-    gemm_f16_wgmma_ws_kernel(const char * __restrict__ w, const __half * act, float * __restrict__ dst, const int nrows,
-                             const int nblocks, const int64_t row_bytes, const int ncols, const int stride_col_dst,
-                             const float * res, const int stride_col_res, const int full_tiles, const int pieces,
-                             float * partials) {
-#if defined(DFLASH_WGMMA)
-    f16_wgmma_ws_body<F, N, S, CW, kRes>(w, act, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, res,
-                                         stride_col_res, full_tiles, pieces, partials);
 #else
     NO_DEVICE_CODE;
 #endif
 }
 
-// The instance for N padded columns, its dynamic shared memory opted in once; null when that failed.
-template <typename F, int S, int CW, int N, bool kRes>
-F16WgKernel f16_wgmma_ws_kernel_ready() {
-    F16WgKernel kernel = gemm_f16_wgmma_ws_kernel<F, N, S, CW, kRes>;
-    static const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                F16WsPlan<F, N, S, CW>::kBytes) == cudaSuccess;
-    return ok ? kernel : nullptr;
-}
+// The warp-specialized form for the f16 GEMM's host helpers (F16WgForm's members).
+template <typename F, int S, int CW>
+struct F16WsForm {
+    static constexpr int kThreads = WsShape<CW>::kThreads, kTileRows = CW * kWgRows;
+    template <int N>
+    static constexpr int bytes() {
+        return F16WsPlan<F, N, S, CW>::kBytes;
+    }
+    template <int N, bool kRes>
+    static F16WgKernel kernel() {
+        return gemm_f16_wgmma_ws_kernel<F, N, S, CW, kRes>;
+    }
+};
 
-// The tail split of a launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit).
 template <typename F, int CW, int S = kF16WsStages>
 WgSplit f16_wgmma_ws_split_for(int nrows, int k, int ncols, int nsm) {
-    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
-        constexpr int N = decltype(n_tag)::value;
-        static const int per_sm = wg_blocks_per_sm(f16_wgmma_ws_kernel_ready<F, S, CW, N, false>(),
-                                                   WsShape<CW>::kThreads, F16WsPlan<F, N, S, CW>::kBytes);
-        return wg_split_plan((nrows + CW * kWgRows - 1) / (CW * kWgRows), k / kQk, per_sm * nsm);
-    });
+    return f16_split_for<F16WsForm<F, S, CW>>(nrows, k, ncols, nsm);
 }
 
-// Whether the instance for ncols columns (with a residual or not) can run here (its opt-in).
 template <typename F, int CW, int S = kF16WsStages>
 bool f16_wgmma_ws_ready(int ncols, bool with_res) {
-    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
-        constexpr int N = decltype(n_tag)::value;
-        return with_res ? f16_wgmma_ws_kernel_ready<F, S, CW, N, true>() != nullptr
-                        : f16_wgmma_ws_kernel_ready<F, S, CW, N, false>() != nullptr;
-    });
+    return f16_ready<F16WsForm<F, S, CW>>(ncols, with_res);
 }
 
 // As launch_f16_wgmma (the same activations, residual, split and partials; a split of 64 CW-row
-// tiles); false when the kernel cannot run here (its shared memory opt-in failed). The activations
-// must be 16-byte aligned (the bulk copy's).
+// tiles). The activations must be 16-byte aligned (the bulk copy's).
 template <typename F, int CW, int S = kF16WsStages>
 bool launch_f16_wgmma_ws(const char * w, const __half * act, float * dst, int nrows, int k, int64_t row_bytes,
                          int ncols, int stride_col_dst, cudaStream_t stream, const float * res = nullptr,
                          int stride_col_res = 0, WgSplit split = {}, float * partials = nullptr) {
-    const int tiles = (nrows + CW * kWgRows - 1) / (CW * kWgRows);
-    if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
-    const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, WsShape<CW>::kThreads / WARP_SIZE, 1);
-    auto instance = [](auto n_tag, auto res_tag) {
-        constexpr int N = decltype(n_tag)::value;
-        return std::make_pair(f16_wgmma_ws_kernel_ready<F, S, CW, N, decltype(res_tag)::value>(),
-                              F16WsPlan<F, N, S, CW>::kBytes);
-    };
-    return launch_f16_instance(instance, grid, block, w, act, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream,
-                               res, stride_col_res, split, partials);
+    return f16_launch<F16WsForm<F, S, CW>>(w, act, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res,
+                                           stride_col_res, split, partials);
 }
 
 }  // namespace gemm_kq

@@ -1738,44 +1738,32 @@ void check_f16_wgmma(W t, int rows, int k, std::mt19937 & gen, std::initializer_
         for (int form = 0; form < 7; ++form) {
             CK(cudaMemset(dst, 0, res.size() * 4));
             bool ran = false;
-            switch (form) {
-                case 4:
-                    ran = gemm_kq::launch_f16_wgmma_ws<F, 1>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr,
-                                                             nullptr, 0, split, partials);
-                    break;
-                case 5:
-                    ran = gemm_kq::launch_f16_wgmma_ws<F, 2>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr);
-                    break;
-                case 6:
-                    ran = gemm_kq::launch_f16_wgmma_ws<F, 1>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr,
-                                                             dres, rows, split, partials);
-                    break;
-                case 0:
-                    ran = gemm_kq::launch_f16_wgmma<F, 3>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr,
-                                                          nullptr, 0, split, partials);
-                    break;
-                case 1:
-                    ran = gemm_kq::launch_f16_wgmma<F, 4>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr);
-                    break;
-                case 2:
-                    ran = gemm_kq::launch_f16_wgmma<F, 3, 2>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr);
-                    break;
-                default:
-                    ran = gemm_kq::launch_f16_wgmma<F, 3>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr, dres,
-                                                          rows, split, partials);
+            const int like = form == 4 ? 0 : form == 5 ? 2 : form == 6 ? 3 : form;  // the form it stands for
+            const bool ws = form >= 4, with_res = like == 3;
+            const float * r = with_res ? dres : nullptr;
+            const gemm_kq::WgSplit sp = like == 0 || like == 3 ? split : gemm_kq::WgSplit{};
+            if (like == 1) {
+                ran = gemm_kq::launch_f16_wgmma<F, 4>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr);
+            } else if (like == 2) {
+                ran = ws ? gemm_kq::launch_f16_wgmma_ws<F, 2>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr)
+                         : gemm_kq::launch_f16_wgmma<F, 3, 2>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr);
+            } else if (ws) {
+                ran = gemm_kq::launch_f16_wgmma_ws<F, 1>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr, r,
+                                                         with_res ? rows : 0, sp, partials);
+            } else {
+                ran = gemm_kq::launch_f16_wgmma<F, 3>(dw, act, dst, rows, k, row_bytes, ncols, rows, nullptr, r,
+                                                      with_res ? rows : 0, sp, partials);
             }
             CK(cudaDeviceSynchronize());
             std::vector<float> & got = outs[form];
             got.resize(res.size());
             CK(cudaMemcpy(got.data(), dst, got.size() * 4, cudaMemcpyDeviceToHost));
-            const bool with_res = form == 3 || form == 6;
             double err_ops = 0, err = 0;
             for (size_t i = 0; i < got.size(); ++i) {
                 const double base = with_res ? (double)got[i] - res[i] : (double)got[i];
                 err_ops = std::fmax(err_ops, std::fabs(base - ref_ops[i]));
                 err = std::fmax(err, std::fabs(base - ref[i]));
             }
-            const int like = form == 4 ? 0 : form == 5 ? 2 : form == 6 ? 3 : form;
             const bool same = std::memcmp(got.data(), outs[like].data(), got.size() * 4) == 0;
             std::printf(
                 "{\"check_f16_wgmma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"form\": %d, \"pieces\": %d, "
