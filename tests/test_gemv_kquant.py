@@ -405,7 +405,7 @@ def test_cuda_wgmma_short_matrices_match_the_mma_gemm(rows: int, k: int, n: int,
     tile split along K where the grid is under one wave: the same integer sums as the mma.sync
     GEMM, so within float rounding (1e-5 of the scale), and numpy within 3e-2; a launch of each 64
     or fewer columns counted (100: 64 and 36). Pipelined, the same bits (on the H200 both kernels
-    hold 2 blocks a multiprocessor, so they split alike). Off by default."""
+    hold 2 blocks a multiprocessor, so they split alike). Mode 1 is off by default (mode 2 is on)."""
     assert _core.wgmma_short_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_SHORT") == "1")
     w, dense = _weights("q4_K", rows, k, seed=29)
     x = np.random.default_rng(30).standard_normal((n, k)).astype(np.float32)
@@ -661,7 +661,7 @@ def mma_split_restored() -> Iterator[None]:
 
 @pytest.fixture
 def f16_wgmma_off() -> Iterator[None]:
-    """The f16 wgmma GEMM off (Q6_K takes it from 33 columns by default), for tests of the int8
+    """The f16 wgmma GEMM off (Q6_K takes it from 17 columns by default), for tests of the int8
     forms it would replace; its switches restored after."""
     q6, q4 = _core.q6k_wgmma_from_columns(), _core.q4k_f16_from_columns()
     _core.set_q6k_wgmma_from(0)
@@ -669,6 +669,16 @@ def f16_wgmma_off() -> Iterator[None]:
     yield
     _core.set_q6k_wgmma_from(q6)
     _core.set_q4k_f16_from(q4)
+
+
+@pytest.fixture
+def wgmma_short_off() -> Iterator[None]:
+    """Q4_K's long rows under 16384 rows at 33..64 columns back on the mma.sync GEMM (the wgmma GEMM
+    takes them by default: DFLASH_WGMMA_SHORT's mode 2), for tests of the int8 forms."""
+    was = _core.wgmma_short()
+    _core.set_wgmma_short_mode(0)
+    yield
+    _core.set_wgmma_short_mode(was)
 
 
 def test_mma_split_is_off_unless_asked() -> None:
@@ -681,7 +691,9 @@ def test_mma_split_is_off_unless_asked() -> None:
 @pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
 @pytest.mark.parametrize("n", [16, 17, 32, 64])
 @pytest.mark.parametrize("pieces,k", [(2, 6144), (3, 6144), (-1, 6144), (-1, 2304)])
-@pytest.mark.usefixtures("mma_restored", "add_limit_restored", "mma_split_restored", "f16_wgmma_off")
+@pytest.mark.usefixtures(
+    "mma_restored", "add_limit_restored", "mma_split_restored", "f16_wgmma_off", "wgmma_short_off"
+)
 def test_cuda_mma_split_along_k_is_the_product(wtype: str, n: int, pieces: int, k: int) -> None:
     """Long rows (24 super-blocks) at 17..64 columns split along K (DFLASH_MMA_SPLIT), and with
     `auto` (-1) shorter rows too (9 super-blocks: 4 pieces): the unsplit GEMM's outputs to float
@@ -713,7 +725,7 @@ def test_cuda_mma_split_along_k_is_the_product(wtype: str, n: int, pieces: int, 
 @pytest.mark.parametrize("wtype", ("q4_K", "q6_K"))
 @pytest.mark.parametrize("n", [24, 64])
 @pytest.mark.parametrize("k", [2304, 17408])
-@pytest.mark.usefixtures("mma_restored", "mma_split_restored", "f16_wgmma_off")
+@pytest.mark.usefixtures("mma_restored", "mma_split_restored", "f16_wgmma_off", "wgmma_short_off")
 def test_cuda_mma_split_with_staged_activations_gives_the_same_bits(wtype: str, n: int, k: int) -> None:
     """The split along K (auto pieces) with its activations staged in shared memory a block
     (DFLASH_MMA_ACT_SMEM) gives the split's outputs without staging bit for bit."""
@@ -971,13 +983,19 @@ def test_cuda_fusion_changes_no_logit_of_the_engine(synth_model, fusion: str, se
     [("DFLASH_Q6K_WGMMA", "q6k_wgmma_from_columns"), ("DFLASH_Q4K_F16", "q4k_f16_from_columns")],
 )
 def test_f16_wgmma_gemm_defaults(env: str, get: str) -> None:
-    """The f16 wgmma GEMM takes Q6_K from 33 columns by default (the 64-token forward gained) and
-    Q4_K never (slower in the engine); DFLASH_Q6K_WGMMA=n / DFLASH_Q4K_F16=n (2..64) start it from n
-    columns, 0 turns it off, for long rows and the output matrix unless DFLASH_F16_WGMMA_ALL=1."""
-    value = os.environ.get(env, "33" if env == "DFLASH_Q6K_WGMMA" else "0")
+    """The f16 wgmma GEMM takes Q6_K from 17 columns by default (through its warp-specialized
+    form: the 32- and 64-token forwards gained) and Q4_K never (slower in the engine);
+    DFLASH_Q6K_WGMMA=n / DFLASH_Q4K_F16=n (2..64) start it from n columns, 0 turns it off, for long
+    rows and the output matrix unless DFLASH_F16_WGMMA_ALL=1. The warp-specialized form is on
+    (DFLASH_F16_WS=0 turns it off), and Q4_K's long rows take the wgmma GEMM from 33 columns
+    (DFLASH_WGMMA_SHORT's mode 2)."""
+    value = os.environ.get(env, "17" if env == "DFLASH_Q6K_WGMMA" else "0")
     want = int(value) if GPU and value.isdigit() and 2 <= int(value) <= 64 else 0
     assert getattr(_core, get)() == want
     assert _core.f16_wgmma_all() == (GPU and os.environ.get("DFLASH_F16_WGMMA_ALL") == "1")
+    assert _core.f16_ws_enabled() == (GPU and os.environ.get("DFLASH_F16_WS", "1") != "0")
+    short = os.environ.get("DFLASH_WGMMA_SHORT", "2")
+    assert _core.wgmma_short() == (int(short) if GPU and short in ("1", "2") else 0)
 
 
 @pytest.fixture
@@ -1035,31 +1053,34 @@ def test_cuda_f16_wgmma_gemm_is_the_f16_product(
 def test_cuda_f16_wgmma_warp_specialized_gives_the_same_bits(
     wtype: str, rows: int, k: int, n: int, residual: bool, mma_restored: None, f16_wgmma_restored: None
 ) -> None:
-    """DFLASH_F16_WS=1 (off by default): the f16 wgmma GEMM's warp-specialized form, one consumer
-    warpgroup up to 32 columns and two above, each output's wgmmas in the f16 form's order: its
-    bits, with the residual fused or not, wherever both split a matrix alike. From 17 columns they
-    do (the same blocks a multiprocessor, by shared memory); at 16 or fewer the f16 form fits 3
-    blocks of 4 warps and the warp-specialized one 2 of 8, so their tail splits differ and the
-    outputs are held to float rounding (1e-5 of the scale). Each launch counted (100: 64 and 36) on
-    an sm_90a build on sm_90."""
-    assert _core.f16_ws_enabled() == (GPU and os.environ.get("DFLASH_F16_WS") == "1")
+    """DFLASH_F16_WS=1: the f16 wgmma GEMM's warp-specialized form, one consumer warpgroup up to 32
+    columns and two above, each output's wgmmas in the f16 form's order: its bits, with the
+    residual fused or not, wherever both split a matrix alike (the tail split each launch reports).
+    Each form plans its split by its own blocks a multiprocessor, and these differ for some shapes
+    (session 41, H100: Q4_K at 32 columns, its smaller stages fit more f16-form blocks), so there
+    the outputs are held to float rounding (1e-5 of the scale). Each launch counted (100: 64 and
+    36) on an sm_90a build on sm_90."""
     _core.set_mma_enabled(True)
     _F16_SWITCH[wtype][1](2)
     w, _ = _weights(wtype, rows, k, seed=55)
     x = np.random.default_rng(56).standard_normal((n, k)).astype(np.float32)
     res = np.random.default_rng(57).standard_normal((n, rows)).astype(np.float32)
+    splits: list[tuple[int, int, int]] = []
 
     def product() -> np.ndarray:
         if residual:
-            return _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
-        return _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
+            out = _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
+        else:
+            out = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
+        splits.append(tuple(_core.f16_wgmma_last_split()))
+        return out
 
     ref, got, launches = _a_b(
         (_core.f16_ws_enabled, _core.set_f16_ws_enabled), (False, True), product, _core.f16_ws_launches
     )
     ran = _core.wgmma_built() and _gpu_is_sm90()
     assert launches == ((2 if n > 64 else 1) if ran else 0)
-    if n > 16:
+    if splits[0] == splits[1]:
         np.testing.assert_array_equal(got, ref)
     else:
         assert np.abs(got - ref).max() <= 1e-5 * float(np.abs(ref).max())

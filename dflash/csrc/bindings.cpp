@@ -568,7 +568,16 @@ PYBIND11_MODULE(_core, m) {
     m.def("f16_wgmma_all", &ggml_ext::f16_wgmma_all);
     def_form_switch(m, "f16_ws", &ggml_ext::set_f16_ws_enabled, &ggml_ext::f16_ws_enabled, &ggml_ext::f16_ws_launches,
                     "the f16 wgmma GEMM through its warp-specialized form (a producer warpgroup staging on mbarriers; "
-                    "the same bits): off until timed (DFLASH_F16_WS=1); no effect without CUDA");
+                    "the same bits where both split alike): on by default (DFLASH_F16_WS=0 starts it off); no effect "
+                    "without CUDA");
+    m.def(
+        "f16_wgmma_last_split",
+        [] {
+            const ggml_ext::GemmSplit s = ggml_ext::f16_wgmma_last_split();
+            return py::make_tuple(s.full_tiles, s.tail, s.pieces);
+        },
+        "the last f16 wgmma launch's tail split, (row tiles in full, tiles split, pieces a split tile): (tiles, 0, "
+        "1) unsplit; the two forms' bits agree where their splits do (tests)");
     m.def("f16_wgmma_launches", &ggml_ext::f16_wgmma_launches,
           "launches of the f16 wgmma GEMM (Q6_K, Q4_K) so far (tests)");
     m.def("wgmma_split_launches", &ggml_ext::wgmma_split_launches,
@@ -586,11 +595,11 @@ PYBIND11_MODULE(_core, m) {
                     "DFLASH_WGMMA_EARLY=0 turns it off)");
     m.def("set_wgmma_short_enabled", &ggml_ext::set_wgmma_short_enabled, py::arg("on"),
           "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM too, split along K to "
-          "fill the GPU (off by default until measured; DFLASH_WGMMA_SHORT=1 starts it on)");
+          "fill the GPU (mode 1; the default is mode 2, long rows only; DFLASH_WGMMA_SHORT=1 starts mode 1)");
     m.def("wgmma_short_enabled", &ggml_ext::wgmma_short_enabled);
     m.def("set_wgmma_short_mode", &ggml_ext::set_wgmma_short_mode, py::arg("mode"),
-          "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM: 0 none (the default), 1 "
-          "all, 2 rows of 64 super-blocks or more only (DFLASH_WGMMA_SHORT); 0 without CUDA");
+          "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM: 0 none, 1 all, 2 rows of "
+          "64 super-blocks or more only (the default; DFLASH_WGMMA_SHORT); 0 without CUDA");
     m.def("wgmma_short", &ggml_ext::wgmma_short);
     m.def("set_wgmma_tall_from", &ggml_ext::set_wgmma_tall_from, py::arg("n"),
           "columns from which Q4_K matrices of 32768 rows or more take the wgmma GEMM: 25 by default, 25..64 "

@@ -99,8 +99,8 @@ void set_wgmma_early_enabled(bool on);
 bool wgmma_early_enabled();
 int64_t wgmma_early_launches();
 // Q4_K matrices of fewer than 16384 rows at 33..64 columns (no fused residual) through the wgmma
-// form as well, split along K to fill the GPU: mode 0 off (the default until measured), 1 every
-// such matrix, 2 only rows of 64 super-blocks or more (the 27B's ffn_down); DFLASH_WGMMA_SHORT
+// form as well, split along K to fill the GPU: mode 0 off, 1 every such matrix, 2 (the default
+// on CUDA) only rows of 64 super-blocks or more (the 27B's ffn_down); DFLASH_WGMMA_SHORT
 // sets it. set_wgmma_short_enabled(on) is mode 1 or 0, wgmma_short_enabled() mode 1.
 void set_wgmma_short_enabled(bool on);
 bool wgmma_short_enabled();
@@ -174,10 +174,17 @@ int64_t f16_wgmma_launches();
 void set_f16_wgmma_all(bool on);
 bool f16_wgmma_all();
 // The f16 wgmma GEMM through its warp-specialized form (a producer warpgroup staging on mbarriers;
-// the same bits): off until timed, DFLASH_F16_WS=1 starts it on; f16_ws_launches counts it (tests).
+// the same bits where both forms split alike): on by default, DFLASH_F16_WS=0 starts it off;
+// f16_ws_launches counts it (tests).
 void set_f16_ws_enabled(bool on);
 bool f16_ws_enabled();
 int64_t f16_ws_launches();
+// The last f16 wgmma launch's tail split (either form; tests): row tiles in full, tiles split and
+// pieces a split tile; {tiles, 0, 1} unsplit, {0, 0, 1} before any launch or without CUDA.
+struct GemmSplit {
+    int full_tiles = 0, tail = 0, pieces = 1;
+};
+GemmSplit f16_wgmma_last_split();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to fuse_add_max_columns() columns
 // (patches/0008): the residual added as the GEMM writes its outputs, the same float addition as the

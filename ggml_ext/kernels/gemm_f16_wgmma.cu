@@ -4,6 +4,24 @@
 #include "gemm_f16_wgmma_ws.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 
+#include <atomic>
+
+// The tail split of the last launch (either form), for tests: the forms' bits agree only where they
+// split a matrix alike, and their blocks a multiprocessor (so their splits) can differ.
+static std::atomic<int> last_full_tiles{0}, last_tail{0}, last_pieces{1};
+static void note_split(const gemm_kq::WgSplit & s, int tiles) {
+    const bool split = s.pieces > 1;
+    last_full_tiles = split ? s.full_tiles : tiles;
+    last_tail = split ? s.tail : 0;
+    last_pieces = split ? s.pieces : 1;
+}
+
+void ggml_ext_cuda_f16_wgmma_last_split(int & full_tiles, int & tail, int & pieces) {
+    full_tiles = last_full_tiles;
+    tail = last_tail;
+    pieces = last_pieces;
+}
+
 int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, const char * w, int rows, int k,
                             int64_t row_bytes, int n, float * out, int sd, const float * res, int sr, int nsm, bool ws,
                             ggml_cuda_pool & pool, cudaStream_t stream) {
@@ -22,10 +40,12 @@ int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, cons
             if (!gemm_kq::f16_wgmma_ready<F, gemm_kq::kF16WgStages, WG>(n, res != nullptr)) return 0;
             gemm_kq::convert_act_f16(x, a, k, n, gemm_kq::wg_padded_columns(n), stream);
             if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<WG>(split, n));
-            return gemm_kq::launch_f16_wgmma<F, gemm_kq::kF16WgStages, WG>(w, a, out, rows, k, row_bytes, n, sd, stream,
-                                                                           res, sr, split, partials.ptr)
-                       ? 1
-                       : 0;
+            if (!gemm_kq::launch_f16_wgmma<F, gemm_kq::kF16WgStages, WG>(w, a, out, rows, k, row_bytes, n, sd, stream,
+                                                                         res, sr, split, partials.ptr)) {
+                return 0;
+            }
+            note_split(split, (rows + WG * gemm_kq::kWgRows - 1) / (WG * gemm_kq::kWgRows));
+            return 1;
         };
         auto go_ws = [&](auto cw_tag) -> int {
             constexpr int CW = decltype(cw_tag)::value;
@@ -33,10 +53,12 @@ int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, cons
             if (!gemm_kq::f16_wgmma_ws_ready<F, CW>(n, res != nullptr)) return 0;
             gemm_kq::convert_act_f16(x, a, k, n, gemm_kq::wg_padded_columns(n), stream);
             if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<CW>(split, n));
-            return gemm_kq::launch_f16_wgmma_ws<F, CW>(w, a, out, rows, k, row_bytes, n, sd, stream, res, sr, split,
-                                                       partials.ptr)
-                       ? 2
-                       : 0;
+            if (!gemm_kq::launch_f16_wgmma_ws<F, CW>(w, a, out, rows, k, row_bytes, n, sd, stream, res, sr, split,
+                                                     partials.ptr)) {
+                return 0;
+            }
+            note_split(split, (rows + CW * gemm_kq::kWgRows - 1) / (CW * gemm_kq::kWgRows));
+            return 2;
         };
         if (ws) {
             const int ran = n > 32 ? go_ws(std::integral_constant<int, 2>{}) : go_ws(std::integral_constant<int, 1>{});

@@ -208,12 +208,15 @@ std::atomic<int64_t> wgmma_two_wg_count{0};
 // against 18.62 ms, h200-s30-f1-*), so it stays off. Session 35's standalone on the H100 (early
 // staging, split; h100-s35-standalone-f16-wgmma-9370f3d.json) had it ahead on ffn_down only (Q4_K
 // 45.7 against 55.4 us at 64 columns; ssm_out 24.0 against 18.0), hence mode 2: only rows of
-// kWgmmaLongKBlocks super-blocks or more. DFLASH_WGMMA_SHORT=1 or 2 sets the mode.
+// kWgmmaLongKBlocks super-blocks or more. With the warp-specialized kernel (DFLASH_WGMMA_WS's
+// default from 33 columns) mode 2 is the default since session 41: the 27B's 64-token forward on
+// the H100 16.33 against 16.50 ms of kernels (ffn_down's Q4_K layers at 64 columns, where no
+// residual is fused; bench/results/h100-s41-*). DFLASH_WGMMA_SHORT=0, 1 or 2 sets the mode.
 constexpr int kWgmmaLongKBlocks = 64;  // 16384 values: the 27B's ffn_down (68), not ssm_out (24)
 int valid_short_mode(int m) { return m == 1 || m == 2 ? m : 0; }
 int wgmma_short_mode = [] {
     const char * e = std::getenv("DFLASH_WGMMA_SHORT");
-    return valid_short_mode(e ? std::atoi(e) : 0);
+    return e ? valid_short_mode(std::atoi(e)) : 2;
 }();
 // Columns from which matrices of 32768 rows or more ([gate; up]) take the wgmma form: 25. Session
 // 19 measured them even at 32 columns, so it was 33 until session 38: the 27B's 32-token forward on
@@ -303,13 +306,18 @@ std::atomic<int64_t> wgmma_ws_count{0};
 // (session 35, bench/results/h100-s35-27b-kernels-*-9370f3d.json): Q6_K's (long rows and the
 // output matrix) took the 27B's 64-token forward from 17.95 to 17.73 ms of kernels, 16 and 32
 // tokens even (10.27 / 13.35 against 10.23 / 13.36); with Q4_K's too 10.91 / 14.10 / 18.06. So
-// Q6_K's is on from 33 columns by default (where it gained; =0 turns it off), Q4_K's off.
+// Q6_K's was on from 33 columns (where it gained; =0 turns it off), Q4_K's off. Through the
+// warp-specialized form (below) Q6_K's is on from 17 since session 41: the standalone on the H100
+// had Q6_K ffn_down at 24 / 32 columns 42.2 / 42.9 us against the mma.sync form's 47.7 / 53.8, the
+// output matrix 454 / 457 against 490 / 544 (at 16: 38.9 against 48.3, but the output matrix 445
+// against 405); the 27B's 32-token forward 12.25 against 12.41 ms of kernels
+// (bench/results/h100-s41-*).
 int columns_from_env(const char * name, int fallback) {
     const char * e = std::getenv(name);
     const int n = e ? std::atoi(e) : fallback;
     return n >= 2 && n <= 64 ? n : 0;
 }
-constexpr int kQ6kWgmmaDefaultFrom = 33;
+constexpr int kQ6kWgmmaDefaultFrom = 17;
 int q6k_wgmma_from = columns_from_env("DFLASH_Q6K_WGMMA", kQ6kWgmmaDefaultFrom);
 int q4k_f16_from = columns_from_env("DFLASH_Q4K_F16", 0);
 std::atomic<int64_t> f16_wgmma_count{0};
@@ -326,10 +334,13 @@ bool f16_wgmma_all_flag = [] {
 
 // The f16 GEMM through its warp-specialized form (gemm_f16_wgmma_ws.cuh: a producer warpgroup's
 // cp.asyncs and bulk copy on mbarriers; one consumer warpgroup up to 32 columns, two above; the
-// same bits): DFLASH_F16_WS=1; off (0) until timed.
+// same bits where both forms split a matrix alike): on by default since session 41, DFLASH_F16_WS=0
+// turns it off. On the H100 the 27B's 64-token forward took 15.82 against 16.50 ms of kernels with
+// it (Q6_K ffn_down 50.9 against 66.1 us a launch at 64 columns in the standalone, the output matrix
+// 527 against 707; bench/results/h100-s41-*).
 bool f16_ws_flag = [] {
     const char * e = std::getenv("DFLASH_F16_WS");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
 }();
 std::atomic<int64_t> f16_ws_count{0};
 
@@ -628,6 +639,11 @@ int64_t f16_wgmma_launches() { return f16_wgmma_count.load(); }
 void set_f16_ws_enabled(bool on) { f16_ws_flag = on; }
 bool f16_ws_enabled() { return f16_ws_flag; }
 int64_t f16_ws_launches() { return f16_ws_count.load(); }
+GemmSplit f16_wgmma_last_split() {
+    GemmSplit s;
+    ggml_ext_cuda_f16_wgmma_last_split(s.full_tiles, s.tail, s.pieces);
+    return s;
+}
 void set_f16_wgmma_all(bool on) { f16_wgmma_all_flag = on; }
 bool f16_wgmma_all() { return f16_wgmma_all_flag; }
 }  // namespace ggml_ext

@@ -93,6 +93,7 @@ bool f16_wgmma_all() { return false; }
 void set_f16_ws_enabled(bool) {}
 bool f16_ws_enabled() { return false; }
 int64_t f16_ws_launches() { return 0; }
+GemmSplit f16_wgmma_last_split() { return {}; }
 void set_mmq_tiles_enabled(bool) {}
 bool mmq_tiles_enabled() { return false; }
 void set_fuse_add_enabled(bool) {}

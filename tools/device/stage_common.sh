@@ -33,6 +33,20 @@ run_cuda_suite() {
   grep -E "^(FAILED|ERROR)|identical" "$OUT/cuda-tests.log" | head -n 30
 }
 
+# The CUDA tests of a pytest -k expression under each of several environments at once (a GPU is
+# shared: for tests whose output, not time, differs by a switch), each into
+# $OUT/env-tests-<VAR=VALUE set>.log: env_tests SECONDS KEXPR VAR=VALUE[,VAR=VALUE]...
+env_tests() {
+  local secs=$1 kexpr=$2; shift 2
+  for vs in "$@"; do
+    # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
+    (env $(echo "$vs" | tr ',' ' ') NVIDIA_TF32_OVERRIDE=0 DFLASH_TEST_NGL=99 DFLASH_REQUIRE_CUDA=1 timeout "$secs" \
+      python3 -m pytest -q -p no:cacheprovider $CUDA_TESTS -k "$kexpr" > "$OUT/env-tests-$vs.log" 2>&1
+      echo "[gpu] $vs: $(grep -E 'max abs diff|passed|failed' "$OUT/env-tests-$vs.log" | tr '\n' ' ' | cut -c1-400)") &
+  done
+  wait
+}
+
 # Autoregressive decoding of MODEL next to upstream libllama in the same process, into $OUT/JSON:
 # ar_bench SECONDS MODEL JSON [VAR=VALUE...]
 ar_bench() {
