@@ -401,30 +401,36 @@ def test_cuda_wgmma_forms_give_the_same_bits(
 @pytest.mark.parametrize("n", [33, 64, 100])
 def test_cuda_wgmma_short_matrices_match_the_mma_gemm(rows: int, k: int, n: int, mma_restored: None) -> None:
     """DFLASH_WGMMA_SHORT=1: Q4_K matrices under 16384 rows (the 27B's ssm_out / attn_output, its
-    ffn_down; 1000 rows: a last tile 40 rows short) at 33..64 columns through the wgmma form, every
-    tile split along K where the grid is under one wave: the same integer sums as the mma.sync
-    GEMM, so within float rounding (1e-5 of the scale), and numpy within 3e-2; a launch of each 64
-    or fewer columns counted (100: 64 and 36). Pipelined, the same bits (on the H200 both kernels
-    hold 2 blocks a multiprocessor, so they split alike). Mode 1 is off by default (mode 2 is on)."""
-    assert _core.wgmma_short_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_SHORT") == "1")
+    ffn_down; 1000 rows: a last tile 40 rows short) at 33..64 columns through the wgmma forms (the
+    warp-specialized one by default there), every tile split along K where the grid is under one
+    wave: the same integer sums as the mma.sync GEMM, so within float rounding (1e-5 of the scale),
+    and numpy within 3e-2; a launch of each 64 or fewer columns counted (100: 64 and 36). The
+    pipelined kernel gives the early kernel's bits (on the H200 both hold 2 blocks a multiprocessor,
+    so they split alike; the warp-specialized kernel plans its split by its own). Mode 1 is off by
+    default (mode 2, long rows only, is on). Modes set and restored as modes (not on / off), so the
+    default mode is back after the test."""
+    short = os.environ.get("DFLASH_WGMMA_SHORT", "2")
+    assert _core.wgmma_short() == (int(short) if GPU and short in ("1", "2") else 0)
     w, dense = _weights("q4_K", rows, k, seed=29)
     x = np.random.default_rng(30).standard_normal((n, k)).astype(np.float32)
 
     def product() -> np.ndarray:
         return _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
 
-    short = (_core.wgmma_short_enabled, _core.set_wgmma_short_enabled)
+    modes = (_core.wgmma_short, _core.set_wgmma_short_mode)
     with _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0):
-        ref, got, launches = _a_b(short, (False, True), product, _core.wgmma_launches)
-    with _switched(_core.wgmma_short_enabled, _core.set_wgmma_short_enabled, True):
-        with _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 1):
-            piped = product()
+        ref, got, launches = _a_b(modes, (0, 1), product, _core.wgmma_launches)
+        with _switched(*modes, 1), _switched(_core.wgmma_ws, _core.set_wgmma_ws_mode, 0):
+            early = product()
+    with _switched(*modes, 1), _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 1):
+        piped = product()
     assert launches == ((2 if n > 64 else 1) if _core.wgmma_built() and _gpu_is_sm90() else 0)
     want = x.astype(np.float64) @ dense.T.astype(np.float64)
     scale = float(np.abs(want).max())
-    assert np.abs(got - ref).max() <= 1e-5 * scale
-    assert np.abs(got - want).max() <= 3e-2 * scale
-    assert np.array_equal(piped, got)
+    for form in (got, early):
+        assert np.abs(form - ref).max() <= 1e-5 * scale
+        assert np.abs(form - want).max() <= 3e-2 * scale
+    assert np.array_equal(piped, early)
 
 
 def _gate_up_at_32_columns_alike(
