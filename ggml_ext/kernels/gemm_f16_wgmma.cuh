@@ -356,15 +356,27 @@ __device__ __forceinline__ void f16_write_out(const float (&acc)[N / 2], int fir
     }
 }
 
+// The f16 GEMM kernels' arguments (both forms, gemm_f16_wgmma_ws.cuh too): w the weight rows
+// (row_bytes each, nblocks super-blocks a row), act convert_act_f16's activations, dst the outputs
+// (stride_col_dst floats a column), res a residual to add (kRes instances; stride_col_res floats a
+// column), and the tail split (WgSplit's full_tiles and pieces) with its partials.
+struct F16GemmArgs {
+    const char * w;
+    const __half * act;
+    float * dst;
+    int nrows, nblocks;
+    int64_t row_bytes;
+    int ncols, stride_col_dst;
+    const float * res;
+    int stride_col_res, full_tiles, pieces;
+    float * partials;
+};
+
 // F: the weight format (F16Q6K, F16Q4K); N: padded columns (16, 24, 32, 48, 64); S: stages (3 or
 // more); WG: warpgroups a block. The tail split (WgSplit) as the Q4_K int8 form's. kRes: res
 // (stride_col_res floats a column) is added to each output as it is written (a fused residual add).
 template <typename F, int N, int S, int WG, int MB, bool kRes>
-__global__ void __launch_bounds__(128 * WG, MB)
-    gemm_f16_wgmma_kernel(const char * __restrict__ w, const __half * act, float * __restrict__ dst, const int nrows,
-                          const int nblocks, const int64_t row_bytes, const int ncols, const int stride_col_dst,
-                          const float * res, const int stride_col_res, const int full_tiles, const int pieces,
-                          float * partials) {
+__global__ void __launch_bounds__(128 * WG, MB) gemm_f16_wgmma_kernel(const F16GemmArgs args) {
 #if defined(DFLASH_WGMMA)
     using P = F16WgPlan<F, N, WG>;
     constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows, NT = N / 8;
@@ -373,7 +385,7 @@ __global__ void __launch_bounds__(128 * WG, MB)
     DFLASH_DYNAMIC_SMEM_BYTES(smem);
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
     const int g = lane >> 2, t = lane & 3;
-    const WgBlockWork work = wg_block_work(full_tiles, pieces, nblocks);
+    const WgBlockWork work = wg_block_work(args.full_tiles, args.pieces, args.nblocks);
     const int kb_begin = work.kb_begin, nkb = work.kb_end - work.kb_begin;
     const int row_base = work.tile * kBlockRows;
     const int wrow = 64 * (warp >> 2) + 16 * (warp & 3);  // the warp's first row in the block
@@ -384,7 +396,7 @@ __global__ void __launch_bounds__(128 * WG, MB)
 #pragma unroll
     for (int i = 0; i < kWCopies; ++i) {
         const int c = min(tid + i * kThreads, kWTotal - 1);
-        wrow_at[i] = w + (int64_t)min(row_base + c / F::kChunks, nrows - 1) * row_bytes;
+        wrow_at[i] = args.w + (int64_t)min(row_base + c / F::kChunks, args.nrows - 1) * args.row_bytes;
     }
     auto stage_in = [&](int s, int kb) {
         char * st = smem + s * P::kStageBytes;
@@ -397,7 +409,7 @@ __global__ void __launch_bounds__(128 * WG, MB)
                 cp_async_16(st + 16 * c, (F::kAligned ? blk : align16_down(blk)) + 16 * ch);
             }
         }
-        const char * src = reinterpret_cast<const char *>(act) + (int64_t)kb * P::kBBytes;
+        const char * src = reinterpret_cast<const char *>(args.act) + (int64_t)kb * P::kBBytes;
 #pragma unroll
         for (int i = 0; i < (P::kBBytes / 16 + kThreads - 1) / kThreads; ++i) {
             const int c = tid + i * kThreads;
@@ -415,8 +427,8 @@ __global__ void __launch_bounds__(128 * WG, MB)
         cp_async_commit();
     }
     // this lane's rows g, g + 8: their blocks' offsets in 16 bytes at super-block kb
-    const char * row0 = w + (int64_t)min(row_base + wrow + g, nrows - 1) * row_bytes;
-    const char * row1 = w + (int64_t)min(row_base + wrow + g + 8, nrows - 1) * row_bytes;
+    const char * row0 = args.w + (int64_t)min(row_base + wrow + g, args.nrows - 1) * args.row_bytes;
+    const char * row1 = args.w + (int64_t)min(row_base + wrow + g + 8, args.nrows - 1) * args.row_bytes;
     float acc[N / 2] = {};
     uint32_t a[2][4][4];  // a chunk's 4 groups' operands, two chunks in turn
     int chunk = 0;
@@ -435,15 +447,16 @@ __global__ void __launch_bounds__(128 * WG, MB)
     cp_async_wait<0>();
     // a piece of a split tile: its sums out; the tile's last piece adds every piece's and writes
     auto at = [&](int nt, int i) -> float & { return acc[4 * nt + i]; };
-    if (work.split && !wg_split_gather<NT, kThreads>(at, partials, work, full_tiles, pieces, tid)) return;
-    f16_write_out<N, kRes>(acc, row_base + wrow, g, t, nrows, ncols, dst, stride_col_dst, res, stride_col_res);
+    if (work.split && !wg_split_gather<NT, kThreads>(at, args.partials, work, args.full_tiles, args.pieces, tid))
+        return;
+    f16_write_out<N, kRes>(acc, row_base + wrow, g, t, args.nrows, args.ncols, args.dst, args.stride_col_dst, args.res,
+                           args.stride_col_res);
 #else
     NO_DEVICE_CODE;
 #endif
 }
 
-using F16WgKernel = void (*)(const char *, const __half *, float *, int, int, int64_t, int, int, const float *, int,
-                             int, int, float *);
+using F16WgKernel = void (*)(F16GemmArgs);
 
 // A form of the f16 GEMM for the host helpers below: K::kernel<N, kRes>() its instance for N padded
 // columns, K::bytes<N>() that instance's dynamic shared memory, K::kThreads a block's threads and
@@ -507,9 +520,9 @@ bool f16_launch(const char * w, const __half * act, float * dst, int nrows, int 
         auto go = [&](auto res_tag) {
             const F16WgKernel kernel = f16_kernel_ready<K, N, decltype(res_tag)::value>();
             if (!kernel) return false;
-            DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
-                w, act, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, res, stride_col_res, split.full_tiles,
-                split.pieces, partials);
+            DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream,
+                              kernel)(F16GemmArgs{w, act, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, res,
+                                                  stride_col_res, split.full_tiles, split.pieces, partials});
             return true;
         };
         return res ? go(std::true_type{}) : go(std::false_type{});

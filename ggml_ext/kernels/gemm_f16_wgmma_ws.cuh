@@ -40,16 +40,13 @@ struct F16WsPlan {
 
 template <typename F, int N, int S, int CW, bool kRes>
 __global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPerSm)
-    gemm_f16_wgmma_ws_kernel(const char * __restrict__ w, const __half * act, float * __restrict__ dst, const int nrows,
-                             const int nblocks, const int64_t row_bytes, const int ncols, const int stride_col_dst,
-                             const float * res, const int stride_col_res, const int full_tiles, const int pieces,
-                             float * partials) {
+    gemm_f16_wgmma_ws_kernel(const F16GemmArgs args) {
 #if defined(DFLASH_WGMMA)
     using P = F16WgPlan<F, N, CW>;
     using Shape = WsShape<CW>;
     DFLASH_DYNAMIC_SMEM_BYTES(ws_smem);
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
-    const WsTile tile = ws_tile<CW>(full_tiles, pieces, nblocks);
+    const WsTile tile = ws_tile<CW>(args.full_tiles, args.pieces, args.nblocks);
     const int nkb = tile.nkb, row_base = tile.row_base;
     uint64_t * full = reinterpret_cast<uint64_t *>(ws_smem + F16WsPlan<F, N, S, CW>::kBarOffset);
     uint64_t * empty = full + S;
@@ -61,9 +58,9 @@ __global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPer
         // aligned down to 16 bytes) at stage offset 16 c; a last tile's missing rows read the
         // matrix's last row.
         constexpr int kWChunks = P::kWBytes / 16, kPer = (kWChunks + kWsProducers - 1) / kWsProducers;
-        const int ptid = tid - Shape::kConsumers, last = nrows - 1 - row_base;
-        const char * wtile = w + (int64_t)row_base * row_bytes;
-        const char * act_bytes = reinterpret_cast<const char *>(act);
+        const int ptid = tid - Shape::kConsumers, last = args.nrows - 1 - row_base;
+        const char * wtile = args.w + (int64_t)row_base * args.row_bytes;
+        const char * act_bytes = reinterpret_cast<const char *>(args.act);
         for (int i = 0; i < nkb; ++i) {
             const int s = i % S, use = i / S, kb = tile.kb_begin + i;
             char * st = stage_at(s);
@@ -76,7 +73,7 @@ __global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPer
             for (int j = 0; j < kPer; ++j) {
                 const int c = ptid + kWsProducers * j, r = c / F::kChunks;
                 if (kWChunks % kWsProducers == 0 || c < kWChunks) {
-                    const char * blk = wtile + (int64_t)min(r, last) * row_bytes + (int64_t)kb * F::kBytes;
+                    const char * blk = wtile + (int64_t)min(r, last) * args.row_bytes + (int64_t)kb * F::kBytes;
                     cp_async_16(st + 16 * c, (F::kAligned ? blk : align16_down(blk)) + 16 * (c - F::kChunks * r));
                 }
             }
@@ -87,8 +84,8 @@ __global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPer
     warpgroup_regs_up<F16WsRegs<CW>::kConsumer>();
     const int g = lane >> 2, t = lane & 3;
     const int wrow = 64 * (warp >> 2) + 16 * (warp & 3);  // the warp's first row in the block
-    const char * row0 = w + (int64_t)min(row_base + wrow + g, nrows - 1) * row_bytes;
-    const char * row1 = w + (int64_t)min(row_base + wrow + g + 8, nrows - 1) * row_bytes;
+    const char * row0 = args.w + (int64_t)min(row_base + wrow + g, args.nrows - 1) * args.row_bytes;
+    const char * row1 = args.w + (int64_t)min(row_base + wrow + g + 8, args.nrows - 1) * args.row_bytes;
     float acc[N / 2] = {};
     uint32_t a[2][4][4];  // a chunk's 4 groups' operands, two chunks in turn
     int chunk = 0;
@@ -105,11 +102,12 @@ __global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPer
     wg_pin_f(acc);
     // a piece of a split tile: its sums out; the tile's last piece adds every piece's and writes
     auto at = [&](int nt, int e) -> float & { return acc[4 * nt + e]; };
-    if (tile.work.split && !wg_split_gather<N / 8, Shape::kConsumers, kWsGatherBarrier>(at, partials, tile.work,
-                                                                                        full_tiles, pieces, tid)) {
+    if (tile.work.split && !wg_split_gather<N / 8, Shape::kConsumers, kWsGatherBarrier>(
+                               at, args.partials, tile.work, args.full_tiles, args.pieces, tid)) {
         return;
     }
-    f16_write_out<N, kRes>(acc, row_base + wrow, g, t, nrows, ncols, dst, stride_col_dst, res, stride_col_res);
+    f16_write_out<N, kRes>(acc, row_base + wrow, g, t, args.nrows, args.ncols, args.dst, args.stride_col_dst, args.res,
+                           args.stride_col_res);
 #else
     NO_DEVICE_CODE;
 #endif

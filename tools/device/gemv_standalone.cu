@@ -1834,29 +1834,20 @@ void bench_f16_wgmma(const char * name, W t, int rows, int k, std::mt19937 & gen
         const double us_s3 = timed([&](int c) {
             gemm_kq::launch_f16_wgmma<F, 3>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr);
         });
-        const double us_s3_split = timed([&](int c) {
-            gemm_kq::launch_f16_wgmma<F, 3>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
-                                            nullptr, 0, sp3, partials);
-        });
-        const double us_s4_split = timed([&](int c) {
-            gemm_kq::launch_f16_wgmma<F, 4>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
-                                            nullptr, 0, sp4, partials);
-        });
-        const double us_w2_split = timed([&](int c) {
-            gemm_kq::launch_f16_wgmma<F, 3, 2>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
-                                               nullptr, 0, sp3w2, partials);
-        });
+        // one f16 form's launch, split as sp, on the weights of copy c
+        auto timed_split = [&](auto launch, const gemm_kq::WgSplit & sp) {
+            return timed([&](int c) {
+                launch(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr, nullptr, 0, sp, partials);
+            });
+        };
+        const double us_s3_split = timed_split(gemm_kq::launch_f16_wgmma<F, 3>, sp3);
+        const double us_s4_split = timed_split(gemm_kq::launch_f16_wgmma<F, 4>, sp4);
+        const double us_w2_split = timed_split(gemm_kq::launch_f16_wgmma<F, 3, 2>, sp3w2);
         // the warp-specialized kernel (gemm_f16_wgmma_ws.cuh), one and two consumer warpgroups, split
         const auto spws = gemm_kq::f16_wgmma_ws_split_for<F, 1>(rows, k, ncols, nsm);
         const auto spws2 = gemm_kq::f16_wgmma_ws_split_for<F, 2>(rows, k, ncols, nsm);
-        const double us_ws_split = timed([&](int c) {
-            gemm_kq::launch_f16_wgmma_ws<F, 1>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
-                                               nullptr, 0, spws, partials);
-        });
-        const double us_ws2_split = timed([&](int c) {
-            gemm_kq::launch_f16_wgmma_ws<F, 2>(dw + bytes * c, act, b.dst, rows, k, row_bytes, ncols, rows, nullptr,
-                                               nullptr, 0, spws2, partials);
-        });
+        const double us_ws_split = timed_split(gemm_kq::launch_f16_wgmma_ws<F, 1>, spws);
+        const double us_ws2_split = timed_split(gemm_kq::launch_f16_wgmma_ws<F, 2>, spws2);
         std::printf(
             "{\"bench_f16_wgmma\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"us_mma\": %.2f, "
             "\"us_int8_wgmma\": %.2f, \"us_wg_s3\": %.2f, \"us_wg_s3_split\": %.2f, \"pieces_s3\": %d, "
