@@ -336,26 +336,6 @@ __device__ __forceinline__ void f16_superblock(const char * st, int kb, int wrow
     }
 }
 
-// The outputs of this lane's rows (first: the warp's first row in the matrix) and columns, plus
-// res (stride_col_res floats a column) with kRes.
-template <int N, bool kRes>
-__device__ __forceinline__ void f16_write_out(const float (&acc)[N / 2], int first, int g, int t, int nrows, int ncols,
-                                              float * __restrict__ dst, int stride_col_dst, const float * res,
-                                              int stride_col_res) {
-#pragma unroll
-    for (int nt = 0; nt < N / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int row = first + g + (e < 2 ? 0 : 8), col = nt * 8 + 2 * t + (e & 1);
-            if (row < nrows && col < ncols) {
-                float v = acc[4 * nt + e];
-                if constexpr (kRes) v += res[(int64_t)col * stride_col_res + row];
-                dst[(int64_t)col * stride_col_dst + row] = v;
-            }
-        }
-    }
-}
-
 // The f16 GEMM kernels' arguments (both forms, gemm_f16_wgmma_ws.cuh too): w the weight rows
 // (row_bytes each, nblocks super-blocks a row), act convert_act_f16's activations, dst the outputs
 // (stride_col_dst floats a column), res a residual to add (kRes instances; stride_col_res floats a
@@ -372,6 +352,37 @@ struct F16GemmArgs {
     float * partials;
 };
 
+// Weight row `row`'s address (a last tile's missing rows read the matrix's last row).
+__device__ __forceinline__ const char * f16_row(const F16GemmArgs & args, int row) {
+    return args.w + (int64_t)min(row, args.nrows - 1) * args.row_bytes;
+}
+
+// A tile's end: a piece of a split tile leaves its sums in the partials and the tile's last piece
+// adds every piece's (wg_split_gather among kThreads threads, or those of named barrier kNamedBar);
+// then the outputs of this lane's rows (first: the warp's first row in the matrix) and columns,
+// plus the residual with kRes.
+template <int N, bool kRes, int kThreads, int kNamedBar = 0>
+__device__ __forceinline__ void f16_finish(float (&acc)[N / 2], const WgBlockWork & work, const F16GemmArgs & args,
+                                           int first, int g, int t, int tid) {
+    auto at = [&](int nt, int e) -> float & { return acc[4 * nt + e]; };
+    if (work.split &&
+        !wg_split_gather<N / 8, kThreads, kNamedBar>(at, args.partials, work, args.full_tiles, args.pieces, tid)) {
+        return;
+    }
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = first + g + (e < 2 ? 0 : 8), col = nt * 8 + 2 * t + (e & 1);
+            if (row < args.nrows && col < args.ncols) {
+                float v = acc[4 * nt + e];
+                if constexpr (kRes) v += args.res[(int64_t)col * args.stride_col_res + row];
+                args.dst[(int64_t)col * args.stride_col_dst + row] = v;
+            }
+        }
+    }
+}
+
 // F: the weight format (F16Q6K, F16Q4K); N: padded columns (16, 24, 32, 48, 64); S: stages (3 or
 // more); WG: warpgroups a block. The tail split (WgSplit) as the Q4_K int8 form's. kRes: res
 // (stride_col_res floats a column) is added to each output as it is written (a fused residual add).
@@ -379,7 +390,7 @@ template <typename F, int N, int S, int WG, int MB, bool kRes>
 __global__ void __launch_bounds__(128 * WG, MB) gemm_f16_wgmma_kernel(const F16GemmArgs args) {
 #if defined(DFLASH_WGMMA)
     using P = F16WgPlan<F, N, WG>;
-    constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows, NT = N / 8;
+    constexpr int kThreads = 128 * WG, kBlockRows = WG * kWgRows;
     constexpr int kAhead = S - 2;
     static_assert(kAhead >= 1, "a stage is refilled two super-blocks after it was read: 3 stages at least");
     DFLASH_DYNAMIC_SMEM_BYTES(smem);
@@ -396,7 +407,7 @@ __global__ void __launch_bounds__(128 * WG, MB) gemm_f16_wgmma_kernel(const F16G
 #pragma unroll
     for (int i = 0; i < kWCopies; ++i) {
         const int c = min(tid + i * kThreads, kWTotal - 1);
-        wrow_at[i] = args.w + (int64_t)min(row_base + c / F::kChunks, args.nrows - 1) * args.row_bytes;
+        wrow_at[i] = f16_row(args, row_base + c / F::kChunks);
     }
     auto stage_in = [&](int s, int kb) {
         char * st = smem + s * P::kStageBytes;
@@ -427,8 +438,7 @@ __global__ void __launch_bounds__(128 * WG, MB) gemm_f16_wgmma_kernel(const F16G
         cp_async_commit();
     }
     // this lane's rows g, g + 8: their blocks' offsets in 16 bytes at super-block kb
-    const char * row0 = args.w + (int64_t)min(row_base + wrow + g, args.nrows - 1) * args.row_bytes;
-    const char * row1 = args.w + (int64_t)min(row_base + wrow + g + 8, args.nrows - 1) * args.row_bytes;
+    const char *row0 = f16_row(args, row_base + wrow + g), *row1 = f16_row(args, row_base + wrow + g + 8);
     float acc[N / 2] = {};
     uint32_t a[2][4][4];  // a chunk's 4 groups' operands, two chunks in turn
     int chunk = 0;
@@ -445,12 +455,7 @@ __global__ void __launch_bounds__(128 * WG, MB) gemm_f16_wgmma_kernel(const F16G
     wg_wait0();
     wg_pin_f(acc);
     cp_async_wait<0>();
-    // a piece of a split tile: its sums out; the tile's last piece adds every piece's and writes
-    auto at = [&](int nt, int i) -> float & { return acc[4 * nt + i]; };
-    if (work.split && !wg_split_gather<NT, kThreads>(at, args.partials, work, args.full_tiles, args.pieces, tid))
-        return;
-    f16_write_out<N, kRes>(acc, row_base + wrow, g, t, args.nrows, args.ncols, args.dst, args.stride_col_dst, args.res,
-                           args.stride_col_res);
+    f16_finish<N, kRes, kThreads>(acc, work, args, row_base + wrow, g, t, tid);
 #else
     NO_DEVICE_CODE;
 #endif

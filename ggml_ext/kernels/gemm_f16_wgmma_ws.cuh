@@ -84,8 +84,7 @@ __global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPer
     warpgroup_regs_up<F16WsRegs<CW>::kConsumer>();
     const int g = lane >> 2, t = lane & 3;
     const int wrow = 64 * (warp >> 2) + 16 * (warp & 3);  // the warp's first row in the block
-    const char * row0 = args.w + (int64_t)min(row_base + wrow + g, args.nrows - 1) * args.row_bytes;
-    const char * row1 = args.w + (int64_t)min(row_base + wrow + g + 8, args.nrows - 1) * args.row_bytes;
+    const char *row0 = f16_row(args, row_base + wrow + g), *row1 = f16_row(args, row_base + wrow + g + 8);
     float acc[N / 2] = {};
     uint32_t a[2][4][4];  // a chunk's 4 groups' operands, two chunks in turn
     int chunk = 0;
@@ -100,14 +99,7 @@ __global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPer
     }
     wg_wait0();
     wg_pin_f(acc);
-    // a piece of a split tile: its sums out; the tile's last piece adds every piece's and writes
-    auto at = [&](int nt, int e) -> float & { return acc[4 * nt + e]; };
-    if (tile.work.split && !wg_split_gather<N / 8, Shape::kConsumers, kWsGatherBarrier>(
-                               at, args.partials, tile.work, args.full_tiles, args.pieces, tid)) {
-        return;
-    }
-    f16_write_out<N, kRes>(acc, row_base + wrow, g, t, args.nrows, args.ncols, args.dst, args.stride_col_dst, args.res,
-                           args.stride_col_res);
+    f16_finish<N, kRes, Shape::kConsumers, kWsGatherBarrier>(acc, tile.work, args, row_base + wrow, g, t, tid);
 #else
     NO_DEVICE_CODE;
 #endif
