@@ -411,6 +411,10 @@ def test_cuda_wgmma_short_matrices_match_the_mma_gemm(rows: int, k: int, n: int,
     default mode is back after the test."""
     short = os.environ.get("DFLASH_WGMMA_SHORT", "2")
     assert _core.wgmma_short() == (int(short) if GPU and short in ("1", "2") else 0)
+    output = os.environ.get("DFLASH_Q6K_WGMMA_OUTPUT", "17")
+    assert _core.q6k_output_from_columns() == (
+        int(output) if GPU and output.isdigit() and 2 <= int(output) <= 64 else 0
+    )
     w, dense = _weights("q4_K", rows, k, seed=29)
     x = np.random.default_rng(30).standard_normal((n, k)).astype(np.float32)
 
@@ -542,6 +546,46 @@ def test_cuda_wgmma_res_mode_fuses_the_residual_into_the_wgmma_gemm(
     assert np.abs(got - want).max() <= 3e-2 * scale
     with _switched(_core.wgmma_res, _core.set_wgmma_res_mode, mode):
         assert np.array_equal(_core.op_mul_mat_fused(w, "q4_K", rows, x, residual=res, gpu=True), got)
+
+
+def test_wgmma_ws_res_is_on_unless_turned_off() -> None:
+    assert _core.wgmma_ws_res_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_WS_RES", "1") != "0")
+
+
+@needs_gpu
+@pytest.mark.parametrize("n", [33, 48, 64])
+def test_cuda_wgmma_ws_res_fuses_the_residual_into_the_specialized_gemm(n: int, mma_restored: None) -> None:
+    """DFLASH_WGMMA_WS_RES (on by default): w x + residual for the 27B's Q4_K ffn_down (5120 x 17408)
+    at 33..64 columns (64: with DFLASH_FUSE_ADD_MAX_COLUMNS=64) through the warp-specialized wgmma
+    kernel's residual instance, a launch counted on an sm_90a build on sm_90; off, the mma.sync
+    GEMM's fused form. Within float rounding (1e-5 of the scale) of that and of the same kernel's
+    unfused product plus the residual; numpy within 3e-2."""
+    rows, k = 5120, 17408
+    w, dense = _weights("q4_K", rows, k, seed=43)
+    rng = np.random.default_rng(44)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+    _core.set_mma_enabled(True)
+    _core.set_fuse_add_enabled(True)
+    with (
+        _switched(_core.fuse_add_max_columns, _core.set_fuse_add_max_columns, 64 if n > 48 else 48),
+        _switched(_core.wgmma_res, _core.set_wgmma_res_mode, 0),
+    ):
+        fused_before = _core.mul_mat_add_fusions()
+        ref, got, launches = _a_b(
+            (_core.wgmma_ws_res_enabled, _core.set_wgmma_ws_res_enabled),
+            (False, True),
+            lambda: _core.op_mul_mat_fused(w, "q4_K", rows, x, residual=res, gpu=True),
+            _core.wgmma_ws_res_launches,
+        )
+        assert _core.mul_mat_add_fusions() - fused_before == 2
+        plain = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
+    assert launches == (1 if _core.wgmma_built() and _gpu_is_sm90() else 0)
+    want = x.astype(np.float64) @ dense.T.astype(np.float64) + res
+    scale = float(np.abs(want).max())
+    assert np.abs(got - ref).max() <= 1e-5 * scale
+    assert np.abs(got - (plain + res)).max() <= 1e-5 * scale
+    assert np.abs(got - want).max() <= 3e-2 * scale
 
 
 @needs_gpu
@@ -1002,6 +1046,10 @@ def test_f16_wgmma_gemm_defaults(env: str, get: str) -> None:
     assert _core.f16_ws_enabled() == (GPU and os.environ.get("DFLASH_F16_WS", "1") != "0")
     short = os.environ.get("DFLASH_WGMMA_SHORT", "2")
     assert _core.wgmma_short() == (int(short) if GPU and short in ("1", "2") else 0)
+    output = os.environ.get("DFLASH_Q6K_WGMMA_OUTPUT", "17")
+    assert _core.q6k_output_from_columns() == (
+        int(output) if GPU and output.isdigit() and 2 <= int(output) <= 64 else 0
+    )
 
 
 @pytest.fixture
@@ -1014,6 +1062,54 @@ def f16_wgmma_restored() -> Iterator[None]:
     _core.set_q6k_wgmma_from(q6)
     _core.set_q4k_f16_from(q4)
     _core.set_f16_wgmma_all(every)
+
+
+@pytest.fixture
+def f16_shapes_restored() -> Iterator[None]:
+    """The f16 wgmma GEMM's column thresholds as they were, by shape as the engine chooses them
+    (DFLASH_F16_WGMMA_ALL off meanwhile)."""
+    q6, q4, out, every = (
+        _core.q6k_wgmma_from_columns(),
+        _core.q4k_f16_from_columns(),
+        _core.q6k_output_from_columns(),
+        _core.f16_wgmma_all(),
+    )
+    _core.set_f16_wgmma_all(False)
+    yield
+    _core.set_q6k_wgmma_from(q6)
+    _core.set_q4k_f16_from(q4)
+    _core.set_q6k_output_from(out)
+    _core.set_f16_wgmma_all(every)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    ("wtype", "rows", "k", "n", "taken"),
+    [
+        ("q6_K", 65536, 256, 16, False),  # the output matrix: from DFLASH_Q6K_WGMMA_OUTPUT's 17
+        ("q6_K", 65536, 256, 24, True),
+        ("q6_K", 1024, 6144, 16, True),  # long rows (24 super-blocks): from DFLASH_Q6K_WGMMA's 9
+        ("q6_K", 1024, 2304, 16, False),  # short rows: not by default
+        ("q4_K", 1024, 6144, 32, False),  # Q4_K: ffn_down's rows only (64 super-blocks or more)
+        ("q4_K", 256, 16384, 32, True),
+    ],
+)
+def test_cuda_f16_wgmma_takes_its_shapes(
+    wtype: str, rows: int, k: int, n: int, taken: bool, mma_restored: None, f16_shapes_restored: None
+) -> None:
+    """Which products the f16 wgmma GEMM takes, with DFLASH_Q6K_WGMMA=9, DFLASH_Q4K_F16=9 and the
+    output matrix's floor of 17 columns: counted launches on an sm_90a build on sm_90, none
+    elsewhere."""
+    _core.set_mma_enabled(True)
+    _core.set_q6k_wgmma_from(9)
+    _core.set_q4k_f16_from(9)
+    _core.set_q6k_output_from(17)
+    w, _ = _weights(wtype, rows, k, seed=58)
+    x = np.random.default_rng(59).standard_normal((n, k)).astype(np.float32)
+    before = _core.f16_wgmma_launches()
+    _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
+    ran = _core.wgmma_built() and _gpu_is_sm90()
+    assert _core.f16_wgmma_launches() - before == (1 if taken and ran else 0)
 
 
 _F16_SWITCH = {

@@ -554,14 +554,18 @@ PYBIND11_MODULE(_core, m) {
     m.def("mma_split_launches", &ggml_ext::mma_split_launches, "launches of the split mma.sync GEMM so far (tests)");
     m.def("set_q6k_wgmma_from", &ggml_ext::set_q6k_wgmma_from, py::arg("n"),
           "CUDA (sm_90a build, sm_90 GPU): Q6_K products of n..64 columns through the f16 wgmma GEMM (scales folded "
-          "into f16 weight operands): 0 off, 2..64 (DFLASH_Q6K_WGMMA; 33 by default: on the H100 the 64-token forward "
-          "took 17.73 against 17.95 ms, fewer tokens gained nothing)");
+          "into f16 weight operands): 0 off, 2..64 (DFLASH_Q6K_WGMMA; 17 by default, through its warp-specialized "
+          "form: on the H100 the 32- and 64-token forwards gained)");
     m.def("q6k_wgmma_from_columns", &ggml_ext::q6k_wgmma_from_columns);
     m.def("set_q4k_f16_from", &ggml_ext::set_q4k_f16_from, py::arg("n"),
           "CUDA (sm_90a build, sm_90 GPU): Q4_K products of n..64 columns through the f16 wgmma GEMM (scales and "
           "mins folded into f16 weight operands) instead of the int8 forms: 0 off (the default: slower on the H100), "
           "2..64 (DFLASH_Q4K_F16)");
     m.def("q4k_f16_from_columns", &ggml_ext::q4k_f16_from_columns);
+    m.def("set_q6k_output_from", &ggml_ext::set_q6k_output_from, py::arg("n"),
+          "CUDA (sm_90a build, sm_90 GPU): the output matrix (65536 rows or more) takes Q6_K's f16 wgmma form from "
+          "max(q6k_wgmma_from_columns, n) columns: 2..64 (DFLASH_Q6K_WGMMA_OUTPUT, 17 by default), 0 for no floor");
+    m.def("q6k_output_from_columns", &ggml_ext::q6k_output_from_columns);
     m.def("set_f16_wgmma_all", &ggml_ext::set_f16_wgmma_all, py::arg("on"),
           "the f16 wgmma GEMM for every matrix of its types, not only long rows (24 super-blocks or more) and the "
           "output matrix (65536 rows or more) (DFLASH_F16_WGMMA_ALL=1)");
@@ -626,6 +630,12 @@ PYBIND11_MODULE(_core, m) {
                   "the warp-specialized wgmma GEMM (a producer warpgroup's copies on mbarriers) in place of the "
                   "early form: 0 off, 1 one consumer warpgroup a block, 2 two, at every column count, 3 one from 33 "
                   "columns (the default; DFLASH_WGMMA_WS); 0 without CUDA");
+    m.def("set_wgmma_ws_res_enabled", &ggml_ext::set_wgmma_ws_res_enabled, py::arg("on"),
+          "Q4_K products with a fused residual through the warp-specialized wgmma GEMM's residual instance where "
+          "their shape takes that kernel without one (on by default; DFLASH_WGMMA_WS_RES=0 starts it off)");
+    m.def("wgmma_ws_res_enabled", &ggml_ext::wgmma_ws_res_enabled);
+    m.def("wgmma_ws_res_launches", &ggml_ext::wgmma_ws_res_launches,
+          "launches of the warp-specialized wgmma GEMM with a fused residual so far (tests)");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

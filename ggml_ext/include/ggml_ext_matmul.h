@@ -141,6 +141,12 @@ int64_t wgmma_res_launches();
 void set_wgmma_ws_mode(int mode);
 int wgmma_ws();
 int64_t wgmma_ws_launches();
+// Products with a fused residual through the warp-specialized kernel's kRes instance where their
+// shape takes it without one (DFLASH_WGMMA_WS_RES, on by default; 0 off); wgmma_ws_res_launches
+// counts them (tests).
+void set_wgmma_ws_res_enabled(bool on);
+bool wgmma_ws_res_enabled();
+int64_t wgmma_ws_res_launches();
 // Long rows (24 super-blocks or more: the 27B's ffn_down) of Q6_K at up to 16 columns with 8 warps
 // a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): 0 off (the
 // default until measured), 1 at 3 blocks a multiprocessor (80 registers), 2 with the compiler's
@@ -168,6 +174,10 @@ void set_q6k_wgmma_from(int n);
 int q6k_wgmma_from_columns();
 void set_q4k_f16_from(int n);
 int q4k_f16_from_columns();
+// The output matrix (65536 rows or more) takes Q6_K's f16 form from max(that, n) columns
+// (DFLASH_Q6K_WGMMA_OUTPUT; 17 by default); Q4_K's long rows are ffn_down's only (64 super-blocks or more).
+void set_q6k_output_from(int n);
+int q6k_output_from_columns();
 int64_t f16_wgmma_launches();
 // Which matrices it takes: long rows (24 super-blocks or more) and the output matrix (65536 rows or
 // more) by default; every matrix with DFLASH_F16_WGMMA_ALL=1 (or on).

@@ -298,6 +298,16 @@ bool takes_ws_form(int n) {
     return wgmma_ws_mode == 1 || wgmma_ws_mode == 2 || (wgmma_ws_mode == 3 && n >= kWgmmaWsMinColumns);
 }
 std::atomic<int64_t> wgmma_ws_count{0};
+// A product with a fused residual whose shape takes the warp-specialized kernel without one takes
+// it with the residual (its kRes instance, one consumer warpgroup), where it went to the mma.sync
+// GEMM's kRes form before: the 27B's Q4_K ffn_down at 33..48 columns, and at 64 with
+// DFLASH_FUSE_ADD_MAX_COLUMNS=64. DFLASH_WGMMA_WS_RES=0 turns it off; DFLASH_WGMMA_RES's modes
+// (the early kernel's kRes) take precedence.
+bool wgmma_ws_res_flag = [] {
+    const char * e = std::getenv("DFLASH_WGMMA_WS_RES");
+    return !(e && e[0] == '0');
+}();
+std::atomic<int64_t> wgmma_ws_res_count{0};
 
 // Q6_K / Q4_K products through the f16 wgmma form (gemm_f16_wgmma.cuh: the scales folded into f16
 // weight operands, no integer multiply-adds, no float step per super-block) from this many
@@ -320,6 +330,12 @@ int columns_from_env(const char * name, int fallback) {
 constexpr int kQ6kWgmmaDefaultFrom = 17;
 int q6k_wgmma_from = columns_from_env("DFLASH_Q6K_WGMMA", kQ6kWgmmaDefaultFrom);
 int q4k_f16_from = columns_from_env("DFLASH_Q4K_F16", 0);
+// The output matrix (65536 rows or more) takes Q6_K's f16 form from no fewer columns than this
+// (DFLASH_Q6K_WGMMA_OUTPUT, 2..64): the standalone on the H100 had it slower there at 16 columns
+// (445 against 405 us) and faster from 24 (454 against 490), where Q6_K ffn_down gained from 16
+// (38.9 against 48.3; bench/results/h100-s41-c1-standalone-q6wg.jsonl), so DFLASH_Q6K_WGMMA=9
+// moves the long rows alone.
+int q6k_output_from = columns_from_env("DFLASH_Q6K_WGMMA_OUTPUT", kQ6kWgmmaDefaultFrom);
 std::atomic<int64_t> f16_wgmma_count{0};
 
 // Which matrices: by default long rows (gemm_kq::kLongRowBlocks super-blocks or more: the 27B's
@@ -344,9 +360,14 @@ bool f16_ws_flag = [] {
 }();
 std::atomic<int64_t> f16_ws_count{0};
 
+constexpr int kF16OutputRows = 65536;
 bool takes_f16_wgmma(ggml_type t, int n, bool hopper, int rows, int k) {
-    const int from = t == GGML_TYPE_Q6_K ? q6k_wgmma_from : t == GGML_TYPE_Q4_K ? q4k_f16_from : 0;
-    const bool shape = f16_wgmma_all_flag || k / 256 >= gemm_kq::kLongRowBlocks || rows >= 65536;
+    int from = t == GGML_TYPE_Q6_K ? q6k_wgmma_from : t == GGML_TYPE_Q4_K ? q4k_f16_from : 0;
+    if (t == GGML_TYPE_Q6_K && rows >= kF16OutputRows && from > 0) from = std::max(from, q6k_output_from);
+    // Q4_K's long rows: ffn_down's only (ssm_out and attn_output, 24 super-blocks, were slower through
+    // it in session 41's standalone: 15.6 against 14.5 us at 32 columns)
+    const int long_blocks = t == GGML_TYPE_Q4_K ? kWgmmaLongKBlocks : gemm_kq::kLongRowBlocks;
+    const bool shape = f16_wgmma_all_flag || k / 256 >= long_blocks || rows >= kF16OutputRows;
     return kWgmmaBuilt && hopper && from > 0 && n >= from && n <= 64 && shape;
 }
 
@@ -400,9 +421,13 @@ bool wgmma_res_shape(int k, int n) {
 }
 
 // Whether a product of type t, rows x n, takes the wgmma form (gemm_chunk).
+bool takes_ws_res(int rows, int k, int n) {
+    return wgmma_ws_res_flag && wgmma_warpgroups_flag == 1 && wgmma_ws_mode != 2 && takes_ws_form(n) &&
+           wgmma_shape(rows, k, n);
+}
 bool takes_wgmma(ggml_type t, bool mins_int, int rows, int k, int n, bool hopper, bool has_res) {
     return kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int &&
-           (has_res ? wgmma_res_shape(k, n) : wgmma_shape(rows, k, n));
+           (has_res ? wgmma_res_shape(k, n) || takes_ws_res(rows, k, n) : wgmma_shape(rows, k, n));
 }
 
 // The mma.sync forms' activation layout for type t (its F::kLayout), and whether their scales are
@@ -511,20 +536,29 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                                                       : gemm_kq::kWgPlain;
         const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
         ggml_cuda_pool_alloc<float> partials(pool);
-        if (takes_ws_form(n) && form == gemm_kq::kWgEarly && !with_res && wgmma_warpgroups_flag == 1) {
+        const bool ws_res = with_res && !wgmma_res_shape(k, n) && takes_ws_res(rows, k, n);
+        if (takes_ws_form(n) && form == gemm_kq::kWgEarly && (!with_res || ws_res) && wgmma_warpgroups_flag == 1) {
             auto ws = [&](auto cw_tag) {
                 constexpr int kCW = decltype(cw_tag)::value;
-                const gemm_kq::WgSplit split =
-                    split_on ? gemm_kq::wgmma_ws_split_for<kCW>(rows, k, n, nsm) : gemm_kq::WgSplit{};
+                gemm_kq::WgSplit split{};
+                if (split_on) {
+                    if constexpr (kCW == 1) {
+                        split = ws_res ? gemm_kq::wgmma_ws_split_for<kCW, gemm_kq::kWsStages, true>(rows, k, n, nsm)
+                                       : gemm_kq::wgmma_ws_split_for<kCW>(rows, k, n, nsm);
+                    } else {
+                        split = gemm_kq::wgmma_ws_split_for<kCW>(rows, k, n, nsm);
+                    }
+                }
                 if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<kCW>(split, n));
                 const bool ok = gemm_kq::launch_q4k_wgmma_ws<kCW>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
-                                                                  stream, split, partials.ptr);
+                                                                  stream, split, partials.ptr, r_ptr, sr);
                 if (ok && split.pieces > 1) ++wgmma_split_count;
                 return ok;
             };
             if (wgmma_ws_mode == 2 ? ws(std::integral_constant<int, 2>{}) : ws(std::integral_constant<int, 1>{})) {
                 ++wgmma_count;
                 ++wgmma_ws_count;
+                if (ws_res) ++wgmma_ws_res_count;
                 return;
             }
         }
@@ -622,6 +656,9 @@ int64_t wgmma_res_launches() { return wgmma_res_count.load(); }
 void set_wgmma_ws_mode(int mode) { wgmma_ws_mode = valid_ws_mode(mode); }
 int wgmma_ws() { return wgmma_ws_mode; }
 int64_t wgmma_ws_launches() { return wgmma_ws_count.load(); }
+void set_wgmma_ws_res_enabled(bool on) { wgmma_ws_res_flag = on; }
+bool wgmma_ws_res_enabled() { return wgmma_ws_res_flag; }
+int64_t wgmma_ws_res_launches() { return wgmma_ws_res_count.load(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
 void set_mma_split(int pieces) {
@@ -634,6 +671,8 @@ int64_t mma_split_launches() { return mma_split_count.load(); }
 void set_q6k_wgmma_from(int n) { q6k_wgmma_from = n >= 2 && n <= 64 ? n : 0; }
 int q6k_wgmma_from_columns() { return q6k_wgmma_from; }
 void set_q4k_f16_from(int n) { q4k_f16_from = n >= 2 && n <= 64 ? n : 0; }
+void set_q6k_output_from(int n) { q6k_output_from = n >= 2 && n <= 64 ? n : 0; }
+int q6k_output_from_columns() { return q6k_output_from; }
 int q4k_f16_from_columns() { return q4k_f16_from; }
 int64_t f16_wgmma_launches() { return f16_wgmma_count.load(); }
 void set_f16_ws_enabled(bool on) { f16_ws_flag = on; }

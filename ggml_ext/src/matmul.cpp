@@ -76,6 +76,9 @@ int64_t wgmma_res_launches() { return 0; }
 void set_wgmma_ws_mode(int) {}
 int wgmma_ws() { return 0; }
 int64_t wgmma_ws_launches() { return 0; }
+void set_wgmma_ws_res_enabled(bool) {}
+bool wgmma_ws_res_enabled() { return false; }
+int64_t wgmma_ws_res_launches() { return 0; }
 void set_mma_q6k_long_8(int) {}
 int mma_q6k_long_8() { return 0; }
 void set_mma_split(int) {}
@@ -87,6 +90,8 @@ void set_q6k_wgmma_from(int) {}
 int q6k_wgmma_from_columns() { return 0; }
 void set_q4k_f16_from(int) {}
 int q4k_f16_from_columns() { return 0; }
+void set_q6k_output_from(int) {}
+int q6k_output_from_columns() { return 0; }
 int64_t f16_wgmma_launches() { return 0; }
 void set_f16_wgmma_all(bool) {}
 bool f16_wgmma_all() { return false; }

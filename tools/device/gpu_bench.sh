@@ -334,7 +334,8 @@ fi
 # quantizer's forms, then the K split; carried binary), the profiles of H1_VARS (VAR=VALUE[,VAR=VALUE]
 # sets as in f1), then the CUDA tests by H1_TESTS (a pytest -k expression) in the time left
 # (H1_SA: the standalone's mode, split by default; H1_SA_S its seconds, 40; H1_MIN_LEFT: the seconds
-# a profile must leave, 100). h2: AR
+# a profile must leave, 100; H1_FORWARDS: the forwards' token counts, 1,16,32,64; H1_KP_S: a
+# profile's seconds, 40). h2: AR
 # next to libllama with the defaults and with each of H2_AR_VARS, then the chain next to upstream
 # llama-server draft-dflash at synthetic acceptance 10: the issue's table.
 if [ "$stage" = h1 ]; then
@@ -343,7 +344,7 @@ if [ "$stage" = h1 ]; then
   # H1_ENV_TESTS (VAR=VALUE[,VAR=VALUE] sets; "X=1" for none) with H1_ENV_K: env_tests while the 27B is written
   # shellcheck disable=SC2086  # the sets split on purpose
   [ -n "${H1_ENV_TESTS-}" ] && env_tests 60 "${H1_ENV_K:-oracle}" $H1_ENV_TESTS
-  export KP_ARGS="--forwards 1,16,32,64 --quick"
+  export KP_ARGS="--forwards ${H1_FORWARDS:-1,16,32,64} --quick"
   wait_27b 100
   kernel_profile 45 "h200-27b-kernels-default.json"
   grep -E "wall" "$OUT/h200-27b-kernels-default.log" | cut -c1-150
@@ -352,7 +353,7 @@ if [ "$stage" = h1 ]; then
     [ "$(left)" -ge "${H1_MIN_LEFT:-100}" ] || break  # seconds kept for the tests
     name=$(echo "$vs" | sed 's/DFLASH_//g' | tr 'A-Z_=,' 'a-z---')
     # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
-    kernel_profile 40 "h200-27b-kernels-$name.json" $(echo "$vs" | tr ',' ' ')
+    kernel_profile "${H1_KP_S:-40}" "h200-27b-kernels-$name.json" $(echo "$vs" | tr ',' ' ')
     grep -E "wall" "$OUT/h200-27b-kernels-$name.log" | cut -c1-150
   done
   [ "$(left)" -ge 40 ] && run_cuda_suite "$(( $(left) - 10 ))" -k "${H1_TESTS:-mma_split or quantizer_fusions or fusion_changes}"
@@ -360,24 +361,25 @@ if [ "$stage" = h1 ]; then
 fi
 # `gpu_bench.sh h3` (session 38), within 30 s of h1 (its build and 27B files kept): the profiles of
 # H3_VARS (VAR=VALUE[,VAR=VALUE] sets, forwards of 1, 16, 32, 64 tokens), the DDTree step cost at
-# budgets 16..64 with the defaults and with each of H3_TREE_VARS, then the CUDA tests by H3_TESTS
-# (a pytest -k expression) in the time left.
+# budgets H3_BUDGETS (15,31,63: a tree of b nodes verifies b + 1 tokens) with the defaults and with
+# each of H3_TREE_VARS, then the CUDA tests by H3_TESTS (a pytest -k expression) in the time left
+# (H3_FORWARDS and H3_KP_S as h1's H1_FORWARDS and H1_KP_S).
 if [ "$stage" = h3 ]; then
   trap "pack_out $stage" EXIT
-  export KP_ARGS="--forwards 1,16,32,64 --quick"
+  export KP_ARGS="--forwards ${H3_FORWARDS:-1,16,32,64} --quick"
   wait_27b 100
   for vs in ${H3_VARS-}; do
     [ "$(left)" -ge 60 ] || break
     name=$(echo "$vs" | sed 's/DFLASH_//g' | tr 'A-Z_=,' 'a-z---')
     # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
-    kernel_profile 40 "h200-27b-kernels-$name.json" $(echo "$vs" | tr ',' ' ')
+    kernel_profile "${H3_KP_S:-40}" "h200-27b-kernels-$name.json" $(echo "$vs" | tr ',' ' ')
     grep -E "wall" "$OUT/h200-27b-kernels-$name.log" | cut -c1-150
   done
   for vs in default ${H3_TREE_VARS-}; do
     [ "$(left)" -ge 70 ] || break
     name=$(echo "$vs" | sed 's/DFLASH_//g' | tr 'A-Z_=,' 'a-z---')
     # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
-    tree_steps 50 "h200-27b-tree-steps-$name.json" 16,32,64 $([ "$vs" = default ] || echo "$vs" | tr ',' ' ') -- --no-upstream
+    tree_steps 50 "h200-27b-tree-steps-$name.json" "${H3_BUDGETS:-15,31,63}" $([ "$vs" = default ] || echo "$vs" | tr ',' ' ') -- --no-upstream
   done
   [ -n "${H3_TESTS-}" ] && [ "$(left)" -ge 40 ] && run_cuda_suite "$(( $(left) - 10 ))" -k "$H3_TESTS"
   exit 0
