@@ -554,8 +554,9 @@ PYBIND11_MODULE(_core, m) {
     m.def("mma_split_launches", &ggml_ext::mma_split_launches, "launches of the split mma.sync GEMM so far (tests)");
     m.def("set_q6k_wgmma_from", &ggml_ext::set_q6k_wgmma_from, py::arg("n"),
           "CUDA (sm_90a build, sm_90 GPU): Q6_K products of n..64 columns through the f16 wgmma GEMM (scales folded "
-          "into f16 weight operands): 0 off, 2..64 (DFLASH_Q6K_WGMMA; 17 by default, through its warp-specialized "
-          "form: on the H100 the 32- and 64-token forwards gained)");
+          "into f16 weight operands): 0 off, 2..64 (DFLASH_Q6K_WGMMA; 9 by default for long rows, through its "
+          "warp-specialized "
+          "form: on the H100 the 16-, 32- and 64-token forwards gained; the output matrix from 17)");
     m.def("q6k_wgmma_from_columns", &ggml_ext::q6k_wgmma_from_columns);
     m.def("set_q4k_f16_from", &ggml_ext::set_q4k_f16_from, py::arg("n"),
           "CUDA (sm_90a build, sm_90 GPU): Q4_K products of n..64 columns through the f16 wgmma GEMM (scales and "
@@ -599,11 +600,11 @@ PYBIND11_MODULE(_core, m) {
                     "DFLASH_WGMMA_EARLY=0 turns it off)");
     m.def("set_wgmma_short_enabled", &ggml_ext::set_wgmma_short_enabled, py::arg("on"),
           "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM too, split along K to "
-          "fill the GPU (mode 1; the default is mode 2, long rows only; DFLASH_WGMMA_SHORT=1 starts mode 1)");
+          "fill the GPU (mode 1; the default is mode 0; DFLASH_WGMMA_SHORT=1 starts mode 1)");
     m.def("wgmma_short_enabled", &ggml_ext::wgmma_short_enabled);
     m.def("set_wgmma_short_mode", &ggml_ext::set_wgmma_short_mode, py::arg("mode"),
           "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM: 0 none, 1 all, 2 rows of "
-          "64 super-blocks or more only (the default; DFLASH_WGMMA_SHORT); 0 without CUDA");
+          "64 super-blocks or more only (DFLASH_WGMMA_SHORT; 0 by default since session 42); 0 without CUDA");
     m.def("wgmma_short", &ggml_ext::wgmma_short);
     m.def("set_wgmma_tall_from", &ggml_ext::set_wgmma_tall_from, py::arg("n"),
           "columns from which Q4_K matrices of 32768 rows or more take the wgmma GEMM: 25 by default, 25..64 "
@@ -630,12 +631,6 @@ PYBIND11_MODULE(_core, m) {
                   "the warp-specialized wgmma GEMM (a producer warpgroup's copies on mbarriers) in place of the "
                   "early form: 0 off, 1 one consumer warpgroup a block, 2 two, at every column count, 3 one from 33 "
                   "columns (the default; DFLASH_WGMMA_WS); 0 without CUDA");
-    m.def("set_wgmma_ws_res_enabled", &ggml_ext::set_wgmma_ws_res_enabled, py::arg("on"),
-          "Q4_K products with a fused residual through the warp-specialized wgmma GEMM's residual instance where "
-          "their shape takes that kernel without one (on by default; DFLASH_WGMMA_WS_RES=0 starts it off)");
-    m.def("wgmma_ws_res_enabled", &ggml_ext::wgmma_ws_res_enabled);
-    m.def("wgmma_ws_res_launches", &ggml_ext::wgmma_ws_res_launches,
-          "launches of the warp-specialized wgmma GEMM with a fused residual so far (tests)");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

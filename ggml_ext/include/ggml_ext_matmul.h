@@ -141,12 +141,6 @@ int64_t wgmma_res_launches();
 void set_wgmma_ws_mode(int mode);
 int wgmma_ws();
 int64_t wgmma_ws_launches();
-// Products with a fused residual through the warp-specialized kernel's kRes instance where their
-// shape takes it without one (DFLASH_WGMMA_WS_RES, on by default; 0 off); wgmma_ws_res_launches
-// counts them (tests).
-void set_wgmma_ws_res_enabled(bool on);
-bool wgmma_ws_res_enabled();
-int64_t wgmma_ws_res_launches();
 // Long rows (24 super-blocks or more: the 27B's ffn_down) of Q6_K at up to 16 columns with 8 warps
 // a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): 0 off (the
 // default until measured), 1 at 3 blocks a multiprocessor (80 registers), 2 with the compiler's

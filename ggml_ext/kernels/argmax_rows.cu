@@ -11,9 +11,9 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kChunk = 8192;      // values per block
-constexpr int64_t kMinCols = 32768;   // shorter rows stay with ggml's kernel
-constexpr int kMaxChunks = 1 << 16;   // grid.x
+constexpr int64_t kChunk = 8192;     // values per block
+constexpr int64_t kMinCols = 32768;  // shorter rows stay with ggml's kernel
+constexpr int kMaxChunks = 1 << 16;  // grid.x
 
 struct Best {
     float v;

@@ -86,15 +86,12 @@ struct WsPlan {
     static constexpr int kBytes = kBarOffset + 2 * S * (int)sizeof(uint64_t);
 };
 
-// kRes: res (stride_col_res floats a column; it may be dst) added to each output as the tile is
-// written, as the early kernel's kRes does.
-template <int N, int S, int CW, bool kRes>
+template <int N, int S, int CW>
 __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const int8_t * qs, const float * yd,
                                               const int * ysum, float * __restrict__ dst, const int nrows,
                                               const int nblocks, const int64_t row_bytes, const int ncols,
                                               const int stride_col_dst, const int lbo, const int sbo,
-                                              const int full_tiles, const int pieces, float * partials,
-                                              const float * res, const int stride_col_res) {
+                                              const int full_tiles, const int pieces, float * partials) {
     using P = WgPlan<N, CW>;
     using Shape = WsShape<CW>;
     constexpr int NT = N / 8, kProducer = 4 * CW;  // the producer warpgroup's first warp
@@ -167,6 +164,16 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
         const char * sums = st + P::kWBytes + P::kBBytes;
         wg_float_tiles<N, 0, NT>(acc, clo, chi, step, reinterpret_cast<const int *>(sums),
                                  reinterpret_cast<const float *>(sums + P::kSumBytes), g, t);
+        // The float step's reads of the stage's sums and scales (generic loads of what the
+        // producer's bulk copies, the async proxy, wrote) ordered before the stage is released to
+        // the next bulk copies: the proxy fence (sm_90a SASS: MEMBAR.ALL.CTA, FENCE.VIEW.ASYNC.S)
+        // drains them. Without it the release (a plain arrive) went out with the last loads in
+        // flight, and on the H100 (session 42) launches of many super-blocks a block now and then
+        // gave one warp's last column tile a stale super-block's sums: ffn_down (5120 x 17408 at 64
+        // columns, split in pieces of 22-23 super-blocks) differed between identical runs in 5-14 of
+        // 60, 34816 x 17408 in 25 of 25, [gate; up] (20 super-blocks) in 0 of 60. The fence is not yet
+        // run on a GPU (tests/test_gemv_kquant.py's test_cuda_wgmma_gives_the_same_bits_every_run).
+        fence_proxy_async();
         __syncwarp();  // the warp's reads of the stage done before it is released
         if (lane == 0) mbar_arrive(&empty[s]);
     }
@@ -180,50 +187,44 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int row = row_base + wrow + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-            if (row < nrows && col < ncols) {
-                float v = acc[nt][i];
-                if constexpr (kRes) v += res[(int64_t)col * stride_col_res + row];
-                dst[(int64_t)col * stride_col_dst + row] = v;
-            }
+            if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[nt][i];
         }
     }
 }
 
-template <int N, int S, int CW, bool kRes = false>
+template <int N, int S, int CW>
 __global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPerSm)
     gemm_q4k_wgmma_ws_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
                              float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
                              const int ncols, const int stride_col_dst, const int lbo, const int sbo,
-                             const int full_tiles, const int pieces, float * partials, const float * res,
-                             const int stride_col_res) {
+                             const int full_tiles, const int pieces, float * partials) {
 #if defined(DFLASH_WGMMA)
-    wgmma_ws_body<N, S, CW, kRes>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo, sbo,
-                                  full_tiles, pieces, partials, res, stride_col_res);
+    wgmma_ws_body<N, S, CW>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo, sbo,
+                            full_tiles, pieces, partials);
 #else
     NO_DEVICE_CODE;
 #endif
 }
 
 using WsKernel = void (*)(const char *, const int8_t *, const float *, const int *, float *, int, int, int64_t, int,
-                          int, int, int, int, int, float *, const float *, int);
+                          int, int, int, int, int, float *);
 
-// The instance for N padded columns (kRes: with the fused residual), its dynamic shared memory opted
-// in once; null when that failed.
-template <int S, int CW, int N, bool kRes = false>
+// The instance for N padded columns, its dynamic shared memory opted in once; null when that failed.
+template <int S, int CW, int N>
 WsKernel wgmma_ws_kernel_ready() {
-    WsKernel kernel = gemm_q4k_wgmma_ws_kernel<N, S, CW, kRes>;
+    WsKernel kernel = gemm_q4k_wgmma_ws_kernel<N, S, CW>;
     static const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 WsPlan<N, S, CW>::kBytes) == cudaSuccess;
     return ok ? kernel : nullptr;
 }
 
 // The tail split of a launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit).
-template <int CW = 1, int S = kWsStages, bool kRes = false>
+template <int CW = 1, int S = kWsStages>
 WgSplit wgmma_ws_split_for(int nrows, int k, int ncols, int nsm) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         static const int per_sm =
-            wg_blocks_per_sm(wgmma_ws_kernel_ready<S, CW, N, kRes>(), WsShape<CW>::kThreads, WsPlan<N, S, CW>::kBytes);
+            wg_blocks_per_sm(wgmma_ws_kernel_ready<S, CW, N>(), WsShape<CW>::kThreads, WsPlan<N, S, CW>::kBytes);
         return wg_split_plan((nrows + CW * kWgRows - 1) / (CW * kWgRows), k / kQk, per_sm * nsm);
     });
 }
@@ -231,13 +232,11 @@ WgSplit wgmma_ws_split_for(int nrows, int k, int ncols, int nsm) {
 // As launch_q4k_wgmma (the same activations, split and partials; a split of 64 CW-row tiles); false
 // when the kernel cannot run here (its shared memory opt-in failed). The weight rows and activations
 // must be 16-byte aligned (the bulk copies'): row_bytes is a multiple of 144, ggml's buffers are
-// aligned. res: a residual added as the outputs are written (stride_col_res floats a column; it may be
-// dst), as launch_q4k_wgmma's; one consumer warpgroup only (false for CW = 2).
+// aligned.
 template <int CW = 1, int S = kWsStages>
 bool launch_q4k_wgmma_ws(const char * w, const int8_t * qs, const float * yd, const int * ysum, float * dst, int nrows,
                          int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream,
-                         WgSplit split = {}, float * partials = nullptr, const float * res = nullptr,
-                         int stride_col_res = 0) {
+                         WgSplit split = {}, float * partials = nullptr) {
     const int tiles = (nrows + CW * kWgRows - 1) / (CW * kWgRows);
     if ((int64_t)CW * kWgRows * row_bytes > INT32_MAX) return false;  // the producers' 32-bit offsets
     if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
@@ -245,17 +244,11 @@ bool launch_q4k_wgmma_ws(const char * w, const int8_t * qs, const float * yd, co
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         constexpr int kBytes = WsPlan<N, S, CW>::kBytes;
-        WsKernel kernel = nullptr;
-        if constexpr (CW == 1) {
-            kernel = res ? wgmma_ws_kernel_ready<S, CW, N, true>() : wgmma_ws_kernel_ready<S, CW, N>();
-        } else {
-            if (res) return false;  // the residual: one consumer warpgroup's instance only
-            kernel = wgmma_ws_kernel_ready<S, CW, N>();
-        }
+        auto kernel = wgmma_ws_kernel_ready<S, CW, N>();
         if (!kernel) return false;
         DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
             w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, 128, 256, split.full_tiles,
-            split.pieces, partials, res, stride_col_res);
+            split.pieces, partials);
         return true;
     });
 }
