@@ -554,9 +554,8 @@ PYBIND11_MODULE(_core, m) {
     m.def("mma_split_launches", &ggml_ext::mma_split_launches, "launches of the split mma.sync GEMM so far (tests)");
     m.def("set_q6k_wgmma_from", &ggml_ext::set_q6k_wgmma_from, py::arg("n"),
           "CUDA (sm_90a build, sm_90 GPU): Q6_K products of n..64 columns through the f16 wgmma GEMM (scales folded "
-          "into f16 weight operands): 0 off, 2..64 (DFLASH_Q6K_WGMMA; 9 by default for long rows, through its "
-          "warp-specialized "
-          "form: on the H100 the 16-, 32- and 64-token forwards gained; the output matrix from 17)");
+          "into f16 weight operands): 0 off, 2..64 (DFLASH_Q6K_WGMMA; 9 by default, through its warp-specialized "
+          "form: on the H100 the 16-, 32- and 64-token forwards gained; the output matrix from 17 at least)");
     m.def("q6k_wgmma_from_columns", &ggml_ext::q6k_wgmma_from_columns);
     m.def("set_q4k_f16_from", &ggml_ext::set_q4k_f16_from, py::arg("n"),
           "CUDA (sm_90a build, sm_90 GPU): Q4_K products of n..64 columns through the f16 wgmma GEMM (scales and "

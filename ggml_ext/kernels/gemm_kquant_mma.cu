@@ -649,9 +649,9 @@ int64_t mma_split_launches() { return mma_split_count.load(); }
 void set_q6k_wgmma_from(int n) { q6k_wgmma_from = n >= 2 && n <= 64 ? n : 0; }
 int q6k_wgmma_from_columns() { return q6k_wgmma_from; }
 void set_q4k_f16_from(int n) { q4k_f16_from = n >= 2 && n <= 64 ? n : 0; }
+int q4k_f16_from_columns() { return q4k_f16_from; }
 void set_q6k_output_from(int n) { q6k_output_from = n >= 2 && n <= 64 ? n : 0; }
 int q6k_output_from_columns() { return q6k_output_from; }
-int q4k_f16_from_columns() { return q4k_f16_from; }
 int64_t f16_wgmma_launches() { return f16_wgmma_count.load(); }
 void set_f16_ws_enabled(bool on) { f16_ws_flag = on; }
 bool f16_ws_enabled() { return f16_ws_flag; }
