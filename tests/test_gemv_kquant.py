@@ -16,9 +16,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType
 from test_mul_mat_invariant import _weights
 
 from dflash import _core
+from dflash.synth.quant import random_blocks
 
 T = TypeVar("T")
 
@@ -544,10 +546,17 @@ def test_cuda_wgmma_res_mode_fuses_the_residual_into_the_wgmma_gemm(
         assert np.array_equal(_core.op_mul_mat_fused(w, "q4_K", rows, x, residual=res, gpu=True), got)
 
 
+@functools.cache
+def _q4k_bytes(rows: int, k: int, seed: int) -> bytes:
+    """_weights' Q4_K bytes alone (no float64 copy: 34816 x 17408 is 341 MB of blocks)."""
+    rng = np.random.default_rng(seed)
+    return np.ascontiguousarray(random_blocks(rng, rows, k, GGMLQuantizationType.Q4_K, std=0.05)).tobytes()
+
+
 @needs_gpu
 @pytest.mark.parametrize(
     ("rows", "k", "n", "runs"),
-    [(5120, 17408, 64, 60), (5120, 17408, 48, 60), (34816, 5120, 64, 30)],
+    [(5120, 17408, 64, 60), (5120, 17408, 48, 60), (34816, 5120, 64, 30), (34816, 17408, 64, 8)],
 )
 @pytest.mark.parametrize("short", [0, 2])
 def test_cuda_wgmma_gives_the_same_bits_every_run(
@@ -559,7 +568,7 @@ def test_cuda_wgmma_gives_the_same_bits_every_run(
     warp now and then, 5-14 runs of 60 differing at 64 columns, and 34816 x 17408 in every run;
     [gate; up], 34816 x 5120, never). Mode 2 of DFLASH_WGMMA_SHORT sends the short matrices through
     the warp-specialized kernel too; each launch counted on an sm_90a build on sm_90."""
-    w, _ = _weights("q4_K", rows, k, seed=43)
+    w = _q4k_bytes(rows, k, seed=43)
     x = np.random.default_rng(44).standard_normal((n, k)).astype(np.float32)
     with _switched(_core.wgmma_short, _core.set_wgmma_short_mode, short):
         before = _core.wgmma_launches()
@@ -1037,6 +1046,9 @@ def test_f16_wgmma_gemm_defaults(env: str, get: str) -> None:
     assert _core.q6k_output_from_columns() == (
         int(output) if GPU and output.isdigit() and 2 <= int(output) <= 64 else 0
     )
+    tall = os.environ.get("DFLASH_Q4K_F16_TALL", "0")
+    want_tall = int(tall) if GPU and tall.isdigit() and 2 <= int(tall) <= 64 else 0
+    assert _core.q4k_f16_tall_from_columns() == want_tall
 
 
 @pytest.fixture
@@ -1055,10 +1067,11 @@ def f16_wgmma_restored() -> Iterator[None]:
 def f16_shapes_restored() -> Iterator[None]:
     """The f16 wgmma GEMM's column thresholds as they were, by shape as the engine chooses them
     (DFLASH_F16_WGMMA_ALL off meanwhile)."""
-    q6, q4, out, every = (
+    q6, q4, out, tall, every = (
         _core.q6k_wgmma_from_columns(),
         _core.q4k_f16_from_columns(),
         _core.q6k_output_from_columns(),
+        _core.q4k_f16_tall_from_columns(),
         _core.f16_wgmma_all(),
     )
     _core.set_f16_wgmma_all(False)
@@ -1066,6 +1079,7 @@ def f16_shapes_restored() -> Iterator[None]:
     _core.set_q6k_wgmma_from(q6)
     _core.set_q4k_f16_from(q4)
     _core.set_q6k_output_from(out)
+    _core.set_q4k_f16_tall_from(tall)
     _core.set_f16_wgmma_all(every)
 
 
@@ -1091,12 +1105,39 @@ def test_cuda_f16_wgmma_takes_its_shapes(
     _core.set_q6k_wgmma_from(9)
     _core.set_q4k_f16_from(9)
     _core.set_q6k_output_from(17)
+    _core.set_q4k_f16_tall_from(0)
     w, _ = _weights(wtype, rows, k, seed=58)
     x = np.random.default_rng(59).standard_normal((n, k)).astype(np.float32)
     before = _core.f16_wgmma_launches()
     _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
     ran = _core.wgmma_built() and _gpu_is_sm90()
     assert _core.f16_wgmma_launches() - before == (1 if taken and ran else 0)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    ("rows", "n", "taken"),
+    [(16384, 48, True), (16384, 32, False), (16320, 48, False)],
+)
+def test_cuda_q4k_f16_tall_takes_tall_matrices(
+    rows: int, n: int, taken: bool, mma_restored: None, f16_shapes_restored: None
+) -> None:
+    """DFLASH_Q4K_F16_TALL=33: Q4_K matrices of 16384 rows or more (the 27B's [gate; up] and
+    [gdn q; k; v; z]) take the f16 wgmma GEMM from 33 columns, whatever DFLASH_Q4K_F16 says (off
+    here); fewer rows or columns stay on the int8 forms. Counted launches on an sm_90a build on
+    sm_90, none elsewhere; within 2e-3 of numpy's float64 product when taken."""
+    _core.set_mma_enabled(True)
+    _core.set_q4k_f16_from(0)
+    _core.set_q4k_f16_tall_from(33)
+    k = 512
+    w, dense = _weights("q4_K", rows, k, seed=60)
+    x = np.random.default_rng(61).standard_normal((n, k)).astype(np.float32)
+    before = _core.f16_wgmma_launches()
+    got = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
+    ran = taken and _core.wgmma_built() and _gpu_is_sm90()
+    assert _core.f16_wgmma_launches() - before == int(ran)
+    want = x.astype(np.float64) @ dense.T.astype(np.float64)
+    assert np.abs(got - want).max() <= (2e-3 if ran else 3e-2) * float(np.abs(want).max())
 
 
 _F16_SWITCH = {

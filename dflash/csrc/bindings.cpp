@@ -562,6 +562,11 @@ PYBIND11_MODULE(_core, m) {
           "mins folded into f16 weight operands) instead of the int8 forms: 0 off (the default: slower on the H100), "
           "2..64 (DFLASH_Q4K_F16)");
     m.def("q4k_f16_from_columns", &ggml_ext::q4k_f16_from_columns);
+    m.def("set_q4k_f16_tall_from", &ggml_ext::set_q4k_f16_tall_from, py::arg("n"),
+          "CUDA (sm_90a build, sm_90 GPU): Q4_K matrices of 16384 rows or more through the f16 wgmma GEMM from n "
+          "columns whatever set_q4k_f16_from says: 0 off (the default until timed in the engine), 2..64 "
+          "(DFLASH_Q4K_F16_TALL)");
+    m.def("q4k_f16_tall_from_columns", &ggml_ext::q4k_f16_tall_from_columns);
     m.def("set_q6k_output_from", &ggml_ext::set_q6k_output_from, py::arg("n"),
           "CUDA (sm_90a build, sm_90 GPU): the output matrix (65536 rows or more) takes Q6_K's f16 wgmma form from "
           "max(q6k_wgmma_from_columns, n) columns: 2..64 (DFLASH_Q6K_WGMMA_OUTPUT, 17 by default), 0 for no floor");

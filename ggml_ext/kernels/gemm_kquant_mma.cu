@@ -330,6 +330,20 @@ int q4k_f16_from = columns_from_env("DFLASH_Q4K_F16", 0);
 // (38.9 against 48.3; bench/results/h100-s41-c1-standalone-q6wg.jsonl), so DFLASH_Q6K_WGMMA=9
 // moves the long rows alone.
 int q6k_output_from = columns_from_env("DFLASH_Q6K_WGMMA_OUTPUT", kQ6kOutputDefaultFrom);
+// Q4_K matrices of 16384 rows or more (the 27B's [gate; up] and [gdn q; k; v; z]) through the f16
+// form from this many columns (DFLASH_Q4K_F16_TALL, 2..64; 0 off until timed in the engine): session
+// 41's standalone on the H100 had [gdn q; k; v; z] at 48 / 64 columns 26.0 / 28.0 us through the
+// f16 warp-specialized kernel against 29.4 / 32.7 for the int8 early kernel, [gate; up] 57.6 / 67.8
+// against 64.7 / 73.4 (the int8 warp-specialized kernel, the engine's there, 65.1 at 64 in session
+// 40; bench/results/h100-s41-c1-standalone-q6wg.jsonl).
+// DFLASH_Q4K_F16_TALL_BELOW=r (benches): only matrices of fewer than r rows (32768: [gdn q; k; v; z]
+// without [gate; up]).
+constexpr int kF16TallRows = 16384;
+int q4k_f16_tall_from = columns_from_env("DFLASH_Q4K_F16_TALL", 0);
+int q4k_f16_tall_below = [] {
+    const char * e = std::getenv("DFLASH_Q4K_F16_TALL_BELOW");
+    return e ? std::atoi(e) : 0;
+}();
 std::atomic<int64_t> f16_wgmma_count{0};
 
 // Which matrices: by default long rows (gemm_kq::kLongRowBlocks super-blocks or more: the 27B's
@@ -356,6 +370,10 @@ std::atomic<int64_t> f16_ws_count{0};
 
 constexpr int kF16OutputRows = 65536;
 bool takes_f16_wgmma(ggml_type t, int n, bool hopper, int rows, int k) {
+    if (t == GGML_TYPE_Q4_K && rows >= kF16TallRows && q4k_f16_tall_from > 0 && n >= q4k_f16_tall_from &&
+        (q4k_f16_tall_below <= 0 || rows < q4k_f16_tall_below)) {
+        return kWgmmaBuilt && hopper && n <= 64;
+    }
     int from = t == GGML_TYPE_Q6_K ? q6k_wgmma_from : t == GGML_TYPE_Q4_K ? q4k_f16_from : 0;
     if (t == GGML_TYPE_Q6_K && rows >= kF16OutputRows && from > 0) from = std::max(from, q6k_output_from);
     // Q4_K's long rows: ffn_down's only (ssm_out and attn_output, 24 super-blocks, were slower through
@@ -650,6 +668,8 @@ void set_q6k_wgmma_from(int n) { q6k_wgmma_from = n >= 2 && n <= 64 ? n : 0; }
 int q6k_wgmma_from_columns() { return q6k_wgmma_from; }
 void set_q4k_f16_from(int n) { q4k_f16_from = n >= 2 && n <= 64 ? n : 0; }
 int q4k_f16_from_columns() { return q4k_f16_from; }
+void set_q4k_f16_tall_from(int n) { q4k_f16_tall_from = n >= 2 && n <= 64 ? n : 0; }
+int q4k_f16_tall_from_columns() { return q4k_f16_tall_from; }
 void set_q6k_output_from(int n) { q6k_output_from = n >= 2 && n <= 64 ? n : 0; }
 int q6k_output_from_columns() { return q6k_output_from; }
 int64_t f16_wgmma_launches() { return f16_wgmma_count.load(); }

@@ -87,6 +87,8 @@ void set_q6k_wgmma_from(int) {}
 int q6k_wgmma_from_columns() { return 0; }
 void set_q4k_f16_from(int) {}
 int q4k_f16_from_columns() { return 0; }
+void set_q4k_f16_tall_from(int) {}
+int q4k_f16_tall_from_columns() { return 0; }
 void set_q6k_output_from(int) {}
 int q6k_output_from_columns() { return 0; }
 int64_t f16_wgmma_launches() { return 0; }

@@ -341,9 +341,9 @@ fi
 if [ "$stage" = h1 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
-  # H1_ENV_TESTS (VAR=VALUE[,VAR=VALUE] sets; "X=1" for none) with H1_ENV_K: env_tests while the 27B is written
+  # H1_ENV_TESTS (VAR=VALUE[,VAR=VALUE] sets; "X=1" for none) with H1_ENV_K: env_tests while the 27B is written (H1_ENV_S seconds, 60)
   # shellcheck disable=SC2086  # the sets split on purpose
-  [ -n "${H1_ENV_TESTS-}" ] && env_tests 60 "${H1_ENV_K:-oracle}" $H1_ENV_TESTS
+  [ -n "${H1_ENV_TESTS-}" ] && env_tests "${H1_ENV_S:-60}" "${H1_ENV_K:-oracle}" $H1_ENV_TESTS
   export KP_ARGS="--forwards ${H1_FORWARDS:-1,16,32,64} --quick"
   wait_27b 100
   kernel_profile 45 "h200-27b-kernels-default.json"
