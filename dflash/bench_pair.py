@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
         default=1.0,
         help="softmax temperature of the drafter's log-probabilities the DDTree builder ranks by",
     )
+    ap.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="our verifies compute each token as a decode step does, so greedy speculative output equals our "
+        "autoregressive output bit for bit on CUDA too (ggml_ext/BATCH_INVARIANCE.md)",
+    )
     ap.add_argument("--no-upstream", action="store_true", help="skip upstream autoregressive (libllama)")
     ap.add_argument("--no-upstream-spec", action="store_true", help="skip upstream llama-speculative-simple")
     ap.add_argument("--spec-binary", default=None, help="llama-speculative-simple (default: upstream_tools')")
@@ -120,7 +126,9 @@ def run(a: argparse.Namespace, argv: list[str], out: Path | None = None) -> dict
     need = max(len(p.tokens) for p in prompts) + a.n_predict + max([a.max_draft, *budgets]) + 1
     if need > a.n_ctx:
         raise SystemExit(f"dflash bench --pair: -c {a.n_ctx} is too small, the longest prompt needs {need}")
-    cfg = RunConfig(a.n_predict, a.repeats, a.n_ctx, a.n_batch, a.n_gpu_layers, a.threads, a.kv_type)
+    cfg = RunConfig(
+        a.n_predict, a.repeats, a.n_ctx, a.n_batch, a.n_gpu_layers, a.threads, a.kv_type, a.batch_invariant
+    )
     t, d = str(target), str(drafter)
 
     # Upstream's modes right after ours AR and chain: a run cut by a time limit keeps the comparison.

@@ -37,6 +37,7 @@ class RunConfig:
     n_gpu_layers: int
     threads: int
     kv_type: str
+    batch_invariant: bool = False  # verifies computed as decode steps are (ggml_ext/BATCH_INVARIANCE.md)
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -71,6 +72,7 @@ def _engine_config(cfg: RunConfig, n_verify_max: int) -> Any:
     ec.n_ctx, ec.k_type, ec.v_type = cfg.n_ctx, cfg.kv_type, cfg.kv_type
     ec.n_gpu_layers, ec.n_threads, ec.n_batch = cfg.n_gpu_layers, cfg.threads, cfg.n_batch
     ec.n_verify_max = n_verify_max
+    ec.batch_invariant = cfg.batch_invariant
     return ec
 
 

@@ -40,7 +40,11 @@ def _stub_upstream_tools(monkeypatch: pytest.MonkeyPatch, fail: bool) -> list[tu
 
 
 def _bench(pair: Path, out: Path, *extra: str) -> dict[str, Any]:
+    # On the GPU in batch-invariant mode: the stand-in pair's random weights leave near-ties that CUDA's
+    # verifies (other column counts, other reduction orders) may flip (session 43, H100: the chain and
+    # DDTree outputs differed from AR); on the CPU every mode is exact as it is.
     argv = ["--pair", str(pair), "--n-prompts", "2", "-n", str(N), "-ngl", str(TEST_NGL), "-t", "1"]
+    argv += ["--batch-invariant"] if TEST_NGL else []
     assert bench_pair.main([*argv, "--budgets", "4,8", "-c", "512", "-o", str(out), *extra]) == 0
     return json.loads(out.read_text())
 

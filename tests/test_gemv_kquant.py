@@ -248,6 +248,7 @@ def _a_b(
 @needs_gpu
 @pytest.mark.parametrize("n", [24, 25, 32, 33, 48, 64, 100])
 @pytest.mark.parametrize("rows", [16500, 34816])
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_gemm_matches_the_mma_gemm(n: int, rows: int, mma_restored: None) -> None:
     """Q4_K on the tall matrices through Hopper's wgmma form (an sm_90a build on an sm_90 GPU;
     16500 rows: a last 64-row block 52 rows short) where its shapes take it (25+ columns below
@@ -274,6 +275,7 @@ def test_cuda_wgmma_gemm_matches_the_mma_gemm(n: int, rows: int, mma_restored: N
 
 @needs_gpu
 @pytest.mark.parametrize("n", [48, 64])
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_tail_split_matches_whole_tiles(n: int, mma_restored: None) -> None:
     """[gate; up]'s 34816 rows: 544 row tiles over 2 blocks a multiprocessor leave a last wave of a
     few tiles on Hopper's 114 or 132 multiprocessors, which the tail split runs as pieces of
@@ -309,6 +311,7 @@ def _q4k_tall(rows: int) -> bytes:
 @needs_gpu
 @pytest.mark.parametrize(("rows", "n"), [(16480, 25), (16480, 32), (34816, 64), (34816, 100)])
 @pytest.mark.parametrize("split", [False, True])
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_pipelined_gives_the_same_bits(rows: int, n: int, split: bool, mma_restored: None) -> None:
     """The pipelined wgmma kernel (DFLASH_WGMMA_PIPE=1: a super-block's float step while the next
     one's wgmmas run) does the unpipelined kernel's float operations in the same order: the same
@@ -338,6 +341,7 @@ def test_cuda_wgmma_pipelined_gives_the_same_bits(rows: int, n: int, split: bool
 @pytest.mark.parametrize(
     "form", ["early", "two_warpgroups", "chunks", "three_warpgroups", "specialized", "specialized_two"]
 )
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_forms_give_the_same_bits(
     rows: int, n: int, split: bool, form: str, mma_restored: None
 ) -> None:
@@ -401,6 +405,7 @@ def test_cuda_wgmma_forms_give_the_same_bits(
 @needs_gpu
 @pytest.mark.parametrize(("rows", "k"), [(5120, 6144), (5120, 17408), (1000, 2304)])
 @pytest.mark.parametrize("n", [33, 64, 100])
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_short_matrices_match_the_mma_gemm(rows: int, k: int, n: int, mma_restored: None) -> None:
     """DFLASH_WGMMA_SHORT=1: Q4_K matrices under 16384 rows (the 27B's ssm_out / attn_output, its
     ffn_down; 1000 rows: a last tile 40 rows short) at 33..64 columns through the wgmma forms (the
@@ -409,9 +414,9 @@ def test_cuda_wgmma_short_matrices_match_the_mma_gemm(rows: int, k: int, n: int,
     and numpy within 3e-2; a launch of each 64 or fewer columns counted (100: 64 and 36). The
     pipelined kernel gives the early kernel's bits (on the H200 both hold 2 blocks a multiprocessor,
     so they split alike; the warp-specialized kernel plans its split by its own). Mode 1 is off by
-    default (so is mode 2, long rows only, since session 42). Modes set and restored as modes (not
-    on / off), so the default mode is back after the test."""
-    short = os.environ.get("DFLASH_WGMMA_SHORT", "0")
+    default (mode 2, long rows only, is the default). Modes set and restored as modes (not on /
+    off), so the default mode is back after the test."""
+    short = os.environ.get("DFLASH_WGMMA_SHORT", "2")
     assert _core.wgmma_short() == (int(short) if GPU and short in ("1", "2") else 0)
     w, dense = _weights("q4_K", rows, k, seed=29)
     x = np.random.default_rng(30).standard_normal((n, k)).astype(np.float32)
@@ -457,6 +462,7 @@ def _gate_up_at_32_columns_alike(
 
 
 @needs_gpu
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_pipe_mode_2_takes_gate_up_at_32_columns(mma_restored: None) -> None:
     """DFLASH_WGMMA_PIPE=2 also gives [gate; up] at 25..32 columns to the pipelined wgmma kernel,
     which mode 1 leaves to the mma.sync GEMM (with [gate; up] from 33 columns: DFLASH_WGMMA_TALL_FROM
@@ -468,6 +474,7 @@ def test_cuda_wgmma_pipe_mode_2_takes_gate_up_at_32_columns(mma_restored: None) 
 
 
 @needs_gpu
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_tall_from_25_takes_gate_up_at_32_columns(mma_restored: None) -> None:
     """DFLASH_WGMMA_TALL_FROM=25 (the default since session 38) gives [gate; up] at 25..32 columns
     to the wgmma GEMM (33 leaves them to the mma.sync GEMM); the pipe mode held at 0."""
@@ -480,6 +487,7 @@ def test_cuda_wgmma_tall_from_25_takes_gate_up_at_32_columns(mma_restored: None)
 
 
 @needs_gpu
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_chunks_mode_2_takes_gate_up_up_to_32_columns(mma_restored: None) -> None:
     """DFLASH_WGMMA_CHUNKS=2 (the default since session 39): [gate; up] (34816 rows) at 32 columns through the
     chunk-waiting wgmma kernel, within float rounding of the default wgmma form (their tail splits
@@ -515,6 +523,7 @@ def test_wgmma_res_mode_is_off_unless_asked() -> None:
 @pytest.mark.parametrize("k", [6144, 17408])
 @pytest.mark.parametrize("n", [9, 16, 32, 48])
 @pytest.mark.parametrize("mode", [1, 2])
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_res_mode_fuses_the_residual_into_the_wgmma_gemm(
     k: int, n: int, mode: int, mma_restored: None
 ) -> None:
@@ -559,6 +568,7 @@ def _q4k_bytes(rows: int, k: int, seed: int) -> bytes:
     [(5120, 17408, 64, 60), (5120, 17408, 48, 60), (34816, 5120, 64, 30), (34816, 17408, 64, 8)],
 )
 @pytest.mark.parametrize("short", [0, 2])
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_gives_the_same_bits_every_run(
     rows: int, k: int, n: int, runs: int, short: int, mma_restored: None
 ) -> None:
@@ -585,6 +595,7 @@ def test_cuda_wgmma_gives_the_same_bits_every_run(
 
 @needs_gpu
 @pytest.mark.parametrize("k", [6144, 17408])
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_short_mode_2_takes_long_rows_only(k: int, mma_restored: None) -> None:
     """DFLASH_WGMMA_SHORT=2: of the Q4_K matrices under 16384 rows, only rows of 64 super-blocks or
     more (the 27B's ffn_down, k = 17408; not ssm_out's 6144) take the wgmma form at 33..64
@@ -607,6 +618,7 @@ def test_cuda_wgmma_short_mode_2_takes_long_rows_only(k: int, mma_restored: None
 @needs_gpu
 @pytest.mark.parametrize("n", [2, 9, 16])
 @pytest.mark.parametrize("mode", [1, 2])
+@pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_q6k_long_rows_on_8_warps_match_4(n: int, mode: int, mma_restored: None) -> None:
     """Q6_K rows of 24 super-blocks (k = 6144, the 27B's ssm_out and attn_output length; its
     ffn_down has 68) at up to 16 columns with DFLASH_MMA_Q6K_LONG_8's 8 warps a block (the stages
@@ -706,20 +718,24 @@ def mma_split_restored() -> Iterator[None]:
 
 @pytest.fixture
 def f16_wgmma_off() -> Iterator[None]:
-    """The f16 wgmma GEMM off (Q6_K's long rows take it from 9 columns by default), for tests of the int8
-    forms it would replace; its switches restored after."""
+    """The f16 wgmma GEMM off (Q6_K's long rows take it from 9 columns by default; Q4_K's tall
+    matrices with DFLASH_Q4K_F16_TALL), for tests of the int8 forms it would replace; its switches
+    restored after."""
     q6, q4 = _core.q6k_wgmma_from_columns(), _core.q4k_f16_from_columns()
+    tall = _core.q4k_f16_tall_from_columns()
     _core.set_q6k_wgmma_from(0)
     _core.set_q4k_f16_from(0)
+    _core.set_q4k_f16_tall_from(0)
     yield
     _core.set_q6k_wgmma_from(q6)
     _core.set_q4k_f16_from(q4)
+    _core.set_q4k_f16_tall_from(tall)
 
 
 @pytest.fixture
 def wgmma_short_off() -> Iterator[None]:
-    """Q4_K's long rows under 16384 rows at 33..64 columns on the mma.sync GEMM (the default,
-    DFLASH_WGMMA_SHORT's mode 0, whatever the environment), for tests of the int8 forms."""
+    """Q4_K's long rows under 16384 rows at 33..64 columns on the mma.sync GEMM (DFLASH_WGMMA_SHORT's
+    mode 0, whatever the default or the environment), for tests of the mma.sync forms."""
     was = _core.wgmma_short()
     _core.set_wgmma_short_mode(0)
     yield
@@ -1032,15 +1048,16 @@ def test_f16_wgmma_gemm_defaults(env: str, get: str) -> None:
     from 17 (DFLASH_Q6K_WGMMA_OUTPUT), through its warp-specialized form, and Q4_K never (slower in
     the engine); DFLASH_Q6K_WGMMA=n / DFLASH_Q4K_F16=n (2..64) start it from n columns, 0 turns it
     off, for long rows and the output matrix unless DFLASH_F16_WGMMA_ALL=1. The warp-specialized
-    form is on (DFLASH_F16_WS=0 turns it off). Q4_K's long rows stay on the mma.sync GEMM
-    (DFLASH_WGMMA_SHORT's mode 0, since session 42 found the warp-specialized int8 kernel
-    nondeterministic on them)."""
+    form is on (DFLASH_F16_WS=0 turns it off). Q4_K's long rows take the int8 warp-specialized
+    kernel at 33..64 columns (DFLASH_WGMMA_SHORT's mode 2; session 42 found it nondeterministic on
+    them, session 43 saw its fix deterministic), and Q4_K's tall matrices stay off the f16 form
+    (DFLASH_Q4K_F16_TALL: even on the H100)."""
     value = os.environ.get(env, "9" if env == "DFLASH_Q6K_WGMMA" else "0")
     want = int(value) if GPU and value.isdigit() and 2 <= int(value) <= 64 else 0
     assert getattr(_core, get)() == want
     assert _core.f16_wgmma_all() == (GPU and os.environ.get("DFLASH_F16_WGMMA_ALL") == "1")
     assert _core.f16_ws_enabled() == (GPU and os.environ.get("DFLASH_F16_WS", "1") != "0")
-    short = os.environ.get("DFLASH_WGMMA_SHORT", "0")
+    short = os.environ.get("DFLASH_WGMMA_SHORT", "2")
     assert _core.wgmma_short() == (int(short) if GPU and short in ("1", "2") else 0)
     output = os.environ.get("DFLASH_Q6K_WGMMA_OUTPUT", "17")
     assert _core.q6k_output_from_columns() == (

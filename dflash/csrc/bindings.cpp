@@ -604,11 +604,11 @@ PYBIND11_MODULE(_core, m) {
                     "DFLASH_WGMMA_EARLY=0 turns it off)");
     m.def("set_wgmma_short_enabled", &ggml_ext::set_wgmma_short_enabled, py::arg("on"),
           "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM too, split along K to "
-          "fill the GPU (mode 1; the default is mode 0; DFLASH_WGMMA_SHORT=1 starts mode 1)");
+          "fill the GPU (mode 1; the default is mode 2; DFLASH_WGMMA_SHORT=1 starts mode 1)");
     m.def("wgmma_short_enabled", &ggml_ext::wgmma_short_enabled);
     m.def("set_wgmma_short_mode", &ggml_ext::set_wgmma_short_mode, py::arg("mode"),
           "Q4_K matrices of fewer than 16384 rows at 33..64 columns through the wgmma GEMM: 0 none, 1 all, 2 rows of "
-          "64 super-blocks or more only (DFLASH_WGMMA_SHORT; 0 by default since session 42); 0 without CUDA");
+          "64 super-blocks or more only (DFLASH_WGMMA_SHORT; 2 by default); 0 without CUDA");
     m.def("wgmma_short", &ggml_ext::wgmma_short);
     m.def("set_wgmma_tall_from", &ggml_ext::set_wgmma_tall_from, py::arg("n"),
           "columns from which Q4_K matrices of 32768 rows or more take the wgmma GEMM: 25 by default, 25..64 "

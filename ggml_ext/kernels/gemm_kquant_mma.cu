@@ -213,12 +213,15 @@ std::atomic<int64_t> wgmma_two_wg_count{0};
 // the H100 16.33 against 16.50 ms of kernels (ffn_down's Q4_K layers at 64 columns, where no
 // residual is fused; bench/results/h100-s41-*). Off again since session 42: on the H100 that
 // kernel gave ffn_down's products different bits from run to run (gemm_q4k_wgmma_ws.cuh), so mode
-// 0 until its fix is seen deterministic on a GPU. DFLASH_WGMMA_SHORT=0, 1 or 2 sets the mode.
+// 0 until its fix was seen deterministic on a GPU. Mode 2 again since session 43: with the fix, no
+// run of 60 differed on the H100 (34816 x 17408 had differed in every run), and the 64-token forward
+// took 15.84 / 15.84 / 15.92 ms of kernels in three profiles against 16.00 (48 tokens even;
+// bench/results/h100-s43-*). DFLASH_WGMMA_SHORT=0, 1 or 2 sets the mode.
 constexpr int kWgmmaLongKBlocks = 64;  // 16384 values: the 27B's ffn_down (68), not ssm_out (24)
 int valid_short_mode(int m) { return m == 1 || m == 2 ? m : 0; }
 int wgmma_short_mode = [] {
     const char * e = std::getenv("DFLASH_WGMMA_SHORT");
-    return e ? valid_short_mode(std::atoi(e)) : 0;
+    return e ? valid_short_mode(std::atoi(e)) : 2;
 }();
 // Columns from which matrices of 32768 rows or more ([gate; up]) take the wgmma form: 25. Session
 // 19 measured them even at 32 columns, so it was 33 until session 38: the 27B's 32-token forward on
