@@ -228,6 +228,14 @@ def _switched(get: Callable[[], int], set_: Callable[[int], None], value: int) -
         set_(was)
 
 
+def _q4k_product(rows: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, Callable[[], Any]]:
+    """Random Q4_K weights rows x k (their dense values), n random columns (generator seed + 1) and
+    their product on the GPU as the switches stand when it is called."""
+    w, dense = _weights("q4_K", rows, k, seed=seed)
+    x = np.random.default_rng(seed + 1).standard_normal((n, k)).astype(np.float32)
+    return dense, x, lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
+
+
 def _a_b(
     switch: tuple[Callable[[], int], Callable[[int], None]],
     values: tuple[int, int],
@@ -418,12 +426,7 @@ def test_cuda_wgmma_short_matrices_match_the_mma_gemm(rows: int, k: int, n: int,
     off), so the default mode is back after the test."""
     short = os.environ.get("DFLASH_WGMMA_SHORT", "2")
     assert _core.wgmma_short() == (int(short) if GPU and short in ("1", "2") else 0)
-    w, dense = _weights("q4_K", rows, k, seed=29)
-    x = np.random.default_rng(30).standard_normal((n, k)).astype(np.float32)
-
-    def product() -> np.ndarray:
-        return _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
-
+    dense, x, product = _q4k_product(rows, k, n, seed=29)
     modes = (_core.wgmma_short, _core.set_wgmma_short_mode)
     with _switched(_core.wgmma_pipe, _core.set_wgmma_pipe, 0):
         ref, got, launches = _a_b(modes, (0, 1), product, _core.wgmma_launches)
@@ -591,6 +594,38 @@ def test_cuda_wgmma_gives_the_same_bits_every_run(
     takes = rows >= 16384 or short == 2
     assert launches == ((runs + 1) if takes and _core.wgmma_built() and _gpu_is_sm90() else 0)
     assert differing == 0
+
+
+def test_wgmma_even_is_off_unless_asked() -> None:
+    """The warp-specialized kernel's even (stream-K) split is off until timed; DFLASH_WGMMA_EVEN=1
+    starts it on (CUDA builds only)."""
+    assert _core.wgmma_even_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_EVEN") == "1")
+
+
+@needs_gpu
+@pytest.mark.parametrize(("rows", "k"), [(34816, 5120), (5120, 17408), (1000, 2304)])
+@pytest.mark.parametrize("n", [33, 64, 100])
+@pytest.mark.usefixtures("f16_wgmma_off")
+def test_cuda_wgmma_even_split_is_the_product(rows: int, k: int, n: int, mma_restored: None) -> None:
+    """DFLASH_WGMMA_EVEN=1: the warp-specialized int8 kernel's launches (33..64 columns; ffn_down's
+    rows with DFLASH_WGMMA_SHORT's mode 2) over the resident blocks with an even share of the tiles'
+    super-blocks each, the tiles they share summed in piece order: within float rounding (1e-5 of
+    the scale) of the tail-split kernel, numpy within 3e-2, the same bits on a second launch, a
+    launch of each 64 or fewer columns counted (100: 64 and 36) on an sm_90a build on sm_90."""
+    dense, x, product = _q4k_product(rows, k, n, seed=62)
+    even = (_core.wgmma_even_enabled, _core.set_wgmma_even_enabled)
+    with _switched(_core.wgmma_short, _core.set_wgmma_short_mode, 2):
+        ref, got, launches = _a_b(even, (False, True), product, _core.wgmma_even_launches)
+        with _switched(*even, True):
+            again = product()
+    takes = rows >= 16384 or k >= 64 * 256
+    want_launches = (2 if n > 64 else 1) if takes and _core.wgmma_built() and _gpu_is_sm90() else 0
+    assert launches == want_launches
+    want = x.astype(np.float64) @ dense.T.astype(np.float64)
+    scale = float(np.abs(want).max())
+    assert np.abs(got - ref).max() <= 1e-5 * scale
+    assert np.abs(got - want).max() <= 3e-2 * scale
+    assert np.array_equal(again, got)
 
 
 @needs_gpu

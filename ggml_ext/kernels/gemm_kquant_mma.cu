@@ -23,6 +23,7 @@
 #include "gemm_kquant_mma_impl.cuh"
 #include "gemm_q4k_wgmma.cuh"
 #include "gemm_q4k_wgmma_ws.cuh"
+#include "gemm_q4k_wgmma_ws_even.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
 
@@ -303,6 +304,14 @@ bool takes_ws_form(int n) {
     return wgmma_ws_mode == 1 || wgmma_ws_mode == 2 || (wgmma_ws_mode == 3 && n >= kWgmmaWsMinColumns);
 }
 std::atomic<int64_t> wgmma_ws_count{0};
+// Its one-consumer-warpgroup launches as an even (stream-K) split over the resident blocks
+// (gemm_q4k_wgmma_ws_even.cuh): session 41's ncu had the tail-split kernel's multiprocessors busy 85%
+// of its cycles on [gate; up] at 64 columns. Off until timed; DFLASH_WGMMA_EVEN=1 starts it on.
+bool wgmma_even_flag = [] {
+    const char * e = std::getenv("DFLASH_WGMMA_EVEN");
+    return e && e[0] == '1';
+}();
+std::atomic<int64_t> wgmma_even_count{0};
 
 // Q6_K / Q4_K products through the f16 wgmma form (gemm_f16_wgmma.cuh: the scales folded into f16
 // weight operands, no integer multiply-adds, no float step per super-block) from this many
@@ -548,6 +557,21 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
         const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
         ggml_cuda_pool_alloc<float> partials(pool);
         if (takes_ws_form(n) && form == gemm_kq::kWgEarly && !with_res && wgmma_warpgroups_flag == 1) {
+            if (wgmma_even_flag && wgmma_ws_mode != 2) {
+                // (a grid means the kernel is ready; with the row check below the launch cannot fail, so
+                // partials is allocated once)
+                const int grid = gemm_kq::wgmma_ws_even_grid(rows, k, n, nsm);
+                if (grid > 0 && (int64_t)gemm_kq::kWgRows * row_bytes <= INT32_MAX) {
+                    partials.alloc(gemm_kq::wgmma_ws_even_floats(grid, n));
+                    if (gemm_kq::launch_q4k_wgmma_ws_even(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, grid,
+                                                          partials.ptr)) {
+                        ++wgmma_count;
+                        ++wgmma_ws_count;
+                        ++wgmma_even_count;
+                        return;
+                    }
+                }
+            }
             auto ws = [&](auto cw_tag) {
                 constexpr int kCW = decltype(cw_tag)::value;
                 const gemm_kq::WgSplit split =
@@ -658,6 +682,9 @@ int64_t wgmma_res_launches() { return wgmma_res_count.load(); }
 void set_wgmma_ws_mode(int mode) { wgmma_ws_mode = valid_ws_mode(mode); }
 int wgmma_ws() { return wgmma_ws_mode; }
 int64_t wgmma_ws_launches() { return wgmma_ws_count.load(); }
+void set_wgmma_even_enabled(bool on) { wgmma_even_flag = on; }
+bool wgmma_even_enabled() { return wgmma_even_flag; }
+int64_t wgmma_even_launches() { return wgmma_even_count.load(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
 void set_mma_split(int pieces) {

@@ -254,37 +254,34 @@ __device__ __forceinline__ WgBlockWork wg_block_work(const int full_tiles, const
     return b;
 }
 
-// The end of a tail split's piece (every thread of the block calls it): this thread's NT x 4 sums
-// (at(nt, i)) out to partials; the tile's last piece to arrive adds every piece's in piece order
-// into them and returns true (it writes the tile), the others false. kThreads: the block's threads,
-// or with kNamedBar (1..15) the threads that meet at that named barrier instead (a warp-specialized
-// block's consumers; its producer warp has left).
-template <int NT, int kThreads, int kNamedBar = 0, typename At>
-__device__ __forceinline__ bool wg_split_gather(At && at, float * partials, const WgBlockWork & b, const int full_tiles,
-                                                const int pieces, const int tid) {
-    const int slot = b.tile - full_tiles;
-    auto piece_sums = [&](int p) {
-        return reinterpret_cast<float4 *>(partials) + ((int64_t)(slot * pieces + p) * kThreads + tid) * NT;
-    };
-    float4 * mine = piece_sums(b.piece);
+// The end of one of `pieces` pieces of a tile (piece `mine`; every thread of the block calls it):
+// this thread's NT x 4 sums (at(nt, i)) out to its place, sums_of(mine); the tile's last piece to
+// arrive on *counter adds every piece's in piece order into them and returns true (it writes the
+// tile), the others false. kThreads: the block's threads, or with kNamedBar (1..15) the threads that
+// meet at that named barrier instead (a warp-specialized block's consumers; its producer warp has
+// left).
+template <int NT, int kThreads, int kNamedBar, typename At, typename SumsOf>
+__device__ __forceinline__ bool wg_gather_pieces(At && at, SumsOf && sums_of, const int mine, unsigned int * counter,
+                                                 const int pieces, const int tid) {
+    float4 * own = sums_of(mine);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) mine[nt] = make_float4(at(nt, 0), at(nt, 1), at(nt, 2), at(nt, 3));
+    for (int nt = 0; nt < NT; ++nt) own[nt] = make_float4(at(nt, 0), at(nt, 1), at(nt, 2), at(nt, 3));
     __threadfence();
     bool last = false;
     if constexpr (kNamedBar == 0) {
         __syncthreads();  // every thread's sums written before the count
-        last = __syncthreads_or(tid == 0 && atomicAdd(&wg_tile_arrivals[slot], 1u) == (unsigned)(pieces - 1));
+        last = __syncthreads_or(tid == 0 && atomicAdd(counter, 1u) == (unsigned)(pieces - 1));
     } else {
         __shared__ int last_piece;
         named_bar_sync(kNamedBar, kThreads);  // every thread's sums written before the count
-        if (tid == 0) last_piece = atomicAdd(&wg_tile_arrivals[slot], 1u) == (unsigned)(pieces - 1);
+        if (tid == 0) last_piece = atomicAdd(counter, 1u) == (unsigned)(pieces - 1);
         named_bar_sync(kNamedBar, kThreads);
         last = last_piece != 0;
     }
     if (!last) return false;
     __threadfence();
     for (int p = 0; p < pieces; ++p) {
-        const float4 * sums = piece_sums(p);
+        const float4 * sums = sums_of(p);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const float4 v = __ldcg(sums + nt);
@@ -295,8 +292,20 @@ __device__ __forceinline__ bool wg_split_gather(At && at, float * partials, cons
             }
         }
     }
-    if (tid == 0) wg_tile_arrivals[slot] = 0u;
+    if (tid == 0) *counter = 0u;
     return true;
+}
+
+// The end of a tail split's piece (wg_gather_pieces): the pieces of tail tile b.tile in partials,
+// each thread's NT float4s a piece, counted on that tail slot's counter.
+template <int NT, int kThreads, int kNamedBar = 0, typename At>
+__device__ __forceinline__ bool wg_split_gather(At && at, float * partials, const WgBlockWork & b, const int full_tiles,
+                                                const int pieces, const int tid) {
+    const int slot = b.tile - full_tiles;
+    auto piece_sums = [&](int p) {
+        return reinterpret_cast<float4 *>(partials) + ((int64_t)(slot * pieces + p) * kThreads + tid) * NT;
+    };
+    return wg_gather_pieces<NT, kThreads, kNamedBar>(at, piece_sums, b.piece, &wg_tile_arrivals[slot], pieces, tid);
 }
 
 // Sub-blocks 2c and 2c + 1 of this lane's rows (g at s0, g + 8 at s1; their scale words h0, h1) as
@@ -791,6 +800,13 @@ WgKernel wgmma_kernel_ready() {
     static const bool ok =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) == cudaSuccess;
     return ok ? kernel : nullptr;
+}
+
+// Whether kernel may now take `bytes` of dynamic shared memory (its opt-in; callers keep the answer
+// in a static, once an instance).
+template <typename K>
+bool smem_opt_in(K kernel, int bytes) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
 }
 
 // Blocks of `threads` threads and `smem` bytes of dynamic shared memory a multiprocessor holds of

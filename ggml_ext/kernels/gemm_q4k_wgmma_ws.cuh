@@ -86,13 +86,150 @@ struct WsPlan {
     static constexpr int kBytes = kBarOffset + 2 * S * (int)sizeof(uint64_t);
 };
 
+// The producers' 16-byte weight chunks of a row tile: chunk c = ptid + 128 j of the stage (row c / 9,
+// piece c % 9) at stage offset 16 c, read from the tile's first row + off[j] (in super-block 0; a
+// super-block adds 144); `last` is the tile's last row in the matrix less its first, so a last tile's
+// missing rows read the matrix's last row. Offsets fit 32 bits (launch_q4k_wgmma_ws checks).
+template <int N, int CW>
+struct WsRows {
+    static constexpr int kWChunks = WgPlan<N, CW>::kWBytes / 16;
+    static constexpr int kPer = (kWChunks + kWsProducers - 1) / kWsProducers;
+};
+template <int N, int CW>
+__device__ __forceinline__ void ws_row_offsets(int (&off)[WsRows<N, CW>::kPer], const int ptid, const int last,
+                                               const int64_t row_bytes) {
+#pragma unroll
+    for (int j = 0; j < WsRows<N, CW>::kPer; ++j) {
+        const int c = ptid + kWsProducers * j, r = c / 9;
+        off[j] = min(r, last) * (int)row_bytes + 16 * (c - 9 * r);
+    }
+}
+
+// The producers' part of a super-block kb in stage s (its use-th fill): once the consumers released
+// the use before, the activations, their per-32 sums and scales (thread 0: three bulk copies) and
+// this thread's weight chunks of the tile at wtile, each landing on full[s].
+template <int N, int CW>
+__device__ __forceinline__ void ws_produce(char * st, uint64_t * full_s, uint64_t * empty_s, const int use,
+                                           const int kb, const char * wtile, const int (&off)[WsRows<N, CW>::kPer],
+                                           const int ptid, const int8_t * qs, const int * ysum, const float * yd) {
+    using P = WgPlan<N, CW>;
+    using R = WsRows<N, CW>;
+    constexpr int kActBytes = P::kBBytes + P::kSumBytes + P::kDBytes;
+    mbar_wait_parity(empty_s, (use & 1) ^ 1);  // the consumers are done with its use before
+    if (ptid == 0) {
+        mbar_arrive_expect_tx(full_s, kActBytes);
+        char * a = st + P::kWBytes;
+        bulk_copy_g2s(a, reinterpret_cast<const char *>(qs) + (int64_t)kb * P::kBBytes, P::kBBytes, full_s);
+        bulk_copy_g2s(a + P::kBBytes, reinterpret_cast<const char *>(ysum) + (int64_t)kb * P::kSumBytes, P::kSumBytes,
+                      full_s);
+        bulk_copy_g2s(a + P::kBBytes + P::kSumBytes, reinterpret_cast<const char *>(yd) + (int64_t)kb * P::kDBytes,
+                      P::kDBytes, full_s);
+    }
+    const char * wk = wtile + (int64_t)kb * 144;
+#pragma unroll
+    for (int j = 0; j < R::kPer; ++j) {
+        if (R::kWChunks % kWsProducers == 0 || ptid + kWsProducers * j < R::kWChunks)
+            cp_async_16(st + 16 * (ptid + kWsProducers * j), wk + off[j]);
+    }
+    cp_async_mbar_arrive_noinc(full_s);  // counts once this thread's copies have landed
+}
+
+// A consumer warp's part of the super-block in stage st once full_s completes its phase `parity`:
+// its 16 rows' products into acc (the early kernel's operands, wgmmas and float step), then the
+// stage released on empty_s.
+template <int N, int CW>
+__device__ __forceinline__ void ws_consume(float (&acc)[N / 8][4], const char * st, uint64_t * full_s,
+                                           uint64_t * empty_s, const unsigned parity, const int lane, const int wrow,
+                                           const int lbo, const int sbo) {
+    using P = WgPlan<N, CW>;
+    const int g = lane >> 2, t = lane & 3;
+    mbar_wait_parity(full_s, parity);
+    const char *s0 = st + (wrow + g) * 144, *s1 = s0 + 8 * 144;
+    const uint4 h0 = *reinterpret_cast<const uint4 *>(s0), h1 = *reinterpret_cast<const uint4 *>(s1);
+    int al[4][2][4], ah[4][2][4];
+    int clo[N / 2], chi[N / 2];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) wg_chunk<N>(st + P::kWBytes, s0, s1, h0, h1, c, t, al[c], ah[c], clo, chi, lbo, sbo);
+    wg_commit();
+    const WgStep step = wg_step<N>(h0, h1, t);
+    wg_wait0();
+    wg_pin(clo);
+    wg_pin(chi);
+    const char * sums = st + P::kWBytes + P::kBBytes;
+    wg_float_tiles<N, 0, N / 8>(acc, clo, chi, step, reinterpret_cast<const int *>(sums),
+                                reinterpret_cast<const float *>(sums + P::kSumBytes), g, t);
+    // The float step's reads of the stage's sums and scales (generic loads of what the producer's
+    // bulk copies, the async proxy, wrote) ordered before the stage is released to the next bulk
+    // copies: the proxy fence (sm_90a SASS: MEMBAR.ALL.CTA, FENCE.VIEW.ASYNC.S) drains them. Without
+    // it the release (a plain arrive) went out with the last loads in flight, and on the H100
+    // (session 42) launches of many super-blocks a block now and then gave one warp's last column
+    // tile a stale super-block's sums: ffn_down (5120 x 17408 at 64 columns, split in pieces of
+    // 22-23 super-blocks) differed between identical runs in 5-14 of 60, 34816 x 17408 in 25 of 25,
+    // [gate; up] (20 super-blocks) in 0 of 60. With the fence none differed on the H100 (session 43:
+    // tests/test_gemv_kquant.py's test_cuda_wgmma_gives_the_same_bits_every_run), and [gate; up]
+    // cost no more than the run-to-run spread of machines (the 64-token forward's 120 launches 6539
+    // against 6431 us, on an H100 1.7% slower in the AR step).
+    fence_proxy_async();
+    __syncwarp();  // the warp's reads of the stage done before it is released
+    if (lane == 0) mbar_arrive(empty_s);
+}
+
+// A consumer warp's 16 rows from row0 of acc out to dst (rows past nrows, columns past ncols not).
+template <int N>
+__device__ __forceinline__ void ws_write_rows(const float (&acc)[N / 8][4], float * __restrict__ dst, const int row0,
+                                              const int lane, const int nrows, const int ncols,
+                                              const int stride_col_dst) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = row0 + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
+            if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[nt][i];
+        }
+    }
+}
+
+// A warp-specialized block's S stages in dynamic shared memory and their barriers (initialised by
+// the constructor, every thread: ws_stage_barriers). The producers' fill i and the consumers' i-th
+// super-block use stage i % S, for its (i / S)-th time.
+template <int N, int S, int CW>
+struct WsStages {
+    char * smem;
+    uint64_t * full;  // S `full` barriers, then S `empty` ones
+
+    __device__ __forceinline__ WsStages(char * smem_, const int tid)
+        : smem(smem_), full(reinterpret_cast<uint64_t *>(smem_ + WsPlan<N, S, CW>::kBarOffset)) {
+        ws_stage_barriers<S>(full, tid, 4 * CW);  // one release a consumer warp
+    }
+
+    __device__ __forceinline__ char * stage(int i) const { return smem + (i % S) * WgPlan<N, CW>::kStageBytes; }
+
+    __device__ __forceinline__ void produce(const int i, const int kb, const char * wtile,
+                                            const int (&off)[WsRows<N, CW>::kPer], const int ptid, const int8_t * qs,
+                                            const int * ysum, const float * yd) const {
+        ws_produce<N, CW>(stage(i), &full[i % S], &full[S + i % S], i / S, kb, wtile, off, ptid, qs, ysum, yd);
+    }
+
+    __device__ __forceinline__ void consume(float (&acc)[N / 8][4], const int i, const int lane, const int wrow,
+                                            const int lbo, const int sbo) const {
+        ws_consume<N, CW>(acc, stage(i), &full[i % S], &full[S + i % S], (i / S) & 1, lane, wrow, lbo, sbo);
+    }
+};
+
+// A producer thread's rank among the producers, its warpgroup's registers given back first.
+template <int CW>
+__device__ __forceinline__ int ws_producer_rank(const int tid) {
+    warpgroup_regs_down<WsShape<CW>::kProducerRegs>();
+    return tid - WsShape<CW>::kConsumers;
+}
+
 template <int N, int S, int CW>
 __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const int8_t * qs, const float * yd,
                                               const int * ysum, float * __restrict__ dst, const int nrows,
                                               const int nblocks, const int64_t row_bytes, const int ncols,
                                               const int stride_col_dst, const int lbo, const int sbo,
                                               const int full_tiles, const int pieces, float * partials) {
-    using P = WgPlan<N, CW>;
     using Shape = WsShape<CW>;
     constexpr int NT = N / 8, kProducer = 4 * CW;  // the producer warpgroup's first warp
     DFLASH_DYNAMIC_SMEM_BYTES(ws_smem);
@@ -100,99 +237,25 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
     const WsTile tile = ws_tile<CW>(full_tiles, pieces, nblocks);
     const WgBlockWork work = tile.work;
     const int kb_begin = tile.kb_begin, nkb = tile.nkb, row_base = tile.row_base;
-    uint64_t * full = reinterpret_cast<uint64_t *>(ws_smem + WsPlan<N, S, CW>::kBarOffset);
-    uint64_t * empty = full + S;
-    ws_stage_barriers<S>(full, tid, 4 * CW);  // one release a consumer warp
-    auto stage_at = [&](int s) { return ws_smem + s * P::kStageBytes; };
+    const WsStages<N, S, CW> stages(ws_smem, tid);
     if (warp >= kProducer) {
-        warpgroup_regs_down<Shape::kProducerRegs>();
-        // The weights: 16-byte chunk c = ptid + 128 j of the stage (row c / 9, piece c % 9) at stage
-        // offset 16 c; a last tile's missing rows read the matrix's last row. Offsets from the tile's
-        // first row fit 32 bits (launch_q4k_wgmma_ws checks).
-        constexpr int kWChunks = P::kWBytes / 16, kPer = (kWChunks + kWsProducers - 1) / kWsProducers;
-        const int ptid = tid - Shape::kConsumers, last = nrows - 1 - row_base;
+        const int ptid = ws_producer_rank<CW>(tid);
+        int off[WsRows<N, CW>::kPer];
+        ws_row_offsets<N, CW>(off, ptid, nrows - 1 - row_base, row_bytes);
         const char * wtile = w + (int64_t)row_base * row_bytes;
-        int off[kPer];
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-            const int c = ptid + kWsProducers * j, r = c / 9;
-            off[j] = min(r, last) * (int)row_bytes + 16 * (c - 9 * r);
-        }
-        constexpr int kActBytes = P::kBBytes + P::kSumBytes + P::kDBytes;
-        for (int i = 0; i < nkb; ++i) {
-            const int s = i % S, use = i / S, kb = kb_begin + i;
-            char * st = stage_at(s);
-            mbar_wait_parity(&empty[s], (use & 1) ^ 1);  // the consumers are done with its use before
-            if (ptid == 0) {  // the activations, their per-32 sums and scales: three bulk copies
-                mbar_arrive_expect_tx(&full[s], kActBytes);
-                char * a = st + P::kWBytes;
-                bulk_copy_g2s(a, reinterpret_cast<const char *>(qs) + (int64_t)kb * P::kBBytes, P::kBBytes, &full[s]);
-                bulk_copy_g2s(a + P::kBBytes, reinterpret_cast<const char *>(ysum) + (int64_t)kb * P::kSumBytes,
-                              P::kSumBytes, &full[s]);
-                bulk_copy_g2s(a + P::kBBytes + P::kSumBytes,
-                              reinterpret_cast<const char *>(yd) + (int64_t)kb * P::kDBytes, P::kDBytes, &full[s]);
-            }
-            const char * wk = wtile + (int64_t)kb * 144;
-#pragma unroll
-            for (int j = 0; j < kPer; ++j) {
-                if (kWChunks % kWsProducers == 0 || ptid + kWsProducers * j < kWChunks)
-                    cp_async_16(st + 16 * (ptid + kWsProducers * j), wk + off[j]);
-            }
-            cp_async_mbar_arrive_noinc(&full[s]);  // counts once this thread's copies have landed
-        }
+        for (int i = 0; i < nkb; ++i) stages.produce(i, kb_begin + i, wtile, off, ptid, qs, ysum, yd);
         return;  // the consumers' waits cover every copy it issued
     }
     warpgroup_regs_up<Shape::kConsumerRegs>();
-    const int g = lane >> 2, t = lane & 3, wrow = 16 * warp;
+    const int wrow = 16 * warp;
     float acc[NT][4] = {};
-    for (int i = 0; i < nkb; ++i) {
-        const int s = i % S;
-        mbar_wait_parity(&full[s], (i / S) & 1);
-        const char * st = stage_at(s);
-        const char *s0 = st + (wrow + g) * 144, *s1 = s0 + 8 * 144;
-        const uint4 h0 = *reinterpret_cast<const uint4 *>(s0), h1 = *reinterpret_cast<const uint4 *>(s1);
-        int al[4][2][4], ah[4][2][4];
-        int clo[N / 2], chi[N / 2];
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-            wg_chunk<N>(st + P::kWBytes, s0, s1, h0, h1, c, t, al[c], ah[c], clo, chi, lbo, sbo);
-        wg_commit();
-        const WgStep step = wg_step<N>(h0, h1, t);
-        wg_wait0();
-        wg_pin(clo);
-        wg_pin(chi);
-        const char * sums = st + P::kWBytes + P::kBBytes;
-        wg_float_tiles<N, 0, NT>(acc, clo, chi, step, reinterpret_cast<const int *>(sums),
-                                 reinterpret_cast<const float *>(sums + P::kSumBytes), g, t);
-        // The float step's reads of the stage's sums and scales (generic loads of what the
-        // producer's bulk copies, the async proxy, wrote) ordered before the stage is released to
-        // the next bulk copies: the proxy fence (sm_90a SASS: MEMBAR.ALL.CTA, FENCE.VIEW.ASYNC.S)
-        // drains them. Without it the release (a plain arrive) went out with the last loads in
-        // flight, and on the H100 (session 42) launches of many super-blocks a block now and then
-        // gave one warp's last column tile a stale super-block's sums: ffn_down (5120 x 17408 at 64
-        // columns, split in pieces of 22-23 super-blocks) differed between identical runs in 5-14 of
-        // 60, 34816 x 17408 in 25 of 25, [gate; up] (20 super-blocks) in 0 of 60. With the fence none
-        // differed on the H100 (session 43: tests/test_gemv_kquant.py's
-        // test_cuda_wgmma_gives_the_same_bits_every_run), and [gate; up] cost no more than the run-to-run
-        // spread of machines (the 64-token forward's 120 launches 6539 against 6431 us, on an H100 1.7%
-        // slower in the AR step).
-        fence_proxy_async();
-        __syncwarp();  // the warp's reads of the stage done before it is released
-        if (lane == 0) mbar_arrive(&empty[s]);
-    }
+    for (int i = 0; i < nkb; ++i) stages.consume(acc, i, lane, wrow, lbo, sbo);
     auto at = [&](int nt, int i) -> float & { return acc[nt][i]; };
     if (work.split &&
         !wg_split_gather<NT, Shape::kConsumers, kWsGatherBarrier>(at, partials, work, full_tiles, pieces, tid)) {
         return;
     }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int row = row_base + wrow + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-            if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[nt][i];
-        }
-    }
+    ws_write_rows<N>(acc, dst, row_base + wrow, lane, nrows, ncols, stride_col_dst);
 }
 
 template <int N, int S, int CW>
@@ -215,10 +278,8 @@ using WsKernel = void (*)(const char *, const int8_t *, const float *, const int
 // The instance for N padded columns, its dynamic shared memory opted in once; null when that failed.
 template <int S, int CW, int N>
 WsKernel wgmma_ws_kernel_ready() {
-    WsKernel kernel = gemm_q4k_wgmma_ws_kernel<N, S, CW>;
-    static const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                WsPlan<N, S, CW>::kBytes) == cudaSuccess;
-    return ok ? kernel : nullptr;
+    static const bool ok = smem_opt_in(gemm_q4k_wgmma_ws_kernel<N, S, CW>, WsPlan<N, S, CW>::kBytes);
+    return ok ? gemm_q4k_wgmma_ws_kernel<N, S, CW> : nullptr;
 }
 
 // The tail split of a launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit).

@@ -8,6 +8,7 @@
 #include "gemm_kquant_mma_impl.cuh"
 #include "gemm_q4k_wgmma.cuh"
 #include "gemm_q4k_wgmma_ws.cuh"
+#include "gemm_q4k_wgmma_ws_even.cuh"
 #include "gemm_f16_wgmma.cuh"
 #include "gemm_f16_wgmma_ws.cuh"
 #include "gemv_kquant_impl.cuh"
@@ -1386,8 +1387,8 @@ void profile_gate_up_wgmma(std::mt19937 & gen, std::initializer_list<int> ncols_
     cudaFree(dw);
 }
 
-constexpr int kWgmmaBenchCodes[] = {102,      1000102,  90000014, 90002014, 91002014,
-                                    91002024, 91003312, 91003134, 91004014, 91004024};
+constexpr int kWgmmaBenchCodes[] = {102,      1000102,  90000014, 90002014, 91002014, 91002024,
+                                    91003312, 91003134, 91004014, 91004024, 91004114};
 
 // Times the codes below (all: kWgmmaBenchCodes) at each column count of ncols_list; with
 // `profile`, launches each once on one copy of the weights instead (for ncu -k regex:gemm_).
@@ -1412,7 +1413,8 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen, const s
         // (wgmma_split_for): the engine's default (91002014), 2 warpgroups a block (91002024,
         // DFLASH_WGMMA_WG=2), the chunk-waiting form (91003312, DFLASH_WGMMA_CHUNKS=1), that with 3
         // warpgroups a block (91003134, DFLASH_WGMMA_WG=3) and the warp-specialized kernel with one and
-        // two consumer warpgroups (91004014, 91004024: DFLASH_WGMMA_WS=1, 2). The pipelined codes (x1014, x1015) are
+        // two consumer warpgroups (91004014, 91004024: DFLASH_WGMMA_WS=1, 2), the first with the even
+        // split (91004114: DFLASH_WGMMA_EVEN=1). The pipelined codes (x1014, x1015) are
         // left out since session 38 (they tied the committed form in session 30).
         int nsm = 0;
         CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
@@ -1422,11 +1424,13 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen, const s
         const gemm_kq::WgSplit sp_three = gemm_kq::wgmma_split_for<4, 3, 1, gemm_kq::kWgChunks>(rows, k, ncols, nsm);
         const gemm_kq::WgSplit sp_ws = gemm_kq::wgmma_ws_split_for(rows, k, ncols, nsm);
         const gemm_kq::WgSplit sp_ws2 = gemm_kq::wgmma_ws_split_for<2>(rows, k, ncols, nsm);
+        const int even_grid = gemm_kq::wgmma_ws_even_grid(rows, k, ncols, nsm);
         float * partials = nullptr;
-        const size_t nparts = std::max(
-            {gemm_kq::wgmma_split_floats(sp_early, ncols), gemm_kq::wgmma_split_floats<2>(sp_two, ncols),
-             gemm_kq::wgmma_split_floats(sp_chunks, ncols), gemm_kq::wgmma_split_floats<3>(sp_three, ncols),
-             gemm_kq::wgmma_split_floats(sp_ws, ncols), gemm_kq::wgmma_split_floats<2>(sp_ws2, ncols), (size_t)1});
+        const size_t nparts =
+            std::max({gemm_kq::wgmma_split_floats(sp_early, ncols), gemm_kq::wgmma_split_floats<2>(sp_two, ncols),
+                      gemm_kq::wgmma_split_floats(sp_chunks, ncols), gemm_kq::wgmma_split_floats<3>(sp_three, ncols),
+                      gemm_kq::wgmma_split_floats(sp_ws, ncols), gemm_kq::wgmma_split_floats<2>(sp_ws2, ncols),
+                      gemm_kq::wgmma_ws_even_floats(even_grid, ncols), (size_t)1});
         CK(cudaMalloc(&partials, nparts * sizeof(float)));
         for (int code : run_codes) {
             const bool wg = code >= 90000000;
@@ -1473,6 +1477,10 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen, const s
                             gemm_kq::launch_q4k_wgmma_ws<2>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
                                                             rows, nullptr, sp_ws2, partials);
                             break;
+                        case 4114:
+                            gemm_kq::launch_q4k_wgmma_ws_even(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
+                                                              rows, nullptr, even_grid, partials);
+                            break;
                         default:
                             launch(Four{}, One{}, One{}, std::integral_constant<int, gemm_kq::kWgPlain>{},
                                    gemm_kq::WgSplit{});
@@ -1513,6 +1521,64 @@ struct Shape {
     int rows, k;
 };
 
+// A column count's random activations for a Q4_K wgmma check against cw: x, the host reference of
+// its products, and the buffers with x quantized for the wgmma forms (freed with it).
+struct WgCheckColumns {
+    std::vector<float> x;
+    std::vector<double> ref;
+    double ref_max = 0;
+    MmaBuffers b;
+    WgCheckColumns(const CheckWeights & cw, int rows, int k, int ncols, std::mt19937 & gen) : x((size_t)ncols * k) {
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (auto & v : x) v = normal(gen);
+        ref_max = reference_products(cw.wf, x, rows, k, ncols, 256, ref);
+        b.alloc(k, ncols, rows);
+        CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
+    }
+    ~WgCheckColumns() { b.free_all(); }
+    WgCheckColumns(const WgCheckColumns &) = delete;
+    WgCheckColumns & operator=(const WgCheckColumns &) = delete;
+};
+
+// The warp-specialized kernel's even split (gemm_q4k_wgmma_ws_even.cuh) over `grid` blocks: against
+// the early kernel unsplit (float rounding: 1e-5 of the scale), the host reference (5e-4), and
+// itself on a second launch (the same bits: the counters back at zero, the pieces summed in order).
+void check_wgmma_even(int rows, int k, int grid, std::mt19937 & gen) {
+    const CheckWeights cw(W::q4_K, rows, k, gen);
+    for (int ncols : {16, 40, 64}) {
+        WgCheckColumns c(cw, rows, k, ncols, gen);
+        MmaBuffers & b = c.b;
+        float * partials = nullptr;
+        CK(cudaMalloc(&partials, gemm_kq::wgmma_ws_even_floats(grid, ncols) * sizeof(float)));
+        std::vector<float> whole((size_t)ncols * rows), got[2];
+        bool ran = gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgEarly>(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k,
+                                                                         cw.row_bytes, ncols, rows, nullptr);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(whole.data(), b.dst, whole.size() * 4, cudaMemcpyDeviceToHost));
+        for (auto & g : got) {
+            CK(cudaMemset(b.dst, 0, whole.size() * 4));
+            ran = ran && gemm_kq::launch_q4k_wgmma_ws_even(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes,
+                                                           ncols, rows, nullptr, grid, partials);
+            CK(cudaDeviceSynchronize());
+            g.resize(whole.size());
+            CK(cudaMemcpy(g.data(), b.dst, g.size() * 4, cudaMemcpyDeviceToHost));
+        }
+        double err_whole = 0, err_ref = 0;
+        for (size_t i = 0; i < whole.size(); ++i) {
+            err_whole = std::fmax(err_whole, std::fabs((double)got[0][i] - whole[i]));
+            err_ref = std::fmax(err_ref, std::fabs(got[0][i] - c.ref[i]));
+        }
+        const bool same = std::memcmp(got[0].data(), got[1].data(), whole.size() * 4) == 0;
+        std::printf(
+            "{\"check_wgmma_even\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"grid\": %d, "
+            "\"vs_whole\": %.3g, \"rel_err\": %.3g, \"relaunch_same\": %s, \"ok\": %s}\n",
+            rows, k, ncols, grid, err_whole / c.ref_max, err_ref / c.ref_max, same ? "true" : "false",
+            ran && same && err_whole / c.ref_max <= 1e-5 && err_ref / c.ref_max <= 5e-4 ? "true" : "false");
+        CK(cudaFree(partials));
+    }
+}
+
 // The wgmma form's tail split (gemm_q4k_wgmma.cuh's WgSplit) for `slots` block slots: against the
 // same kernel unsplit (float rounding: 1e-5 of the scale), the host reference (5e-4), itself on a
 // second launch (the same bits: the tile counters are back at zero, the pieces summed in order), and
@@ -1526,16 +1592,12 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
     const int tiles = (rows + gemm_kq::kWgRows - 1) / gemm_kq::kWgRows;
     const gemm_kq::WgSplit split = gemm_kq::wg_split_plan(tiles, k / 256, slots);
     for (int ncols : {16, 40, 64}) {
-        std::vector<float> x((size_t)ncols * k);
-        for (auto & v : x) v = normal(gen);
-        std::vector<double> ref;
-        const double ref_max = reference_products(cw.wf, x, rows, k, ncols, 256, ref);
-        MmaBuffers b;
-        b.alloc(k, ncols, rows);
+        const WgCheckColumns c(cw, rows, k, ncols, gen);
+        const MmaBuffers & b = c.b;
+        const std::vector<double> & ref = c.ref;
+        const double ref_max = c.ref_max;
         float * partials = nullptr;
         CK(cudaMalloc(&partials, std::max<size_t>(1, gemm_kq::wgmma_split_floats(split, ncols)) * sizeof(float)));
-        CK(cudaMemcpy(b.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-        gemm_kq::quantize_act_wgmma(act_floats(b.x, k), b.yq, b.yd, b.ysum, k, ncols, nullptr);
         std::vector<float> whole((size_t)ncols * rows), got[5];
         bool ran =
             gemm_kq::launch_q4k_wgmma(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows, nullptr);
@@ -1626,7 +1688,6 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
                 ? "true"
                 : "false");
         CK(cudaFree(partials));
-        b.free_all();
     }
 }
 
@@ -2137,6 +2198,8 @@ int main(int argc, char ** argv) {
                           gen);  // 5 tiles over 2 slots: 4 whole, the last (20 rows short) in pieces of 4 and 5
         check_wgmma_split(64 * 7, 3072, 3, gen);  // 7 over 3: 6 whole, the last in 3 pieces of 4
         check_wgmma_split(130, 3072, 7, gen);     // 3 over 7 (a short matrix): every tile in 2 pieces of 6
+        check_wgmma_even(300, 2304, 2, gen);      // 45 units over 2 blocks: the middle tile split 4 + 5
+        check_wgmma_even(130, 3072, 7, gen);      // 36 over 7 (5-6 each): every tile in 3 pieces, runs across tiles
         // 2 row tiles, the second 58 short; 3 super-blocks; then 3 tiles over 2 slots: the last in pieces (4, 5)
         check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 70, 768, gen, {9, 64});
         check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 130, 2304, gen, {40}, 2);
