@@ -191,6 +191,12 @@ void def_form_switch(py::module_ & m, const std::string & stem, void (*set)(bool
     m.def((stem + "_launches").c_str(), launches, ("launches of " + stem + "'s GEMM form so far (tests)").c_str());
 }
 
+// A column threshold: set_<stem>_from(n) and <stem>_from_columns().
+void def_from_columns(py::module_ & m, const std::string & stem, void (*set)(int), int (*get)(), const char * doc) {
+    m.def(("set_" + stem + "_from").c_str(), set, py::arg("n"), doc);
+    m.def((stem + "_from_columns").c_str(), get);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -552,25 +558,25 @@ PYBIND11_MODULE(_core, m) {
           "the unsplit GEMM on the H100, DFLASH_MMA_ACT_SMEM=1)");
     m.def("mma_act_smem", &ggml_ext::mma_act_smem);
     m.def("mma_split_launches", &ggml_ext::mma_split_launches, "launches of the split mma.sync GEMM so far (tests)");
-    m.def("set_q6k_wgmma_from", &ggml_ext::set_q6k_wgmma_from, py::arg("n"),
-          "CUDA (sm_90a build, sm_90 GPU): Q6_K products of n..64 columns through the f16 wgmma GEMM (scales folded "
-          "into f16 weight operands): 0 off, 2..64 (DFLASH_Q6K_WGMMA; 9 by default, through its warp-specialized "
-          "form: on the H100 the 16-, 32- and 64-token forwards gained; the output matrix from 17 at least)");
-    m.def("q6k_wgmma_from_columns", &ggml_ext::q6k_wgmma_from_columns);
-    m.def("set_q4k_f16_from", &ggml_ext::set_q4k_f16_from, py::arg("n"),
-          "CUDA (sm_90a build, sm_90 GPU): Q4_K products of n..64 columns through the f16 wgmma GEMM (scales and "
-          "mins folded into f16 weight operands) instead of the int8 forms: 0 off (the default: slower on the H100), "
-          "2..64 (DFLASH_Q4K_F16)");
-    m.def("q4k_f16_from_columns", &ggml_ext::q4k_f16_from_columns);
-    m.def("set_q4k_f16_tall_from", &ggml_ext::set_q4k_f16_tall_from, py::arg("n"),
-          "CUDA (sm_90a build, sm_90 GPU): Q4_K matrices of 16384 rows or more through the f16 wgmma GEMM from n "
-          "columns whatever set_q4k_f16_from says: 0 off (the default until timed in the engine), 2..64 "
-          "(DFLASH_Q4K_F16_TALL)");
-    m.def("q4k_f16_tall_from_columns", &ggml_ext::q4k_f16_tall_from_columns);
-    m.def("set_q6k_output_from", &ggml_ext::set_q6k_output_from, py::arg("n"),
-          "CUDA (sm_90a build, sm_90 GPU): the output matrix (65536 rows or more) takes Q6_K's f16 wgmma form from "
-          "max(q6k_wgmma_from_columns, n) columns: 2..64 (DFLASH_Q6K_WGMMA_OUTPUT, 17 by default), 0 for no floor");
-    m.def("q6k_output_from_columns", &ggml_ext::q6k_output_from_columns);
+    def_from_columns(
+        m, "q6k_wgmma", &ggml_ext::set_q6k_wgmma_from, &ggml_ext::q6k_wgmma_from_columns,
+        "CUDA (sm_90a build, sm_90 GPU): Q6_K products of n..64 columns through the f16 wgmma GEMM (scales folded "
+        "into f16 weight operands): 0 off, 2..64 (DFLASH_Q6K_WGMMA; 9 by default, through its warp-specialized "
+        "form: on the H100 the 16-, 32- and 64-token forwards gained; the output matrix from 17 at least)");
+    def_from_columns(
+        m, "q4k_f16", &ggml_ext::set_q4k_f16_from, &ggml_ext::q4k_f16_from_columns,
+        "CUDA (sm_90a build, sm_90 GPU): Q4_K products of n..64 columns through the f16 wgmma GEMM (scales and "
+        "mins folded into f16 weight operands) instead of the int8 forms: 0 off (the default: slower on the H100), "
+        "2..64 (DFLASH_Q4K_F16)");
+    def_from_columns(
+        m, "q4k_f16_tall", &ggml_ext::set_q4k_f16_tall_from, &ggml_ext::q4k_f16_tall_from_columns,
+        "CUDA (sm_90a build, sm_90 GPU): Q4_K matrices of 16384 rows or more through the f16 wgmma GEMM from n "
+        "columns whatever set_q4k_f16_from says: 0 off (the default until timed in the engine), 2..64 "
+        "(DFLASH_Q4K_F16_TALL)");
+    def_from_columns(
+        m, "q6k_output", &ggml_ext::set_q6k_output_from, &ggml_ext::q6k_output_from_columns,
+        "CUDA (sm_90a build, sm_90 GPU): the output matrix (65536 rows or more) takes Q6_K's f16 wgmma form from "
+        "max(q6k_wgmma_from_columns, n) columns: 2..64 (DFLASH_Q6K_WGMMA_OUTPUT, 17 by default), 0 for no floor");
     m.def("set_f16_wgmma_all", &ggml_ext::set_f16_wgmma_all, py::arg("on"),
           "the f16 wgmma GEMM for every matrix of its types, not only long rows (24 super-blocks or more) and the "
           "output matrix (65536 rows or more) (DFLASH_F16_WGMMA_ALL=1)");

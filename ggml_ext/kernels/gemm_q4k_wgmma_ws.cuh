@@ -293,6 +293,25 @@ WgSplit wgmma_ws_split_for(int nrows, int k, int ncols, int nsm) {
     });
 }
 
+// A warp-specialized kernel's instance for ncols's padded column count N (ready(N tag): the instance,
+// its shared memory opted in; null where that failed) over `grid` blocks: the arguments every form
+// takes, then `tail`, its own. False when it cannot run here.
+template <int CW, int S, typename Ready, typename... Tail>
+bool ws_launch(Ready && ready, const dim3 grid, cudaStream_t stream, const char * w, const int8_t * qs,
+               const float * yd, const int * ysum, float * dst, int nrows, int k, int64_t row_bytes, int ncols,
+               int stride_col_dst, Tail... tail) {
+    const dim3 block(WARP_SIZE, WsShape<CW>::kThreads / WARP_SIZE, 1);
+    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
+        constexpr int N = decltype(n_tag)::value;
+        constexpr int kBytes = WsPlan<N, S, CW>::kBytes;
+        auto kernel = ready(n_tag);
+        if (!kernel) return false;
+        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
+            w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, 128, 256, tail...);
+        return true;
+    });
+}
+
 // As launch_q4k_wgmma (the same activations, split and partials; a split of 64 CW-row tiles); false
 // when the kernel cannot run here (its shared memory opt-in failed). The weight rows and activations
 // must be 16-byte aligned (the bulk copies'): row_bytes is a multiple of 144, ggml's buffers are
@@ -304,17 +323,9 @@ bool launch_q4k_wgmma_ws(const char * w, const int8_t * qs, const float * yd, co
     const int tiles = (nrows + CW * kWgRows - 1) / (CW * kWgRows);
     if ((int64_t)CW * kWgRows * row_bytes > INT32_MAX) return false;  // the producers' 32-bit offsets
     if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
-    const dim3 grid((unsigned)split.grid(), 1, 1), block(WARP_SIZE, WsShape<CW>::kThreads / WARP_SIZE, 1);
-    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
-        constexpr int N = decltype(n_tag)::value;
-        constexpr int kBytes = WsPlan<N, S, CW>::kBytes;
-        auto kernel = wgmma_ws_kernel_ready<S, CW, N>();
-        if (!kernel) return false;
-        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
-            w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, 128, 256, split.full_tiles,
-            split.pieces, partials);
-        return true;
-    });
+    auto ready = [](auto n_tag) { return wgmma_ws_kernel_ready<S, CW, decltype(n_tag)::value>(); };
+    return ws_launch<CW, S>(ready, dim3((unsigned)split.grid(), 1, 1), stream, w, qs, yd, ysum, dst, nrows, k,
+                            row_bytes, ncols, stride_col_dst, split.full_tiles, split.pieces, partials);
 }
 
 }  // namespace gemm_kq

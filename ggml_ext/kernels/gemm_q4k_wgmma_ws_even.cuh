@@ -155,16 +155,9 @@ bool launch_q4k_wgmma_ws_even(const char * w, const int8_t * qs, const float * y
     if ((int64_t)CW * kWgRows * row_bytes > INT32_MAX || grid < 1 || grid > kWgMaxSplitTiles || !partials) {
         return false;
     }
-    const dim3 blocks((unsigned)grid, 1, 1), block(WARP_SIZE, WsShape<CW>::kThreads / WARP_SIZE, 1);
-    return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
-        constexpr int N = decltype(n_tag)::value;
-        constexpr int kBytes = WsPlan<N, S, CW>::kBytes;
-        auto kernel = wgmma_ws_even_kernel_ready<S, CW, N>();
-        if (!kernel) return false;
-        DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), blocks, block, kBytes, stream, kernel)(
-            w, qs, yd, ysum, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, 128, 256, partials);
-        return true;
-    });
+    auto ready = [](auto n_tag) { return wgmma_ws_even_kernel_ready<S, CW, decltype(n_tag)::value>(); };
+    return ws_launch<CW, S>(ready, dim3((unsigned)grid, 1, 1), stream, w, qs, yd, ysum, dst, nrows, k, row_bytes, ncols,
+                            stride_col_dst, partials);
 }
 
 }  // namespace gemm_kq
