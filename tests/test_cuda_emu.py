@@ -186,13 +186,10 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # residual its own outputs plus the residual), and the f16 wgmma GEMM (Q6_K at 9 and 64 columns,
     # at 40 with its tail split, Q4_K at 64; 7 forms each: 3 and 4 stages, 2 warpgroups, a residual,
     # and the warp-specialized kernel with one consumer warpgroup, two, and one with a residual, each
-    # with the bits of the form it stands for), and the warp-specialized wgmma kernel's even split
-    # (stream-K over 2 and 7 blocks: a tile in 2 pieces, and every tile in 3 with runs across tiles;
-    # x 3 column counts: against the unsplit kernel, the host reference and a second launch)
+    # with the bits of the form it stands for)
     sources = 4 + 16 + 6 + 9 + 5  # SwiGLU, RMSNorm (two GEMM forms, the GEMV), head norm, sigmoid gate
     mma_splits = 6 * 4
     f16_wgmma = 4 * 7
-    ws_even = 2 * 3
     assert len(rows) == (
         4 * 2 * 6
         + 4 * 8 * 6
@@ -207,7 +204,6 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
         + 9
         + mma_splits
         + f16_wgmma
-        + ws_even
     )
     pieces = [r for r in rows if "check_mma_split" in r]
     forms = {(r["check_mma_split"], r["warp_rows"], r["act_smem"], r["pieces"]) for r in pieces}

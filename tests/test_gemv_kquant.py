@@ -373,7 +373,7 @@ def test_cuda_wgmma_forms_give_the_same_bits(
     if form == "chunks":
         assert _core.wgmma_chunks_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_CHUNKS") == "1")
     want_ws = int(os.environ.get("DFLASH_WGMMA_WS", "3"))
-    assert _core.wgmma_ws() == (want_ws if GPU and want_ws in (1, 2, 3) else 0)
+    assert _core.wgmma_ws() == (want_ws if GPU and want_ws in (1, 2, 3, 4) else 0)
     switch = {
         "early": ((_core.wgmma_early_enabled, _core.set_wgmma_early_enabled), (False, True)),
         "two_warpgroups": ((_core.wgmma_warpgroups, _core.set_wgmma_warpgroups), (1, 2)),
@@ -558,6 +558,51 @@ def test_cuda_wgmma_res_mode_fuses_the_residual_into_the_wgmma_gemm(
         assert np.array_equal(_core.op_mul_mat_fused(w, "q4_K", rows, x, residual=res, gpu=True), got)
 
 
+# Mode 4's first column count by matrix (gemm_kquant_mma.cu's ws_shape_from; 65: never).
+_WS_SHAPES = [(34816, 2304, 25), (16480, 2304, 49), (12288, 2304, 25), (5120, 17408, 17), (5120, 6144, 65)]
+
+
+# (columns, a fused residual)
+_WS_COLUMNS = [(16, True), (24, True), (32, False), (40, True), (48, True), (64, False)]
+
+
+@needs_gpu
+@pytest.mark.parametrize(("rows", "k", "first"), _WS_SHAPES)
+@pytest.mark.parametrize(("n", "residual"), _WS_COLUMNS)
+@pytest.mark.usefixtures("f16_wgmma_off")
+def test_cuda_wgmma_ws_mode_4_takes_each_matrix_from_its_columns(
+    rows: int, k: int, first: int, n: int, residual: bool, mma_restored: None
+) -> None:
+    """DFLASH_WGMMA_WS=4: the warp-specialized int8 kernel takes each Q4_K matrix from its own column
+    count ([gate; up] and attn_q from 25, [gdn q; k; v; z] from 49, ffn_down's long rows from 17,
+    ssm_out's never), the residual of a fused add (up to 48 columns) written by it: one launch
+    counted where it takes the matrix, none elsewhere; within float rounding (1e-5 of the scale)
+    of the forms without it (its own split), numpy within 3e-2; the same bits on a second run."""
+    w, dense = _weights("q4_K", rows, k, seed=43)
+    rng = np.random.default_rng(44)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32) if residual else None
+    _core.set_mma_enabled(True)
+    _core.set_fuse_add_enabled(True)
+
+    def product() -> np.ndarray:
+        if res is None:
+            return _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
+        return _core.op_mul_mat_fused(w, "q4_K", rows, x, residual=res, gpu=True)
+
+    modes = (_core.wgmma_ws, _core.set_wgmma_ws_mode)
+    ref, got, launches = _a_b(modes, (0, 4), product, _core.wgmma_ws_launches)
+    with _switched(*modes, 4):
+        again = product()
+    takes = n >= first and _core.wgmma_built() and _gpu_is_sm90()
+    assert launches == int(takes)
+    want = x.astype(np.float64) @ dense.T.astype(np.float64) + (0.0 if res is None else res)
+    scale = float(np.abs(want).max())
+    assert np.abs(got - ref).max() <= 1e-5 * scale
+    assert np.abs(got - want).max() <= 3e-2 * scale
+    assert np.array_equal(again, got)
+
+
 @functools.cache
 def _q4k_bytes(rows: int, k: int, seed: int) -> bytes:
     """_weights' Q4_K bytes alone (no float64 copy: 34816 x 17408 is 341 MB of blocks)."""
@@ -594,38 +639,6 @@ def test_cuda_wgmma_gives_the_same_bits_every_run(
     takes = rows >= 16384 or short == 2
     assert launches == ((runs + 1) if takes and _core.wgmma_built() and _gpu_is_sm90() else 0)
     assert differing == 0
-
-
-def test_wgmma_even_is_off_unless_asked() -> None:
-    """The warp-specialized kernel's even (stream-K) split is off until timed; DFLASH_WGMMA_EVEN=1
-    starts it on (CUDA builds only)."""
-    assert _core.wgmma_even_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_EVEN") == "1")
-
-
-@needs_gpu
-@pytest.mark.parametrize(("rows", "k"), [(34816, 5120), (5120, 17408), (1000, 2304)])
-@pytest.mark.parametrize("n", [33, 64, 100])
-@pytest.mark.usefixtures("f16_wgmma_off")
-def test_cuda_wgmma_even_split_is_the_product(rows: int, k: int, n: int, mma_restored: None) -> None:
-    """DFLASH_WGMMA_EVEN=1: the warp-specialized int8 kernel's launches (33..64 columns; ffn_down's
-    rows with DFLASH_WGMMA_SHORT's mode 2) over the resident blocks with an even share of the tiles'
-    super-blocks each, the tiles they share summed in piece order: within float rounding (1e-5 of
-    the scale) of the tail-split kernel, numpy within 3e-2, the same bits on a second launch, a
-    launch of each 64 or fewer columns counted (100: 64 and 36) on an sm_90a build on sm_90."""
-    dense, x, product = _q4k_product(rows, k, n, seed=62)
-    even = (_core.wgmma_even_enabled, _core.set_wgmma_even_enabled)
-    with _switched(_core.wgmma_short, _core.set_wgmma_short_mode, 2):
-        ref, got, launches = _a_b(even, (False, True), product, _core.wgmma_even_launches)
-        with _switched(*even, True):
-            again = product()
-    takes = rows >= 16384 or k >= 64 * 256
-    want_launches = (2 if n > 64 else 1) if takes and _core.wgmma_built() and _gpu_is_sm90() else 0
-    assert launches == want_launches
-    want = x.astype(np.float64) @ dense.T.astype(np.float64)
-    scale = float(np.abs(want).max())
-    assert np.abs(got - ref).max() <= 1e-5 * scale
-    assert np.abs(got - want).max() <= 3e-2 * scale
-    assert np.array_equal(again, got)
 
 
 @needs_gpu

@@ -137,17 +137,11 @@ int64_t wgmma_res_launches();
 // The warp-specialized wgmma kernel (a producer warpgroup staging with cp.asyncs and bulk copies on
 // mbarriers) in place of the early form with one warpgroup and no residual: 0 off, 1 one consumer
 // warpgroup a block (the same bits), 2 two, at every column count; 3 (the default) one from 33
-// columns (DFLASH_WGMMA_WS); wgmma_ws_launches counts it (tests).
+// columns; 4 one by each matrix's shape, from 17..49 columns, with a fused residual too
+// (DFLASH_WGMMA_WS); wgmma_ws_launches counts it (tests).
 void set_wgmma_ws_mode(int mode);
 int wgmma_ws();
 int64_t wgmma_ws_launches();
-// Its one-consumer-warpgroup launches with every block an even share of the tiles' super-blocks
-// (stream-K: a grid of the resident block slots, the tiles they share summed in order; within float
-// rounding of the tail-split form): off until timed (DFLASH_WGMMA_EVEN=1 starts it on);
-// wgmma_even_launches counts it (tests).
-void set_wgmma_even_enabled(bool on);
-bool wgmma_even_enabled();
-int64_t wgmma_even_launches();
 // Long rows (24 super-blocks or more: the 27B's ffn_down) of Q6_K at up to 16 columns with 8 warps
 // a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): 0 off (the
 // default until measured), 1 at 3 blocks a multiprocessor (80 registers), 2 with the compiler's

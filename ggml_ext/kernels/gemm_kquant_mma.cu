@@ -23,7 +23,6 @@
 #include "gemm_kquant_mma_impl.cuh"
 #include "gemm_q4k_wgmma.cuh"
 #include "gemm_q4k_wgmma_ws.cuh"
-#include "gemm_q4k_wgmma_ws_even.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
 
@@ -294,8 +293,18 @@ std::atomic<int64_t> wgmma_res_count{0};
 // kernels with mode 1 against 17.26 ([gate; up] at 64 columns 65.1 against 73.1 us a launch in the
 // standalone), mode 2 16.94; at 32 tokens mode 1 was 0.04 ms slower (gdn_in at 32 columns 30.7
 // against 27.2 us), so the default starts above 32.
+// Mode 4 (by shape; DFLASH_WGMMA_WS=4): one consumer warpgroup from the column count of each matrix
+// where session 40's standalone on the H100 (bench/results/h100-s40-standalone-wgmma.jsonl, us a
+// launch) had it ahead of the form the engine ran by a microsecond or more, the residual of a fused
+// add written by it (ws_shape_from): [gate; up] from 25 columns (51.6 against the chunk-waiting
+// kernel's 52.6 at 32), [gdn q; k; v; z] from 49 (the early kernel 27.2 / 29.4 against 30.7 / 30.4
+// at 32 / 48; 29.5 against 32.8 at 64), attn_q from 25 (23.0 against 25.5 at 32, 28.3 against the
+// mma.sync GEMM's 32.0 at 64; 27.3 against 26.6 at 48), ffn_down's Q4_K layers from 17 (31.5 / 35.4
+// against 37.5 / 37.8 at 32 / 48; at 16 the mma.sync GEMM's 8 warps a block took 23.2 in session
+// 39); never for ssm_out and attn_output (5120 x 6144: 15.9 against 14.5 at 32).
 constexpr int kWgmmaWsMinColumns = 33;
-int valid_ws_mode(int m) { return m >= 1 && m <= 3 ? m : 0; }
+constexpr int kWsByShape = 4;
+int valid_ws_mode(int m) { return m >= 1 && m <= kWsByShape ? m : 0; }
 int wgmma_ws_mode = [] {
     const char * e = std::getenv("DFLASH_WGMMA_WS");
     return e ? valid_ws_mode(std::atoi(e)) : 3;
@@ -303,15 +312,16 @@ int wgmma_ws_mode = [] {
 bool takes_ws_form(int n) {
     return wgmma_ws_mode == 1 || wgmma_ws_mode == 2 || (wgmma_ws_mode == 3 && n >= kWgmmaWsMinColumns);
 }
+// Mode 4's first column count for a Q4_K matrix of rows x k (65: never).
+int ws_shape_from(int rows, int k) {
+    if (rows >= 32768) return 25;                 // [gate; up]
+    if (rows >= 16384) return 49;                 // [gdn q; k; v; z]
+    if (rows >= 8192) return 25;                  // attn_q
+    if (k / 256 >= kWgmmaLongKBlocks) return 17;  // ffn_down
+    return 65;
+}
+bool takes_ws_shape(int rows, int k, int n) { return wgmma_ws_mode == kWsByShape && n >= ws_shape_from(rows, k); }
 std::atomic<int64_t> wgmma_ws_count{0};
-// Its one-consumer-warpgroup launches as an even (stream-K) split over the resident blocks
-// (gemm_q4k_wgmma_ws_even.cuh): session 41's ncu had the tail-split kernel's multiprocessors busy 85%
-// of its cycles on [gate; up] at 64 columns. Off until timed; DFLASH_WGMMA_EVEN=1 starts it on.
-bool wgmma_even_flag = [] {
-    const char * e = std::getenv("DFLASH_WGMMA_EVEN");
-    return e && e[0] == '1';
-}();
-std::atomic<int64_t> wgmma_even_count{0};
 
 // Q6_K / Q4_K products through the f16 wgmma form (gemm_f16_wgmma.cuh: the scales folded into f16
 // weight operands, no integer multiply-adds, no float step per super-block) from this many
@@ -401,6 +411,7 @@ bool takes_f16_wgmma(ggml_type t, int n, bool hopper, int rows, int k) {
 // 48 (74.4 / 88.4 against 83.5 / 96.4; even at 32; from wgmma_tall_from since, 25 by default).
 // Slower on fewer rows and fewer columns.
 bool wgmma_shape(int rows, int k, int ncols) {
+    if (takes_ws_shape(rows, k, ncols)) return true;
     if (rows < 16384) {
         return ncols > 32 && (wgmma_short_mode == 1 || (wgmma_short_mode == 2 && k / 256 >= kWgmmaLongKBlocks));
     }
@@ -447,7 +458,7 @@ bool wgmma_res_shape(int k, int n) {
 // Whether a product of type t, rows x n, takes the wgmma form (gemm_chunk).
 bool takes_wgmma(ggml_type t, bool mins_int, int rows, int k, int n, bool hopper, bool has_res) {
     return kWgmmaBuilt && wgmma_flag && hopper && t == GGML_TYPE_Q4_K && !mins_int &&
-           (has_res ? wgmma_res_shape(k, n) : wgmma_shape(rows, k, n));
+           (has_res ? wgmma_res_shape(k, n) || takes_ws_shape(rows, k, n) : wgmma_shape(rows, k, n));
 }
 
 // The mma.sync forms' activation layout for type t (its F::kLayout), and whether their scales are
@@ -556,29 +567,17 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                                                       : gemm_kq::kWgPlain;
         const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
         ggml_cuda_pool_alloc<float> partials(pool);
-        if (takes_ws_form(n) && form == gemm_kq::kWgEarly && !with_res && wgmma_warpgroups_flag == 1) {
-            if (wgmma_even_flag && wgmma_ws_mode != 2) {
-                // (a grid means the kernel is ready; with the row check below the launch cannot fail, so
-                // partials is allocated once)
-                const int grid = gemm_kq::wgmma_ws_even_grid(rows, k, n, nsm);
-                if (grid > 0 && (int64_t)gemm_kq::kWgRows * row_bytes <= INT32_MAX) {
-                    partials.alloc(gemm_kq::wgmma_ws_even_floats(grid, n));
-                    if (gemm_kq::launch_q4k_wgmma_ws_even(w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, grid,
-                                                          partials.ptr)) {
-                        ++wgmma_count;
-                        ++wgmma_ws_count;
-                        ++wgmma_even_count;
-                        return;
-                    }
-                }
-            }
+        // mode 4: the shapes of ws_shape_from, with or without a residual, in place of the early or
+        // chunk-waiting kernel (the pipelined one, when asked, keeps precedence)
+        const bool ws_shape = takes_ws_shape(rows, k, n) && (form == gemm_kq::kWgEarly || form == gemm_kq::kWgChunks);
+        if ((ws_shape || (takes_ws_form(n) && form == gemm_kq::kWgEarly && !with_res)) && wgmma_warpgroups_flag == 1) {
             auto ws = [&](auto cw_tag) {
                 constexpr int kCW = decltype(cw_tag)::value;
                 const gemm_kq::WgSplit split =
                     split_on ? gemm_kq::wgmma_ws_split_for<kCW>(rows, k, n, nsm) : gemm_kq::WgSplit{};
                 if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<kCW>(split, n));
                 const bool ok = gemm_kq::launch_q4k_wgmma_ws<kCW>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
-                                                                  stream, split, partials.ptr);
+                                                                  stream, split, partials.ptr, r_ptr, sr);
                 if (ok && split.pieces > 1) ++wgmma_split_count;
                 return ok;
             };
@@ -682,9 +681,6 @@ int64_t wgmma_res_launches() { return wgmma_res_count.load(); }
 void set_wgmma_ws_mode(int mode) { wgmma_ws_mode = valid_ws_mode(mode); }
 int wgmma_ws() { return wgmma_ws_mode; }
 int64_t wgmma_ws_launches() { return wgmma_ws_count.load(); }
-void set_wgmma_even_enabled(bool on) { wgmma_even_flag = on; }
-bool wgmma_even_enabled() { return wgmma_even_flag; }
-int64_t wgmma_even_launches() { return wgmma_even_count.load(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
 void set_mma_split(int pieces) {

@@ -174,18 +174,25 @@ __device__ __forceinline__ void ws_consume(float (&acc)[N / 8][4], const char * 
     if (lane == 0) mbar_arrive(empty_s);
 }
 
-// A consumer warp's 16 rows from row0 of acc out to dst (rows past nrows, columns past ncols not).
-template <int N>
+// A consumer warp's 16 rows from row0 of acc out to dst (rows past nrows, columns past ncols not);
+// kRes: plus the residual res (stride_col_res floats a column; it may be dst itself), one float
+// addition each, as the early kernel's kRes (each element read, then written, by one thread).
+template <int N, bool kRes = false>
 __device__ __forceinline__ void ws_write_rows(const float (&acc)[N / 8][4], float * __restrict__ dst, const int row0,
                                               const int lane, const int nrows, const int ncols,
-                                              const int stride_col_dst) {
+                                              const int stride_col_dst, const float * res = nullptr,
+                                              const int stride_col_res = 0) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < N / 8; ++nt) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int row = row0 + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-            if (row < nrows && col < ncols) dst[(int64_t)col * stride_col_dst + row] = acc[nt][i];
+            if (row < nrows && col < ncols) {
+                float v = acc[nt][i];
+                if constexpr (kRes) v += res[(int64_t)col * stride_col_res + row];
+                dst[(int64_t)col * stride_col_dst + row] = v;
+            }
         }
     }
 }
@@ -224,12 +231,13 @@ __device__ __forceinline__ int ws_producer_rank(const int tid) {
     return tid - WsShape<CW>::kConsumers;
 }
 
-template <int N, int S, int CW>
+template <int N, int S, int CW, bool kRes>
 __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const int8_t * qs, const float * yd,
                                               const int * ysum, float * __restrict__ dst, const int nrows,
                                               const int nblocks, const int64_t row_bytes, const int ncols,
                                               const int stride_col_dst, const int lbo, const int sbo,
-                                              const int full_tiles, const int pieces, float * partials) {
+                                              const int full_tiles, const int pieces, float * partials,
+                                              const float * res, const int stride_col_res) {
     using Shape = WsShape<CW>;
     constexpr int NT = N / 8, kProducer = 4 * CW;  // the producer warpgroup's first warp
     DFLASH_DYNAMIC_SMEM_BYTES(ws_smem);
@@ -255,31 +263,34 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
         !wg_split_gather<NT, Shape::kConsumers, kWsGatherBarrier>(at, partials, work, full_tiles, pieces, tid)) {
         return;
     }
-    ws_write_rows<N>(acc, dst, row_base + wrow, lane, nrows, ncols, stride_col_dst);
+    ws_write_rows<N, kRes>(acc, dst, row_base + wrow, lane, nrows, ncols, stride_col_dst, res, stride_col_res);
 }
 
-template <int N, int S, int CW>
+// kRes: with a fused residual add (ws_write_rows').
+template <int N, int S, int CW, bool kRes = false>
 __global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPerSm)
     gemm_q4k_wgmma_ws_kernel(const char * __restrict__ w, const int8_t * qs, const float * yd, const int * ysum,
                              float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
                              const int ncols, const int stride_col_dst, const int lbo, const int sbo,
-                             const int full_tiles, const int pieces, float * partials) {
+                             const int full_tiles, const int pieces, float * partials, const float * res,
+                             const int stride_col_res) {
 #if defined(DFLASH_WGMMA)
-    wgmma_ws_body<N, S, CW>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo, sbo,
-                            full_tiles, pieces, partials);
+    wgmma_ws_body<N, S, CW, kRes>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo, sbo,
+                                  full_tiles, pieces, partials, res, stride_col_res);
 #else
     NO_DEVICE_CODE;
 #endif
 }
 
 using WsKernel = void (*)(const char *, const int8_t *, const float *, const int *, float *, int, int, int64_t, int,
-                          int, int, int, int, int, float *);
+                          int, int, int, int, int, float *, const float *, int);
 
-// The instance for N padded columns, its dynamic shared memory opted in once; null when that failed.
-template <int S, int CW, int N>
+// The instance for N padded columns (kRes: with the fused residual), its dynamic shared memory opted
+// in once; null when that failed.
+template <int S, int CW, int N, bool kRes = false>
 WsKernel wgmma_ws_kernel_ready() {
-    static const bool ok = smem_opt_in(gemm_q4k_wgmma_ws_kernel<N, S, CW>, WsPlan<N, S, CW>::kBytes);
-    return ok ? gemm_q4k_wgmma_ws_kernel<N, S, CW> : nullptr;
+    static const bool ok = smem_opt_in(gemm_q4k_wgmma_ws_kernel<N, S, CW, kRes>, WsPlan<N, S, CW>::kBytes);
+    return ok ? gemm_q4k_wgmma_ws_kernel<N, S, CW, kRes> : nullptr;
 }
 
 // The tail split of a launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit).
@@ -312,20 +323,32 @@ bool ws_launch(Ready && ready, const dim3 grid, cudaStream_t stream, const char 
     });
 }
 
-// As launch_q4k_wgmma (the same activations, split and partials; a split of 64 CW-row tiles); false
-// when the kernel cannot run here (its shared memory opt-in failed). The weight rows and activations
+// As launch_q4k_wgmma (the same activations, split and partials; a split of 64 CW-row tiles; res,
+// when not null, the residual added to each output, stride_col_res floats a column, may be dst; CW
+// 1 only);
+// false when the kernel cannot run here (its shared memory opt-in failed). The weight rows and activations
 // must be 16-byte aligned (the bulk copies'): row_bytes is a multiple of 144, ggml's buffers are
 // aligned.
 template <int CW = 1, int S = kWsStages>
 bool launch_q4k_wgmma_ws(const char * w, const int8_t * qs, const float * yd, const int * ysum, float * dst, int nrows,
                          int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream,
-                         WgSplit split = {}, float * partials = nullptr) {
+                         WgSplit split = {}, float * partials = nullptr, const float * res = nullptr,
+                         int stride_col_res = 0) {
     const int tiles = (nrows + CW * kWgRows - 1) / (CW * kWgRows);
     if ((int64_t)CW * kWgRows * row_bytes > INT32_MAX) return false;  // the producers' 32-bit offsets
     if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
-    auto ready = [](auto n_tag) { return wgmma_ws_kernel_ready<S, CW, decltype(n_tag)::value>(); };
+    auto ready = [res](auto n_tag) -> WsKernel {
+        constexpr int N = decltype(n_tag)::value;
+        if constexpr (CW == 1) {
+            if (res) return wgmma_ws_kernel_ready<S, CW, N, true>();
+        } else if (res) {
+            return nullptr;  // the residual: one consumer warpgroup only
+        }
+        return wgmma_ws_kernel_ready<S, CW, N>();
+    };
     return ws_launch<CW, S>(ready, dim3((unsigned)split.grid(), 1, 1), stream, w, qs, yd, ysum, dst, nrows, k,
-                            row_bytes, ncols, stride_col_dst, split.full_tiles, split.pieces, partials);
+                            row_bytes, ncols, stride_col_dst, split.full_tiles, split.pieces, partials, res,
+                            stride_col_res);
 }
 
 }  // namespace gemm_kq

@@ -8,7 +8,6 @@
 #include "gemm_kquant_mma_impl.cuh"
 #include "gemm_q4k_wgmma.cuh"
 #include "gemm_q4k_wgmma_ws.cuh"
-#include "gemm_q4k_wgmma_ws_even.cuh"
 #include "gemm_f16_wgmma.cuh"
 #include "gemm_f16_wgmma_ws.cuh"
 #include "gemv_kquant_impl.cuh"
@@ -1387,8 +1386,8 @@ void profile_gate_up_wgmma(std::mt19937 & gen, std::initializer_list<int> ncols_
     cudaFree(dw);
 }
 
-constexpr int kWgmmaBenchCodes[] = {102,      1000102,  90000014, 90002014, 91002014, 91002024,
-                                    91003312, 91003134, 91004014, 91004024, 91004114};
+constexpr int kWgmmaBenchCodes[] = {102,      1000102,  90000014, 90002014, 91002014,
+                                    91002024, 91003312, 91003134, 91004014, 91004024};
 
 // Times the codes below (all: kWgmmaBenchCodes) at each column count of ncols_list; with
 // `profile`, launches each once on one copy of the weights instead (for ncu -k regex:gemm_).
@@ -1413,9 +1412,8 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen, const s
         // (wgmma_split_for): the engine's default (91002014), 2 warpgroups a block (91002024,
         // DFLASH_WGMMA_WG=2), the chunk-waiting form (91003312, DFLASH_WGMMA_CHUNKS=1), that with 3
         // warpgroups a block (91003134, DFLASH_WGMMA_WG=3) and the warp-specialized kernel with one and
-        // two consumer warpgroups (91004014, 91004024: DFLASH_WGMMA_WS=1, 2), the first with the even
-        // split (91004114: DFLASH_WGMMA_EVEN=1). The pipelined codes (x1014, x1015) are
-        // left out since session 38 (they tied the committed form in session 30).
+        // two consumer warpgroups (91004014, 91004024: DFLASH_WGMMA_WS=1, 2). The pipelined codes (x1014,
+        // x1015) are left out since session 38 (they tied the committed form in session 30).
         int nsm = 0;
         CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
         const gemm_kq::WgSplit sp_early = gemm_kq::wgmma_split_for<4, 1, 1, gemm_kq::kWgEarly>(rows, k, ncols, nsm);
@@ -1424,13 +1422,11 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen, const s
         const gemm_kq::WgSplit sp_three = gemm_kq::wgmma_split_for<4, 3, 1, gemm_kq::kWgChunks>(rows, k, ncols, nsm);
         const gemm_kq::WgSplit sp_ws = gemm_kq::wgmma_ws_split_for(rows, k, ncols, nsm);
         const gemm_kq::WgSplit sp_ws2 = gemm_kq::wgmma_ws_split_for<2>(rows, k, ncols, nsm);
-        const int even_grid = gemm_kq::wgmma_ws_even_grid(rows, k, ncols, nsm);
         float * partials = nullptr;
-        const size_t nparts =
-            std::max({gemm_kq::wgmma_split_floats(sp_early, ncols), gemm_kq::wgmma_split_floats<2>(sp_two, ncols),
-                      gemm_kq::wgmma_split_floats(sp_chunks, ncols), gemm_kq::wgmma_split_floats<3>(sp_three, ncols),
-                      gemm_kq::wgmma_split_floats(sp_ws, ncols), gemm_kq::wgmma_split_floats<2>(sp_ws2, ncols),
-                      gemm_kq::wgmma_ws_even_floats(even_grid, ncols), (size_t)1});
+        const size_t nparts = std::max(
+            {gemm_kq::wgmma_split_floats(sp_early, ncols), gemm_kq::wgmma_split_floats<2>(sp_two, ncols),
+             gemm_kq::wgmma_split_floats(sp_chunks, ncols), gemm_kq::wgmma_split_floats<3>(sp_three, ncols),
+             gemm_kq::wgmma_split_floats(sp_ws, ncols), gemm_kq::wgmma_split_floats<2>(sp_ws2, ncols), (size_t)1});
         CK(cudaMalloc(&partials, nparts * sizeof(float)));
         for (int code : run_codes) {
             const bool wg = code >= 90000000;
@@ -1476,10 +1472,6 @@ void bench_wgmma(const char * name, int rows, int k, std::mt19937 & gen, const s
                         case 4024:
                             gemm_kq::launch_q4k_wgmma_ws<2>(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
                                                             rows, nullptr, sp_ws2, partials);
-                            break;
-                        case 4114:
-                            gemm_kq::launch_q4k_wgmma_ws_even(wc, b.yq, b.yd, b.ysum, b.dst, rows, k, row_bytes, ncols,
-                                                              rows, nullptr, even_grid, partials);
                             break;
                         default:
                             launch(Four{}, One{}, One{}, std::integral_constant<int, gemm_kq::kWgPlain>{},
@@ -1541,51 +1533,14 @@ struct WgCheckColumns {
     WgCheckColumns & operator=(const WgCheckColumns &) = delete;
 };
 
-// The warp-specialized kernel's even split (gemm_q4k_wgmma_ws_even.cuh) over `grid` blocks: against
-// the early kernel unsplit (float rounding: 1e-5 of the scale), the host reference (5e-4), and
-// itself on a second launch (the same bits: the counters back at zero, the pieces summed in order).
-void check_wgmma_even(int rows, int k, int grid, std::mt19937 & gen) {
-    const CheckWeights cw(W::q4_K, rows, k, gen);
-    for (int ncols : {16, 40, 64}) {
-        WgCheckColumns c(cw, rows, k, ncols, gen);
-        MmaBuffers & b = c.b;
-        float * partials = nullptr;
-        CK(cudaMalloc(&partials, gemm_kq::wgmma_ws_even_floats(grid, ncols) * sizeof(float)));
-        std::vector<float> whole((size_t)ncols * rows), got[2];
-        bool ran = gemm_kq::launch_q4k_wgmma<4, 1, 1, gemm_kq::kWgEarly>(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k,
-                                                                         cw.row_bytes, ncols, rows, nullptr);
-        CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(whole.data(), b.dst, whole.size() * 4, cudaMemcpyDeviceToHost));
-        for (auto & g : got) {
-            CK(cudaMemset(b.dst, 0, whole.size() * 4));
-            ran = ran && gemm_kq::launch_q4k_wgmma_ws_even(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes,
-                                                           ncols, rows, nullptr, grid, partials);
-            CK(cudaDeviceSynchronize());
-            g.resize(whole.size());
-            CK(cudaMemcpy(g.data(), b.dst, g.size() * 4, cudaMemcpyDeviceToHost));
-        }
-        double err_whole = 0, err_ref = 0;
-        for (size_t i = 0; i < whole.size(); ++i) {
-            err_whole = std::fmax(err_whole, std::fabs((double)got[0][i] - whole[i]));
-            err_ref = std::fmax(err_ref, std::fabs(got[0][i] - c.ref[i]));
-        }
-        const bool same = std::memcmp(got[0].data(), got[1].data(), whole.size() * 4) == 0;
-        std::printf(
-            "{\"check_wgmma_even\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"grid\": %d, "
-            "\"vs_whole\": %.3g, \"rel_err\": %.3g, \"relaunch_same\": %s, \"ok\": %s}\n",
-            rows, k, ncols, grid, err_whole / c.ref_max, err_ref / c.ref_max, same ? "true" : "false",
-            ran && same && err_whole / c.ref_max <= 1e-5 && err_ref / c.ref_max <= 5e-4 ? "true" : "false");
-        CK(cudaFree(partials));
-    }
-}
-
 // The wgmma form's tail split (gemm_q4k_wgmma.cuh's WgSplit) for `slots` block slots: against the
 // same kernel unsplit (float rounding: 1e-5 of the scale), the host reference (5e-4), itself on a
 // second launch (the same bits: the tile counters are back at zero, the pieces summed in order), and
 // the pipelined kernel and the early-staging one split the same way (the same bits: "pipe_same",
 // "early_same"), the early one with its residual fused in place (its outputs plus the residual:
 // "res_same"), and the warp-specialized kernel split the same way (the early one's bits: "ws_same";
-// with two consumer warpgroups, the 2-warpgroup early form's: "ws2_same").
+// with the residual in place, the early one's with it: "ws_res_same"; with two consumer warpgroups,
+// the 2-warpgroup early form's: "ws2_same").
 void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
     const CheckWeights cw(W::q4_K, rows, k, gen);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -1635,14 +1590,21 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
             const float want = got[3][i] + res[i];
             res_same = res_same && std::memcmp(&want, &with_res[i], 4) == 0;
         }
-        // the warp-specialized kernel split the same way: the early form's bits
-        std::vector<float> ws(whole.size());
+        // the warp-specialized kernel split the same way: the early form's bits, and with the residual
+        // in place the early form's with it (DFLASH_WGMMA_WS=4's fused residual)
+        std::vector<float> ws(whole.size()), ws_res(whole.size());
         CK(cudaMemset(b.dst, 0, ws.size() * 4));
         ran = ran && gemm_kq::launch_q4k_wgmma_ws(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows,
                                                   nullptr, split, partials);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(ws.data(), b.dst, ws.size() * 4, cudaMemcpyDeviceToHost));
         const bool ws_same = std::memcmp(ws.data(), got[3].data(), ws.size() * 4) == 0;
+        CK(cudaMemcpy(b.dst, res.data(), res.size() * 4, cudaMemcpyHostToDevice));
+        ran = ran && gemm_kq::launch_q4k_wgmma_ws(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows,
+                                                  nullptr, split, partials, b.dst, rows);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(ws_res.data(), b.dst, ws_res.size() * 4, cudaMemcpyDeviceToHost));
+        const bool ws_res_same = std::memcmp(ws_res.data(), with_res.data(), ws_res.size() * 4) == 0;
         // two warpgroups a block (128-row tiles): their own split of the same slots, against the whole
         const gemm_kq::WgSplit split2 = gemm_kq::wg_split_plan((rows + 127) / 128, k / 256, slots);
         float * partials2 = nullptr;
@@ -1676,13 +1638,13 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
             "{\"check_wgmma_split\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"slots\": %d, "
             "\"full_tiles\": %d, \"tail\": %d, \"pieces\": %d, \"vs_whole\": %.3g, \"rel_err\": %.3g, "
             "\"relaunch_same\": %s, \"pipe_same\": %s, \"early_same\": %s, \"chunks_same\": %s, "
-            "\"res_same\": %s, \"ws_same\": %s, \"ws2_same\": %s, \"two_wg_pieces\": %d, "
+            "\"res_same\": %s, \"ws_same\": %s, \"ws_res_same\": %s, \"ws2_same\": %s, \"two_wg_pieces\": %d, "
             "\"two_wg_vs_whole\": %.3g, \"ok\": %s}\n",
             rows, k, ncols, slots, split.full_tiles, split.tail, split.pieces, err_whole / ref_max, err_ref / ref_max,
             same ? "true" : "false", pipe_same ? "true" : "false", early_same ? "true" : "false",
             chunks_same ? "true" : "false", res_same ? "true" : "false", ws_same ? "true" : "false",
-            ws2_same ? "true" : "false", split2.pieces, err_two / ref_max,
-            ran && same && pipe_same && early_same && chunks_same && res_same && ws_same && ws2_same &&
+            ws_res_same ? "true" : "false", ws2_same ? "true" : "false", split2.pieces, err_two / ref_max,
+            ran && same && pipe_same && early_same && chunks_same && res_same && ws_same && ws_res_same && ws2_same &&
                     split.pieces > 1 && split2.pieces > 1 && err_whole / ref_max <= 1e-5 && err_two / ref_max <= 1e-5 &&
                     err_ref / ref_max <= 5e-4
                 ? "true"
@@ -2198,8 +2160,6 @@ int main(int argc, char ** argv) {
                           gen);  // 5 tiles over 2 slots: 4 whole, the last (20 rows short) in pieces of 4 and 5
         check_wgmma_split(64 * 7, 3072, 3, gen);  // 7 over 3: 6 whole, the last in 3 pieces of 4
         check_wgmma_split(130, 3072, 7, gen);     // 3 over 7 (a short matrix): every tile in 2 pieces of 6
-        check_wgmma_even(300, 2304, 2, gen);      // 45 units over 2 blocks: the middle tile split 4 + 5
-        check_wgmma_even(130, 3072, 7, gen);      // 36 over 7 (5-6 each): every tile in 3 pieces, runs across tiles
         // 2 row tiles, the second 58 short; 3 super-blocks; then 3 tiles over 2 slots: the last in pieces (4, 5)
         check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 70, 768, gen, {9, 64});
         check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 130, 2304, gen, {40}, 2);
