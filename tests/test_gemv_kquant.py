@@ -364,7 +364,7 @@ def test_cuda_wgmma_forms_give_the_same_bits(
     around the others): the same bits unsplit; split, its pieces follow its own occupancy. DFLASH_WGMMA_WG=3
     (the chunk-waiting kernel, 192 rows a block; 16480 rows: a last block of 160): likewise.
     DFLASH_WGMMA_WS=1 / 2 (a producer warpgroup's copies on mbarriers for one / two consumer
-    warpgroups at every column count; the default, 3, takes one from 33 columns, so off here
+    warpgroups at every column count; 3 takes one from 33 columns, the default 4 by shape, so off here
     around them): the same bits unsplit (2: as the early form's 64-row tiles, every output's float
     steps in the same order); split, its own pieces. The pipe mode (0 here) takes precedence over
     the first three; three warpgroups over it."""
@@ -372,7 +372,7 @@ def test_cuda_wgmma_forms_give_the_same_bits(
         assert _core.wgmma_warpgroups() == int(os.environ.get("DFLASH_WGMMA_WG", "1"))
     if form == "chunks":
         assert _core.wgmma_chunks_enabled() == (GPU and os.environ.get("DFLASH_WGMMA_CHUNKS") == "1")
-    want_ws = int(os.environ.get("DFLASH_WGMMA_WS", "3"))
+    want_ws = int(os.environ.get("DFLASH_WGMMA_WS", "4"))
     assert _core.wgmma_ws() == (want_ws if GPU and want_ws in (1, 2, 3, 4) else 0)
     switch = {
         "early": ((_core.wgmma_early_enabled, _core.set_wgmma_early_enabled), (False, True)),
@@ -490,7 +490,7 @@ def test_cuda_wgmma_tall_from_25_takes_gate_up_at_32_columns(mma_restored: None)
 
 
 @needs_gpu
-@pytest.mark.usefixtures("f16_wgmma_off")
+@pytest.mark.usefixtures("f16_wgmma_off", "ws_by_columns")
 def test_cuda_wgmma_chunks_mode_2_takes_gate_up_up_to_32_columns(mma_restored: None) -> None:
     """DFLASH_WGMMA_CHUNKS=2 (the default since session 39): [gate; up] (34816 rows) at 32 columns through the
     chunk-waiting wgmma kernel, within float rounding of the default wgmma form (their tail splits
@@ -517,6 +517,16 @@ def test_cuda_wgmma_chunks_mode_2_takes_gate_up_up_to_32_columns(mma_restored: N
                 assert np.array_equal(got, ref)
 
 
+@pytest.fixture
+def ws_by_columns() -> Iterator[None]:
+    """DFLASH_WGMMA_WS's mode 3 (the warp-specialized kernel from 33 columns, on the shapes the other
+    wgmma switches route there) in place of the default by-shape mode 4, which takes ffn_down's long
+    rows from 17 columns, [gate; up] from 25 and products with a fused residual, for tests of the
+    forms it would replace; the mode restored after."""
+    with _switched(_core.wgmma_ws, _core.set_wgmma_ws_mode, 3):
+        yield
+
+
 def test_wgmma_res_mode_is_off_unless_asked() -> None:
     want = int(os.environ.get("DFLASH_WGMMA_RES", "0"))
     assert _core.wgmma_res() == (want if GPU and want in (1, 2) else 0)
@@ -526,7 +536,7 @@ def test_wgmma_res_mode_is_off_unless_asked() -> None:
 @pytest.mark.parametrize("k", [6144, 17408])
 @pytest.mark.parametrize("n", [9, 16, 32, 48])
 @pytest.mark.parametrize("mode", [1, 2])
-@pytest.mark.usefixtures("f16_wgmma_off")
+@pytest.mark.usefixtures("f16_wgmma_off", "ws_by_columns")
 def test_cuda_wgmma_res_mode_fuses_the_residual_into_the_wgmma_gemm(
     k: int, n: int, mode: int, mma_restored: None
 ) -> None:
@@ -616,7 +626,7 @@ def _q4k_bytes(rows: int, k: int, seed: int) -> bytes:
     [(5120, 17408, 64, 60), (5120, 17408, 48, 60), (34816, 5120, 64, 30), (34816, 17408, 64, 8)],
 )
 @pytest.mark.parametrize("short", [0, 2])
-@pytest.mark.usefixtures("f16_wgmma_off")
+@pytest.mark.usefixtures("f16_wgmma_off", "ws_by_columns")
 def test_cuda_wgmma_gives_the_same_bits_every_run(
     rows: int, k: int, n: int, runs: int, short: int, mma_restored: None
 ) -> None:
@@ -625,7 +635,8 @@ def test_cuda_wgmma_gives_the_same_bits_every_run(
     ffn_down, 5120 x 17408 split in pieces of 22-23 super-blocks, a stale super-block's sums in some
     warp now and then, 5-14 runs of 60 differing at 64 columns, and 34816 x 17408 in every run;
     [gate; up], 34816 x 5120, never). Mode 2 of DFLASH_WGMMA_SHORT sends the short matrices through
-    the warp-specialized kernel too; each launch counted on an sm_90a build on sm_90."""
+    the warp-specialized kernel too (DFLASH_WGMMA_WS's mode 3 here: the default mode 4 sends them
+    whatever the short mode); each launch counted on an sm_90a build on sm_90."""
     w = _q4k_bytes(rows, k, seed=43)
     x = np.random.default_rng(44).standard_normal((n, k)).astype(np.float32)
     with _switched(_core.wgmma_short, _core.set_wgmma_short_mode, short):
@@ -781,9 +792,10 @@ def f16_wgmma_off() -> Iterator[None]:
 
 
 @pytest.fixture
-def wgmma_short_off() -> Iterator[None]:
+def wgmma_short_off(ws_by_columns: None) -> Iterator[None]:
     """Q4_K's long rows under 16384 rows at 33..64 columns on the mma.sync GEMM (DFLASH_WGMMA_SHORT's
-    mode 0, whatever the default or the environment), for tests of the mma.sync forms."""
+    mode 0 and the warp-specialized kernel by column count, whatever the default or the
+    environment), for tests of the mma.sync forms."""
     was = _core.wgmma_short()
     _core.set_wgmma_short_mode(0)
     yield

@@ -640,8 +640,8 @@ PYBIND11_MODULE(_core, m) {
     def_form_mode(m, "wgmma_ws", &ggml_ext::set_wgmma_ws_mode, &ggml_ext::wgmma_ws, &ggml_ext::wgmma_ws_launches,
                   "the warp-specialized wgmma GEMM (a producer warpgroup's copies on mbarriers) in place of the "
                   "early form: 0 off, 1 one consumer warpgroup a block, 2 two, at every column count, 3 one from 33 "
-                  "columns (the default), 4 one by each Q4_K matrix's shape, a fused residual too "
-                  "(DFLASH_WGMMA_WS); 0 without CUDA");
+                  "columns, 4 one by each Q4_K matrix's shape, a fused residual too (the default; "
+                  "DFLASH_WGMMA_WS); 0 without CUDA");
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

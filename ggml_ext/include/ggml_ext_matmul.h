@@ -136,8 +136,8 @@ int wgmma_res();
 int64_t wgmma_res_launches();
 // The warp-specialized wgmma kernel (a producer warpgroup staging with cp.asyncs and bulk copies on
 // mbarriers) in place of the early form with one warpgroup and no residual: 0 off, 1 one consumer
-// warpgroup a block (the same bits), 2 two, at every column count; 3 (the default) one from 33
-// columns; 4 one by each matrix's shape, from 17..49 columns, with a fused residual too
+// warpgroup a block (the same bits), 2 two, at every column count; 3 one from 33 columns; 4 (the
+// default) one by each matrix's shape, from 17..49 columns, with a fused residual too
 // (DFLASH_WGMMA_WS); wgmma_ws_launches counts it (tests).
 void set_wgmma_ws_mode(int mode);
 int wgmma_ws();

@@ -284,30 +284,33 @@ int wgmma_res_mode = [] {
     return valid_res_mode(e ? std::atoi(e) : 0);
 }();
 std::atomic<int64_t> wgmma_res_count{0};
-// The warp-specialized wgmma kernel (gemm_q4k_wgmma_ws.cuh: a producer warpgroup's cp.asyncs and
-// bulk copies on mbarriers, no block barrier a super-block) in place of the early form with one
-// warpgroup and no residual: mode 1 (DFLASH_WGMMA_WS=1) with one consumer warpgroup a block (the
-// same bits) at every column count, 2 with two on 128 rows (the same bits as DFLASH_WGMMA_WG=2
-// unsplit), 3 (the default) one consumer warpgroup from kWgmmaWsMinColumns columns; 0 off. On the
-// H100 (session 40, bench/results/h100-s40-*): the 27B's 64-token forward took 16.50 ms of
-// kernels with mode 1 against 17.26 ([gate; up] at 64 columns 65.1 against 73.1 us a launch in the
-// standalone), mode 2 16.94; at 32 tokens mode 1 was 0.04 ms slower (gdn_in at 32 columns 30.7
-// against 27.2 us), so the default starts above 32.
-// Mode 4 (by shape; DFLASH_WGMMA_WS=4): one consumer warpgroup from the column count of each matrix
-// where session 40's standalone on the H100 (bench/results/h100-s40-standalone-wgmma.jsonl, us a
-// launch) had it ahead of the form the engine ran by a microsecond or more, the residual of a fused
-// add written by it (ws_shape_from): [gate; up] from 25 columns (51.6 against the chunk-waiting
-// kernel's 52.6 at 32), [gdn q; k; v; z] from 49 (the early kernel 27.2 / 29.4 against 30.7 / 30.4
-// at 32 / 48; 29.5 against 32.8 at 64), attn_q from 25 (23.0 against 25.5 at 32, 28.3 against the
-// mma.sync GEMM's 32.0 at 64; 27.3 against 26.6 at 48), ffn_down's Q4_K layers from 17 (31.5 / 35.4
-// against 37.5 / 37.8 at 32 / 48; at 16 the mma.sync GEMM's 8 warps a block took 23.2 in session
-// 39); never for ssm_out and attn_output (5120 x 6144: 15.9 against 14.5 at 32).
+// The warp-specialized wgmma kernel (gemm_q4k_wgmma_ws.cuh: a producer warpgroup's cp.asyncs and bulk
+// copies on mbarriers, no block barrier a super-block) in place of the early form with one warpgroup
+// and no residual: mode 1 (DFLASH_WGMMA_WS=1) with one consumer warpgroup a block (the same bits) at
+// every column count, 2 with two on 128 rows (the same bits as DFLASH_WGMMA_WG=2 unsplit), 3 (the
+// default of sessions 40-43) one consumer warpgroup from kWgmmaWsMinColumns columns; 0 off. On the
+// H100 (session 40, bench/results/h100-s40-*): the 27B's 64-token forward took 16.50 ms of kernels
+// with mode 1 against 17.26 ([gate; up] at 64 columns 65.1 against 73.1 us a launch in the
+// standalone), mode 2 16.94; at 32 tokens mode 1 was 0.04 ms slower (gdn_in at 32 columns 30.7 against
+// 27.2 us), so mode 3 starts above 32.
+// Mode 4 (by shape; the default since session 44): one consumer warpgroup from the column count of
+// each matrix where session 40's standalone on the H100
+// (bench/results/h100-s40-standalone-wgmma.jsonl, us a launch) had it ahead of the form the engine ran
+// by a microsecond or more, the residual of a fused add written by it (ws_shape_from): [gate; up] from
+// 25 columns (51.6 against the chunk-waiting kernel's 52.6 at 32), [gdn q; k; v; z] from 49 (the early
+// kernel 27.2 / 29.4 against 30.7 / 30.4 at 32 / 48; 29.5 against 32.8 at 64), attn_q from 25 (23.0
+// against 25.5 at 32, 28.3 against the mma.sync GEMM's 32.0 at 64; 27.3 against 26.6 at 48),
+// ffn_down's Q4_K layers from 17 (31.5 / 35.4 against 37.5 / 37.8 at 32 / 48; at 16 the mma.sync
+// GEMM's 8 warps a block took 23.2 in session 39); never for ssm_out and attn_output (5120 x 6144:
+// 15.9 against 14.5 at 32). On the H100 (session 44, bench/results/h100-s44-*; two profiles each) the
+// 27B's 32 / 64-token forwards took 12.09 / 15.67 ms of kernels against mode 3's 12.24 / 15.81-15.85
+// (48: 14.13 against 14.09-14.11, 16 even).
 constexpr int kWgmmaWsMinColumns = 33;
 constexpr int kWsByShape = 4;
 int valid_ws_mode(int m) { return m >= 1 && m <= kWsByShape ? m : 0; }
 int wgmma_ws_mode = [] {
     const char * e = std::getenv("DFLASH_WGMMA_WS");
-    return e ? valid_ws_mode(std::atoi(e)) : 3;
+    return e ? valid_ws_mode(std::atoi(e)) : kWsByShape;
 }();
 bool takes_ws_form(int n) {
     return wgmma_ws_mode == 1 || wgmma_ws_mode == 2 || (wgmma_ws_mode == 3 && n >= kWgmmaWsMinColumns);

@@ -1,5 +1,5 @@
 // The Q4_K int8 wgmma GEMM, warp-specialized (session 39; from 33 columns by default since session 40,
-// DFLASH_WGMMA_WS).
+// by each matrix's shape and with a fused residual since session 44; DFLASH_WGMMA_WS).
 //
 // gemm_q4k_wgmma_early_kernel's four warps both stage and compute: each thread issues its share
 // of a stage's cp.asyncs, waits for its own groups, fences, and every super-block the block meets
