@@ -66,3 +66,23 @@ __device__ __forceinline__ uint32_t load_smem_4_align2(const char * p) {
     const uint16_t * h = reinterpret_cast<const uint16_t *>(p);
     return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
 }
+
+// A 2-byte aligned block in shared memory read as 4-byte words at offsets that are multiples of 4:
+// each word the funnel shift of the two aligned words it spans, by the block's own 0 or 16 bits.
+// One alignment test a block: a test a word (one load, or two half-word loads) had ptxas predicate
+// both paths behind an address test of its own, ~6 instructions a word (sm_90a SASS of the f16
+// Q6_K GEMM's loop). The word after the last one read must lie in shared memory the caller staged
+// (a block in its 16-byte aligned chunks: the 2 bytes after it at most).
+struct Smem4Align2 {
+    const char * base;  // the block's address rounded down to 4
+    uint32_t shift;     // 0 or 16
+    __device__ __forceinline__ explicit Smem4Align2(const char * blk) {
+        const uint32_t odd = (uint32_t)(reinterpret_cast<uintptr_t>(blk) & 2);
+        base = blk - odd;
+        shift = odd * 8;
+    }
+    __device__ __forceinline__ uint32_t operator()(int off) const {
+        const uint32_t * w = reinterpret_cast<const uint32_t *>(base + off);
+        return __funnelshift_r(w[0], w[1], shift);
+    }
+};

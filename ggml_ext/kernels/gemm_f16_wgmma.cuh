@@ -321,7 +321,7 @@ __device__ __forceinline__ void f16_superblock(const char * st, int kb, int wrow
     const typename F::Row r0 = F::load(in_stage(wrow + g, row0), t);
     const typename F::Row r1 = F::load(in_stage(wrow + g + 8, row1), t);
     const typename F::Scales c0 = F::scales(r0), c1 = F::scales(r1);
-    const char * b = st + kWBytes;
+    const uint64_t d0 = wg_desc(st + kWBytes, 128, 256);
 #pragma unroll
     for (int c = 0; c < 4; ++c, ++chunk) {
         uint32_t (&ac)[4][4] = a[chunk & 1];
@@ -329,7 +329,7 @@ __device__ __forceinline__ void f16_superblock(const char * st, int kb, int wrow
         for (int m = 0; m < 4; ++m) F::operand(r0, r1, c0, c1, 4 * c + m, ac[m]);
         wg_fence();
 #pragma unroll
-        for (int m = 0; m < 4; ++m) wgmma_f16<N>(acc, ac[m], wg_desc(b + (4 * c + m) * N * 32, 128, 256));
+        for (int m = 0; m < 4; ++m) wgmma_f16<N>(acc, ac[m], wg_desc_plus(d0, (4 * c + m) * N * 32));
         wg_commit();
         wg_wait<1>();  // the chunk before is done: its operand set is free
         if (c == 0) after_first();

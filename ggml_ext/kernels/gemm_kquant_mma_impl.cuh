@@ -376,6 +376,7 @@ struct Q80 : AlignedBlocks<8 * 34> {
                                                       const char * const (&b1)[R], const int8_t * yq, const float * yd,
                                                       const int *, int kb, int g, int t) {
         const int lane = 4 * g + t;
+        // (not Smem4Align2: the word after a super-block's last quants may lie outside the stage)
         auto load4 = [](const char * p) { return smem ? load_smem_4_align2(p) : load_stream_4_align2(p); };
         auto load_d = [](const char * p) {
             const unsigned short h =
@@ -431,19 +432,24 @@ struct Q6KRow {
 
 template <bool smem>
 __device__ __forceinline__ Q6KRow load_q6_k_row(const char * blk, int t) {
-    auto load4 = [](const char * p) { return smem ? load_smem_4_align2(p) : load_stream_4_align2(p); };
+    // 4 bytes at off of the block (2-byte aligned): one alignment test a block in shared memory
+    const Smem4Align2 words(blk);
+    auto load4 = [&](int off) {
+        if constexpr (smem) return words(off);
+        return load_stream_4_align2(blk + off);
+    };
     Q6KRow r;
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-            r.ql[n][0][u] = load4(blk + 64 * n + 16 * u + 4 * t);
-            r.ql[n][1][u] = load4(blk + 64 * n + 32 + 16 * u + 4 * t);
-            r.qh[n][u] = load4(blk + 128 + 32 * n + 16 * u + 4 * t);
+            r.ql[n][0][u] = load4(64 * n + 16 * u + 4 * t);
+            r.ql[n][1][u] = load4(64 * n + 32 + 16 * u + 4 * t);
+            r.qh[n][u] = load4(128 + 32 * n + 16 * u + 4 * t);
         }
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) r.sc[i] = load4(blk + 192 + 4 * i);
+    for (int i = 0; i < 4; ++i) r.sc[i] = load4(192 + 4 * i);
     const unsigned short dh =
         smem ? *reinterpret_cast<const unsigned short *>(blk + 208) : (unsigned short)load_stream_2(blk + 208);
     r.d = __half2float(__ushort_as_half(dh));

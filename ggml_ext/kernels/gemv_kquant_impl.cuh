@@ -394,12 +394,13 @@ constexpr int kQ6StageBlock = 224;  // 14 aligned chunks hold any 2-byte aligned
 
 __device__ __forceinline__ Q6K::Raw q6k_raw_from_smem(const char * blk, int m) {
     const int n = m >> 2, l0 = 8 * (m & 3);
-    auto pair = [&](const char * p) { return make_uint2(load_smem_4_align2(p), load_smem_4_align2(p + 4)); };
+    const Smem4Align2 words(blk);
+    auto pair = [&](int off) { return make_uint2(words(off), words(off + 4)); };
     Q6K::Raw r;
-    r.ql_a = pair(blk + 64 * n + l0);
-    r.ql_b = pair(blk + 64 * n + 32 + l0);
-    r.qh = pair(blk + 128 + 32 * n + l0);
-    r.sc = pair(blk + 192 + 8 * n);
+    r.ql_a = pair(64 * n + l0);
+    r.ql_b = pair(64 * n + 32 + l0);
+    r.qh = pair(128 + 32 * n + l0);
+    r.sc = pair(192 + 8 * n);
     r.d = *reinterpret_cast<const uint16_t *>(blk + 208);
     return r;
 }
