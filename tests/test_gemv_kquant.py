@@ -771,6 +771,43 @@ def test_cuda_wide_add_fusion_takes_64_columns_but_q6k(
 
 
 @pytest.fixture
+def add_ws_restored() -> Iterator[None]:
+    yield from _restoring(_core.fuse_add_ws, _core.set_fuse_add_ws)
+
+
+def test_ws_add_fusion_is_off_unless_asked() -> None:
+    assert _core.fuse_add_ws() == (GPU and os.environ.get("DFLASH_FUSE_ADD_WS") == "1")
+
+
+@needs_gpu
+@pytest.mark.parametrize(("rows", "k"), [(1000, 16384), (1000, 6144)])
+@pytest.mark.parametrize("n", [48, 49, 64])
+@pytest.mark.usefixtures("mma_restored", "add_limit_restored", "add_ws_restored", "f16_wgmma_off")
+def test_cuda_ws_add_fusion_takes_64_columns_through_the_ws_kernel(rows: int, k: int, n: int) -> None:
+    """With the ws add fusion (limit 48, DFLASH_WGMMA_WS=4) a Q4_K product of long rows (64
+    super-blocks: ffn_down's, the warp-specialized kernel's from 17 columns) takes its residual up to
+    64 columns, written by that kernel (its launch counted), and shorter rows (ssm_out's) only up
+    to 48; the outputs are the add node's bit for bit either way."""
+    w, _ = _weights("q4_K", rows, k, seed=19)
+    rng = np.random.default_rng(20)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32)
+    _core.set_mma_enabled(True)
+    _core.set_fuse_add_enabled(True)
+    _core.set_fuse_add_max_columns(48)
+    _core.set_fuse_add_ws(True)
+    with _switched(_core.wgmma_ws, _core.set_wgmma_ws_mode, 4):
+        want = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True) + res
+        before, ws_before = _core.mul_mat_add_fusions(), _core.wgmma_ws_launches()
+        got = _core.op_mul_mat_fused(w, "q4_K", rows, x, residual=res, gpu=True)
+        fused, ws = _core.mul_mat_add_fusions() - before, _core.wgmma_ws_launches() - ws_before
+    hopper = _core.wgmma_built() and _gpu_is_sm90()
+    assert fused == (1 if n <= 48 or (hopper and k == 16384) else 0)
+    assert ws == (1 if hopper and k == 16384 else 0)
+    np.testing.assert_array_equal(got, want, err_msg=f"{rows} x {k}, {n} columns")
+
+
+@pytest.fixture
 def mma_split_restored() -> Iterator[None]:
     yield from _restoring(_core.mma_split, _core.set_mma_split)
 

@@ -208,6 +208,11 @@ int fuse_add_max_columns();
 // (DFLASH_FUSE_ADD_WIDE=1; off: no faster on the H100, session 33). No effect without CUDA.
 void set_fuse_add_wide(bool on);
 bool fuse_add_wide();
+// With `ws` a Q4_K product that the int8 warp-specialized kernel runs with its residual (the 27B's
+// ffn_down under DFLASH_WGMMA_WS=4) takes it up to 64 columns (DFLASH_FUSE_ADD_WS=1; off until timed).
+// No effect without CUDA.
+void set_fuse_add_ws(bool on);
+bool fuse_add_ws();
 int64_t mul_mat_add_fusions();
 
 // A SwiGLU node read only by the engine's tagged matmul after it is skipped, that matmul's

@@ -146,8 +146,19 @@ bool fuse_add_wide_flag = [] {
     return e && e[0] == '1';
 }();
 
-// The most columns of a product of type t that takes its residual.
+// The most columns of a product of type t that takes its residual (fuse_add_ws_flag below aside).
 int fuse_add_limit(ggml_type t) { return fuse_add_wide_flag && t != GGML_TYPE_Q6_K ? 64 : fuse_add_max_columns_flag; }
+
+// DFLASH_FUSE_ADD_WS=1: a Q4_K product that the int8 warp-specialized kernel runs with its residual
+// (DFLASH_WGMMA_WS=4's shapes: the 27B's ffn_down) takes it up to 64 columns whatever the limits
+// above. On the H100 (session 42, h100-s42-c1-27b-kernels-fuse-add-max-columns-64) that kernel ran
+// ffn_down at 64 columns in 54.0 us a launch with the residual against ~53.6 without, and each add
+// node it saves took 2.64 us; fusing every product at 64 was slower for the f16 Q6_K kernel (63.5
+// against 52.2 us) and the mma.sync ones (ssm_out, attn_output). Off until timed in the engine.
+bool fuse_add_ws_flag = [] {
+    const char * e = std::getenv("DFLASH_FUSE_ADD_WS");
+    return e && e[0] == '1';
+}();
 
 bool mma_q80_flag = [] {
     const char * e = std::getenv("DFLASH_MMA_Q80");
@@ -651,6 +662,8 @@ void set_fuse_add_max_columns(int n) { fuse_add_max_columns_flag = n >= 64 ? 64 
 int fuse_add_max_columns() { return fuse_add_max_columns_flag; }
 void set_fuse_add_wide(bool on) { fuse_add_wide_flag = on; }
 bool fuse_add_wide() { return fuse_add_wide_flag; }
+void set_fuse_add_ws(bool on) { fuse_add_ws_flag = on; }
+bool fuse_add_ws() { return fuse_add_ws_flag; }
 void set_wgmma_enabled(bool on) { wgmma_flag = kWgmmaBuilt && on; }
 bool wgmma_enabled() { return wgmma_flag; }
 bool wgmma_built() { return kWgmmaBuilt; }
@@ -753,19 +766,29 @@ bool mins_int_flag() {
     return v;
 }
 
+// Whether a product of type t, rows x k at n columns, takes the residual of a fused add: up to
+// fuse_add_limit(t) columns, or up to 64 where fuse_add_ws_flag sends it through the int8
+// warp-specialized kernel with its residual (gemm_chunk).
+bool fuse_add_takes(ggml_type t, int rows, int k, int64_t n, bool hopper) {
+    if (n <= fuse_add_limit(t)) return true;
+    return fuse_add_ws_flag && n <= 64 && wgmma_warpgroups_flag == 1 && takes_ws_shape(rows, k, (int)n) &&
+           takes_wgmma(t, mins_int_flag(), rows, k, (int)n, hopper, true);
+}
+
 }  // namespace
 
 bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x,
                                  int64_t n, ggml_tensor * dst, const ggml_tensor * res) {
     const int64_t k = src0->ne[0];
     if (!mma_takes(ctx, src0, n, dst) || !gemm_kq::act_source_ok(x, (int)k)) return false;
-    // the residual of a fused add: the output's shape, f32 rows; up to fuse_add_limit columns
-    if (res && (n > fuse_add_limit(src0->type) || res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) ||
-                res->ne[0] != dst->ne[0] || res->ne[1] != dst->ne[1] || res->ne[2] != 1 || res->ne[3] != 1)) {
-        return false;
-    }
     const ggml_type t = src0->type;
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
+    // the residual of a fused add: the output's shape, f32 rows; up to fuse_add_takes' columns
+    if (res && (!fuse_add_takes(t, (int)src0->ne[1], (int)k, n, cc == GGML_CUDA_CC_HOPPER) ||
+                res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) || res->ne[0] != dst->ne[0] ||
+                res->ne[1] != dst->ne[1] || res->ne[2] != 1 || res->ne[3] != 1)) {
+        return false;
+    }
     cudaStream_t stream = ctx.stream();
     // More than 64 columns: launches of 64 (the last one the rest), one after another on the stream,
     // sharing the activation buffers.
