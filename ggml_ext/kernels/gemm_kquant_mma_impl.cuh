@@ -98,7 +98,10 @@ __device__ __forceinline__ int2 act_q_lane(const int8_t * yq, int kb, int j, int
     return *reinterpret_cast<const int2 *>(yq + ((((int64_t)kb * 8 + j) * ncol_tiles + nt) * WARP_SIZE + lane) * 8);
 }
 
-// Per-32 sums of the int8 activations: the 8 sub-blocks of super-block kb, column col, contiguous.
+// Per-32 sums of the int8 activations: the 8 sub-blocks of super-block kb, column col, contiguous;
+// ints, or in ActLayout::kWgmma halves (the sum rounded to f16, as the mma of the wgmma forms'
+// float step takes it: exact up to 2048, within 1/2048 above; the same value the other forms round
+// theirs to before their mma), one 32-bit word of two sub-blocks' sums where the float step reads it.
 __host__ __device__ __forceinline__ int64_t act_sum_index(int kb, int col, int ncol_tiles) {
     return ((int64_t)kb * 8 * ncol_tiles + col) * 8;
 }
@@ -981,7 +984,14 @@ __device__ __forceinline__ void quantize_values(const float (&v)[V], int kb, int
 #pragma unroll
     for (int o = V == 8 ? 2 : 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);  // the sub-block's
     const bool first_of_sub = V == 8 ? t == 0 : r % WARP_SIZE == 0;
-    if (first_of_sub) sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
+    if (first_of_sub) {
+        // the wgmma forms' as the f16 their float step's mma takes (act_sum_half)
+        if constexpr (L == ActLayout::kWgmma) {
+            reinterpret_cast<__half *>(sums)[act_sum_index(kb, col, ncol_tiles) + j] = __float2half_rn((float)s);
+        } else {
+            sums[act_sum_index(kb, col, ncol_tiles) + j] = s;
+        }
+    }
     if constexpr (kBlock == kQk) {
         if (r == 0) d[act_d_index(kb, col, ncol_tiles)] = dd;
     } else {

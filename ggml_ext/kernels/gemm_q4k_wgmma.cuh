@@ -203,12 +203,12 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 
 // A stage: one super-block's weights of the block's rows, then its activations: quants, per-32
-// sums (N x 8 ints), scales (N floats), each as contiguous in global memory as in the stage.
+// sums (N x 8 halves), scales (N floats), each as contiguous in global memory as in the stage.
 template <int N, int WG>
 struct WgPlan {
     static constexpr int kWBytes = WG * kWgRows * 144;  // Q4_K rows of one super-block
     static constexpr int kBBytes = N * kQk;             // the columns' int8 quants
-    static constexpr int kSumBytes = N * 8 * (int)sizeof(int);
+    static constexpr int kSumBytes = N * 8 * (int)sizeof(__half);
     static constexpr int kDBytes = N * (int)sizeof(float);
     static constexpr int kStageBytes = kWBytes + kBBytes + kSumBytes + kDBytes;
 };
@@ -423,13 +423,15 @@ __device__ __forceinline__ WgStep wg_step(const uint4 & h0, const uint4 & h1, co
 // term (an f16 mma of the mins and the columns' per-32 sums), scaled (Q4KT's float step).
 template <int N, int nt0, int nt1>
 __device__ __forceinline__ void wg_float_tiles(float (&acc)[N / 8][4], const int (&clo)[N / 2], const int (&chi)[N / 2],
-                                               const WgStep & s, const int * s_sums, const float * s_d, const int g,
-                                               const int t) {
+                                               const WgStep & s, const uint32_t * s_sums, const float * s_d,
+                                               const int g, const int t) {
+    // sub-blocks 2t and 2t + 1 of column 8 nt + g: one word of two halves (act_sum_index), 32 words
+    // a column tile from this lane's first (an immediate offset each)
+    const uint32_t * lane_sums = s_sums + 4 * g + t;
 #pragma unroll
     for (int nt = nt0; nt < nt1; ++nt) {
         const int col0 = nt * 8 + 2 * t;
-        const int2 sv = *reinterpret_cast<const int2 *>(s_sums + (nt * 8 + g) * 8 + 2 * t);
-        const uint32_t b[2] = {half2_bits((float)sv.x, (float)sv.y), 0u};
+        const uint32_t b[2] = {lane_sums[32 * nt], 0u};
         float mc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_f16(mc, s.a_min, b);
         const float2 dy = *reinterpret_cast<const float2 *>(s_d + col0);
@@ -551,7 +553,7 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
         stage_act(s, kb);
     };
     auto stage_at = [&](int s) -> const char * { return wg_smem + s * P::kStageBytes; };
-    auto sums_of = [&](const char * st) { return reinterpret_cast<const int *>(st + P::kWBytes + P::kBBytes); };
+    auto sums_of = [&](const char * st) { return reinterpret_cast<const uint32_t *>(st + P::kWBytes + P::kBBytes); };
     auto d_of = [&](const char * st) {
         return reinterpret_cast<const float *>(st + P::kWBytes + P::kBBytes + P::kSumBytes);
     };
@@ -655,7 +657,7 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
                         prev = wg_step<N>(*reinterpret_cast<const uint4 *>(p0),
                                           *reinterpret_cast<const uint4 *>(p0 + 8 * 144), t);
                     }
-                    const int * ps = sums_of(pst);
+                    const uint32_t * ps = sums_of(pst);
                     const float * pd = d_of(pst);
                     if (c == 0) wg_float_tiles<N, 0, NT / 4>(acc, plo, phi, prev, ps, pd, g, t);
                     if (c == 1) wg_float_tiles<N, NT / 4, NT / 2>(acc, plo, phi, prev, ps, pd, g, t);

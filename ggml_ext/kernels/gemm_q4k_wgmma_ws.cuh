@@ -156,7 +156,7 @@ __device__ __forceinline__ void ws_consume(float (&acc)[N / 8][4], const char * 
     wg_pin(clo);
     wg_pin(chi);
     const char * sums = st + P::kWBytes + P::kBBytes;
-    wg_float_tiles<N, 0, N / 8>(acc, clo, chi, step, reinterpret_cast<const int *>(sums),
+    wg_float_tiles<N, 0, N / 8>(acc, clo, chi, step, reinterpret_cast<const uint32_t *>(sums),
                                 reinterpret_cast<const float *>(sums + P::kSumBytes), g, t);
     // The float step's reads of the stage's sums and scales (generic loads of what the producer's
     // bulk copies, the async proxy, wrote) ordered before the stage is released to the next bulk

@@ -651,7 +651,7 @@ double reference_products(const std::vector<float> & wf, const std::vector<float
 
 // The GEMM's activation quantizer (quantize_act_k_kernel) against a host reference of its rule,
 // byte for byte: per kBlock values and column d = max |x| / 127 (a half for Q8_0's 32), q =
-// round(x / d), the int sums per 32, at the places the layout's index names; for each layout
+// round(x / d), the sums per 32 (ints; kWgmma's as halves), at the places the layout's index names; for each layout
 // (Q4_K's kRun, Q6_K's kHalves, Q8_0's kHalves per 32, the wgmma form's kWgmma), both forms (a
 // value a thread, a super-block a warp), 2..64 columns and 1..9 super-blocks (a grid block's 8
 // super-blocks and a part). L2 != L: the bytes also in layout L2, from the same launch (the
@@ -702,7 +702,11 @@ bool quantize_bytes_match(int k, int ncols, std::mt19937 & gen) {
                     if (L2 != L) ok &= q2[gemm_kq::act_q_index<L2>(kb, j, v, col, nt)] == qv;
                     sum += qv;
                 }
-                ok &= sv[gemm_kq::act_sum_index(kb, col, nt) + j] == sum;
+                // the wgmma layout's sums are halves (act_sum_index)
+                const int64_t si = gemm_kq::act_sum_index(kb, col, nt) + j;
+                ok &= L == gemm_kq::ActLayout::kWgmma
+                          ? reinterpret_cast<const uint16_t *>(sv.data())[si] == float_to_half((float)sum)
+                          : sv[si] == sum;
                 if (kBlock == 32)
                     ok &= dv[gemm_kq::act_d_index(8 * kb + j, col, nt)] == half_to_float(float_to_half(dd));
                 if (kBlock == 256 && j == 0) ok &= dv[gemm_kq::act_d_index(kb, col, nt)] == dd;
@@ -748,8 +752,9 @@ void check_quantize_bytes(std::mt19937 & gen) {
     std::printf("{\"check_quantize_bytes\": \"two layouts\", \"ok\": %s}\n", ok ? "true" : "false");
 }
 
-// The wgmma form's activations (ActLayout::kWgmma) hold the same quants, per-32 sums and scales as
-// Q4_K's tiled ones (kRun), at the places wg_act_index names: 2, 9, 23 and 64 columns, 3 super-blocks.
+// The wgmma form's activations (ActLayout::kWgmma) hold the same quants, per-32 sums (as halves) and
+// scales as Q4_K's tiled ones (kRun), at the places wg_act_index names: 2, 9, 23 and 64 columns, 3
+// super-blocks.
 void check_wgmma_layout(std::mt19937 & gen) {
     const int k = 768;
     bool ok = true;
@@ -787,7 +792,9 @@ void check_wgmma_layout(std::mt19937 & gen) {
                 }
             }
         }
-        ok &= d_run == d_wg && s_run == s_wg;
+        ok &= d_run == d_wg;
+        const auto * s_wg_halves = reinterpret_cast<const uint16_t *>(s_wg.data());  // act_sum_index
+        for (size_t i = 0; i < s_run.size(); ++i) ok &= s_wg_halves[i] == float_to_half((float)s_run[i]);
         run.free_all();
         wg.free_all();
     }
