@@ -1160,6 +1160,10 @@ def test_f16_wgmma_gemm_defaults(env: str, get: str) -> None:
     assert _core.q6k_output_from_columns() == (
         int(output) if GPU and output.isdigit() and 2 <= int(output) <= 64 else 0
     )
+    other = os.environ.get("DFLASH_Q6K_WGMMA_OTHER", "25")
+    assert _core.q6k_other_from_columns() == (
+        int(other) if GPU and other.isdigit() and 2 <= int(other) <= 64 else 0
+    )
     tall = os.environ.get("DFLASH_Q4K_F16_TALL", "0")
     want_tall = int(tall) if GPU and tall.isdigit() and 2 <= int(tall) <= 64 else 0
     assert _core.q4k_f16_tall_from_columns() == want_tall
@@ -1181,10 +1185,11 @@ def f16_wgmma_restored() -> Iterator[None]:
 def f16_shapes_restored() -> Iterator[None]:
     """The f16 wgmma GEMM's column thresholds as they were, by shape as the engine chooses them
     (DFLASH_F16_WGMMA_ALL off meanwhile)."""
-    q6, q4, out, tall, every = (
+    q6, q4, out, other, tall, every = (
         _core.q6k_wgmma_from_columns(),
         _core.q4k_f16_from_columns(),
         _core.q6k_output_from_columns(),
+        _core.q6k_other_from_columns(),
         _core.q4k_f16_tall_from_columns(),
         _core.f16_wgmma_all(),
     )
@@ -1193,6 +1198,7 @@ def f16_shapes_restored() -> Iterator[None]:
     _core.set_q6k_wgmma_from(q6)
     _core.set_q4k_f16_from(q4)
     _core.set_q6k_output_from(out)
+    _core.set_q6k_other_from(other)
     _core.set_q4k_f16_tall_from(tall)
     _core.set_f16_wgmma_all(every)
 
@@ -1204,7 +1210,10 @@ def f16_shapes_restored() -> Iterator[None]:
         ("q6_K", 65536, 256, 16, False),  # the output matrix: from DFLASH_Q6K_WGMMA_OUTPUT's 17
         ("q6_K", 65536, 256, 24, True),
         ("q6_K", 1024, 6144, 16, True),  # long rows (24 super-blocks): from DFLASH_Q6K_WGMMA's 9
-        ("q6_K", 1024, 2304, 16, False),  # short rows: not by default
+        ("q6_K", 1024, 2304, 16, False),  # other rows: from DFLASH_Q6K_WGMMA_OTHER's 25
+        ("q6_K", 1024, 2304, 24, False),
+        ("q6_K", 1024, 2304, 25, True),
+        ("q6_K", 1024, 2304, 64, True),
         ("q4_K", 1024, 6144, 32, False),  # Q4_K: ffn_down's rows only (64 super-blocks or more)
         ("q4_K", 256, 16384, 32, True),
     ],
@@ -1212,13 +1221,14 @@ def f16_shapes_restored() -> Iterator[None]:
 def test_cuda_f16_wgmma_takes_its_shapes(
     wtype: str, rows: int, k: int, n: int, taken: bool, mma_restored: None, f16_shapes_restored: None
 ) -> None:
-    """Which products the f16 wgmma GEMM takes, with DFLASH_Q6K_WGMMA=9, DFLASH_Q4K_F16=9 and the
-    output matrix's floor of 17 columns: counted launches on an sm_90a build on sm_90, none
-    elsewhere."""
+    """Which products the f16 wgmma GEMM takes, with DFLASH_Q6K_WGMMA=9, DFLASH_Q4K_F16=9, the
+    output matrix's floor of 17 columns and Q6_K's other matrices' of 25: counted launches on an
+    sm_90a build on sm_90, none elsewhere."""
     _core.set_mma_enabled(True)
     _core.set_q6k_wgmma_from(9)
     _core.set_q4k_f16_from(9)
     _core.set_q6k_output_from(17)
+    _core.set_q6k_other_from(25)
     _core.set_q4k_f16_tall_from(0)
     w, _ = _weights(wtype, rows, k, seed=58)
     x = np.random.default_rng(59).standard_normal((n, k)).astype(np.float32)

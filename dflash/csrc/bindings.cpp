@@ -577,6 +577,11 @@ PYBIND11_MODULE(_core, m) {
         m, "q6k_output", &ggml_ext::set_q6k_output_from, &ggml_ext::q6k_output_from_columns,
         "CUDA (sm_90a build, sm_90 GPU): the output matrix (65536 rows or more) takes Q6_K's f16 wgmma form from "
         "max(q6k_wgmma_from_columns, n) columns: 2..64 (DFLASH_Q6K_WGMMA_OUTPUT, 17 by default), 0 for no floor");
+    def_from_columns(
+        m, "q6k_other", &ggml_ext::set_q6k_other_from, &ggml_ext::q6k_other_from_columns,
+        "CUDA (sm_90a build, sm_90 GPU): Q6_K's other matrices (neither long rows nor the output matrix) take its "
+        "f16 wgmma form from max(q6k_wgmma_from_columns, n) columns: 2..64 (DFLASH_Q6K_WGMMA_OTHER, 25 by default), "
+        "0 never");
     m.def("set_f16_wgmma_all", &ggml_ext::set_f16_wgmma_all, py::arg("on"),
           "the f16 wgmma GEMM for every matrix of its types, not only long rows (24 super-blocks or more) and the "
           "output matrix (65536 rows or more) (DFLASH_F16_WGMMA_ALL=1)");

@@ -177,6 +177,10 @@ int q4k_f16_tall_from_columns();
 // (DFLASH_Q6K_WGMMA_OUTPUT; 17 by default); Q4_K's long rows are ffn_down's only (64 super-blocks or more).
 void set_q6k_output_from(int n);
 int q6k_output_from_columns();
+// Q6_K's other matrices (neither long rows nor the output matrix) take it from max(that, n) columns
+// (DFLASH_Q6K_WGMMA_OTHER; 25 by default since session 45; 0: never).
+void set_q6k_other_from(int n);
+int q6k_other_from_columns();
 int64_t f16_wgmma_launches();
 // Which matrices it takes: long rows (24 super-blocks or more) and the output matrix (65536 rows or
 // more) by default; every matrix with DFLASH_F16_WGMMA_ALL=1 (or on).

@@ -369,18 +369,10 @@ __device__ __forceinline__ void f16_finish(float (&acc)[N / 2], const WgBlockWor
         !wg_split_gather<N / 8, kThreads, kNamedBar>(at, args.partials, work, args.full_tiles, args.pieces, tid)) {
         return;
     }
-#pragma unroll
-    for (int nt = 0; nt < N / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int row = first + g + (e < 2 ? 0 : 8), col = nt * 8 + 2 * t + (e & 1);
-            if (row < args.nrows && col < args.ncols) {
-                float v = acc[4 * nt + e];
-                if constexpr (kRes) v += args.res[(int64_t)col * args.stride_col_res + row];
-                args.dst[(int64_t)col * args.stride_col_dst + row] = v;
-            }
-        }
-    }
+    write_outputs<N / 2, kRes>(
+        [&](int e) { return make_int2(first + g + ((e & 3) < 2 ? 0 : 8), (e >> 2) * 8 + 2 * t + (e & 1)); },
+        [&](int e) { return acc[e]; }, args.dst, args.stride_col_dst, args.res, args.stride_col_res, args.nrows,
+        args.ncols);
 }
 
 // F: the weight format (F16Q6K, F16Q4K); N: padded columns (16, 24, 32, 48, 64); S: stages (3 or

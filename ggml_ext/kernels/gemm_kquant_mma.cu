@@ -366,6 +366,14 @@ int q4k_f16_from = columns_from_env("DFLASH_Q4K_F16", 0);
 // (38.9 against 48.3; bench/results/h100-s41-c1-standalone-q6wg.jsonl), so DFLASH_Q6K_WGMMA=9
 // moves the long rows alone.
 int q6k_output_from = columns_from_env("DFLASH_Q6K_WGMMA_OUTPUT", kQ6kOutputDefaultFrom);
+// Q6_K's other matrices (neither long rows nor the output matrix) take the f16 form from no fewer
+// columns than this (DFLASH_Q6K_WGMMA_OTHER, 2..64; 0: never, as before session 45). On the H100
+// (session 45, bench/results/h100-s45-*; DFLASH_F16_WGMMA_ALL=1, their 32 launches of a forward from
+// 9 columns) the 27B's 32 / 48 / 64-token forwards took 11.80 / 13.86 / 15.26 ms of kernels against
+// 11.86 / 13.90 / 15.61 (at 64 the f16 form's 28.4 us a launch against the mma.sync GEMM's 42.9,
+// with 6.2 more for its activations' conversion), the 16-token one 9.68 against 9.55: from 25.
+constexpr int kQ6kOtherDefaultFrom = 25;
+int q6k_other_from = columns_from_env("DFLASH_Q6K_WGMMA_OTHER", kQ6kOtherDefaultFrom);
 // Q4_K matrices of 16384 rows or more (the 27B's [gate; up] and [gdn q; k; v; z]) through the f16
 // form from this many columns (DFLASH_Q4K_F16_TALL, 2..64; 0 off until timed in the engine): session
 // 41's standalone on the H100 had [gdn q; k; v; z] at 48 / 64 columns 26.0 / 28.0 us through the
@@ -415,8 +423,10 @@ bool takes_f16_wgmma(ggml_type t, int n, bool hopper, int rows, int k) {
     // Q4_K's long rows: ffn_down's only (ssm_out and attn_output, 24 super-blocks, were slower through
     // it in session 41's standalone: 15.6 against 14.5 us at 32 columns)
     const int long_blocks = t == GGML_TYPE_Q4_K ? kWgmmaLongKBlocks : gemm_kq::kLongRowBlocks;
-    const bool shape = f16_wgmma_all_flag || k / 256 >= long_blocks || rows >= kF16OutputRows;
-    return kWgmmaBuilt && hopper && from > 0 && n >= from && n <= 64 && shape;
+    const bool named = f16_wgmma_all_flag || k / 256 >= long_blocks || rows >= kF16OutputRows;
+    // Q6_K's other matrices from q6k_other_from
+    const bool other = !named && t == GGML_TYPE_Q6_K && q6k_other_from > 0 && n >= q6k_other_from;
+    return kWgmmaBuilt && hopper && from > 0 && n >= from && n <= 64 && (named || other);
 }
 
 // The shapes where the wgmma form beat the mma.sync forms on the H200 (session 19, standalone,
@@ -714,6 +724,8 @@ void set_q4k_f16_tall_from(int n) { q4k_f16_tall_from = n >= 2 && n <= 64 ? n : 
 int q4k_f16_tall_from_columns() { return q4k_f16_tall_from; }
 void set_q6k_output_from(int n) { q6k_output_from = n >= 2 && n <= 64 ? n : 0; }
 int q6k_output_from_columns() { return q6k_output_from; }
+void set_q6k_other_from(int n) { q6k_other_from = n >= 2 && n <= 64 ? n : 0; }
+int q6k_other_from_columns() { return q6k_other_from; }
 int64_t f16_wgmma_launches() { return f16_wgmma_count.load(); }
 void set_f16_ws_enabled(bool on) { f16_ws_flag = on; }
 bool f16_ws_enabled() { return f16_ws_flag; }

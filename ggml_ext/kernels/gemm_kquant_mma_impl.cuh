@@ -25,6 +25,8 @@
 // unit (71% at 16 columns, ncu on the H200, session 9).
 #pragma once
 
+#include <climits>
+
 #include "act_source.cuh"
 #include "async_copy.cuh"
 #include "ggml-cuda/common.cuh"
@@ -110,6 +112,37 @@ __host__ __device__ __forceinline__ int64_t act_sum_index(int kb, int col, int n
 // kb, for formats whose kActBlock is 32).
 __host__ __device__ __forceinline__ int64_t act_d_index(int kb, int col, int ncol_tiles) {
     return (int64_t)kb * 8 * ncol_tiles + col;
+}
+
+// A thread's kN outputs to dst (stride_col_dst floats a column): output e is value(e) at pos(e) =
+// {row, col}, not written past nrows or ncols (or where pos gives INT_MAX). kRes: plus the residual
+// res (stride_col_res floats a column; it may be dst itself), one float addition each, every
+// residual loaded before the first store. Loaded one at a time between the stores (res may alias
+// dst, so the compiler kept each load after the store before it) a thread waited for one global
+// round trip an output: sm_90a SASS of the GEMMs' kRes instances alternated LDG and STG, and on the
+// H100 (session 45) ffn_down at 64 columns took ~11 us a launch more with its residual than
+// without, in the int8 and f16 wgmma kernels alike.
+template <int kN, bool kRes, typename Pos, typename Value>
+__device__ __forceinline__ void write_outputs(Pos && pos, Value && value, float * dst, const int stride_col_dst,
+                                              const float * res, const int stride_col_res, const int nrows,
+                                              const int ncols) {
+    float add[kRes ? kN : 1];
+    if constexpr (kRes) {
+#pragma unroll
+        for (int e = 0; e < kN; ++e) {
+            const int2 p = pos(e);
+            add[e] = p.x < nrows && p.y < ncols ? res[(int64_t)p.y * stride_col_res + p.x] : 0.0f;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < kN; ++e) {
+        const int2 p = pos(e);
+        if (p.x < nrows && p.y < ncols) {
+            float v = value(e);
+            if constexpr (kRes) v += add[e];
+            dst[(int64_t)p.y * stride_col_dst + p.x] = v;
+        }
+    }
 }
 
 // c += a (16 x 32, int8) * b (32 x 8, int8), int32 accumulators. A: a0 (g, 4t..), a1 (g + 8, 4t..),
@@ -433,12 +466,18 @@ struct Q6KRow {
     float d;
 };
 
-template <bool smem>
+// kFunnel (shared memory only): the words as funnel shifts of aligned ones (Smem4Align2), else a
+// test a word (load_smem_4_align2). The funnel shifts keep more words live: the mma.sync GEMM at 64
+// columns spilled 44 bytes with them (22 local loads and stores in its loop, sm_90a; 32 bytes at 48
+// with a residual), and on the H100 took 1372 against 1107 us for the 27B's 32 launches at 64
+// (session 45), so above 32 columns it keeps a test a word.
+template <bool smem, bool kFunnel = smem>
 __device__ __forceinline__ Q6KRow load_q6_k_row(const char * blk, int t) {
     // 4 bytes at off of the block (2-byte aligned): one alignment test a block in shared memory
     const Smem4Align2 words(blk);
     auto load4 = [&](int off) {
-        if constexpr (smem) return words(off);
+        if constexpr (smem && kFunnel) return words(off);
+        if constexpr (smem) return load_smem_4_align2(blk + off);
         return load_stream_4_align2(blk + off);
     };
     Q6KRow r;
@@ -458,6 +497,10 @@ __device__ __forceinline__ Q6KRow load_q6_k_row(const char * blk, int t) {
     r.d = __half2float(__ushort_as_half(dh));
     return r;
 }
+
+// The most column tiles (times row tiles) of the mma.sync Q6_K GEMM whose rows load_q6_k_row reads
+// with funnel shifts (below: a test a word).
+constexpr int kQ6kFunnelMaxTiles = 4;
 
 // The int8 operand (q - 32) of group s = 8n + 2q + u.
 __device__ __forceinline__ int q6_k_operand(const Q6KRow & r, int n, int q, int u) {
@@ -493,10 +536,11 @@ struct Q6K {
                                                       const int *, int kb, int g, int t) {
         const int lane = 4 * g + t;
         Q6KRow r0[R], r1[R];
+        constexpr bool kFunnel = smem && R * ncol_tiles <= kQ6kFunnelMaxTiles;  // registers (load_q6_k_row)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            r0[r] = load_q6_k_row<smem>(b0[r], t);
-            r1[r] = load_q6_k_row<smem>(b1[r], t);
+            r0[r] = load_q6_k_row<smem, kFunnel>(b0[r], t);
+            r1[r] = load_q6_k_row<smem, kFunnel>(b1[r], t);
         }
         int cs[R][ncol_tiles][4] = {};
 #pragma unroll
@@ -792,39 +836,30 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     if constexpr (kStages > 0) cp_async_wait<0>();
     // C fragment of tile r: (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1),
     // row0 = row_base + 16 r + g, row1 = row0 + 8, col0 = 8 nt + 2t.
-    if constexpr (!kSplitK && !kPieces) {  // the warp's own rows
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-#pragma unroll
-            for (int nt = 0; nt < ncol_tiles; ++nt) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-                    if (row < nrows && col < ncols) {
-                        float v = acc[r][nt][i];
-                        if constexpr (kRes) v += res[(int64_t)col * stride_col_res + row];
-                        dst[(int64_t)col * stride_col_dst + row] = v;
-                    }
-                }
-            }
-        }
-        return;
-    }
     // The sums' values: kValues a warp (kSplitK: a block) of the tile's; `partials` holds each
     // piece's, the values of slot (kSplitK: 0; else the warp) after those of the slots before.
     constexpr int kValues = R * ncol_tiles * 4;
+    // value v's place in the C fragments
+    auto place = [&](int v) {
+        const int r = v / (ncol_tiles * 4), nt = (v / 4) % ncol_tiles, i = v % 4;
+        return make_int2(row_base + 16 * r + g + (i < 2 ? 0 : 8), nt * 8 + 2 * t + (i & 1));
+    };
+    if constexpr (!kSplitK && !kPieces) {  // the warp's own rows
+        write_outputs<kValues, kRes>(
+            place, [&](int v) { return acc[v / (ncol_tiles * 4)][(v / 4) % ncol_tiles][v % 4]; }, dst, stride_col_dst,
+            res, stride_col_res, nrows, ncols);
+        return;
+    }
     constexpr int kSlots = kSplitK ? 1 : W;
     auto piece_sum = [&](int p, int v) -> float * {
         const int slot = kSplitK ? 0 : warp;
         return partials + ((((int64_t)tile * pieces + p) * kSlots + slot) * kValues + v) * WARP_SIZE + lane;
     };
-    auto write = [&](int v, float sum) {
-        const int r = v / (ncol_tiles * 4), nt = (v / 4) % ncol_tiles, i = v % 4;
-        const int row = row_base + 16 * r + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-        if (row < nrows && col < ncols) {
-            if constexpr (kRes) sum += res[(int64_t)col * stride_col_res + row];
-            dst[(int64_t)col * stride_col_dst + row] = sum;
-        }
+    // With kSplitK warp q writes the values q, q + W, ...: kPerWarp of them (INT_MAX rows past kValues)
+    constexpr int kPerWarp = (kValues + W - 1) / W;
+    auto warp_place = [&](int e) {
+        const int v = warp + W * e;
+        return v < kValues ? place(v) : make_int2(INT_MAX, 0);
     };
     if constexpr (!kSplitK) {  // the warp's own rows, a piece of their super-blocks
 #pragma unroll
@@ -850,17 +885,22 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
         }
         __syncthreads();
         // Warp q writes the sums of the values q, q + W, ... (the adds in warp order for each).
-        for (int v = warp; v < kValues; v += W) {
+        float sums[kPerWarp];
+#pragma unroll
+        for (int e = 0; e < kPerWarp; ++e) {
+            const int v = warp + W * e;
+            if (v >= kValues) break;
             float sum = part[v * WARP_SIZE + lane];
 #pragma unroll
             for (int p = 1; p < W; ++p) sum += part[(p * kValues + v) * WARP_SIZE + lane];
-            if constexpr (kPieces) {
-                *piece_sum(piece, v) = sum;
-            } else {
-                write(v, sum);
-            }
+            sums[e] = sum;
+            if constexpr (kPieces) *piece_sum(piece, v) = sum;
         }
-        if constexpr (!kPieces) return;
+        if constexpr (!kPieces) {
+            write_outputs<kPerWarp, kRes>(
+                warp_place, [&](int e) { return sums[e]; }, dst, stride_col_dst, res, stride_col_res, nrows, ncols);
+            return;
+        }
     }
     __threadfence();
     __syncthreads();  // every warp's sums written before the count
@@ -868,10 +908,23 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     if (!__syncthreads_or(first_thread && atomicAdd(&mma_tile_arrivals[tile], 1u) == (unsigned)(pieces - 1))) return;
     __threadfence();
     // the tile's values: kSplitK, warp q those of q, q + W, ...; else each warp its own
-    for (int v = kSplitK ? warp : 0; v < kValues; v += kSplitK ? W : 1) {
+    auto gathered = [&](int v) {
         float sum = __ldcg(piece_sum(0, v));
         for (int p = 1; p < pieces; ++p) sum += __ldcg(piece_sum(p, v));
-        write(v, sum);
+        return sum;
+    };
+    if constexpr (kSplitK) {
+        float sums[kPerWarp];
+#pragma unroll
+        for (int e = 0; e < kPerWarp; ++e) sums[e] = warp + W * e < kValues ? gathered(warp + W * e) : 0.0f;
+        write_outputs<kPerWarp, kRes>(
+            warp_place, [&](int e) { return sums[e]; }, dst, stride_col_dst, res, stride_col_res, nrows, ncols);
+    } else {
+        float sums[kValues];
+#pragma unroll
+        for (int v = 0; v < kValues; ++v) sums[v] = gathered(v);
+        write_outputs<kValues, kRes>(
+            place, [&](int v) { return sums[v]; }, dst, stride_col_dst, res, stride_col_res, nrows, ncols);
     }
     if (first_thread) mma_tile_arrivals[tile] = 0u;
 }

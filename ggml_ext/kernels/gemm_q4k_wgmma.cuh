@@ -695,18 +695,9 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
     // a piece of a split tile: its sums out; the tile's last piece adds every piece's and writes
     auto at = [&](int nt, int i) -> float & { return acc[nt][i]; };
     if (work.split && !wg_split_gather<NT, kThreads>(at, partials, work, full_tiles, pieces, tid)) return;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int row = row_base + wrow + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-            if (row < nrows && col < ncols) {
-                float v = acc[nt][i];
-                if constexpr (kRes) v += res[(int64_t)col * stride_col_res + row];
-                dst[(int64_t)col * stride_col_dst + row] = v;
-            }
-        }
-    }
+    write_outputs<4 * NT, kRes>(
+        [&](int e) { return make_int2(row_base + wrow + g + ((e & 3) < 2 ? 0 : 8), (e >> 2) * 8 + 2 * t + (e & 1)); },
+        [&](int e) { return acc[e >> 2][e & 3]; }, dst, stride_col_dst, res, stride_col_res, nrows, ncols);
 }
 
 // MB: blocks a multiprocessor should hold (registers).

@@ -176,25 +176,17 @@ __device__ __forceinline__ void ws_consume(float (&acc)[N / 8][4], const char * 
 
 // A consumer warp's 16 rows from row0 of acc out to dst (rows past nrows, columns past ncols not);
 // kRes: plus the residual res (stride_col_res floats a column; it may be dst itself), one float
-// addition each, as the early kernel's kRes (each element read, then written, by one thread).
+// addition each, as the early kernel's kRes (write_outputs: each element read, then written, by one
+// thread).
 template <int N, bool kRes = false>
 __device__ __forceinline__ void ws_write_rows(const float (&acc)[N / 8][4], float * __restrict__ dst, const int row0,
                                               const int lane, const int nrows, const int ncols,
                                               const int stride_col_dst, const float * res = nullptr,
                                               const int stride_col_res = 0) {
     const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < N / 8; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int row = row0 + g + (i < 2 ? 0 : 8), col = nt * 8 + 2 * t + (i & 1);
-            if (row < nrows && col < ncols) {
-                float v = acc[nt][i];
-                if constexpr (kRes) v += res[(int64_t)col * stride_col_res + row];
-                dst[(int64_t)col * stride_col_dst + row] = v;
-            }
-        }
-    }
+    write_outputs<N / 2, kRes>(
+        [&](int e) { return make_int2(row0 + g + ((e & 3) < 2 ? 0 : 8), (e >> 2) * 8 + 2 * t + (e & 1)); },
+        [&](int e) { return acc[e >> 2][e & 3]; }, dst, stride_col_dst, res, stride_col_res, nrows, ncols);
 }
 
 // A warp-specialized block's S stages in dynamic shared memory and their barriers (initialised by

@@ -91,6 +91,8 @@ void set_q4k_f16_tall_from(int) {}
 int q4k_f16_tall_from_columns() { return 0; }
 void set_q6k_output_from(int) {}
 int q6k_output_from_columns() { return 0; }
+void set_q6k_other_from(int) {}
+int q6k_other_from_columns() { return 0; }
 int64_t f16_wgmma_launches() { return 0; }
 void set_f16_wgmma_all(bool) {}
 bool f16_wgmma_all() { return false; }
