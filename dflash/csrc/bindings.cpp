@@ -664,7 +664,8 @@ PYBIND11_MODULE(_core, m) {
     m.def("fuse_add_wide", &ggml_ext::fuse_add_wide);
     m.def("set_fuse_add_ws", &ggml_ext::set_fuse_add_ws, py::arg("on"),
           "a Q4_K product that the int8 warp-specialized kernel runs with its residual takes it up to 64 "
-          "columns (off until timed; DFLASH_FUSE_ADD_WS=1 starts it on); no effect without CUDA");
+          "columns (off: slower when timed in session 45, not re-timed since; DFLASH_FUSE_ADD_WS=1 starts it on); "
+          "no effect without CUDA");
     m.def("fuse_add_ws", &ggml_ext::fuse_add_ws);
     m.def("mul_mat_add_fusions", &ggml_ext::mul_mat_add_fusions,
           "how many mul_mat + add pairs the GEMM took fused in this process (0 without CUDA)");

@@ -213,7 +213,8 @@ int fuse_add_max_columns();
 void set_fuse_add_wide(bool on);
 bool fuse_add_wide();
 // With `ws` a Q4_K product that the int8 warp-specialized kernel runs with its residual (the 27B's
-// ffn_down under DFLASH_WGMMA_WS=4) takes it up to 64 columns (DFLASH_FUSE_ADD_WS=1; off until timed).
+// ffn_down under DFLASH_WGMMA_WS=4) takes it up to 64 columns (DFLASH_FUSE_ADD_WS=1; off: slower on
+// the H100 in session 45, before the GEMMs loaded their residuals ahead of the stores; not re-timed).
 // No effect without CUDA.
 void set_fuse_add_ws(bool on);
 bool fuse_add_ws();

@@ -151,10 +151,10 @@ int fuse_add_limit(ggml_type t) { return fuse_add_wide_flag && t != GGML_TYPE_Q6
 
 // DFLASH_FUSE_ADD_WS=1: a Q4_K product that the int8 warp-specialized kernel runs with its residual
 // (DFLASH_WGMMA_WS=4's shapes: the 27B's ffn_down) takes it up to 64 columns whatever the limits
-// above. On the H100 (session 42, h100-s42-c1-27b-kernels-fuse-add-max-columns-64) that kernel ran
-// ffn_down at 64 columns in 54.0 us a launch with the residual against ~53.6 without, and each add
-// node it saves took 2.64 us; fusing every product at 64 was slower for the f16 Q6_K kernel (63.5
-// against 52.2 us) and the mma.sync ones (ssm_out, attn_output). Off until timed in the engine.
+// above, saving an add node (2.67 us a launch). Off: on the H100 (session 45, bench/results/
+// h100-s45-*) the 64-token forward took 15.88 against 15.61 ms of kernels with it, ffn_down's
+// launches 53.9 against 42.9 us, when the kernels still read each residual between their stores
+// (write_outputs since); not timed again.
 bool fuse_add_ws_flag = [] {
     const char * e = std::getenv("DFLASH_FUSE_ADD_WS");
     return e && e[0] == '1';

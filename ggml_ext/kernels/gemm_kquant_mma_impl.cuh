@@ -1038,7 +1038,7 @@ __device__ __forceinline__ void quantize_values(const float (&v)[V], int kb, int
     for (int o = V == 8 ? 2 : 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);  // the sub-block's
     const bool first_of_sub = V == 8 ? t == 0 : r % WARP_SIZE == 0;
     if (first_of_sub) {
-        // the wgmma forms' as the f16 their float step's mma takes (act_sum_half)
+        // the wgmma forms': the f16 their float step's mma takes (act_sum_index)
         if constexpr (L == ActLayout::kWgmma) {
             reinterpret_cast<__half *>(sums)[act_sum_index(kb, col, ncol_tiles) + j] = __float2half_rn((float)s);
         } else {
