@@ -1169,6 +1169,45 @@ def test_f16_wgmma_gemm_defaults(env: str, get: str) -> None:
     assert _core.q4k_f16_tall_from_columns() == want_tall
 
 
+def test_f16_convert_v8_is_on_unless_asked() -> None:
+    assert _core.f16_convert_v8() == (GPU and os.environ.get("DFLASH_F16_CONVERT_V8", "1") != "0")
+
+
+@needs_gpu
+@pytest.mark.parametrize(("wtype", "k"), [("q6_K", 6144), ("q6_K", 2304), ("q4_K", 16384)])
+@pytest.mark.parametrize("n", [9, 33, 64])
+@pytest.mark.parametrize("residual", [False, True])
+def test_cuda_f16_convert_v8_gives_the_same_bits(
+    wtype: str, k: int, n: int, residual: bool, mma_restored: None
+) -> None:
+    """The f16 wgmma GEMM (Q6_K's long rows from 9 columns, its other rows from 25, Q4_K's with
+    DFLASH_Q4K_F16=9) gives the same outputs with its activations converted 8 values a thread
+    (DFLASH_F16_CONVERT_V8, the default) as with a value a thread, with and without a fused
+    residual; numpy within 3e-2 of the scale. The other source forms (SwiGLU, norms, gates) are
+    held to the same halves on the emulator (check_f16_convert)."""
+    rows = 1000
+    w, dense = _weights(wtype, rows, k, seed=61)
+    rng = np.random.default_rng(62)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32) if residual else None
+    _core.set_mma_enabled(True)
+    _core.set_fuse_add_enabled(True)
+
+    def product() -> np.ndarray:
+        if res is None:
+            return _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
+        return _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
+
+    with _switched(_core.q4k_f16_from_columns, _core.set_q4k_f16_from, 9):
+        switch = (_core.f16_convert_v8, _core.set_f16_convert_v8)
+        ref, got, launches = _a_b(switch, (False, True), product, _core.f16_wgmma_launches)
+    f16 = _core.wgmma_built() and _gpu_is_sm90() and not (k == 2304 and n < 25)
+    assert launches == int(f16)
+    assert np.array_equal(got, ref)
+    want = x.astype(np.float64) @ dense.T.astype(np.float64) + (0.0 if res is None else res)
+    assert np.abs(got - want).max() <= 3e-2 * float(np.abs(want).max())
+
+
 @pytest.fixture
 def f16_wgmma_restored() -> Iterator[None]:
     """The f16 wgmma GEMM's switches as they were; every matrix shape taken meanwhile (by default

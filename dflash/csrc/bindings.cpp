@@ -586,6 +586,10 @@ PYBIND11_MODULE(_core, m) {
           "the f16 wgmma GEMM for every matrix of its types, not only long rows (24 super-blocks or more) and the "
           "output matrix (65536 rows or more) (DFLASH_F16_WGMMA_ALL=1)");
     m.def("f16_wgmma_all", &ggml_ext::f16_wgmma_all);
+    m.def("set_f16_convert_v8", &ggml_ext::set_f16_convert_v8, py::arg("on"),
+          "the f16 wgmma GEMM's activations converted with 8 values a thread (on by default; DFLASH_F16_CONVERT_V8=0 "
+          "starts it off: a value a thread; the same halves); no effect without CUDA");
+    m.def("f16_convert_v8", &ggml_ext::f16_convert_v8);
     def_form_switch(m, "f16_ws", &ggml_ext::set_f16_ws_enabled, &ggml_ext::f16_ws_enabled, &ggml_ext::f16_ws_launches,
                     "the f16 wgmma GEMM through its warp-specialized form (a producer warpgroup staging on mbarriers; "
                     "the same bits where both split alike): on by default (DFLASH_F16_WS=0 starts it off); no effect "

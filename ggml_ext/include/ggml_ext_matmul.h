@@ -198,6 +198,10 @@ struct GemmSplit {
     int full_tiles = 0, tail = 0, pieces = 1;
 };
 GemmSplit f16_wgmma_last_split();
+// Its activations converted to f16 with 8 values a thread (DFLASH_F16_CONVERT_V8; on by default; off:
+// a value a thread). The same halves either way. No effect without CUDA (false).
+void set_f16_convert_v8(bool on);
+bool f16_convert_v8();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to fuse_add_max_columns() columns
 // (patches/0008): the residual added as the GEMM writes its outputs, the same float addition as the

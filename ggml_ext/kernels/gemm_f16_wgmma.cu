@@ -22,6 +22,8 @@ void ggml_ext_cuda_f16_wgmma_last_split(int & full_tiles, int & tail, int & piec
     pieces = last_pieces;
 }
 
+bool & ggml_ext_cuda_f16_convert_v8() { return gemm_kq::f16_convert_v8_flag(); }
+
 int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, const char * w, int rows, int k,
                             int64_t row_bytes, int n, float * out, int sd, const float * res, int sr, int nsm, bool ws,
                             ggml_cuda_pool & pool, cudaStream_t stream) {

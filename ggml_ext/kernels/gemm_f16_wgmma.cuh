@@ -76,11 +76,58 @@ static __global__ void __launch_bounds__(kQk)
     out[f16_act_index(kb, r, col, np)] = __float2half_rn(v);
 }
 
-inline void convert_act_f16(const ActSource & x, __half * out, int k, int ncols, int np, cudaStream_t stream) {
-    const dim3 grid((unsigned)(k / kQk), (unsigned)np, 1);
+// The same conversion 8 values a thread, as quantize_act_k_kernel's V = 8 reads them: a warp a
+// super-block, 8 a block of 256 threads (the column's scale summed once a block, not once a
+// super-block), lane 4j + t holding values 8t..8t+7 of sub-block j (source_values: two 16-byte runs
+// where the source allows), stored as two runs of 4 halves (f16_k_of_value: values 8t + {0, 1, 4,
+// 5} at hardware k 4m..4m + 3 of the group's first 8, {2, 3, 6, 7} at 8 + 4m.., m = t % 2). The
+// same halves as the kernel above (the emulator: check_f16_convert). On by default
+// (DFLASH_F16_CONVERT_V8=0: the kernel above): not yet timed; the int8 quantizer's same change
+// took its launches from 3.7-5.9 to 3.2-4.3 us on the H100 (session 36), while this converter's
+// took 3.6-7.1 us a launch in session 45's 27B forwards (bench/results/h100-s45-*).
+template <SrcForm kSrc>
+static __global__ void __launch_bounds__(kQk) convert_act_f16_v8_kernel(const ActSource x, __half * __restrict__ out,
+                                                                        const int k, const int ncols, const int np) {
+    pdl_wait();
+    pdl_trigger();
+    const int col = blockIdx.y, lane = threadIdx.x % WARP_SIZE;
+    const int kb = blockIdx.x * (kQk / WARP_SIZE) + threadIdx.x / WARP_SIZE, j = lane / 4, t = lane % 4;
+    const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // a barrier: before any return
+    if (kb * kQk >= k) return;                                             // the same for a warp
+    float head_scale = 1.0f;
+    if constexpr (kSrc == SrcForm::kHeadNorm) head_scale = head_scale_quad(x, col, ncols, kb, j, t);
+    float v[8];
+    source_values<ActLayout::kRun, 8, kSrc>(x, col, ncols, kb, j, t, lane, scale, head_scale, v);
+    auto bits = [](float a, float b) {
+        const half2 h = __floats2half2_rn(a, b);
+        return *reinterpret_cast<const uint32_t *>(&h);
+    };
+    __half * first = out + f16_act_index(kb, 32 * j + 8 * t, col, np);  // hardware k 4m of its group
+    *reinterpret_cast<uint2 *>(first) = make_uint2(bits(v[0], v[1]), bits(v[4], v[5]));
+    *reinterpret_cast<uint2 *>(first + 64) = make_uint2(bits(v[2], v[3]), bits(v[6], v[7]));
+}
+
+inline bool & f16_convert_v8_flag() {
+    static bool on = [] {
+        const char * e = std::getenv("DFLASH_F16_CONVERT_V8");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
+inline void convert_act_f16(const ActSource & x_in, __half * out, int k, int ncols, int np, cudaStream_t stream) {
+    const bool v8 = f16_convert_v8_flag();
+    const ActSource x = v8 ? with_runs16(x_in) : x_in;
+    const dim3 grid(v8 ? (unsigned)((k / kQk + 7) / 8) : (unsigned)(k / kQk), (unsigned)np, 1);
     auto go = [&](auto src_tag) {
-        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), grid, kQk, 0, stream,
-                          convert_act_f16_kernel<decltype(src_tag)::value>)(x, out, k, ncols, np);
+        constexpr SrcForm kSrc = decltype(src_tag)::value;
+        if (v8) {
+            DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), grid, kQk, 0, stream, convert_act_f16_v8_kernel<kSrc>)(
+                x, out, k, ncols, np);
+            return;
+        }
+        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), grid, kQk, 0, stream, convert_act_f16_kernel<kSrc>)(x, out, k,
+                                                                                                          ncols, np);
     };
     with_src_form(x, go);
 }

@@ -737,6 +737,8 @@ GemmSplit f16_wgmma_last_split() {
 }
 void set_f16_wgmma_all(bool on) { f16_wgmma_all_flag = on; }
 bool f16_wgmma_all() { return f16_wgmma_all_flag; }
+void set_f16_convert_v8(bool on) { ggml_ext_cuda_f16_convert_v8() = on; }
+bool f16_convert_v8() { return ggml_ext_cuda_f16_convert_v8(); }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gemm_mma(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,

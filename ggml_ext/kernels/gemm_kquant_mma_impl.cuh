@@ -1068,6 +1068,39 @@ __device__ __forceinline__ float source_value(const ActSource & x, int col, int 
     }
 }
 
+// A quantizer thread's V values of sub-block j of super-block kb, column col (quantized_value_index's
+// in layout L; zeros past ncols): with V = 8, from a source other than a sigmoid gate, as two runs
+// of 4 values with 16-byte loads where x.runs16 allows (the same floats); else a value a load.
+template <ActLayout L, int V, SrcForm kSrc>
+__device__ __forceinline__ void source_values(const ActSource & x, int col, int ncols, int kb, int j, int t, int r,
+                                              float scale, float head_scale, float (&v)[V]) {
+    if constexpr (V == 8 && kSrc != SrcForm::kSigmoidGate) {
+        if (x.runs16) {  // the thread's two runs of 4 values
+            const int64_t base = (int64_t)kb * kQk + 32 * j;
+            if (col < ncols) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int64_t i = base + quantized_value_index<L, 8>(4 * h, t, r);
+                    if constexpr (kSrc == SrcForm::kHeadNorm) {
+                        x.gated_head_normed_run_of_4(col, i, head_scale, v + 4 * h);
+                    } else {
+                        x.run_of_4(col, i, scale, v + 4 * h);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < V; ++i) v[i] = 0.0f;
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        const int64_t vi = kb * kQk + 32 * j + quantized_value_index<L, V>(i, t, r);
+        v[i] = source_value<kSrc>(x, col, ncols, vi, scale, head_scale);
+    }
+}
+
 // Activations for the kernels above: column j of the source x (act_source.cuh: floats, a
 // SwiGLU's inputs, or an RMSNorm's input and weight) -> int8 qs in the tiled layout L of
 // ncol_tiles column tiles, d = max |x| / 127 per kBlock (256 or 32) values and column, and the
@@ -1113,32 +1146,7 @@ static __global__ void quantize_act_k_kernel(const ActSource x, int8_t * __restr
     if (kb * kQk >= k) return;  // the same for a super-block's threads
     if constexpr (kHeadNorm && V == 8) head_scale = head_scale_quad(x, col, ncols, kb, j, t);
     float v[V];
-    if constexpr (V == 8 && kSrc != SrcForm::kSigmoidGate) {
-        if (x.runs16) {  // the thread's two runs of 4 values, 16-byte loads (the same floats)
-            const int64_t base = (int64_t)kb * kQk + 32 * j;
-            if (col < ncols) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int64_t i = base + quantized_value_index<L, 8>(4 * h, t, r);
-                    if constexpr (kHeadNorm) {
-                        x.gated_head_normed_run_of_4(col, i, head_scale, v + 4 * h);
-                    } else {
-                        x.run_of_4(col, i, scale, v + 4 * h);
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < V; ++i) v[i] = 0.0f;
-            }
-            quantize_values<L, kBlock, V, L2>(v, kb, j, t, r, col, ncol_tiles, qs, d, sums, qs2);
-            return;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-        const int64_t vi = kb * kQk + 32 * j + quantized_value_index<L, V>(i, t, r);
-        v[i] = source_value<kSrc>(x, col, ncols, vi, scale, head_scale);
-    }
+    source_values<L, V, kSrc>(x, col, ncols, kb, j, t, r, scale, head_scale, v);
     quantize_values<L, kBlock, V, L2>(v, kb, j, t, r, col, ncol_tiles, qs, d, sums, qs2);
 }
 

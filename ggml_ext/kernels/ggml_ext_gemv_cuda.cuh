@@ -88,6 +88,8 @@ int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, cons
 // The last ggml_ext_cuda_f16_wgmma launch's row tiles in full, tiles split and pieces a split tile
 // (tiles, 0, 1 unsplit; 0, 0, 1 before any), for tests.
 void ggml_ext_cuda_f16_wgmma_last_split(int & full_tiles, int & tail, int & pieces);
+// The f16 GEMM's activation converter with 8 values a thread (gemm_f16_wgmma.cuh; DFLASH_F16_CONVERT_V8).
+bool & ggml_ext_cuda_f16_convert_v8();
 // Two products of the same n <= 64 columns of x, w1 x into dst1 and w2 x into dst2, their
 // activations quantized by one launch (in both layouts where the types want two; rms_norm_fusion.cu's
 // pairs): both in the mma.sync forms (not the wgmma one), types with scales per 256 values (Q4_K,

@@ -100,6 +100,8 @@ void set_f16_ws_enabled(bool) {}
 bool f16_ws_enabled() { return false; }
 int64_t f16_ws_launches() { return 0; }
 GemmSplit f16_wgmma_last_split() { return {}; }
+void set_f16_convert_v8(bool) {}
+bool f16_convert_v8() { return false; }
 void set_mmq_tiles_enabled(bool) {}
 bool mmq_tiles_enabled() { return false; }
 void set_fuse_add_enabled(bool) {}

@@ -1088,6 +1088,68 @@ void check_head_norm_source(std::mt19937 & gen) {
     }
 }
 
+// The f16 wgmma GEMM's activation converter with 8 values a thread (convert_act_f16_v8_kernel, the
+// default) writes the halves the one of a value a thread writes, for every source form: floats, a
+// SwiGLU, an RMSNorm, a per-head RMSNorm's SwiGLU and a sigmoid gate; with the 16-byte runs
+// (ActSource::runs16) and without; 3 and 9 super-blocks (a block's 8 and a part), 5 and 40 columns.
+void check_f16_convert(std::mt19937 & gen) {
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (int k : {768, 2304}) {
+        for (int ncols : {5, 40}) {
+            const int np = gemm_kq::wg_padded_columns(ncols), head = 128;
+            const int64_t sg = 2 * k + 64;  // a sigmoid gate's rows: [q, gate] heads of 128, then others
+            std::vector<float> a((size_t)ncols * sg), b((size_t)ncols * k), w(k);
+            for (auto & v : a) v = normal(gen);
+            for (auto & v : b) v = normal(gen) * std::exp2(std::uniform_real_distribution<float>(-6.0f, 6.0f)(gen));
+            for (auto & v : w) v = 1.0f + 0.25f * normal(gen);
+            float *d_a = nullptr, *d_b = nullptr, *d_w = nullptr;
+            for (auto [dp, hv] : {std::pair{&d_a, &a}, std::pair{&d_b, &b}, std::pair{&d_w, &w}}) {
+                CK(cudaMalloc(dp, hv->size() * 4));
+                CK(cudaMemcpy(*dp, hv->data(), hv->size() * 4, cudaMemcpyHostToDevice));
+            }
+            ActSource glu = act_floats(d_a, k);  // silu(a) * b, a's columns sg apart
+            glu.sx = sg;
+            glu.up = d_b;
+            glu.sup = k;
+            ActSource headed = glu;  // silu(a) * (rms_norm(b per head of 128) * w)
+            headed.head_w = d_w;
+            headed.head = head;
+            headed.head_eps = 1e-6f;
+            ActSource gated = act_floats(d_b, k);  // sigmoid(gate) * b
+            gated.gate = d_a + head;
+            gated.sgate = sg;
+            gated.gate_block = head;
+            gated.gate_stride = 2 * head;
+            const std::pair<const char *, ActSource> sources[] = {{"floats", act_floats(d_b, k)},
+                                                                  {"swiglu", glu},
+                                                                  {"rms_norm", norm_source(d_b, d_w, k, 1e-6f)},
+                                                                  {"head_norm", headed},
+                                                                  {"sigmoid_gate", gated}};
+            __half * out = nullptr;
+            const size_t n = (size_t)np * k;
+            CK(cudaMalloc(&out, n * 2));
+            for (const auto & [what, src] : sources) {
+                auto halves = [&](bool v8, bool runs16) {
+                    gemm_kq::f16_convert_v8_flag() = v8;
+                    gemm_kq::quantize_runs16_flag() = runs16;
+                    CK(cudaMemset(out, 0x55, n * 2));
+                    gemm_kq::convert_act_f16(src, out, k, ncols, np, nullptr);
+                    CK(cudaDeviceSynchronize());
+                    return to_host(reinterpret_cast<const uint16_t *>(out), n);
+                };
+                const std::vector<uint16_t> one = halves(false, true);
+                const bool ok =
+                    gemm_kq::act_source_ok(src, k) && halves(true, true) == one && halves(true, false) == one;
+                std::printf("{\"check_f16_convert\": \"%s\", \"k\": %d, \"ncols\": %d, \"ok\": %s}\n", what, k, ncols,
+                            ok ? "true" : "false");
+            }
+            gemm_kq::f16_convert_v8_flag() = true;  // the defaults
+            gemm_kq::quantize_runs16_flag() = true;
+            for (void * ptr : {(void *)out, (void *)d_a, (void *)d_b, (void *)d_w}) cudaFree(ptr);
+        }
+    }
+}
+
 // sigmoid(gate) * o into x (columns k apart), the gate's value i of column col at
 // gate[col sg + (i / block) stride + i % block]: the unfused graph's copy of the gate and ggml's
 // fused sigmoid and multiply.
@@ -2177,6 +2239,7 @@ int main(int argc, char ** argv) {
         check_gemv_rms_norm_source(gen);
         check_head_norm_source(gen);
         check_sigmoid_gate_source(gen);
+        check_f16_convert(gen);
     }
     if (what == "mma" || what == "check_mma" ||
         what == "q5q8") {  // the tensor-core GEMMs, every stage count: checked, then timed
