@@ -576,6 +576,28 @@ _WS_SHAPES = [(34816, 2304, 25), (16480, 2304, 49), (12288, 2304, 25), (5120, 17
 _WS_COLUMNS = [(16, True), (24, True), (32, False), (40, True), (48, True), (64, False)]
 
 
+def _product_and_numpy(
+    wtype: str, rows: int, k: int, n: int, residual: bool, seed: int
+) -> tuple[np.ndarray, Callable[[], np.ndarray]]:
+    """Weights of rows x k (seed), n random columns and, with `residual`, a residual [n, rows]
+    (seed + 1); the tensor-core GEMM and its add fusion on. Numpy's w x (+ residual) in float64,
+    and the engine's product (its residual fused) to run under each switch a test compares."""
+    w, dense = _weights(wtype, rows, k, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    res = rng.standard_normal((n, rows)).astype(np.float32) if residual else None
+    _core.set_mma_enabled(True)
+    _core.set_fuse_add_enabled(True)
+
+    def product() -> np.ndarray:
+        if res is None:
+            return _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
+        return _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
+
+    want = x.astype(np.float64) @ dense.T.astype(np.float64) + (0.0 if res is None else res)
+    return want, product
+
+
 @needs_gpu
 @pytest.mark.parametrize(("rows", "k", "first"), _WS_SHAPES)
 @pytest.mark.parametrize(("n", "residual"), _WS_COLUMNS)
@@ -588,25 +610,13 @@ def test_cuda_wgmma_ws_mode_4_takes_each_matrix_from_its_columns(
     ssm_out's never), the residual of a fused add (up to 48 columns) written by it: one launch
     counted where it takes the matrix, none elsewhere; within float rounding (1e-5 of the scale)
     of the forms without it (its own split), numpy within 3e-2; the same bits on a second run."""
-    w, dense = _weights("q4_K", rows, k, seed=43)
-    rng = np.random.default_rng(44)
-    x = rng.standard_normal((n, k)).astype(np.float32)
-    res = rng.standard_normal((n, rows)).astype(np.float32) if residual else None
-    _core.set_mma_enabled(True)
-    _core.set_fuse_add_enabled(True)
-
-    def product() -> np.ndarray:
-        if res is None:
-            return _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)
-        return _core.op_mul_mat_fused(w, "q4_K", rows, x, residual=res, gpu=True)
-
+    want, product = _product_and_numpy("q4_K", rows, k, n, residual, seed=43)
     modes = (_core.wgmma_ws, _core.set_wgmma_ws_mode)
     ref, got, launches = _a_b(modes, (0, 4), product, _core.wgmma_ws_launches)
     with _switched(*modes, 4):
         again = product()
     takes = n >= first and _core.wgmma_built() and _gpu_is_sm90()
     assert launches == int(takes)
-    want = x.astype(np.float64) @ dense.T.astype(np.float64) + (0.0 if res is None else res)
     scale = float(np.abs(want).max())
     assert np.abs(got - ref).max() <= 1e-5 * scale
     assert np.abs(got - want).max() <= 3e-2 * scale
@@ -701,9 +711,10 @@ def test_cuda_q6k_long_rows_on_8_warps_match_4(n: int, mode: int, mma_restored: 
     assert np.abs(got - want).max() <= 3e-2 * scale
 
 
-def _residual_inputs(wtype: str, n: int, rows: int, seed: int) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """Weights of rows x 1024, n random columns and a residual [n, rows]."""
-    k = 1024
+def _residual_inputs(
+    wtype: str, n: int, rows: int, seed: int, k: int = 1024
+) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Weights of rows x k, n random columns and a residual [n, rows]."""
     w, _ = _weights(wtype, rows, k, seed=seed)
     rng = np.random.default_rng(seed + 1)
     x = rng.standard_normal((n, k)).astype(np.float32)
@@ -712,7 +723,20 @@ def _residual_inputs(wtype: str, n: int, rows: int, seed: int) -> tuple[bytes, n
 
 @pytest.fixture
 def add_limit_restored() -> Iterator[None]:
-    yield from _restoring(_core.fuse_add_max_columns, _core.set_fuse_add_max_columns)
+    """The add fusion's column limits as they were: its most columns, and the wide and ws switches
+    that raise them to 64."""
+    was = _core.fuse_add_max_columns(), _core.fuse_add_wide(), _core.fuse_add_ws()
+    yield
+    _core.set_fuse_add_max_columns(was[0])
+    _core.set_fuse_add_wide(was[1])
+    _core.set_fuse_add_ws(was[2])
+
+
+def _fusing_adds_up_to_48() -> None:
+    """The tensor-core GEMM on, taking the residual of a fused add up to 48 columns (the default)."""
+    _core.set_mma_enabled(True)
+    _core.set_fuse_add_enabled(True)
+    _core.set_fuse_add_max_columns(48)
 
 
 @needs_gpu
@@ -740,28 +764,24 @@ def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
         np.testing.assert_array_equal(got, want, err_msg=f"{wtype}, {n} columns, fused={fused}")
 
 
-@pytest.fixture
-def add_wide_restored() -> Iterator[None]:
-    yield from _restoring(_core.fuse_add_wide, _core.set_fuse_add_wide)
-
-
-def test_wide_add_fusion_is_off_unless_asked() -> None:
-    assert _core.fuse_add_wide() == (GPU and os.environ.get("DFLASH_FUSE_ADD_WIDE") == "1")
+@pytest.mark.parametrize(
+    ("get", "env"), [(_core.fuse_add_wide, "DFLASH_FUSE_ADD_WIDE"), (_core.fuse_add_ws, "DFLASH_FUSE_ADD_WS")]
+)
+def test_wider_add_fusions_are_off_unless_asked(get: Callable[[], bool], env: str) -> None:
+    assert get() == (GPU and os.environ.get(env) == "1")
 
 
 @needs_gpu
 @pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
 @pytest.mark.parametrize("n", [33, 48, 49, 64])
 def test_cuda_wide_add_fusion_takes_64_columns_but_q6k(
-    wtype: str, n: int, mma_restored: None, add_limit_restored: None, add_wide_restored: None
+    wtype: str, n: int, mma_restored: None, add_limit_restored: None
 ) -> None:
     """With the wide add fusion (limit 48) every type but Q6_K takes its residual up to 64
     columns; the outputs are the add node's bit for bit either way."""
     rows = 1000
     w, x, res = _residual_inputs(wtype, n, rows, seed=18)
-    _core.set_mma_enabled(True)
-    _core.set_fuse_add_enabled(True)
-    _core.set_fuse_add_max_columns(48)
+    _fusing_adds_up_to_48()
     _core.set_fuse_add_wide(True)
     want = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True) + res
     before = _core.mul_mat_add_fusions()
@@ -770,31 +790,17 @@ def test_cuda_wide_add_fusion_takes_64_columns_but_q6k(
     np.testing.assert_array_equal(got, want, err_msg=f"{wtype}, {n} columns")
 
 
-@pytest.fixture
-def add_ws_restored() -> Iterator[None]:
-    yield from _restoring(_core.fuse_add_ws, _core.set_fuse_add_ws)
-
-
-def test_ws_add_fusion_is_off_unless_asked() -> None:
-    assert _core.fuse_add_ws() == (GPU and os.environ.get("DFLASH_FUSE_ADD_WS") == "1")
-
-
 @needs_gpu
 @pytest.mark.parametrize(("rows", "k"), [(1000, 16384), (1000, 6144)])
 @pytest.mark.parametrize("n", [48, 49, 64])
-@pytest.mark.usefixtures("mma_restored", "add_limit_restored", "add_ws_restored", "f16_wgmma_off")
+@pytest.mark.usefixtures("mma_restored", "add_limit_restored", "f16_wgmma_off")
 def test_cuda_ws_add_fusion_takes_64_columns_through_the_ws_kernel(rows: int, k: int, n: int) -> None:
     """With the ws add fusion (limit 48, DFLASH_WGMMA_WS=4) a Q4_K product of long rows (64
     super-blocks: ffn_down's, the warp-specialized kernel's from 17 columns) takes its residual up to
     64 columns, written by that kernel (its launch counted), and shorter rows (ssm_out's) only up
     to 48; the outputs are the add node's bit for bit either way."""
-    w, _ = _weights("q4_K", rows, k, seed=19)
-    rng = np.random.default_rng(20)
-    x = rng.standard_normal((n, k)).astype(np.float32)
-    res = rng.standard_normal((n, rows)).astype(np.float32)
-    _core.set_mma_enabled(True)
-    _core.set_fuse_add_enabled(True)
-    _core.set_fuse_add_max_columns(48)
+    w, x, res = _residual_inputs("q4_K", n, rows, seed=19, k=k)
+    _fusing_adds_up_to_48()
     _core.set_fuse_add_ws(True)
     with _switched(_core.wgmma_ws, _core.set_wgmma_ws_mode, 4):
         want = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True) + res
@@ -1186,25 +1192,13 @@ def test_cuda_f16_convert_v8_gives_the_same_bits(
     residual; numpy within 3e-2 of the scale. The other source forms (SwiGLU, norms, gates) are
     held to the same halves on the emulator (check_f16_convert)."""
     rows = 1000
-    w, dense = _weights(wtype, rows, k, seed=61)
-    rng = np.random.default_rng(62)
-    x = rng.standard_normal((n, k)).astype(np.float32)
-    res = rng.standard_normal((n, rows)).astype(np.float32) if residual else None
-    _core.set_mma_enabled(True)
-    _core.set_fuse_add_enabled(True)
-
-    def product() -> np.ndarray:
-        if res is None:
-            return _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
-        return _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
-
+    want, product = _product_and_numpy(wtype, rows, k, n, residual, seed=61)
     with _switched(_core.q4k_f16_from_columns, _core.set_q4k_f16_from, 9):
         switch = (_core.f16_convert_v8, _core.set_f16_convert_v8)
         ref, got, launches = _a_b(switch, (False, True), product, _core.f16_wgmma_launches)
     f16 = _core.wgmma_built() and _gpu_is_sm90() and not (k == 2304 and n < 25)
     assert launches == int(f16)
     assert np.array_equal(got, ref)
-    want = x.astype(np.float64) @ dense.T.astype(np.float64) + (0.0 if res is None else res)
     assert np.abs(got - want).max() <= 3e-2 * float(np.abs(want).max())
 
 
