@@ -723,20 +723,8 @@ def _residual_inputs(
 
 @pytest.fixture
 def add_limit_restored() -> Iterator[None]:
-    """The add fusion's column limits as they were: its most columns, and the wide and ws switches
-    that raise them to 64."""
-    was = _core.fuse_add_max_columns(), _core.fuse_add_wide(), _core.fuse_add_ws()
-    yield
-    _core.set_fuse_add_max_columns(was[0])
-    _core.set_fuse_add_wide(was[1])
-    _core.set_fuse_add_ws(was[2])
-
-
-def _fusing_adds_up_to_48() -> None:
-    """The tensor-core GEMM on, taking the residual of a fused add up to 48 columns (the default)."""
-    _core.set_mma_enabled(True)
-    _core.set_fuse_add_enabled(True)
-    _core.set_fuse_add_max_columns(48)
+    """The add fusion's column limit as it was."""
+    yield from _restoring(_core.fuse_add_max_columns, _core.set_fuse_add_max_columns)
 
 
 @needs_gpu
@@ -764,51 +752,26 @@ def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
         np.testing.assert_array_equal(got, want, err_msg=f"{wtype}, {n} columns, fused={fused}")
 
 
-@pytest.mark.parametrize(
-    ("get", "env"), [(_core.fuse_add_wide, "DFLASH_FUSE_ADD_WIDE"), (_core.fuse_add_ws, "DFLASH_FUSE_ADD_WS")]
-)
-def test_wider_add_fusions_are_off_unless_asked(get: Callable[[], bool], env: str) -> None:
-    assert get() == (GPU and os.environ.get(env) == "1")
-
-
-@needs_gpu
-@pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
-@pytest.mark.parametrize("n", [33, 48, 49, 64])
-def test_cuda_wide_add_fusion_takes_64_columns_but_q6k(
-    wtype: str, n: int, mma_restored: None, add_limit_restored: None
-) -> None:
-    """With the wide add fusion (limit 48) every type but Q6_K takes its residual up to 64
-    columns; the outputs are the add node's bit for bit either way."""
-    rows = 1000
-    w, x, res = _residual_inputs(wtype, n, rows, seed=18)
-    _fusing_adds_up_to_48()
-    _core.set_fuse_add_wide(True)
-    want = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True) + res
-    before = _core.mul_mat_add_fusions()
-    got = _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
-    assert _core.mul_mat_add_fusions() - before == (1 if n <= 48 or wtype != "q6_K" else 0)
-    np.testing.assert_array_equal(got, want, err_msg=f"{wtype}, {n} columns")
-
-
 @needs_gpu
 @pytest.mark.parametrize(("rows", "k"), [(1000, 16384), (1000, 6144)])
 @pytest.mark.parametrize("n", [48, 49, 64])
 @pytest.mark.usefixtures("mma_restored", "add_limit_restored", "f16_wgmma_off")
-def test_cuda_ws_add_fusion_takes_64_columns_through_the_ws_kernel(rows: int, k: int, n: int) -> None:
-    """With the ws add fusion (limit 48, DFLASH_WGMMA_WS=4) a Q4_K product of long rows (64
-    super-blocks: ffn_down's, the warp-specialized kernel's from 17 columns) takes its residual up to
-    64 columns, written by that kernel (its launch counted), and shorter rows (ssm_out's) only up
-    to 48; the outputs are the add node's bit for bit either way."""
+def test_cuda_q4k_takes_its_residual_up_to_64_columns(rows: int, k: int, n: int) -> None:
+    """At the default limit (64) a Q4_K product of long rows (64 super-blocks: ffn_down's, the
+    int8 warp-specialized kernel's from 17 columns under DFLASH_WGMMA_WS=4) takes its residual up
+    to 64 columns, written by that kernel (its launch counted), and shorter rows (ssm_out's) through
+    the mma.sync GEMM; the outputs are the add node's bit for bit."""
     w, x, res = _residual_inputs("q4_K", n, rows, seed=19, k=k)
-    _fusing_adds_up_to_48()
-    _core.set_fuse_add_ws(True)
+    _core.set_mma_enabled(True)
+    _core.set_fuse_add_enabled(True)
+    _core.set_fuse_add_max_columns(64)
     with _switched(_core.wgmma_ws, _core.set_wgmma_ws_mode, 4):
         want = _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True) + res
         before, ws_before = _core.mul_mat_add_fusions(), _core.wgmma_ws_launches()
         got = _core.op_mul_mat_fused(w, "q4_K", rows, x, residual=res, gpu=True)
         fused, ws = _core.mul_mat_add_fusions() - before, _core.wgmma_ws_launches() - ws_before
     hopper = _core.wgmma_built() and _gpu_is_sm90()
-    assert fused == (1 if n <= 48 or (hopper and k == 16384) else 0)
+    assert fused == 1
     assert ws == (1 if hopper and k == 16384 else 0)
     np.testing.assert_array_equal(got, want, err_msg=f"{rows} x {k}, {n} columns")
 
@@ -942,9 +905,9 @@ def test_glu_fusion_switch_is_on_with_cuda_by_default() -> None:
     assert _core.fuse_glu_enabled() == (GPU and os.environ.get("DFLASH_FUSE_GLU") != "0")
 
 
-def test_add_fusion_limit_is_48_columns_with_cuda_by_default() -> None:
-    """48 unless DFLASH_FUSE_ADD_MAX_COLUMNS asks for 64; 0 (no fusion) without CUDA."""
-    asked = os.environ.get("DFLASH_FUSE_ADD_MAX_COLUMNS", "48")
+def test_add_fusion_limit_is_64_columns_with_cuda_by_default() -> None:
+    """64 unless DFLASH_FUSE_ADD_MAX_COLUMNS asks for less (48); 0 (no fusion) without CUDA."""
+    asked = os.environ.get("DFLASH_FUSE_ADD_MAX_COLUMNS", "64")
     assert _core.fuse_add_max_columns() == ((64 if int(asked) >= 64 else 48) if GPU else 0)
 
 
@@ -1181,14 +1144,14 @@ def test_f16_convert_v8_is_on_unless_asked() -> None:
 
 @needs_gpu
 @pytest.mark.parametrize(("wtype", "k"), [("q6_K", 6144), ("q6_K", 2304), ("q4_K", 16384)])
-@pytest.mark.parametrize("n", [9, 33, 64])
+@pytest.mark.parametrize("n", [9, 17, 33, 64])
 @pytest.mark.parametrize("residual", [False, True])
 def test_cuda_f16_convert_v8_gives_the_same_bits(
     wtype: str, k: int, n: int, residual: bool, mma_restored: None
 ) -> None:
     """The f16 wgmma GEMM (Q6_K's long rows from 9 columns, its other rows from 25, Q4_K's with
     DFLASH_Q4K_F16=9) gives the same outputs with its activations converted 8 values a thread
-    (DFLASH_F16_CONVERT_V8, the default) as with a value a thread, with and without a fused
+    (DFLASH_F16_CONVERT_V8, the default above 16 columns) as with a value a thread, with and without a fused
     residual; numpy within 3e-2 of the scale. The other source forms (SwiGLU, norms, gates) are
     held to the same halves on the emulator (check_f16_convert)."""
     rows = 1000

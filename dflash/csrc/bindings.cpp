@@ -587,8 +587,8 @@ PYBIND11_MODULE(_core, m) {
           "output matrix (65536 rows or more) (DFLASH_F16_WGMMA_ALL=1)");
     m.def("f16_wgmma_all", &ggml_ext::f16_wgmma_all);
     m.def("set_f16_convert_v8", &ggml_ext::set_f16_convert_v8, py::arg("on"),
-          "the f16 wgmma GEMM's activations converted with 8 values a thread (on by default; DFLASH_F16_CONVERT_V8=0 "
-          "starts it off: a value a thread; the same halves); no effect without CUDA");
+          "the f16 wgmma GEMM's activations converted with 8 values a thread above 16 columns (on by default; "
+          "DFLASH_F16_CONVERT_V8=0 starts it off: a value a thread; the same halves); no effect without CUDA");
     m.def("f16_convert_v8", &ggml_ext::f16_convert_v8);
     def_form_switch(m, "f16_ws", &ggml_ext::set_f16_ws_enabled, &ggml_ext::f16_ws_enabled, &ggml_ext::f16_ws_launches,
                     "the f16 wgmma GEMM through its warp-specialized form (a producer warpgroup staging on mbarriers; "
@@ -659,18 +659,9 @@ PYBIND11_MODULE(_core, m) {
           "on by default; DFLASH_FUSE_ADD=0 starts it off); no effect without CUDA");
     m.def("fuse_add_enabled", &ggml_ext::fuse_add_enabled);
     m.def("set_fuse_add_max_columns", &ggml_ext::set_fuse_add_max_columns, py::arg("n"),
-          "the most columns of a product the mul_mat + add fusion takes: 48 (the default; "
-          "DFLASH_FUSE_ADD_MAX_COLUMNS) or 64; 0 without CUDA");
+          "the most columns of a product the mul_mat + add fusion takes: 64 (the default) or 48 "
+          "(DFLASH_FUSE_ADD_MAX_COLUMNS=48); 0 without CUDA");
     m.def("fuse_add_max_columns", &ggml_ext::fuse_add_max_columns);
-    m.def("set_fuse_add_wide", &ggml_ext::set_fuse_add_wide, py::arg("on"),
-          "every type but Q6_K takes its residual up to 64 columns whatever fuse_add_max_columns (off until "
-          "timed; DFLASH_FUSE_ADD_WIDE=1 starts it on); no effect without CUDA");
-    m.def("fuse_add_wide", &ggml_ext::fuse_add_wide);
-    m.def("set_fuse_add_ws", &ggml_ext::set_fuse_add_ws, py::arg("on"),
-          "a Q4_K product that the int8 warp-specialized kernel runs with its residual takes it up to 64 "
-          "columns (off: slower when timed in session 45, not re-timed since; DFLASH_FUSE_ADD_WS=1 starts it on); "
-          "no effect without CUDA");
-    m.def("fuse_add_ws", &ggml_ext::fuse_add_ws);
     m.def("mul_mat_add_fusions", &ggml_ext::mul_mat_add_fusions,
           "how many mul_mat + add pairs the GEMM took fused in this process (0 without CUDA)");
     m.def("set_fuse_glu_enabled", &ggml_ext::set_fuse_glu_enabled, py::arg("on"),

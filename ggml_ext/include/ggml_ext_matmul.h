@@ -198,30 +198,21 @@ struct GemmSplit {
     int full_tiles = 0, tail = 0, pieces = 1;
 };
 GemmSplit f16_wgmma_last_split();
-// Its activations converted to f16 with 8 values a thread (DFLASH_F16_CONVERT_V8; on by default; off:
-// a value a thread). The same halves either way. No effect without CUDA (false).
+// Its activations converted to f16 with 8 values a thread above 16 columns (DFLASH_F16_CONVERT_V8; on
+// by default; off: a value a thread at every column count). The same halves either way. No effect
+// without CUDA (false).
 void set_f16_convert_v8(bool on);
 bool f16_convert_v8();
 
 // ggml-cuda's mul_mat + add fusion for the GEMM's products of up to fuse_add_max_columns() columns
 // (patches/0008): the residual added as the GEMM writes its outputs, the same float addition as the
 // add node's. On by default (DFLASH_FUSE_ADD=0 starts it off); mul_mat_add_fusions counts the adds
-// it took (tests). The column limit: 48 or 64 (DFLASH_FUSE_ADD_MAX_COLUMNS; default 48). No effect
+// it took (tests). The column limit: 48 or 64 (DFLASH_FUSE_ADD_MAX_COLUMNS; default 64). No effect
 // without CUDA (0).
 void set_fuse_add_enabled(bool on);
 bool fuse_add_enabled();
 void set_fuse_add_max_columns(int n);
 int fuse_add_max_columns();
-// With `wide` every type but Q6_K takes its residual up to 64 columns whatever that limit
-// (DFLASH_FUSE_ADD_WIDE=1; off: no faster on the H100, session 33). No effect without CUDA.
-void set_fuse_add_wide(bool on);
-bool fuse_add_wide();
-// With `ws` a Q4_K product that the int8 warp-specialized kernel runs with its residual (the 27B's
-// ffn_down under DFLASH_WGMMA_WS=4) takes it up to 64 columns (DFLASH_FUSE_ADD_WS=1; off: slower on
-// the H100 in session 45, before the GEMMs loaded their residuals ahead of the stores; not re-timed).
-// No effect without CUDA.
-void set_fuse_add_ws(bool on);
-bool fuse_add_ws();
 int64_t mul_mat_add_fusions();
 
 // A SwiGLU node read only by the engine's tagged matmul after it is skipped, that matmul's

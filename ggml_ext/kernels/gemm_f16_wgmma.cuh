@@ -81,10 +81,8 @@ static __global__ void __launch_bounds__(kQk)
 // super-block), lane 4j + t holding values 8t..8t+7 of sub-block j (source_values: two 16-byte runs
 // where the source allows), stored as two runs of 4 halves (f16_k_of_value: values 8t + {0, 1, 4,
 // 5} at hardware k 4m..4m + 3 of the group's first 8, {2, 3, 6, 7} at 8 + 4m.., m = t % 2). The
-// same halves as the kernel above (the emulator: check_f16_convert). On by default
-// (DFLASH_F16_CONVERT_V8=0: the kernel above): not yet timed; the int8 quantizer's same change
-// took its launches from 3.7-5.9 to 3.2-4.3 us on the H100 (session 36), while this converter's
-// took 3.6-7.1 us a launch in session 45's 27B forwards (bench/results/h100-s45-*).
+// same halves as the kernel above (the emulator: check_f16_convert). On by default above 16
+// columns (convert_act_f16; DFLASH_F16_CONVERT_V8=0: the kernel above everywhere).
 template <SrcForm kSrc>
 static __global__ void __launch_bounds__(kQk) convert_act_f16_v8_kernel(const ActSource x, __half * __restrict__ out,
                                                                         const int k, const int ncols, const int np) {
@@ -115,8 +113,9 @@ inline bool & f16_convert_v8_flag() {
     return on;
 }
 
-inline void convert_act_f16(const ActSource & x_in, __half * out, int k, int ncols, int np, cudaStream_t stream) {
-    const bool v8 = f16_convert_v8_flag();
+// The conversion by either kernel above (v8: 8 values a thread).
+inline void convert_act_f16_by(const bool v8, const ActSource & x_in, __half * out, int k, int ncols, int np,
+                               cudaStream_t stream) {
     const ActSource x = v8 ? with_runs16(x_in) : x_in;
     const dim3 grid(v8 ? (unsigned)((k / kQk + 7) / 8) : (unsigned)(k / kQk), (unsigned)np, 1);
     auto go = [&](auto src_tag) {
@@ -130,6 +129,14 @@ inline void convert_act_f16(const ActSource & x_in, __half * out, int k, int nco
                                                                                                           ncols, np);
     };
     with_src_form(x, go);
+}
+
+// The GEMM's conversion: 8 values a thread above 16 columns (f16_convert_v8_flag), a value a thread
+// up to 16. On the H100 (session 46, bench/results/h100-s46-*) the 8-value kernel took the 27B's 65
+// launches from 259 / 347 / 435 to 211 / 268 / 302 us a 32 / 48 / 64-token forward, but at 16 its 32
+// launches (ffn_down's 17408 values: 9 blocks a column, 144 in all) 110 against 86 us.
+inline void convert_act_f16(const ActSource & x, __half * out, int k, int ncols, int np, cudaStream_t stream) {
+    convert_act_f16_by(f16_convert_v8_flag() && np > 16, x, out, k, ncols, np, stream);
 }
 
 // d (+)= a (64 x 16 f16, registers: mma_f16's A layout, warp w rows 16w..) * B (16 x N f16, shared

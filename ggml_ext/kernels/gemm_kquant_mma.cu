@@ -126,38 +126,15 @@ int mma_max_columns_flag = [] {
 }();
 
 // The most columns of a product that takes its residual (DFLASH_FUSE_ADD_MAX_COLUMNS: 48 or 64).
-// 48 by default: on the H200 the 27B's 64-token forward took 19.57 ms of kernels fused at 64
-// against 18.98 (the Q6_K kernel with the residual 2919 us for its 32 launches against 1838 + ~85
-// of add nodes; session 27, bench/results/h200-s27-27b-kernels-f1-fuse-add-64-4ed7d11.json).
+// 64 by default since session 46: with every residual loaded before the first store
+// (write_outputs) the kRes launches cost what the plain ones do (ffn_down's int8 warp-specialized
+// launches 43.8 against 43.4 us at 64 columns), so the 64-token forward took 14.95 against 15.17 ms
+// of kernels on the H100, 128 add nodes fewer (bench/results/h100-s46-*). It was 48 before: the
+// kernels then read each residual between their stores (~11 us a launch at 64 columns; session
+// 45), and on the H200 in session 27 the Q6_K kernel with the residual lost 0.6 ms.
 int fuse_add_max_columns_flag = [] {
     const char * e = std::getenv("DFLASH_FUSE_ADD_MAX_COLUMNS");
-    return e && std::atoi(e) >= 64 ? 64 : 48;
-}();
-
-// DFLASH_FUSE_ADD_WIDE=1: every type but Q6_K takes its residual up to 64 columns whatever the
-// limit above (the 27B's Q4_K ffn_down, ssm_out and attn_output at 64 tokens: ~100 of the 128 add
-// nodes of a 64-token forward, 332 us of kernels on the H200, h200-s30-f3-*), Q6_K's kernel having
-// been the one slower with it (session 27, above). Off: on the H100 (session 33, kernel_profile)
-// it gained nothing, alone (the 16 / 32 / 64-token forwards 10.46 / 13.66 / 18.49 ms of kernels
-// against 10.45 / 13.66 / 18.44) nor with the three quantizer fusions (10.22 / 13.34 / 18.01
-// against 10.23 / 13.34 / 17.96; bench/results/h100-s33-*).
-bool fuse_add_wide_flag = [] {
-    const char * e = std::getenv("DFLASH_FUSE_ADD_WIDE");
-    return e && e[0] == '1';
-}();
-
-// The most columns of a product of type t that takes its residual (fuse_add_ws_flag below aside).
-int fuse_add_limit(ggml_type t) { return fuse_add_wide_flag && t != GGML_TYPE_Q6_K ? 64 : fuse_add_max_columns_flag; }
-
-// DFLASH_FUSE_ADD_WS=1: a Q4_K product that the int8 warp-specialized kernel runs with its residual
-// (DFLASH_WGMMA_WS=4's shapes: the 27B's ffn_down) takes it up to 64 columns whatever the limits
-// above, saving an add node (2.67 us a launch). Off: on the H100 (session 45, bench/results/
-// h100-s45-*) the 64-token forward took 15.88 against 15.61 ms of kernels with it, ffn_down's
-// launches 53.9 against 42.9 us, when the kernels still read each residual between their stores
-// (write_outputs since); not timed again.
-bool fuse_add_ws_flag = [] {
-    const char * e = std::getenv("DFLASH_FUSE_ADD_WS");
-    return e && e[0] == '1';
+    return e && std::atoi(e) < 64 ? 48 : 64;
 }();
 
 bool mma_q80_flag = [] {
@@ -277,8 +254,8 @@ int wgmma_warpgroups_flag = [] {
     const char * e = std::getenv("DFLASH_WGMMA_WG");
     return valid_warpgroups(e ? std::atoi(e) : 1);
 }();
-// Q4_K products that take their residual (up to fuse_add_limit columns: the 27B's ffn_down, ssm_out
-// and attn_output) through the early wgmma kernel with the residual fused (kRes), one warpgroup a
+// Q4_K products that take their residual (up to fuse_add_max_columns_flag columns: the 27B's
+// ffn_down, ssm_out and attn_output) through the early wgmma kernel with the residual fused (kRes), one warpgroup a
 // block, split along K to fill the GPU (80 row tiles of 5120 rows). Session 38's standalone on the
 // H100 had the split wgmma form ahead on ffn_down's Q4_K layers at 16 columns (25.9 against 32.5 us
 // for the engine's mma.sync form), where the engine fuses the residual, so the mma.sync GEMM kept
@@ -670,10 +647,6 @@ void set_mma_max_columns(int n) {
 int mma_max_columns() { return mma_max_columns_flag; }
 void set_fuse_add_max_columns(int n) { fuse_add_max_columns_flag = n >= 64 ? 64 : 48; }
 int fuse_add_max_columns() { return fuse_add_max_columns_flag; }
-void set_fuse_add_wide(bool on) { fuse_add_wide_flag = on; }
-bool fuse_add_wide() { return fuse_add_wide_flag; }
-void set_fuse_add_ws(bool on) { fuse_add_ws_flag = on; }
-bool fuse_add_ws() { return fuse_add_ws_flag; }
 void set_wgmma_enabled(bool on) { wgmma_flag = kWgmmaBuilt && on; }
 bool wgmma_enabled() { return wgmma_flag; }
 bool wgmma_built() { return kWgmmaBuilt; }
@@ -780,15 +753,6 @@ bool mins_int_flag() {
     return v;
 }
 
-// Whether a product of type t, rows x k at n columns, takes the residual of a fused add: up to
-// fuse_add_limit(t) columns, or up to 64 where fuse_add_ws_flag sends it through the int8
-// warp-specialized kernel with its residual (gemm_chunk).
-bool fuse_add_takes(ggml_type t, int rows, int k, int64_t n, bool hopper) {
-    if (n <= fuse_add_limit(t)) return true;
-    return fuse_add_ws_flag && n <= 64 && wgmma_warpgroups_flag == 1 && takes_ws_shape(rows, k, (int)n) &&
-           takes_wgmma(t, mins_int_flag(), rows, k, (int)n, hopper, true);
-}
-
 }  // namespace
 
 bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ActSource & x,
@@ -797,10 +761,9 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
     if (!mma_takes(ctx, src0, n, dst) || !gemm_kq::act_source_ok(x, (int)k)) return false;
     const ggml_type t = src0->type;
     const int cc = ggml_cuda_info().devices[ctx.device].cc;
-    // the residual of a fused add: the output's shape, f32 rows; up to fuse_add_takes' columns
-    if (res && (!fuse_add_takes(t, (int)src0->ne[1], (int)k, n, cc == GGML_CUDA_CC_HOPPER) ||
-                res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) || res->ne[0] != dst->ne[0] ||
-                res->ne[1] != dst->ne[1] || res->ne[2] != 1 || res->ne[3] != 1)) {
+    // the residual of a fused add: the output's shape, f32 rows; up to fuse_add_max_columns_flag columns
+    if (res && (n > fuse_add_max_columns_flag || res->type != GGML_TYPE_F32 || res->nb[0] != sizeof(float) ||
+                res->ne[0] != dst->ne[0] || res->ne[1] != dst->ne[1] || res->ne[2] != 1 || res->ne[3] != 1)) {
         return false;
     }
     cudaStream_t stream = ctx.stream();

@@ -1130,10 +1130,9 @@ void check_f16_convert(std::mt19937 & gen) {
             CK(cudaMalloc(&out, n * 2));
             for (const auto & [what, src] : sources) {
                 auto halves = [&](bool v8, bool runs16) {
-                    gemm_kq::f16_convert_v8_flag() = v8;
                     gemm_kq::quantize_runs16_flag() = runs16;
                     CK(cudaMemset(out, 0x55, n * 2));
-                    gemm_kq::convert_act_f16(src, out, k, ncols, np, nullptr);
+                    gemm_kq::convert_act_f16_by(v8, src, out, k, ncols, np, nullptr);
                     CK(cudaDeviceSynchronize());
                     return to_host(reinterpret_cast<const uint16_t *>(out), n);
                 };
@@ -1143,8 +1142,7 @@ void check_f16_convert(std::mt19937 & gen) {
                 std::printf("{\"check_f16_convert\": \"%s\", \"k\": %d, \"ncols\": %d, \"ok\": %s}\n", what, k, ncols,
                             ok ? "true" : "false");
             }
-            gemm_kq::f16_convert_v8_flag() = true;  // the defaults
-            gemm_kq::quantize_runs16_flag() = true;
+            gemm_kq::quantize_runs16_flag() = true;  // the default
             for (void * ptr : {(void *)out, (void *)d_a, (void *)d_b, (void *)d_w}) cudaFree(ptr);
         }
     }
