@@ -62,6 +62,19 @@ constexpr int kWgRows = 64;  // rows per warpgroup: its m64
 #define DFLASH_WGMMA 1
 #endif
 
+// The 64-column instances' scales: sub-block by sub-block (scale_min, below) unless built with
+// DFLASH_WG64_WORDS, which gives them the byte-permute words of the narrower instances (scale_word,
+// mins_half2). Session 23 timed the words slower at 64 columns in the early kernel (below); in the
+// warp-specialized kernel they take its 64-column loop from 551 to 487 sm_90a instructions a
+// super-block a warp (session 46), untimed: the standalone's `ws64` mode times the kernel in a
+// build with and one without (tools/device/README.md). The same operands, so the same bits (the
+// emulator's check_wgmma hashes at 64 columns, both builds).
+#if defined(DFLASH_WG64_WORDS)
+constexpr bool kWg64ScaleMin = false;
+#else
+constexpr bool kWg64ScaleMin = true;
+#endif
+
 // Sub-block j's 6-bit scale and min alone (ggml's get_scale_min_k4): the 64-column kernel's form. With
 // the byte-permute words (scale_word, mins_half2) it took 7.24 ms a 27B 64-token forward against
 // 6.45 on the H200 (fewer instructions, 217 registers against 220, scheduled worse), where the
@@ -330,7 +343,7 @@ __device__ __forceinline__ void wg_operands(const char * s0, const char * s1, co
         const int j = 2 * c + h, sh = 4 * h;
         int sc0 = 0, sc1 = 0, m_;
         uint32_t w0 = 0u, w1 = 0u;
-        if constexpr (N == 64) {
+        if constexpr (N == 64 && kWg64ScaleMin) {
             scale_min(h0.y, h0.z, h0.w, j, sc0, m_);
             scale_min(h1.y, h1.z, h1.w, j, sc1, m_);
         } else {
@@ -339,7 +352,7 @@ __device__ __forceinline__ void wg_operands(const char * s0, const char * s1, co
         const uint32_t lo0 = (q0.x >> sh) & 0x0F0F0F0F, hi0 = (q0.y >> sh) & 0x0F0F0F0F;
         const uint32_t lo1 = (q1.x >> sh) & 0x0F0F0F0F, hi1 = (q1.y >> sh) & 0x0F0F0F0F;
         uint32_t l0 = sc0 & 7, u0 = sc0 >> 3, l1 = sc1 & 7, u1 = sc1 >> 3;
-        if constexpr (N != 64) {
+        if constexpr (N != 64 || !kWg64ScaleMin) {
             l0 = byte_at(w0 & 0x07070707u, j & 3), u0 = byte_at((w0 >> 3) & 0x07070707u, j & 3);
             l1 = byte_at(w1 & 0x07070707u, j & 3), u1 = byte_at((w1 >> 3) & 0x07070707u, j & 3);
         }
@@ -405,7 +418,7 @@ __device__ __forceinline__ WgStep wg_step(const uint4 & h0, const uint4 & h1, co
     s.dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
     s.dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
     s.a_min[0] = s.a_min[1] = s.a_min[2] = s.a_min[3] = 0u;
-    if constexpr (N == 64) {
+    if constexpr (N == 64 && kWg64ScaleMin) {
         int s_, m_a, m_b;
         scale_min(h0.y, h0.z, h0.w, 2 * t, s_, m_a);
         scale_min(h0.y, h0.z, h0.w, 2 * t + 1, s_, m_b);

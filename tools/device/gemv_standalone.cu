@@ -1128,7 +1128,8 @@ void check_f16_convert(std::mt19937 & gen) {
             __half * out = nullptr;
             const size_t n = (size_t)np * k;
             CK(cudaMalloc(&out, n * 2));
-            for (const auto & [what, src] : sources) {
+            for (const auto & [what, src_] : sources) {
+                const ActSource & src = src_;  // a lambda may not capture a structured binding in C++17
                 auto halves = [&](bool v8, bool runs16) {
                     gemm_kq::quantize_runs16_flag() = runs16;
                     CK(cudaMemset(out, 0x55, n * 2));
@@ -1420,11 +1421,18 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
             for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
             if (swap == 0) form0 = got;
             const bool same = std::memcmp(got.data(), form0.data(), got.size() * 4) == 0;
+            // FNV-1a of the output bits: builds that should agree (DFLASH_WG64_WORDS) compare it
+            uint64_t bits_hash = 1469598103934665603ull;
+            for (const float v : got) {
+                uint32_t u;
+                std::memcpy(&u, &v, 4);
+                bits_hash = (bits_hash ^ u) * 1099511628211ull;
+            }
             std::printf(
                 "{\"check_wgmma\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"swap\": %d, "
-                "\"ran\": %s, \"rel_err\": %.3g, \"same_bits\": %s, \"ok\": %s}\n",
+                "\"ran\": %s, \"rel_err\": %.3g, \"same_bits\": %s, \"bits\": \"%016llx\", \"ok\": %s}\n",
                 rows, k, ncols, swap, ran ? "true" : "false", err / ref_max, same ? "true" : "false",
-                ran && err / ref_max <= 5e-4 && (swap < 2 || same) ? "true" : "false");
+                (unsigned long long)bits_hash, ran && err / ref_max <= 5e-4 && (swap < 2 || same) ? "true" : "false");
         }
         b.free_all();
     }
@@ -2329,6 +2337,22 @@ int main(int argc, char ** argv) {
                                            {"ffn_down", W::q4_K, 5120, 17408},
                                            {"ssm_out", W::q4_K, 5120, 6144}};
         for (const Shape & m : shapes) bench_wgmma(m.name, m.rows, m.k, gen);
+    }
+    if (what == "ws64") {  // the int8 warp-specialized kernel at 64 columns on the 27B's matrices it takes there
+        // (a build with and one without DFLASH_WG64_WORDS: the scales' two forms)
+        check_wgmma(70, 256, gen, {64});
+        check_wgmma_split(64 * 7, 3072, 3, gen);
+        const std::vector<Shape> shapes = {{"ffn_gate_up", W::q4_K, 34816, 5120},
+                                           {"gdn_in", W::q4_K, 16480, 5120},
+                                           {"attn_q", W::q4_K, 12288, 5120},
+                                           {"ffn_down", W::q4_K, 5120, 17408}};
+        for (const Shape & m : shapes) bench_wgmma(m.name, m.rows, m.k, gen, {91004014}, {64});
+    }
+    if (what == "profile_64") {  // at 64 columns, once each for ncu: the engine's forms of [gate; up] and ffn_down
+        // (the int8 warp-specialized kernel, 91004014) and of ssm_out (the mma.sync GEMM, 102)
+        bench_wgmma("ffn_gate_up", 34816, 5120, gen, {91004014}, {64}, true);
+        bench_wgmma("ffn_down", 5120, 17408, gen, {91004014}, {64}, true);
+        bench_wgmma("ssm_out", 5120, 6144, gen, {102}, {64}, true);
     }
     if (what == "profile_forms") {  // [gate; up] at 32 and 64 columns, each wgmma-bench code of argv[2] once (ncu)
         bench_wgmma("ffn_gate_up", 34816, 5120, gen, parse_codes(argc > 2 ? argv[2] : "91002014,91004014"), {32, 64},

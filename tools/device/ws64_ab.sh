@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# GPU: the int8 warp-specialized GEMM at 64 columns with the scales' two forms (session 46's A/B):
+# the GEMM standalone (tools/device/gemv_standalone.cu, slim) built without and with
+# DFLASH_WG64_WORDS, each run twice, alternately, in `ws64` mode ([gate; up], gdn_in, attn_q and
+# ffn_down at 64 columns, code 91004014; the check_wgmma lines' `bits` must agree between builds).
+# Binaries: .carry/sa/gemv_standalone{,_words}.gz when carried (built here with nvcc -O3
+# -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM [-DDFLASH_WG64_WORDS], stripped and
+# gzipped), else built there from .carry/upstream.tar.gz's headers (~1.5 min, both at once).
+# WS64_NCU=1: then ncu (--set full) on one launch of each engine form at 64 columns (profile_64),
+# the details and the SASS source page (per-instruction stall samples) into $OUT.
+cd "$(dirname "$0")/../.." || exit 1
+mkdir -p "$OUT" /tmp/ws64
+for v in gemv_standalone gemv_standalone_words; do
+  [ -f ".carry/sa/$v.gz" ] && [ ! -x "/tmp/ws64/$v" ] && gzip -dc ".carry/sa/$v.gz" > "/tmp/ws64/$v" && chmod +x "/tmp/ws64/$v"
+done
+if ! /tmp/ws64/gemv_standalone none > /dev/null 2>&1 || ! /tmp/ws64/gemv_standalone_words none > /dev/null 2>&1; then
+  mkdir -p /tmp/up && { [ -d /tmp/up/ggml ] || tar xzf .carry/upstream.tar.gz -C /tmp/up; }
+  T=/tmp/up/ggml
+  for flag in "" -DDFLASH_WG64_WORDS; do
+    out=/tmp/ws64/gemv_standalone${flag:+_words}
+    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM $flag -o "$out" \
+      tools/device/gemv_standalone.cu -I$T/src -I$T/include -I$T/src/ggml-cuda -Iggml_ext/include \
+      -Iggml_ext/kernels -DGGML_USE_CUDA > "$out.log" 2>&1 &
+  done
+  wait
+fi
+for round in 1 2; do
+  for v in gemv_standalone gemv_standalone_words; do
+    timeout 60 "/tmp/ws64/$v" ws64 >> "$OUT/ws64-$v.jsonl" 2>&1
+    echo "[gpu] $v round $round rc=$?"
+  done
+done
+python3 - "$OUT"/ws64-gemv_standalone.jsonl "$OUT"/ws64-gemv_standalone_words.jsonl <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+    bench = [(r["bench_mma"], r["us"]) for r in rows if "bench_mma" in r]
+    bits = sorted({r["bits"] for r in rows if "check_wgmma" in r and r["ncols"] == 64})
+    ok = all(r["ok"] for r in rows if "ok" in r)
+    print(path.rsplit("/", 1)[-1], "checks ok" if ok else "CHECK FAILED", "bits", bits, bench)
+PY
+if [ "${WS64_NCU:-0}" = 1 ]; then
+  cd /tmp/ws64 || exit 1
+  timeout 90 ncu --clock-control none --set full -k regex:"gemm_q4k_wgmma_ws|gemm_kquant_mma_kernel" \
+    -o "$OUT/p64" ./gemv_standalone profile_64 > "$OUT/ncu-p64.log" 2>&1
+  echo "[gpu] ncu rc=$?"
+  ncu -i "$OUT/p64.ncu-rep" --page details > "$OUT/p64-details.txt" 2>&1
+  ncu -i "$OUT/p64.ncu-rep" --page source --csv --print-source sass > "$OUT/p64-source.csv" 2>&1
+  gzip -f "$OUT/p64-source.csv" "$OUT/p64.ncu-rep"
+  grep -E "Duration|Issued Warp|Eligible Warps|No Eligible" "$OUT/p64-details.txt" | head -20
+fi
