@@ -153,41 +153,36 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
         [REPO / "tools" / "device" / "gemv_standalone.cu"], build_dir / "gemv_standalone_asan", ASAN
     )
     rows = _checks(binary, "check_quick", '"ok"', ASAN_ENV)
-    # GEMV; GEMM (8 column counts, 6 variants; Q4_K, Q5_K: 8 more; Q6_K: 6 warps and 8 (the stages in
-    # dynamic shared memory, with and without the occupancy hint), 3 more; two row tiles a warp: 2
-    # variants for Q4_K and Q5_K, 1 for Q6_K and Q8_0)
-    # ... and the GEMM with a residual (Q4_K, Q6_K x 8 column counts), the wgmma form's activation
-    # layout against Q4_K's (one line), the GEMM's quantizer byte for byte against a host reference of
-    # its rule for every layout (one line) and for two layouts from one launch (one line: a pair of
-    # products, rms_norm_fusion.cu), the quantizers reading a SwiGLU's inputs against quantizing
-    # its output (the GEMV's, the GEMM's Q4_K, Q6_K and Q8_0 layouts: glu_fusion.cu's bits), the
-    # GEMM's quantizer reading an RMSNorm's input against quantizing ggml's norm kernel's output
+    # GEMV; GEMM (8 column counts, 6 variants; Q4_K, Q5_K: 8 more; Q6_K: 6 warps and 8 (the stages in dynamic
+    # shared memory, with and without the occupancy hint), 3 more; two row tiles a warp: 2 variants for Q4_K
+    # and Q5_K, 1 for Q6_K and Q8_0) ... and the GEMM with a residual (each type's engine form x 8 column
+    # counts), the wgmma form's activation layout against Q4_K's (one line), the GEMM's quantizer byte for
+    # byte against a host reference of its rule for every layout (one line) and for two layouts from one
+    # launch (one line: a pair of products, rms_norm_fusion.cu), the quantizers reading a SwiGLU's inputs
+    # against quantizing its output (the GEMV's, the GEMM's Q4_K, Q6_K and Q8_0 layouts: glu_fusion.cu's
+    # bits), the GEMM's quantizer reading an RMSNorm's input against quantizing ggml's norm kernel's output
     # (rms_norm_fusion.cu's bits; 16 lines: 5 and 40 columns, a block a column and the blocks of a
-    # super-block's values that each sum the scale), the GEMV's quantizer reading an RMSNorm's input
-    # against its plain quantizer of ggml's norm output (6 lines: 256 and 1024 norm threads, 1 and
-    # 3 columns) and reading a per-head RMSNorm's input
-    # and its SwiGLU's gate against ggml's norm kernel, then the SwiGLU (9 lines: heads of 32..256
-    # values) and reading the attention's output and its sigmoid gate in place against the copied
-    # gate and ggml's fused sigmoid and multiply (5 lines), the Q4_K wgmma GEMM through the
-    # emulator's asynchronous wgmma (7 column counts x 10 forms, and one super-block: 2 x 10; the
-    # pipelined forms, the early-staging one, that with 2 warpgroups a block, that waiting a chunk
-    # at a time with 1 and 3 warpgroups, and the warp-specialized one with 1 and 2 consumer
-    # warpgroups must give the first form's
-    # bits) and its split along K (3 splits: a last wave of 1 tile, and a short matrix's every tile;
-    # x 3 column counts: against the unsplit kernel, the host reference, a second launch, the
-    # pipelined, early-staging and chunk-waiting kernels split the same way, the early one with its
-    # residual fused and the warp-specialized one split the same way (swap 8 unsplit above), and 2
-    # warpgroups a block split its own way), and the
-    # mma.sync GEMM split along K
-    # (Q4_K in 2 pieces, Q6_K in 3, the block's warps sharing the super-blocks; Q4_K in 4, Q6_K in 2
-    # over two blocks, each warp on rows of its own, and those two with the activations staged in
-    # shared memory a block; 4 column
-    # counts each: against the unsplit kernel, the host reference, a second launch, and with a
-    # residual its own outputs plus the residual), and the f16 wgmma GEMM (Q6_K at 9 and 64 columns,
-    # at 40 with its tail split, Q4_K at 64; 7 forms each: 3 and 4 stages, 2 warpgroups, a residual,
-    # and the warp-specialized kernel with one consumer warpgroup, two, and one with a residual, each
-    # with the bits of the form it stands for), and the f16 form's activation converter with 8 values
-    # a thread against that of a value a thread (5 source forms x 2 lengths x 2 column counts)
+    # super-block's values that each sum the scale), the GEMV's quantizer reading an RMSNorm's input against
+    # its plain quantizer of ggml's norm output (6 lines: 256 and 1024 norm threads, 1 and 3 columns) and
+    # reading a per-head RMSNorm's input and its SwiGLU's gate against ggml's norm kernel, then the SwiGLU (9
+    # lines: heads of 32..256 values) and reading the attention's output and its sigmoid gate in place against
+    # the copied gate and ggml's fused sigmoid and multiply (5 lines), the Q4_K wgmma GEMM through the
+    # emulator's asynchronous wgmma (7 column counts x 10 forms, and one super-block: 2 x 10; the pipelined
+    # forms, the early-staging one, that with 2 warpgroups a block, that waiting a chunk at a time with 1 and
+    # 3 warpgroups, and the warp-specialized one with 1 and 2 consumer warpgroups must give the first form's
+    # bits) and its split along K (3 splits: a last wave of 1 tile, and a short matrix's every tile; x 3
+    # column counts: against the unsplit kernel, the host reference, a second launch, the pipelined,
+    # early-staging and chunk-waiting kernels split the same way, the early one with its residual fused and
+    # the warp-specialized one split the same way (swap 8 unsplit above), and 2 warpgroups a block split its
+    # own way), and the mma.sync GEMM split along K (Q4_K in 2 pieces, Q6_K in 3, the block's warps sharing
+    # the super-blocks; Q4_K in 4, Q6_K in 2 over two blocks, each warp on rows of its own, and those two with
+    # the activations staged in shared memory a block; 4 column counts each: against the unsplit kernel, the
+    # host reference, a second launch, and with a residual its own outputs plus the residual), and the f16
+    # wgmma GEMM (Q6_K at 9 and 64 columns, at 40 with its tail split, Q4_K at 64; 7 forms each: 3 and 4
+    # stages, 2 warpgroups, a residual, and the warp-specialized kernel with one consumer warpgroup, two, and
+    # one with a residual, each with the bits of the form it stands for), and the f16 form's activation
+    # converter with 8 values a thread against that of a value a thread (5 source forms x 2 lengths x 2 column
+    # counts)
     sources = 4 + 16 + 6 + 9 + 5  # SwiGLU, RMSNorm (two GEMM forms, the GEMV), head norm, sigmoid gate
     mma_splits = 6 * 4
     f16_wgmma = 4 * 7
@@ -198,7 +193,7 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
         + 2 * 8 * 8
         + 3 * 8
         + 8 * 6
-        + 2 * 8
+        + 4 * 8
         + 1
         + 2
         + sources
@@ -262,8 +257,8 @@ def test_tensor_core_gemm_on_the_emulator(standalone: Path) -> None:
     bad = [r for r in rows if not r["ok"]]
     assert not bad, bad[:5]
     # the residual of a fused add: the plain outputs plus the residual, bit for bit (Q4_K 2 shapes,
-    # Q6_K 3, x 8 column counts)
-    assert len(res) == 5 * 8 and all(r["ok"] for r in res), [r for r in res if not r["ok"]][:5]
+    # Q5_K 2, Q6_K 3, Q8_0 2, x 8 column counts)
+    assert len(res) == 9 * 8 and all(r["ok"] for r in res), [r for r in res if not r["ok"]][:5]
 
 
 # ---- ggml_ext's CUDA ops through their ggml entry points (emu/ops_emu.cpp) vs the CPU ops ----------

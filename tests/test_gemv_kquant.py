@@ -728,7 +728,7 @@ def add_limit_restored() -> Iterator[None]:
 
 
 @needs_gpu
-@pytest.mark.parametrize("wtype", ("q4_K", "q6_K", "q5_K"))
+@pytest.mark.parametrize("wtype", TYPES)
 @pytest.mark.parametrize("n", [2, 9, 16, 33, 48, 64, 100])
 @pytest.mark.parametrize("limit", [48, 64])
 def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
@@ -741,6 +741,7 @@ def test_cuda_mma_gemm_with_residual_is_the_product_plus_the_residual(
     rows = 1000
     w, x, res = _residual_inputs(wtype, n, rows, seed=16)
     _core.set_mma_enabled(True)
+    _core.set_mma_q80_enabled(True)
     _core.set_fuse_add_max_columns(limit)
     assert _core.fuse_add_max_columns() == limit
     want = _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True) + res

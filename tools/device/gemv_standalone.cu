@@ -1221,8 +1221,8 @@ struct CheckWeights {
     CheckWeights & operator=(const CheckWeights &) = delete;
 };
 
-// The tensor-core GEMM against the host reference (activations per 256; per 32 for Q8_0), every stage count; for
-// Q4_K and Q6_K (the 27B's) also with a residual.
+// The tensor-core GEMM against the host reference (activations per 256; per 32 for Q8_0), every stage count; and
+// the engine's form with a residual.
 void check_mma(W t, int rows, int k, std::mt19937 & gen) {
     const CheckWeights cw(t, rows, k, gen);
     const int64_t row_bytes = cw.row_bytes;
@@ -1259,12 +1259,13 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
                 (unsigned long long)hash,
                 err / ref_max <= (mins_mma_code(stages) ? 5e-4 : 1e-4) ? "true" : "false");  // f16 sums: 1 in 4064
         }
-        if (t == W::q4_K || t == W::q6_K) {
-            const bool ok = t == W::q4_K ? residual_is_added<gemm_kq::Q4KMinsMma>(dw, b, rows, k, row_bytes, ncols, gen)
-                                         : residual_is_added<gemm_kq::Q6K>(dw, b, rows, k, row_bytes, ncols, gen);
-            std::printf("{\"check_mma_residual\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"ok\": %s}\n",
-                        type_name(t), rows, k, ncols, ok ? "true" : "false");
-        }
+        // the engine's form of each type (Q5_K's with the f16 min term, as Q4_K's)
+        const bool ok = t == W::q4_K   ? residual_is_added<gemm_kq::Q4KMinsMma>(dw, b, rows, k, row_bytes, ncols, gen)
+                        : t == W::q5_K ? residual_is_added<gemm_kq::Q5KMinsMma>(dw, b, rows, k, row_bytes, ncols, gen)
+                        : t == W::q8_0 ? residual_is_added<gemm_kq::Q80>(dw, b, rows, k, row_bytes, ncols, gen)
+                                       : residual_is_added<gemm_kq::Q6K>(dw, b, rows, k, row_bytes, ncols, gen);
+        std::printf("{\"check_mma_residual\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"ok\": %s}\n",
+                    type_name(t), rows, k, ncols, ok ? "true" : "false");
         b.free_all();
     }
 }
@@ -1421,7 +1422,7 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
             for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
             if (swap == 0) form0 = got;
             const bool same = std::memcmp(got.data(), form0.data(), got.size() * 4) == 0;
-            // FNV-1a of the output bits: builds that should agree (DFLASH_WG64_WORDS) compare it
+            // FNV-1a of the output bits (as check_mma's): builds that should agree (DFLASH_WG64_WORDS)
             uint64_t bits_hash = 1469598103934665603ull;
             for (const float v : got) {
                 uint32_t u;
@@ -1430,7 +1431,7 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
             }
             std::printf(
                 "{\"check_wgmma\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"swap\": %d, "
-                "\"ran\": %s, \"rel_err\": %.3g, \"same_bits\": %s, \"bits\": \"%016llx\", \"ok\": %s}\n",
+                "\"ran\": %s, \"rel_err\": %.3g, \"same_bits\": %s, \"out_hash\": \"%016llx\", \"ok\": %s}\n",
                 rows, k, ncols, swap, ran ? "true" : "false", err / ref_max, same ? "true" : "false",
                 (unsigned long long)bits_hash, ran && err / ref_max <= 5e-4 && (swap < 2 || same) ? "true" : "false");
         }

@@ -2,7 +2,7 @@
 # GPU: the int8 warp-specialized GEMM at 64 columns with the scales' two forms (session 46's A/B):
 # the GEMM standalone (tools/device/gemv_standalone.cu, slim) built without and with
 # DFLASH_WG64_WORDS, each run twice, alternately, in `ws64` mode ([gate; up], gdn_in, attn_q and
-# ffn_down at 64 columns, code 91004014; the check_wgmma lines' `bits` must agree between builds).
+# ffn_down at 64 columns, code 91004014; the check_wgmma lines' `out_hash` must agree between builds).
 # Binaries: .carry/sa/gemv_standalone{,_words}.gz when carried (built here with nvcc -O3
 # -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM [-DDFLASH_WG64_WORDS], stripped and
 # gzipped), else built there from .carry/upstream.tar.gz's headers (~1.5 min, both at once).
@@ -35,9 +35,9 @@ import json, sys
 for path in sys.argv[1:]:
     rows = [json.loads(l) for l in open(path) if l.startswith("{")]
     bench = [(r["bench_mma"], r["us"]) for r in rows if "bench_mma" in r]
-    bits = sorted({r["bits"] for r in rows if "check_wgmma" in r and r["ncols"] == 64})
+    bits = sorted({r["out_hash"] for r in rows if "check_wgmma" in r and r["ncols"] == 64})
     ok = all(r["ok"] for r in rows if "ok" in r)
-    print(path.rsplit("/", 1)[-1], "checks ok" if ok else "CHECK FAILED", "bits", bits, bench)
+    print(path.rsplit("/", 1)[-1], "checks ok" if ok else "CHECK FAILED", "out_hash", bits, bench)
 PY
 if [ "${WS64_NCU:-0}" = 1 ]; then
   cd /tmp/ws64 || exit 1
