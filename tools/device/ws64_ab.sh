@@ -7,7 +7,8 @@
 # -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM [-DDFLASH_WG64_WORDS], stripped and
 # gzipped), else built there from .carry/upstream.tar.gz's headers (~1.5 min, both at once).
 # WS64_NCU=1: then ncu (--set full) on one launch of each engine form at 64 columns (profile_64),
-# the details and the SASS source page (per-instruction stall samples) into $OUT.
+# the details and the SASS source page (per-instruction stall samples) into $OUT. Argument `build`:
+# the binaries only (gpu_bench.sh h1 with H1_WS64=1 builds them beside the engine's build).
 cd "$(dirname "$0")/../.." || exit 1
 mkdir -p "$OUT" /tmp/ws64
 for v in gemv_standalone gemv_standalone_words; do
@@ -24,6 +25,7 @@ if ! /tmp/ws64/gemv_standalone none > /dev/null 2>&1 || ! /tmp/ws64/gemv_standal
   done
   wait
 fi
+[ "${1-}" = build ] && exit 0
 for round in 1 2; do
   for v in gemv_standalone gemv_standalone_words; do
     timeout 60 "/tmp/ws64/$v" ws64 >> "$OUT/ws64-$v.jsonl" 2>&1
