@@ -255,16 +255,16 @@ int wgmma_warpgroups_flag = [] {
     return valid_warpgroups(e ? std::atoi(e) : 1);
 }();
 // Q4_K products that take their residual (up to fuse_add_max_columns_flag columns: the 27B's
-// ffn_down, ssm_out and attn_output) through the early wgmma kernel with the residual fused (kRes), one warpgroup a
-// block, split along K to fill the GPU (80 row tiles of 5120 rows). Session 38's standalone on the
-// H100 had the split wgmma form ahead on ffn_down's Q4_K layers at 16 columns (25.9 against 32.5 us
-// for the engine's mma.sync form), where the engine fuses the residual, so the mma.sync GEMM kept
-// them. Mode 1 (DFLASH_WGMMA_RES=1): rows of kWgmmaLongKBlocks super-blocks or more only
-// (ffn_down), 2 every such product; from kWgmmaResMinColumns columns (the form pads to 16). Off (0):
-// on the H100 (session 39, bench/results/h100-s39-27b-kernels-c3-*) the 27B's 16 / 32-token forwards
-// took 10.31 / 12.58 ms of kernels with mode 1 against 10.03 / 12.41 (the engine's ffn_down at 16
-// columns runs on 8 warps a block: 23.2 us a launch against the wgmma form's 27.3 and its own
-// quantizer), 10.75 / 13.15 with mode 2.
+// ffn_down, ssm_out and attn_output) through the early wgmma kernel with the residual fused (kRes),
+// one warpgroup a block, split along K to fill the GPU (80 row tiles of 5120 rows). Session 38's
+// standalone on the H100 had the split wgmma form ahead on ffn_down's Q4_K layers at 16 columns
+// (25.9 against 32.5 us for the engine's mma.sync form), where the engine fuses the residual, so
+// the mma.sync GEMM kept them. Mode 1 (DFLASH_WGMMA_RES=1): rows of kWgmmaLongKBlocks super-blocks
+// or more only (ffn_down), 2 every such product; from kWgmmaResMinColumns columns (the form pads to
+// 16). Off (0): on the H100 (session 39, bench/results/h100-s39-27b-kernels-c3-*) the 27B's 16 /
+// 32-token forwards took 10.31 / 12.58 ms of kernels with mode 1 against 10.03 / 12.41 (the
+// engine's ffn_down at 16 columns runs on 8 warps a block: 23.2 us a launch against the wgmma
+// form's 27.3 and its own quantizer), 10.75 / 13.15 with mode 2.
 constexpr int kWgmmaResMinColumns = 9;
 int valid_res_mode(int m) { return m == 1 || m == 2 ? m : 0; }
 int wgmma_res_mode = [] {
