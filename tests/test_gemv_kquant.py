@@ -1338,59 +1338,6 @@ def test_cuda_f16_wgmma_warp_specialized_gives_the_same_bits(
 
 
 @needs_gpu
-@pytest.mark.parametrize(
-    ("form", "wtype", "rows", "k"),
-    [
-        ("int8", "q4_K", 5120, 17408),
-        ("f16", "q6_K", 5120, 17408),
-        ("f16", "q6_K", 1000, 2304),
-        ("f16", "q4_K", 1000, 2304),
-    ],
-)
-@pytest.mark.parametrize("n", [24, 64])
-@pytest.mark.parametrize("residual", [False, True])
-def test_cuda_ws_early_weights_give_the_same_bits(
-    form: str,
-    wtype: str,
-    rows: int,
-    k: int,
-    n: int,
-    residual: bool,
-    mma_restored: None,
-    f16_wgmma_restored: None,
-) -> None:
-    """DFLASH_WS_EARLY_WEIGHTS (on by default): the warp-specialized GEMMs' producers stage their
-    first super-blocks' weights before the wait for the kernel before, their activations after it;
-    off, all after it. Only when the copies go out changes: the same bits, with the residual fused
-    or not, through the int8 Q4_K kernel (ffn_down's long rows, by shape from 17 columns) and the f16
-    one (one consumer warpgroup at 24 columns, two at 64; 1000 rows: a last tile 40 rows short).
-    Each launch counted on an sm_90a build on sm_90."""
-    _core.set_mma_enabled(True)
-    if form == "int8":
-        _core.set_q4k_f16_from(0)
-        _core.set_f16_wgmma_all(False)
-        counter = _core.wgmma_ws_launches
-    else:
-        _F16_SWITCH[wtype][1](2)
-        counter = _core.f16_ws_launches
-    w, _ = _weights(wtype, rows, k, seed=61)
-    x = np.random.default_rng(62).standard_normal((n, k)).astype(np.float32)
-    res = np.random.default_rng(63).standard_normal((n, rows)).astype(np.float32)
-
-    def product() -> np.ndarray:
-        if residual:
-            return _core.op_mul_mat_fused(w, wtype, rows, x, residual=res, gpu=True)
-        return _core.op_mul_mat(w, wtype, rows, x, tiles=True, gpu=True)
-
-    assert _core.ws_early_weights() == (GPU and os.environ.get("DFLASH_WS_EARLY_WEIGHTS", "1") != "0")
-    ref, got, launches = _a_b(
-        (_core.ws_early_weights, _core.set_ws_early_weights), (False, True), product, counter
-    )
-    assert launches == (1 if _core.wgmma_built() and _gpu_is_sm90() else 0)
-    np.testing.assert_array_equal(got, ref)
-
-
-@needs_gpu
 @pytest.mark.parametrize("wtype", ["q6_K", "q4_K"])
 @pytest.mark.parametrize("n", [16, 48])
 def test_cuda_f16_wgmma_gemm_adds_the_residual(

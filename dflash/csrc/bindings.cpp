@@ -651,11 +651,6 @@ PYBIND11_MODULE(_core, m) {
                   "early form: 0 off, 1 one consumer warpgroup a block, 2 two, at every column count, 3 one from 33 "
                   "columns, 4 one by each Q4_K matrix's shape, a fused residual too (the default; "
                   "DFLASH_WGMMA_WS); 0 without CUDA");
-    m.def("set_ws_early_weights", &ggml_ext::set_ws_early_weights, py::arg("on"),
-          "the warp-specialized GEMMs (int8 Q4_K, f16) staging their first super-blocks' weights before the wait "
-          "for the kernel before (the same bits): on by default (DFLASH_WS_EARLY_WEIGHTS=0 starts it off); no "
-          "effect without CUDA");
-    m.def("ws_early_weights", &ggml_ext::ws_early_weights);
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);

@@ -142,11 +142,6 @@ int64_t wgmma_res_launches();
 void set_wgmma_ws_mode(int mode);
 int wgmma_ws();
 int64_t wgmma_ws_launches();
-// The warp-specialized GEMMs (int8 Q4_K and f16) staging their first super-blocks' weights before the
-// wait for the kernel before (PDL; the same bits): on by default, DFLASH_WS_EARLY_WEIGHTS=0 starts
-// it off.
-void set_ws_early_weights(bool on);
-bool ws_early_weights();
 // Long rows (24 super-blocks or more: the 27B's ffn_down) of Q6_K at up to 16 columns with 8 warps
 // a block, their stages in dynamic shared memory (56 KB, over the 48 KB of static): 0 off (the
 // default until measured), 1 at 3 blocks a multiprocessor (80 registers), 2 with the compiler's

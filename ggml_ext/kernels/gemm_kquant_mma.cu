@@ -680,8 +680,6 @@ int64_t wgmma_res_launches() { return wgmma_res_count.load(); }
 void set_wgmma_ws_mode(int mode) { wgmma_ws_mode = valid_ws_mode(mode); }
 int wgmma_ws() { return wgmma_ws_mode; }
 int64_t wgmma_ws_launches() { return wgmma_ws_count.load(); }
-void set_ws_early_weights(bool on) { gemm_kq::ws_early_weights_flag() = on; }
-bool ws_early_weights() { return gemm_kq::ws_early_weights(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
 void set_mma_split(int pieces) {

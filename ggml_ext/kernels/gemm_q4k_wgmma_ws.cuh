@@ -86,18 +86,15 @@ __device__ __forceinline__ void ws_pdl_wait() {
     pdl_trigger();
 }
 
-// Whether the warp-specialized kernels (this int8 one and the f16 one) stage their first
-// super-blocks' weights before the wait for the kernel before: on by default, DFLASH_WS_EARLY_WEIGHTS=0
-// starts it off (after the wait, as until session 47; the same bits). One flag for every
-// translation unit (an inline function's static), set by ggml_ext::set_ws_early_weights.
-inline bool & ws_early_weights_flag() {
-    static bool on = [] {
+// Whether the warp-specialized kernels stage their first super-blocks' weights before the wait for
+// the kernel before (DFLASH_WS_EARLY_WEIGHTS=0: after it, as until session 47).
+inline bool ws_early_weights() {
+    static const bool on = [] {
         const char * e = std::getenv("DFLASH_WS_EARLY_WEIGHTS");
         return !e || std::atoi(e) != 0;
     }();
     return on;
 }
-inline bool ws_early_weights() { return ws_early_weights_flag(); }
 
 // Dynamic shared memory: S stages as the early kernel's (WgPlan<N, CW>), then each stage's full
 // and empty barriers.

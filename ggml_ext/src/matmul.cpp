@@ -76,8 +76,6 @@ int64_t wgmma_res_launches() { return 0; }
 void set_wgmma_ws_mode(int) {}
 int wgmma_ws() { return 0; }
 int64_t wgmma_ws_launches() { return 0; }
-void set_ws_early_weights(bool) {}
-bool ws_early_weights() { return false; }
 void set_mma_q6k_long_8(int) {}
 int mma_q6k_long_8() { return 0; }
 void set_mma_split(int) {}
