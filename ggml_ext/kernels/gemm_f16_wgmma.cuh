@@ -404,7 +404,6 @@ struct F16GemmArgs {
     const float * res;
     int stride_col_res, full_tiles, pieces;
     float * partials;
-    int early_weights;  // the warp-specialized form: its first weights before pdl_wait (ws_early_weights)
 };
 
 // Weight row `row`'s address (a last tile's missing rows read the matrix's last row).
@@ -524,7 +523,6 @@ struct F16WgForm {
     static F16WgKernel kernel() {
         return gemm_f16_wgmma_kernel<F, N, S, WG, MB, kRes>;
     }
-    static bool early_weights() { return false; }  // its first weights are staged before the wait anyway
 };
 
 // Form K's instance for N padded columns, its dynamic shared memory opted in once; null when that
@@ -573,9 +571,9 @@ bool f16_launch(const char * w, const __half * act, float * dst, int nrows, int 
         auto go = [&](auto res_tag) {
             const F16WgKernel kernel = f16_kernel_ready<K, N, decltype(res_tag)::value>();
             if (!kernel) return false;
-            DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream, kernel)(
-                F16GemmArgs{w, act, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, res, stride_col_res,
-                            split.full_tiles, split.pieces, partials, (int)K::early_weights()});
+            DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(N), grid, block, kBytes, stream,
+                              kernel)(F16GemmArgs{w, act, dst, nrows, k / kQk, row_bytes, ncols, stride_col_dst, res,
+                                                  stride_col_res, split.full_tiles, split.pieces, partials});
             return true;
         };
         return res ? go(std::true_type{}) : go(std::false_type{});

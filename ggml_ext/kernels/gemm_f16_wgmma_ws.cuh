@@ -61,48 +61,26 @@ __global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPer
         const int ptid = tid - Shape::kConsumers, last = args.nrows - 1 - row_base;
         const char * wtile = args.w + (int64_t)row_base * args.row_bytes;
         const char * act_bytes = reinterpret_cast<const char *>(args.act);
-        int off[kPer];  // chunk j's row in the tile, in bytes (32 bits: launch_f16_wgmma_ws checks)
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) off[j] = min((ptid + kWsProducers * j) / F::kChunks, last) * (int)args.row_bytes;
-        auto weights = [&](char * st, int s, int kb) {
-            const char * wk = wtile + (int64_t)kb * F::kBytes;
+        for (int i = 0; i < nkb; ++i) {
+            const int s = i % S, use = i / S, kb = tile.kb_begin + i;
+            char * st = stage_at(s);
+            mbar_wait_parity(&empty[s], (use & 1) ^ 1);  // the consumers are done with its use before
+            if (ptid == 0) {
+                mbar_arrive_expect_tx(&full[s], P::kBBytes);
+                bulk_copy_g2s(st + P::kWBytes, act_bytes + (int64_t)kb * P::kBBytes, P::kBBytes, &full[s]);
+            }
 #pragma unroll
             for (int j = 0; j < kPer; ++j) {
                 const int c = ptid + kWsProducers * j, r = c / F::kChunks;
                 if (kWChunks % kWsProducers == 0 || c < kWChunks) {
-                    const char * blk = wk + off[j];
+                    const char * blk = wtile + (int64_t)min(r, last) * args.row_bytes + (int64_t)kb * F::kBytes;
                     cp_async_16(st + 16 * c, (F::kAligned ? blk : align16_down(blk)) + 16 * (c - F::kChunks * r));
                 }
             }
             cp_async_mbar_arrive_noinc(&full[s]);  // counts once this thread's copies have landed
-        };
-        auto act = [&](char * st, int s, int kb) {  // the first producer's
-            mbar_arrive_expect_tx(&full[s], P::kBBytes);
-            bulk_copy_g2s(st + P::kWBytes, act_bytes + (int64_t)kb * P::kBBytes, P::kBBytes, &full[s]);
-        };
-        // the first `ahead` stages' weights before the wait for the kernel before (ws_early_weights;
-        // their first use: nothing to wait for), their activations after it. One loop (a prologue
-        // of its own, with 64-bit chunk addresses, put 80 bytes of Q6_K's on the stack at CW = 2).
-        const int ahead = args.early_weights ? min(S, nkb) : 0;
-        if (ahead == 0) ws_pdl_wait();
-        for (int i = 0; i < nkb; ++i) {
-            const int s = i % S, use = i / S, kb = tile.kb_begin + i;
-            char * st = stage_at(s);
-            if (i >= ahead) {
-                mbar_wait_parity(&empty[s], (use & 1) ^ 1);  // the consumers are done with its use before
-                if (ptid == 0) act(st, s, kb);
-            }
-            weights(st, s, kb);
-            if (i + 1 == ahead) {
-                ws_pdl_wait();
-                if (ptid == 0) {
-                    for (int j = 0; j < ahead; ++j) act(stage_at(j), j, tile.kb_begin + j);
-                }
-            }
         }
         return;  // the consumers' waits cover every copy it issued
     }
-    ws_pdl_wait();
     warpgroup_regs_up<F16WsRegs<CW>::kConsumer>();
     const int g = lane >> 2, t = lane & 3;
     const int wrow = 64 * (warp >> 2) + 16 * (warp & 3);  // the warp's first row in the block
@@ -139,7 +117,6 @@ struct F16WsForm {
     static F16WgKernel kernel() {
         return gemm_f16_wgmma_ws_kernel<F, N, S, CW, kRes>;
     }
-    static bool early_weights() { return ws_early_weights(); }
 };
 
 template <typename F, int CW, int S = kF16WsStages>
@@ -158,7 +135,6 @@ template <typename F, int CW, int S = kF16WsStages>
 bool launch_f16_wgmma_ws(const char * w, const __half * act, float * dst, int nrows, int k, int64_t row_bytes,
                          int ncols, int stride_col_dst, cudaStream_t stream, const float * res = nullptr,
                          int stride_col_res = 0, WgSplit split = {}, float * partials = nullptr) {
-    if ((int64_t)CW * kWgRows * row_bytes > INT32_MAX) return false;  // the producers' 32-bit offsets
     return f16_launch<F16WsForm<F, S, CW>>(w, act, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res,
                                            stride_col_res, split, partials);
 }

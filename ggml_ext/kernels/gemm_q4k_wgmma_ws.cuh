@@ -34,8 +34,6 @@
 #include "gemm_q4k_wgmma.cuh"
 #include "mbarrier.cuh"
 
-#include <cstdlib>
-
 namespace gemm_kq {
 
 // Consumer warpgroups CW (1 or 2): the block's threads, blocks a multiprocessor and registers.
@@ -64,8 +62,8 @@ __device__ __forceinline__ WsTile ws_tile(int full_tiles, int pieces, int nblock
 
 // A warp-specialized kernel's stage barriers at bars: S `full` ones, completed by the producers'
 // bulk copies' expect_tx and each producer thread's cp.async arrival, then S `empty` ones, by
-// `releases` consumer arrivals. Thread 0 initialises them; then the block's barrier. The wait for
-// the kernel that wrote the activations (pdl.cuh) is each warp's own: ws_pdl_wait.
+// `releases` consumer arrivals. Thread 0 initialises them; then the block's barrier and the wait for
+// the kernel that wrote the activations (pdl.cuh).
 template <int S>
 __device__ __forceinline__ void ws_stage_barriers(uint64_t * bars, int tid, int releases) {
     if (tid == 0) {
@@ -76,24 +74,8 @@ __device__ __forceinline__ void ws_stage_barriers(uint64_t * bars, int tid, int 
         mbar_init_fence();
     }
     __syncthreads();
-}
-
-// The wait for the kernel before (pdl.cuh): the consumers' at their start, the producers' once the
-// first stages' weights are on their way (early_weights; otherwise at their start too). Only the
-// weights, no kernel's output, are read before it, as the early kernel and the mma.sync GEMM do.
-__device__ __forceinline__ void ws_pdl_wait() {
     pdl_wait();
     pdl_trigger();
-}
-
-// Whether the warp-specialized kernels stage their first super-blocks' weights before the wait for
-// the kernel before (DFLASH_WS_EARLY_WEIGHTS=0: after it, as until session 47).
-inline bool ws_early_weights() {
-    static const bool on = [] {
-        const char * e = std::getenv("DFLASH_WS_EARLY_WEIGHTS");
-        return !e || std::atoi(e) != 0;
-    }();
-    return on;
 }
 
 // Dynamic shared memory: S stages as the early kernel's (WgPlan<N, CW>), then each stage's full
@@ -123,12 +105,26 @@ __device__ __forceinline__ void ws_row_offsets(int (&off)[WsRows<N, CW>::kPer], 
     }
 }
 
-// The producers' weight chunks of super-block kb of the tile at wtile into stage st, landing on
-// full_s (each thread arrives once its copies have).
+// The producers' part of a super-block kb in stage s (its use-th fill): once the consumers released
+// the use before, the activations, their per-32 sums and scales (thread 0: three bulk copies) and
+// this thread's weight chunks of the tile at wtile, each landing on full[s].
 template <int N, int CW>
-__device__ __forceinline__ void ws_produce_weights(char * st, uint64_t * full_s, const int kb, const char * wtile,
-                                                   const int (&off)[WsRows<N, CW>::kPer], const int ptid) {
+__device__ __forceinline__ void ws_produce(char * st, uint64_t * full_s, uint64_t * empty_s, const int use,
+                                           const int kb, const char * wtile, const int (&off)[WsRows<N, CW>::kPer],
+                                           const int ptid, const int8_t * qs, const int * ysum, const float * yd) {
+    using P = WgPlan<N, CW>;
     using R = WsRows<N, CW>;
+    constexpr int kActBytes = P::kBBytes + P::kSumBytes + P::kDBytes;
+    mbar_wait_parity(empty_s, (use & 1) ^ 1);  // the consumers are done with its use before
+    if (ptid == 0) {
+        mbar_arrive_expect_tx(full_s, kActBytes);
+        char * a = st + P::kWBytes;
+        bulk_copy_g2s(a, reinterpret_cast<const char *>(qs) + (int64_t)kb * P::kBBytes, P::kBBytes, full_s);
+        bulk_copy_g2s(a + P::kBBytes, reinterpret_cast<const char *>(ysum) + (int64_t)kb * P::kSumBytes, P::kSumBytes,
+                      full_s);
+        bulk_copy_g2s(a + P::kBBytes + P::kSumBytes, reinterpret_cast<const char *>(yd) + (int64_t)kb * P::kDBytes,
+                      P::kDBytes, full_s);
+    }
     const char * wk = wtile + (int64_t)kb * 144;
 #pragma unroll
     for (int j = 0; j < R::kPer; ++j) {
@@ -136,33 +132,6 @@ __device__ __forceinline__ void ws_produce_weights(char * st, uint64_t * full_s,
             cp_async_16(st + 16 * (ptid + kWsProducers * j), wk + off[j]);
     }
     cp_async_mbar_arrive_noinc(full_s);  // counts once this thread's copies have landed
-}
-
-// Super-block kb's activations, their per-32 sums and scales into stage st (the first producer:
-// three bulk copies on full_s).
-template <int N, int CW>
-__device__ __forceinline__ void ws_produce_act(char * st, uint64_t * full_s, const int kb, const int8_t * qs,
-                                               const int * ysum, const float * yd) {
-    using P = WgPlan<N, CW>;
-    constexpr int kActBytes = P::kBBytes + P::kSumBytes + P::kDBytes;
-    mbar_arrive_expect_tx(full_s, kActBytes);
-    char * a = st + P::kWBytes;
-    bulk_copy_g2s(a, reinterpret_cast<const char *>(qs) + (int64_t)kb * P::kBBytes, P::kBBytes, full_s);
-    bulk_copy_g2s(a + P::kBBytes, reinterpret_cast<const char *>(ysum) + (int64_t)kb * P::kSumBytes, P::kSumBytes,
-                  full_s);
-    bulk_copy_g2s(a + P::kBBytes + P::kSumBytes, reinterpret_cast<const char *>(yd) + (int64_t)kb * P::kDBytes,
-                  P::kDBytes, full_s);
-}
-
-// The producers' part of a super-block kb in stage s (its use-th fill): once the consumers released
-// the use before, its activations (ws_produce_act) and this thread's weight chunks (ws_produce_weights).
-template <int N, int CW>
-__device__ __forceinline__ void ws_produce(char * st, uint64_t * full_s, uint64_t * empty_s, const int use,
-                                           const int kb, const char * wtile, const int (&off)[WsRows<N, CW>::kPer],
-                                           const int ptid, const int8_t * qs, const int * ysum, const float * yd) {
-    mbar_wait_parity(empty_s, (use & 1) ^ 1);  // the consumers are done with its use before
-    if (ptid == 0) ws_produce_act<N, CW>(st, full_s, kb, qs, ysum, yd);
-    ws_produce_weights<N, CW>(st, full_s, kb, wtile, off, ptid);
 }
 
 // A consumer warp's part of the super-block in stage st once full_s completes its phase `parity`:
@@ -241,18 +210,6 @@ struct WsStages {
         ws_produce<N, CW>(stage(i), &full[i % S], &full[S + i % S], i / S, kb, wtile, off, ptid, qs, ysum, yd);
     }
 
-    // The first `ahead` fills (at most S: their stages' first use, nothing to wait for) in two parts:
-    // their weights before the wait for the kernel before (ws_pdl_wait), their activations after it.
-    __device__ __forceinline__ void produce_first(const int ahead, const int kb_begin, const char * wtile,
-                                                  const int (&off)[WsRows<N, CW>::kPer], const int ptid,
-                                                  const int8_t * qs, const int * ysum, const float * yd) const {
-        for (int i = 0; i < ahead; ++i) ws_produce_weights<N, CW>(stage(i), &full[i], kb_begin + i, wtile, off, ptid);
-        ws_pdl_wait();
-        if (ptid == 0) {
-            for (int i = 0; i < ahead; ++i) ws_produce_act<N, CW>(stage(i), &full[i], kb_begin + i, qs, ysum, yd);
-        }
-    }
-
     __device__ __forceinline__ void consume(float (&acc)[N / 8][4], const int i, const int lane, const int wrow,
                                             const int lbo, const int sbo) const {
         ws_consume<N, CW>(acc, stage(i), &full[i % S], &full[S + i % S], (i / S) & 1, lane, wrow, lbo, sbo);
@@ -272,7 +229,7 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
                                               const int nblocks, const int64_t row_bytes, const int ncols,
                                               const int stride_col_dst, const int lbo, const int sbo,
                                               const int full_tiles, const int pieces, float * partials,
-                                              const float * res, const int stride_col_res, const int early_weights) {
+                                              const float * res, const int stride_col_res) {
     using Shape = WsShape<CW>;
     constexpr int NT = N / 8, kProducer = 4 * CW;  // the producer warpgroup's first warp
     DFLASH_DYNAMIC_SMEM_BYTES(ws_smem);
@@ -286,12 +243,9 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
         int off[WsRows<N, CW>::kPer];
         ws_row_offsets<N, CW>(off, ptid, nrows - 1 - row_base, row_bytes);
         const char * wtile = w + (int64_t)row_base * row_bytes;
-        const int ahead = early_weights ? min(S, nkb) : 0;
-        stages.produce_first(ahead, kb_begin, wtile, off, ptid, qs, ysum, yd);
-        for (int i = ahead; i < nkb; ++i) stages.produce(i, kb_begin + i, wtile, off, ptid, qs, ysum, yd);
+        for (int i = 0; i < nkb; ++i) stages.produce(i, kb_begin + i, wtile, off, ptid, qs, ysum, yd);
         return;  // the consumers' waits cover every copy it issued
     }
-    ws_pdl_wait();
     warpgroup_regs_up<Shape::kConsumerRegs>();
     const int wrow = 16 * warp;
     float acc[NT][4] = {};
@@ -311,17 +265,17 @@ __global__ void __launch_bounds__(WsShape<CW>::kThreads, WsShape<CW>::kBlocksPer
                              float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
                              const int ncols, const int stride_col_dst, const int lbo, const int sbo,
                              const int full_tiles, const int pieces, float * partials, const float * res,
-                             const int stride_col_res, const int early_weights) {
+                             const int stride_col_res) {
 #if defined(DFLASH_WGMMA)
     wgmma_ws_body<N, S, CW, kRes>(w, qs, yd, ysum, dst, nrows, nblocks, row_bytes, ncols, stride_col_dst, lbo, sbo,
-                                  full_tiles, pieces, partials, res, stride_col_res, early_weights);
+                                  full_tiles, pieces, partials, res, stride_col_res);
 #else
     NO_DEVICE_CODE;
 #endif
 }
 
 using WsKernel = void (*)(const char *, const int8_t *, const float *, const int *, float *, int, int, int64_t, int,
-                          int, int, int, int, int, float *, const float *, int, int);
+                          int, int, int, int, int, float *, const float *, int);
 
 // The instance for N padded columns (kRes: with the fused residual), its dynamic shared memory opted
 // in once; null when that failed.
@@ -386,7 +340,7 @@ bool launch_q4k_wgmma_ws(const char * w, const int8_t * qs, const float * yd, co
     };
     return ws_launch<CW, S>(ready, dim3((unsigned)split.grid(), 1, 1), stream, w, qs, yd, ysum, dst, nrows, k,
                             row_bytes, ncols, stride_col_dst, split.full_tiles, split.pieces, partials, res,
-                            stride_col_res, (int)ws_early_weights());
+                            stride_col_res);
 }
 
 }  // namespace gemm_kq
