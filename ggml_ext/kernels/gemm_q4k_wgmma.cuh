@@ -62,34 +62,15 @@ constexpr int kWgRows = 64;  // rows per warpgroup: its m64
 #define DFLASH_WGMMA 1
 #endif
 
-// The 64-column instances' scales: sub-block by sub-block (scale_min, below) unless built with
-// DFLASH_WG64_WORDS, which gives them the byte-permute words of the narrower instances (scale_word,
-// mins_half2). Session 23 timed the words slower at 64 columns in the early kernel (below); in the
-// warp-specialized kernel they take its 64-column loop from 551 to 487 sm_90a instructions a
-// super-block a warp (session 46), untimed: the standalone's `ws64` mode times the kernel in a
-// build with and one without (tools/device/README.md). The same operands, so the same bits (the
-// emulator's check_wgmma hashes at 64 columns, both builds).
-#if defined(DFLASH_WG64_WORDS)
-constexpr bool kWg64ScaleMin = false;
-#else
-constexpr bool kWg64ScaleMin = true;
-#endif
-
-// Sub-block j's 6-bit scale and min alone (ggml's get_scale_min_k4): the 64-column kernel's form. With
-// the byte-permute words (scale_word, mins_half2) it took 7.24 ms a 27B 64-token forward against
-// 6.45 on the H200 (fewer instructions, 217 registers against 220, scheduled worse), where the
-// words made the 32-column one faster (0.59 against 0.64 ms; session 23).
-__device__ __forceinline__ void scale_min(const uint32_t s0, const uint32_t s1, const uint32_t s2, const int j,
-                                          int & sc, int & mn) {
-    if (j < 4) {
-        sc = (s0 >> (8 * j)) & 63;
-        mn = (s1 >> (8 * j)) & 63;
-    } else {
-        const int b = 8 * (j - 4);
-        sc = ((s2 >> b) & 15) | (((s0 >> (b + 6)) & 3) << 4);
-        mn = ((s2 >> (b + 4)) & 15) | (((s1 >> (b + 6)) & 3) << 4);
-    }
-}
+// Every instance reads its scales as byte-permute words (scale_word, mins_half2). Until session 47
+// the 64-column instances took them sub-block by sub-block (ggml's get_scale_min_k4): session 23
+// had the words slower there in the early kernel (a 27B 64-token forward's Q4_K GEMMs 7.24 ms
+// against 6.45 on the H200, 217 registers against 220, scheduled worse). The warp-specialized
+// kernel, which takes [gate; up], gdn_in, attn_q and ffn_down at 64 columns (session 44), runs its
+// loop in 487 sm_90a instructions a super-block a warp with the words against 551, and on the H200
+// (session 47, the standalone's `ws64` mode, two runs each) [gate; up] took 66.5 against 67.2 us,
+// gdn_in 28.7 against 29.1, attn_q 27.4 against 27.8, ffn_down 40.3 against 40.8: the same bits
+// (the check lines' out_hash).
 
 // Shared-memory matrix descriptor (no swizzle): address, leading (K) and stride (M/N) byte offsets.
 __device__ __forceinline__ uint64_t wg_desc(const void * smem, int lbo, int sbo) {
@@ -332,7 +313,7 @@ __device__ __forceinline__ bool wg_split_gather(At && at, float * partials, cons
 
 // Sub-blocks 2c and 2c + 1 of this lane's rows (g at s0, g + 8 at s1; their scale words h0, h1) as
 // the u8 operands of their wgmmas: al = q * lo, ah = q * hi for the scale split sc = 8 hi + lo
-// (from scale_min at 64 columns, scale_word's bytes below).
+// (scale_word's bytes).
 template <int N>
 __device__ __forceinline__ void wg_operands(const char * s0, const char * s1, const uint4 & h0, const uint4 & h1,
                                             const int c, const int t, int (&al)[2][4], int (&ah)[2][4]) {
@@ -341,21 +322,11 @@ __device__ __forceinline__ void wg_operands(const char * s0, const char * s1, co
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int j = 2 * c + h, sh = 4 * h;
-        int sc0 = 0, sc1 = 0, m_;
-        uint32_t w0 = 0u, w1 = 0u;
-        if constexpr (N == 64 && kWg64ScaleMin) {
-            scale_min(h0.y, h0.z, h0.w, j, sc0, m_);
-            scale_min(h1.y, h1.z, h1.w, j, sc1, m_);
-        } else {
-            w0 = scale_word(h0.y, h0.w, j >> 2), w1 = scale_word(h1.y, h1.w, j >> 2);
-        }
+        const uint32_t w0 = scale_word(h0.y, h0.w, j >> 2), w1 = scale_word(h1.y, h1.w, j >> 2);
         const uint32_t lo0 = (q0.x >> sh) & 0x0F0F0F0F, hi0 = (q0.y >> sh) & 0x0F0F0F0F;
         const uint32_t lo1 = (q1.x >> sh) & 0x0F0F0F0F, hi1 = (q1.y >> sh) & 0x0F0F0F0F;
-        uint32_t l0 = sc0 & 7, u0 = sc0 >> 3, l1 = sc1 & 7, u1 = sc1 >> 3;
-        if constexpr (N != 64 || !kWg64ScaleMin) {
-            l0 = byte_at(w0 & 0x07070707u, j & 3), u0 = byte_at((w0 >> 3) & 0x07070707u, j & 3);
-            l1 = byte_at(w1 & 0x07070707u, j & 3), u1 = byte_at((w1 >> 3) & 0x07070707u, j & 3);
-        }
+        const uint32_t l0 = byte_at(w0 & 0x07070707u, j & 3), u0 = byte_at((w0 >> 3) & 0x07070707u, j & 3);
+        const uint32_t l1 = byte_at(w1 & 0x07070707u, j & 3), u1 = byte_at((w1 >> 3) & 0x07070707u, j & 3);
         al[h][0] = (int)(lo0 * l0), al[h][1] = (int)(lo1 * l1), al[h][2] = (int)(hi0 * l0);
         al[h][3] = (int)(hi1 * l1);
         ah[h][0] = (int)(lo0 * u0), ah[h][1] = (int)(lo1 * u1), ah[h][2] = (int)(hi0 * u0);
@@ -417,18 +388,8 @@ __device__ __forceinline__ WgStep wg_step(const uint4 & h0, const uint4 & h1, co
     WgStep s;
     s.dm0 = __half22float2(*reinterpret_cast<const half2 *>(&h0.x));
     s.dm1 = __half22float2(*reinterpret_cast<const half2 *>(&h1.x));
-    s.a_min[0] = s.a_min[1] = s.a_min[2] = s.a_min[3] = 0u;
-    if constexpr (N == 64 && kWg64ScaleMin) {
-        int s_, m_a, m_b;
-        scale_min(h0.y, h0.z, h0.w, 2 * t, s_, m_a);
-        scale_min(h0.y, h0.z, h0.w, 2 * t + 1, s_, m_b);
-        s.a_min[0] = half2_bits((float)m_a, (float)m_b);
-        scale_min(h1.y, h1.z, h1.w, 2 * t, s_, m_a);
-        scale_min(h1.y, h1.z, h1.w, 2 * t + 1, s_, m_b);
-        s.a_min[1] = half2_bits((float)m_a, (float)m_b);
-    } else {
-        s.a_min[0] = mins_half2(h0.z, h0.w, t), s.a_min[1] = mins_half2(h1.z, h1.w, t);
-    }
+    s.a_min[0] = mins_half2(h0.z, h0.w, t), s.a_min[1] = mins_half2(h1.z, h1.w, t);
+    s.a_min[2] = s.a_min[3] = 0u;
     return s;
 }
 

@@ -1422,7 +1422,7 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
             for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
             if (swap == 0) form0 = got;
             const bool same = std::memcmp(got.data(), form0.data(), got.size() * 4) == 0;
-            // FNV-1a of the output bits (as check_mma's): builds that should agree (DFLASH_WG64_WORDS)
+            // FNV-1a of the output bits (as check_mma's): builds that should agree (ws64_ab.sh's)
             uint64_t bits_hash = 1469598103934665603ull;
             for (const float v : got) {
                 uint32_t u;
@@ -2340,7 +2340,7 @@ int main(int argc, char ** argv) {
         for (const Shape & m : shapes) bench_wgmma(m.name, m.rows, m.k, gen);
     }
     if (what == "ws64") {  // the int8 warp-specialized kernel at 64 columns on the 27B's matrices it takes there
-        // (a build with and one without DFLASH_WG64_WORDS: the scales' two forms)
+        // (tools/device/ws64_ab.sh: a build with and one without a flag under test)
         check_wgmma(70, 256, gen, {64});
         check_wgmma_split(64 * 7, 3072, 3, gen);
         const std::vector<Shape> shapes = {{"ffn_gate_up", W::q4_K, 34816, 5120},

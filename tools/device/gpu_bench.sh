@@ -18,7 +18,7 @@ if { [ "$stage" = s ] || [ "$stage" = g1 ] || [ "$stage" = k1 ]; } && [ ! -x /tm
     mv /tmp/gemv_standalone.part /tmp/gemv_standalone) &
   SA_PID=$!
 fi
-# h1 with H1_WS64=1: the GEMM standalone's two builds for tools/device/ws64_ab.sh, beside the build
+# h1 with H1_WS64=1: the GEMM standalone's builds for tools/device/ws64_ab.sh (two with WS64_FLAG), beside the build
 if [ "$stage" = h1 ] && [ "${H1_WS64:-0}" = 1 ]; then
   mkdir -p /tmp/up /tmp/ws64 && { [ -d /tmp/up/ggml ] || tar xzf .carry/upstream.tar.gz -C /tmp/up; }
   bash tools/device/ws64_ab.sh build > /tmp/ws64/build.log 2>&1 &
@@ -341,8 +341,8 @@ fi
 # sets as in f1), then the CUDA tests by H1_TESTS (a pytest -k expression) in the time left
 # (H1_SA: the standalone's mode, split by default; H1_SA_S its seconds, 40; H1_MIN_LEFT: the seconds
 # a profile must leave, 100; H1_FORWARDS: the forwards' token counts, 1,16,32,64; H1_KP_S: a
-# profile's seconds, 40; H1_WS64=1: after the default profile, tools/device/ws64_ab.sh, its two
-# binaries built beside the engine's build, H1_WS64_NCU=1 with its ncu pass). h2: AR
+# profile's seconds, 40; H1_WS64=1: after the default profile, tools/device/ws64_ab.sh, its
+# binaries built beside the engine's build (WS64_FLAG: an A/B), H1_WS64_NCU=1 with its ncu pass). h2: AR
 # next to libllama with the defaults and with each of H2_AR_VARS, then the chain next to upstream
 # llama-server draft-dflash at synthetic acceptance 10: the issue's table.
 if [ "$stage" = h1 ]; then
@@ -356,7 +356,7 @@ if [ "$stage" = h1 ]; then
   kernel_profile 45 "h200-27b-kernels-default.json"
   grep -E "wall" "$OUT/h200-27b-kernels-default.log" | cut -c1-150
   [ -f .carry/gemv_standalone.gz ] && CALL_LEFT=${H1_SA_S:-40} bash tools/device/gemv_standalone.sh "${H1_SA:-split}" 2>&1 | grep -v '^{' | tail -n 60
-  if [ -n "${WS64_PID-}" ] && [ "$(left)" -ge 90 ]; then  # the 64-column scales' A/B (H1_WS64_NCU=1: and ncu)
+  if [ -n "${WS64_PID-}" ] && [ "$(left)" -ge 90 ]; then  # the 64-column GEMM (WS64_FLAG: an A/B; H1_WS64_NCU=1: and ncu)
     wait "$WS64_PID"
     WS64_NCU=${H1_WS64_NCU:-0} timeout "$(($(left) - 40))" bash tools/device/ws64_ab.sh 2>&1 | tail -n 30
   fi

@@ -1,38 +1,41 @@
 #!/usr/bin/env bash
-# GPU: the int8 warp-specialized GEMM at 64 columns with the scales' two forms (session 46's A/B):
-# the GEMM standalone (tools/device/gemv_standalone.cu, slim) built without and with
-# DFLASH_WG64_WORDS, each run twice, alternately, in `ws64` mode ([gate; up], gdn_in, attn_q and
-# ffn_down at 64 columns, code 91004014; the check_wgmma lines' `out_hash` must agree between builds).
-# Binaries: .carry/sa/gemv_standalone{,_words}.gz when carried (built here with nvcc -O3
-# -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM [-DDFLASH_WG64_WORDS], stripped and
-# gzipped), else built there from .carry/upstream.tar.gz's headers (~1.5 min, both at once).
-# WS64_NCU=1: then ncu (--set full) on one launch of each engine form at 64 columns (profile_64),
-# the details and the SASS source page (per-instruction stall samples) into $OUT. Argument `build`:
-# the binaries only (gpu_bench.sh h1 with H1_WS64=1 builds them beside the engine's build).
+# GPU: the int8 warp-specialized GEMM at 64 columns, the GEMM standalone (tools/device/gemv_standalone.cu,
+# slim) in `ws64` mode ([gate; up], gdn_in, attn_q and ffn_down at 64 columns, code 91004014), twice.
+# WS64_FLAG=-DNAME: an A/B, a build without and one with that flag, run alternately (the check_wgmma
+# lines' `out_hash` must agree between builds that should give the same bits; session 47 timed
+# the 64-column scales' byte-permute words so, now the only form). Binaries built there from
+# .carry/upstream.tar.gz's headers (nvcc -O3 -gencode arch=compute_90a,code=sm_90a
+# -DGEMV_STANDALONE_SLIM [flag], ~1.5 min, both at once). WS64_NCU=1: then ncu (--set full) on one
+# launch of each engine form at 64 columns (profile_64, the first build), the details and the SASS
+# source page (per-instruction stall samples) into $OUT. Argument `build`: the binaries only
+# (gpu_bench.sh h1 with H1_WS64=1 builds them beside the engine's build).
 cd "$(dirname "$0")/../.." || exit 1
 mkdir -p "$OUT" /tmp/ws64
-for v in gemv_standalone gemv_standalone_words; do
-  [ -f ".carry/sa/$v.gz" ] && [ ! -x "/tmp/ws64/$v" ] && gzip -dc ".carry/sa/$v.gz" > "/tmp/ws64/$v" && chmod +x "/tmp/ws64/$v"
-done
-if ! /tmp/ws64/gemv_standalone none > /dev/null 2>&1 || ! /tmp/ws64/gemv_standalone_words none > /dev/null 2>&1; then
+builds="gemv_standalone${WS64_FLAG:+ gemv_standalone_flag}"
+built=1
+for v in $builds; do "/tmp/ws64/$v" none > /dev/null 2>&1 || built=0; done
+if [ "$built" = 0 ]; then
   mkdir -p /tmp/up && { [ -d /tmp/up/ggml ] || tar xzf .carry/upstream.tar.gz -C /tmp/up; }
   T=/tmp/up/ggml
-  for flag in "" -DDFLASH_WG64_WORDS; do
-    out=/tmp/ws64/gemv_standalone${flag:+_words}
-    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM $flag -o "$out" \
+  for v in $builds; do
+    flag=""
+    [ "$v" = gemv_standalone_flag ] && flag=$WS64_FLAG
+    # shellcheck disable=SC2086  # no flag: no argument
+    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DGEMV_STANDALONE_SLIM $flag -o "/tmp/ws64/$v" \
       tools/device/gemv_standalone.cu -I$T/src -I$T/include -I$T/src/ggml-cuda -Iggml_ext/include \
-      -Iggml_ext/kernels -DGGML_USE_CUDA > "$out.log" 2>&1 &
+      -Iggml_ext/kernels -DGGML_USE_CUDA > "/tmp/ws64/$v.log" 2>&1 &
   done
   wait
 fi
 [ "${1-}" = build ] && exit 0
 for round in 1 2; do
-  for v in gemv_standalone gemv_standalone_words; do
+  for v in $builds; do
     timeout 60 "/tmp/ws64/$v" ws64 >> "$OUT/ws64-$v.jsonl" 2>&1
     echo "[gpu] $v round $round rc=$?"
   done
 done
-python3 - "$OUT"/ws64-gemv_standalone.jsonl "$OUT"/ws64-gemv_standalone_words.jsonl <<'PY'
+# shellcheck disable=SC2046  # one path per build
+python3 - $(for v in $builds; do echo "$OUT/ws64-$v.jsonl"; done) <<'PY'
 import json, sys
 for path in sys.argv[1:]:
     rows = [json.loads(l) for l in open(path) if l.startswith("{")]
