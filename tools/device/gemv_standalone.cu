@@ -1223,6 +1223,18 @@ struct CheckWeights {
 
 // The tensor-core GEMM against the host reference (activations per 256; per 32 for Q8_0), every stage count; and
 // the engine's form with a residual.
+// FNV-1a of a launch's output bits: equal across the forms and builds that must give the same bits
+// (the check lines' out_hash; tools/device/ws64_ab.sh compares builds by it).
+uint64_t bits_hash(const std::vector<float> & out) {
+    uint64_t hash = 1469598103934665603ull;
+    for (const float v : out) {
+        uint32_t u;
+        std::memcpy(&u, &v, 4);
+        hash = (hash ^ u) * 1099511628211ull;
+    }
+    return hash;
+}
+
 void check_mma(W t, int rows, int k, std::mt19937 & gen) {
     const CheckWeights cw(t, rows, k, gen);
     const int64_t row_bytes = cw.row_bytes;
@@ -1245,13 +1257,8 @@ void check_mma(W t, int rows, int k, std::mt19937 & gen) {
             run_mma(t, stages, dw, b, rows, k, row_bytes, ncols);
             CK(cudaMemcpy(got.data(), b.dst, got.size() * 4, cudaMemcpyDeviceToHost));
             double err = 0;
-            uint64_t hash = 1469598103934665603ull;  // FNV-1a of the output bits: equal bits across codes
-            for (size_t i = 0; i < got.size(); ++i) {
-                err = std::fmax(err, std::fabs(got[i] - ref[i]));
-                uint32_t u;
-                std::memcpy(&u, &got[i], 4);
-                hash = (hash ^ u) * 1099511628211ull;
-            }
+            for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
+            const uint64_t hash = bits_hash(got);  // equal bits across codes
             std::printf(
                 "{\"check_mma\": \"%s\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"stages\": %d, "
                 "\"stages_run\": %d, \"warps\": %d, \"rel_err\": %.3g, \"out_hash\": \"%016llx\", \"ok\": %s}\n",
@@ -1422,18 +1429,12 @@ void check_wgmma(int rows, int k, std::mt19937 & gen,
             for (size_t i = 0; i < got.size(); ++i) err = std::fmax(err, std::fabs(got[i] - ref[i]));
             if (swap == 0) form0 = got;
             const bool same = std::memcmp(got.data(), form0.data(), got.size() * 4) == 0;
-            // FNV-1a of the output bits (as check_mma's): builds that should agree (ws64_ab.sh's)
-            uint64_t bits_hash = 1469598103934665603ull;
-            for (const float v : got) {
-                uint32_t u;
-                std::memcpy(&u, &v, 4);
-                bits_hash = (bits_hash ^ u) * 1099511628211ull;
-            }
             std::printf(
                 "{\"check_wgmma\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"swap\": %d, "
                 "\"ran\": %s, \"rel_err\": %.3g, \"same_bits\": %s, \"out_hash\": \"%016llx\", \"ok\": %s}\n",
                 rows, k, ncols, swap, ran ? "true" : "false", err / ref_max, same ? "true" : "false",
-                (unsigned long long)bits_hash, ran && err / ref_max <= 5e-4 && (swap < 2 || same) ? "true" : "false");
+                (unsigned long long)bits_hash(got),
+                ran && err / ref_max <= 5e-4 && (swap < 2 || same) ? "true" : "false");
         }
         b.free_all();
     }
@@ -1715,11 +1716,12 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
             "\"full_tiles\": %d, \"tail\": %d, \"pieces\": %d, \"vs_whole\": %.3g, \"rel_err\": %.3g, "
             "\"relaunch_same\": %s, \"pipe_same\": %s, \"early_same\": %s, \"chunks_same\": %s, "
             "\"res_same\": %s, \"ws_same\": %s, \"ws_res_same\": %s, \"ws2_same\": %s, \"two_wg_pieces\": %d, "
-            "\"two_wg_vs_whole\": %.3g, \"ok\": %s}\n",
+            "\"two_wg_vs_whole\": %.3g, \"out_hash\": \"%016llx\", \"two_wg_hash\": \"%016llx\", \"ok\": %s}\n",
             rows, k, ncols, slots, split.full_tiles, split.tail, split.pieces, err_whole / ref_max, err_ref / ref_max,
             same ? "true" : "false", pipe_same ? "true" : "false", early_same ? "true" : "false",
             chunks_same ? "true" : "false", res_same ? "true" : "false", ws_same ? "true" : "false",
             ws_res_same ? "true" : "false", ws2_same ? "true" : "false", split2.pieces, err_two / ref_max,
+            (unsigned long long)bits_hash(got[0]), (unsigned long long)bits_hash(two),
             ran && same && pipe_same && early_same && chunks_same && res_same && ws_same && ws_res_same && ws2_same &&
                     split.pieces > 1 && split2.pieces > 1 && err_whole / ref_max <= 1e-5 && err_two / ref_max <= 1e-5 &&
                     err_ref / ref_max <= 5e-4

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU: the int8 warp-specialized GEMM at 64 columns, the GEMM standalone (tools/device/gemv_standalone.cu,
 # slim) in `ws64` mode ([gate; up], gdn_in, attn_q and ffn_down at 64 columns, code 91004014), twice.
-# WS64_FLAG=-DNAME: an A/B, a build without and one with that flag, run alternately (the check_wgmma
-# lines' `out_hash` must agree between builds that should give the same bits; session 47 timed
-# the 64-column scales' byte-permute words so, now the only form). Binaries built there from
+# WS64_FLAG=-DNAME: an A/B, a build without and one with that flag, run alternately (the check lines'
+# hashes, check_wgmma's at 64 columns and check_wgmma_split's, must agree between builds that should
+# give the same bits; session 47 timed the 64-column scales' byte-permute words so, now the only
+# form; next: -DDFLASH_SPLIT_GATHER_2). Binaries built there from
 # .carry/upstream.tar.gz's headers (nvcc -O3 -gencode arch=compute_90a,code=sm_90a
 # -DGEMV_STANDALONE_SLIM [flag], ~1.5 min, both at once). WS64_NCU=1: then ncu (--set full) on one
 # launch of each engine form at 64 columns (profile_64, the first build), the details and the SASS
@@ -41,6 +42,7 @@ for path in sys.argv[1:]:
     rows = [json.loads(l) for l in open(path) if l.startswith("{")]
     bench = [(r["bench_mma"], r["us"]) for r in rows if "bench_mma" in r]
     bits = sorted({r["out_hash"] for r in rows if "check_wgmma" in r and r["ncols"] == 64})
+    bits += sorted({r["out_hash"] + "/" + r["two_wg_hash"] for r in rows if "check_wgmma_split" in r})
     ok = all(r["ok"] for r in rows if "ok" in r)
     print(path.rsplit("/", 1)[-1], "checks ok" if ok else "CHECK FAILED", "out_hash", bits, bench)
 PY
