@@ -1221,8 +1221,6 @@ struct CheckWeights {
     CheckWeights & operator=(const CheckWeights &) = delete;
 };
 
-// The tensor-core GEMM against the host reference (activations per 256; per 32 for Q8_0), every stage count; and
-// the engine's form with a residual.
 // FNV-1a of a launch's output bits: equal across the forms and builds that must give the same bits
 // (the check lines' out_hash; tools/device/ws64_ab.sh compares builds by it).
 uint64_t bits_hash(const std::vector<float> & out) {
@@ -1235,6 +1233,8 @@ uint64_t bits_hash(const std::vector<float> & out) {
     return hash;
 }
 
+// The tensor-core GEMM against the host reference (activations per 256; per 32 for Q8_0), every stage count; and
+// the engine's form with a residual.
 void check_mma(W t, int rows, int k, std::mt19937 & gen) {
     const CheckWeights cw(t, rows, k, gen);
     const int64_t row_bytes = cw.row_bytes;
