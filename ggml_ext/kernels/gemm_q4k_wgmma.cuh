@@ -217,6 +217,7 @@ struct WgPlan {
 // which finished last, and resets the counter for the next launch.
 struct WgSplit {
     int full_tiles = 0, tail = 0, pieces = 1;  // pieces == 1: no split
+    int slots = 0;                             // the block slots planned for (0: not known)
     int grid() const { return full_tiles + tail * pieces; }
 };
 constexpr int kWgMaxSplitTiles = 1024;  // counters (a tail is under one wave of blocks)
@@ -231,7 +232,7 @@ static __device__ unsigned int wg_tile_arrivals[kWgMaxSplitTiles];
 // kWgMinPieceBlocks super-blocks each.
 inline WgSplit wg_split_plan(int tiles, int nblocks, int slots) {
     WgSplit p;
-    p.full_tiles = tiles;
+    p.full_tiles = tiles, p.slots = std::max(slots, 0);
     const int tail = slots > 0 ? tiles % slots : 0;
     if (tail == 0 || tail > kWgMaxSplitTiles) return p;
     const int pieces = std::min(slots / tail, nblocks / kWgMinPieceBlocks);
@@ -247,14 +248,20 @@ struct WgBlockWork {
     int tile, piece, kb_begin, kb_end;
 };
 
-__device__ __forceinline__ WgBlockWork wg_block_work(const int full_tiles, const int pieces, const int nblocks) {
-    WgBlockWork b{(int)blockIdx.x >= full_tiles, (int)blockIdx.x, 0, 0, nblocks};
+// Work item `item` of the plan (items 0 .. full_tiles - 1 the whole tiles, then the pieces).
+__device__ __forceinline__ WgBlockWork wg_item_work(const int item, const int full_tiles, const int pieces,
+                                                    const int nblocks) {
+    WgBlockWork b{item >= full_tiles, item, 0, 0, nblocks};
     if (b.split) {
-        const int p = blockIdx.x - full_tiles;
+        const int p = item - full_tiles;
         b.tile = full_tiles + p / pieces, b.piece = p % pieces;
         b.kb_begin = b.piece * nblocks / pieces, b.kb_end = (b.piece + 1) * nblocks / pieces;
     }
     return b;
+}
+
+__device__ __forceinline__ WgBlockWork wg_block_work(const int full_tiles, const int pieces, const int nblocks) {
+    return wg_item_work((int)blockIdx.x, full_tiles, pieces, nblocks);
 }
 
 // How a split tile's pieces meet (wg_gather_pieces). Built with DFLASH_SPLIT_GATHER_2 (off: an A/B

@@ -31,6 +31,9 @@
 // cp.async moves 512 bytes in one instruction.
 #pragma once
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "gemm_q4k_wgmma.cuh"
 #include "mbarrier.cuh"
 
@@ -55,9 +58,25 @@ struct WsTile {
     int kb_begin, nkb, row_base;
 };
 template <int CW>
-__device__ __forceinline__ WsTile ws_tile(int full_tiles, int pieces, int nblocks) {
-    const WgBlockWork work = wg_block_work(full_tiles, pieces, nblocks);
+__device__ __forceinline__ WsTile ws_item_tile(int item, int full_tiles, int pieces, int nblocks) {
+    const WgBlockWork work = wg_item_work(item, full_tiles, pieces, nblocks);
     return {work, work.kb_begin, work.kb_end - work.kb_begin, work.tile * kWgRows * CW};
+}
+template <int CW>
+__device__ __forceinline__ WsTile ws_tile(int full_tiles, int pieces, int nblocks) {
+    return ws_item_tile<CW>((int)blockIdx.x, full_tiles, pieces, nblocks);
+}
+
+// The work items of a launch of nrows (its plan's whole tiles, then the pieces of its tail tiles).
+// Block b takes items b, b + gridDim.x, ...: one each when the grid has a block an item, several in
+// a persistent launch (a grid of the plan's block slots, DFLASH_WS_PERSISTENT), where the producers
+// stage the next item's first super-blocks while the consumers finish the one before (the stage
+// ring runs on across items), and no block refills its ring from empty. Each item is computed as
+// alone, so the bits do not depend on the grid.
+template <int CW>
+__device__ __forceinline__ int ws_items(const int nrows, const int full_tiles, const int pieces) {
+    const int tiles = (nrows + CW * kWgRows - 1) / (CW * kWgRows);
+    return full_tiles + (tiles - full_tiles) * pieces;
 }
 
 // A warp-specialized kernel's stage barriers at bars: S `full` ones, completed by the producers'
@@ -109,7 +128,7 @@ __device__ __forceinline__ void ws_row_offsets(int (&off)[WsRows<N, CW>::kPer], 
 // the use before, the activations, their per-32 sums and scales (thread 0: three bulk copies) and
 // this thread's weight chunks of the tile at wtile, each landing on full[s].
 template <int N, int CW>
-__device__ __forceinline__ void ws_produce(char * st, uint64_t * full_s, uint64_t * empty_s, const int use,
+__device__ __forceinline__ void ws_produce(char * st, uint64_t * full_s, uint64_t * empty_s, const unsigned use,
                                            const int kb, const char * wtile, const int (&off)[WsRows<N, CW>::kPer],
                                            const int ptid, const int8_t * qs, const int * ysum, const float * yd) {
     using P = WgPlan<N, CW>;
@@ -202,15 +221,15 @@ struct WsStages {
         ws_stage_barriers<S>(full, tid, 4 * CW);  // one release a consumer warp
     }
 
-    __device__ __forceinline__ char * stage(int i) const { return smem + (i % S) * WgPlan<N, CW>::kStageBytes; }
+    __device__ __forceinline__ char * stage(unsigned i) const { return smem + (i % S) * WgPlan<N, CW>::kStageBytes; }
 
-    __device__ __forceinline__ void produce(const int i, const int kb, const char * wtile,
+    __device__ __forceinline__ void produce(const unsigned i, const int kb, const char * wtile,
                                             const int (&off)[WsRows<N, CW>::kPer], const int ptid, const int8_t * qs,
                                             const int * ysum, const float * yd) const {
         ws_produce<N, CW>(stage(i), &full[i % S], &full[S + i % S], i / S, kb, wtile, off, ptid, qs, ysum, yd);
     }
 
-    __device__ __forceinline__ void consume(float (&acc)[N / 8][4], const int i, const int lane, const int wrow,
+    __device__ __forceinline__ void consume(float (&acc)[N / 8][4], const unsigned i, const int lane, const int wrow,
                                             const int lbo, const int sbo) const {
         ws_consume<N, CW>(acc, stage(i), &full[i % S], &full[S + i % S], (i / S) & 1, lane, wrow, lbo, sbo);
     }
@@ -234,28 +253,34 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
     constexpr int NT = N / 8, kProducer = 4 * CW;  // the producer warpgroup's first warp
     DFLASH_DYNAMIC_SMEM_BYTES(ws_smem);
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
-    const WsTile tile = ws_tile<CW>(full_tiles, pieces, nblocks);
-    const WgBlockWork work = tile.work;
-    const int kb_begin = tile.kb_begin, nkb = tile.nkb, row_base = tile.row_base;
+    const int items = ws_items<CW>(nrows, full_tiles, pieces), stride = (int)gridDim.x;
     const WsStages<N, S, CW> stages(ws_smem, tid);
+    unsigned i = 0;  // the block's super-blocks so far, over its items (the stage ring's position)
     if (warp >= kProducer) {
         const int ptid = ws_producer_rank<CW>(tid);
-        int off[WsRows<N, CW>::kPer];
-        ws_row_offsets<N, CW>(off, ptid, nrows - 1 - row_base, row_bytes);
-        const char * wtile = w + (int64_t)row_base * row_bytes;
-        for (int i = 0; i < nkb; ++i) stages.produce(i, kb_begin + i, wtile, off, ptid, qs, ysum, yd);
+        for (int item = blockIdx.x; item < items; item += stride) {
+            const WsTile tile = ws_item_tile<CW>(item, full_tiles, pieces, nblocks);
+            int off[WsRows<N, CW>::kPer];
+            ws_row_offsets<N, CW>(off, ptid, nrows - 1 - tile.row_base, row_bytes);
+            const char * wtile = w + (int64_t)tile.row_base * row_bytes;
+            for (int kb = tile.kb_begin; kb < tile.kb_begin + tile.nkb; ++kb, ++i)
+                stages.produce(i, kb, wtile, off, ptid, qs, ysum, yd);
+        }
         return;  // the consumers' waits cover every copy it issued
     }
     warpgroup_regs_up<Shape::kConsumerRegs>();
     const int wrow = 16 * warp;
-    float acc[NT][4] = {};
-    for (int i = 0; i < nkb; ++i) stages.consume(acc, i, lane, wrow, lbo, sbo);
-    auto at = [&](int nt, int i) -> float & { return acc[nt][i]; };
-    if (work.split &&
-        !wg_split_gather<NT, Shape::kConsumers, kWsGatherBarrier>(at, partials, work, full_tiles, pieces, tid)) {
-        return;
+    for (int item = blockIdx.x; item < items; item += stride) {
+        const WsTile tile = ws_item_tile<CW>(item, full_tiles, pieces, nblocks);
+        float acc[NT][4] = {};
+        for (const unsigned end = i + tile.nkb; i < end; ++i) stages.consume(acc, i, lane, wrow, lbo, sbo);
+        auto at = [&](int nt, int e) -> float & { return acc[nt][e]; };
+        if (tile.work.split && !wg_split_gather<NT, Shape::kConsumers, kWsGatherBarrier>(at, partials, tile.work,
+                                                                                         full_tiles, pieces, tid)) {
+            continue;
+        }
+        ws_write_rows<N, kRes>(acc, dst, tile.row_base + wrow, lane, nrows, ncols, stride_col_dst, res, stride_col_res);
     }
-    ws_write_rows<N, kRes>(acc, dst, row_base + wrow, lane, nrows, ncols, stride_col_dst, res, stride_col_res);
 }
 
 // kRes: with a fused residual add (ws_write_rows').
@@ -315,20 +340,33 @@ bool ws_launch(Ready && ready, const dim3 grid, cudaStream_t stream, const char 
     });
 }
 
+// Whether a launch with a plan of known block slots runs persistent (ws_items): `persistent` 0 or 1,
+// or -1 for DFLASH_WS_PERSISTENT (1: on; off by default until timed on the H200).
+inline bool ws_persistent(const int persistent) {
+    static const bool env = [] {
+        const char * e = std::getenv("DFLASH_WS_PERSISTENT");
+        return e && e[0] == '1';
+    }();
+    return persistent < 0 ? env : persistent != 0;
+}
+
 // As launch_q4k_wgmma (the same activations, split and partials; a split of 64 CW-row tiles; res,
 // when not null, the residual added to each output, stride_col_res floats a column, may be dst; CW
 // 1 only);
 // false when the kernel cannot run here (its shared memory opt-in failed). The weight rows and activations
 // must be 16-byte aligned (the bulk copies'): row_bytes is a multiple of 144, ggml's buffers are
-// aligned.
+// aligned. persistent (ws_persistent): a grid of the split's block slots, each block taking every
+// slots-th work item (split.slots from wgmma_ws_split_for; none known: a block an item).
 template <int CW = 1, int S = kWsStages>
 bool launch_q4k_wgmma_ws(const char * w, const int8_t * qs, const float * yd, const int * ysum, float * dst, int nrows,
                          int k, int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream,
                          WgSplit split = {}, float * partials = nullptr, const float * res = nullptr,
-                         int stride_col_res = 0) {
+                         int stride_col_res = 0, int persistent = -1) {
     const int tiles = (nrows + CW * kWgRows - 1) / (CW * kWgRows);
     if ((int64_t)CW * kWgRows * row_bytes > INT32_MAX) return false;  // the producers' 32-bit offsets
-    if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1};
+    if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1, split.slots};
+    const int blocks =
+        ws_persistent(persistent) && split.slots > 0 ? std::min(split.grid(), split.slots) : split.grid();
     auto ready = [res](auto n_tag) -> WsKernel {
         constexpr int N = decltype(n_tag)::value;
         if constexpr (CW == 1) {
@@ -338,9 +376,8 @@ bool launch_q4k_wgmma_ws(const char * w, const int8_t * qs, const float * yd, co
         }
         return wgmma_ws_kernel_ready<S, CW, N>();
     };
-    return ws_launch<CW, S>(ready, dim3((unsigned)split.grid(), 1, 1), stream, w, qs, yd, ysum, dst, nrows, k,
-                            row_bytes, ncols, stride_col_dst, split.full_tiles, split.pieces, partials, res,
-                            stride_col_res);
+    return ws_launch<CW, S>(ready, dim3((unsigned)blocks, 1, 1), stream, w, qs, yd, ysum, dst, nrows, k, row_bytes,
+                            ncols, stride_col_dst, split.full_tiles, split.pieces, partials, res, stride_col_res);
 }
 
 }  // namespace gemm_kq

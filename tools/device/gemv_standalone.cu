@@ -1682,6 +1682,20 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(ws_res.data(), b.dst, ws_res.size() * 4, cudaMemcpyDeviceToHost));
         const bool ws_res_same = std::memcmp(ws_res.data(), with_res.data(), ws_res.size() * 4) == 0;
+        // persistent (a block a slot, walking the items): the same bits, plain and with the residual
+        std::vector<float> wsp(whole.size()), wsp_res(whole.size());
+        CK(cudaMemset(b.dst, 0, wsp.size() * 4));
+        ran = ran && gemm_kq::launch_q4k_wgmma_ws(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows,
+                                                  nullptr, split, partials, nullptr, 0, 1);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(wsp.data(), b.dst, wsp.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(b.dst, res.data(), res.size() * 4, cudaMemcpyHostToDevice));
+        ran = ran && gemm_kq::launch_q4k_wgmma_ws(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows,
+                                                  nullptr, split, partials, b.dst, rows, 1);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(wsp_res.data(), b.dst, wsp_res.size() * 4, cudaMemcpyDeviceToHost));
+        const bool ws_persistent_same = std::memcmp(wsp.data(), ws.data(), wsp.size() * 4) == 0 &&
+                                        std::memcmp(wsp_res.data(), ws_res.data(), wsp.size() * 4) == 0;
         // two warpgroups a block (128-row tiles): their own split of the same slots, against the whole
         const gemm_kq::WgSplit split2 = gemm_kq::wg_split_plan((rows + 127) / 128, k / 256, slots);
         float * partials2 = nullptr;
@@ -1700,6 +1714,12 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(ws2.data(), b.dst, ws2.size() * 4, cudaMemcpyDeviceToHost));
         const bool ws2_same = std::memcmp(ws2.data(), two.data(), ws2.size() * 4) == 0;
+        CK(cudaMemset(b.dst, 0, ws2.size() * 4));
+        ran = ran && gemm_kq::launch_q4k_wgmma_ws<2>(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols,
+                                                     rows, nullptr, split2, partials2, nullptr, 0, 1);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(wsp.data(), b.dst, wsp.size() * 4, cudaMemcpyDeviceToHost));
+        const bool ws2_persistent_same = std::memcmp(wsp.data(), ws2.data(), wsp.size() * 4) == 0;
         CK(cudaFree(partials2));
         double err_whole = 0, err_ref = 0, err_two = 0;
         for (size_t i = 0; i < whole.size(); ++i) {
@@ -1715,16 +1735,18 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
             "{\"check_wgmma_split\": \"q4_K\", \"rows\": %d, \"k\": %d, \"ncols\": %d, \"slots\": %d, "
             "\"full_tiles\": %d, \"tail\": %d, \"pieces\": %d, \"vs_whole\": %.3g, \"rel_err\": %.3g, "
             "\"relaunch_same\": %s, \"pipe_same\": %s, \"early_same\": %s, \"chunks_same\": %s, "
-            "\"res_same\": %s, \"ws_same\": %s, \"ws_res_same\": %s, \"ws2_same\": %s, \"two_wg_pieces\": %d, "
+            "\"res_same\": %s, \"ws_same\": %s, \"ws_res_same\": %s, \"ws2_same\": %s, \"ws_persistent_same\": %s, "
+            "\"ws2_persistent_same\": %s, \"two_wg_pieces\": %d, "
             "\"two_wg_vs_whole\": %.3g, \"out_hash\": \"%016llx\", \"two_wg_hash\": \"%016llx\", \"ok\": %s}\n",
             rows, k, ncols, slots, split.full_tiles, split.tail, split.pieces, err_whole / ref_max, err_ref / ref_max,
             same ? "true" : "false", pipe_same ? "true" : "false", early_same ? "true" : "false",
             chunks_same ? "true" : "false", res_same ? "true" : "false", ws_same ? "true" : "false",
-            ws_res_same ? "true" : "false", ws2_same ? "true" : "false", split2.pieces, err_two / ref_max,
+            ws_res_same ? "true" : "false", ws2_same ? "true" : "false", ws_persistent_same ? "true" : "false",
+            ws2_persistent_same ? "true" : "false", split2.pieces, err_two / ref_max,
             (unsigned long long)bits_hash(got[0]), (unsigned long long)bits_hash(two),
             ran && same && pipe_same && early_same && chunks_same && res_same && ws_same && ws_res_same && ws2_same &&
-                    split.pieces > 1 && split2.pieces > 1 && err_whole / ref_max <= 1e-5 && err_two / ref_max <= 1e-5 &&
-                    err_ref / ref_max <= 5e-4
+                    ws_persistent_same && ws2_persistent_same && split.pieces > 1 && split2.pieces > 1 &&
+                    err_whole / ref_max <= 1e-5 && err_two / ref_max <= 1e-5 && err_ref / ref_max <= 5e-4
                 ? "true"
                 : "false");
         CK(cudaFree(partials));

@@ -6,7 +6,9 @@
 # give the same bits; session 47 timed the 64-column scales' byte-permute words so, now the only
 # form; next: -DDFLASH_SPLIT_GATHER_2). Binaries built there from
 # .carry/upstream.tar.gz's headers (nvcc -O3 -gencode arch=compute_90a,code=sm_90a
-# -DGEMV_STANDALONE_SLIM [flag], ~1.5 min, both at once). WS64_NCU=1: then ncu (--set full) on one
+# -DGEMV_STANDALONE_SLIM [flag], ~1.5 min, both at once). WS64_ENV="NAME=VALUE": also the first build
+# run with that environment (an A/B of a launch switch, e.g. DFLASH_WS_PERSISTENT=1), as `env`.
+# WS64_NCU=1: then ncu (--set full) on one
 # launch of each engine form at 64 columns (profile_64, the first build), the details and the SASS
 # source page (per-instruction stall samples) into $OUT. Argument `build`: the binaries only
 # (gpu_bench.sh h1 with H1_WS64=1 builds them beside the engine's build).
@@ -29,14 +31,20 @@ if [ "$built" = 0 ]; then
   wait
 fi
 [ "${1-}" = build ] && exit 0
+runs="$builds${WS64_ENV:+ env}"
 for round in 1 2; do
-  for v in $builds; do
-    timeout 60 "/tmp/ws64/$v" ws64 >> "$OUT/ws64-$v.jsonl" 2>&1
+  for v in $runs; do
+    if [ "$v" = env ]; then
+      # shellcheck disable=SC2086  # NAME=VALUE words
+      timeout 60 env $WS64_ENV /tmp/ws64/gemv_standalone ws64 >> "$OUT/ws64-env.jsonl" 2>&1
+    else
+      timeout 60 "/tmp/ws64/$v" ws64 >> "$OUT/ws64-$v.jsonl" 2>&1
+    fi
     echo "[gpu] $v round $round rc=$?"
   done
 done
-# shellcheck disable=SC2046  # one path per build
-python3 - $(for v in $builds; do echo "$OUT/ws64-$v.jsonl"; done) <<'PY'
+# shellcheck disable=SC2046  # one path per run
+python3 - $(for v in $runs; do echo "$OUT/ws64-$v.jsonl"; done) <<'PY'
 import json, sys
 for path in sys.argv[1:]:
     rows = [json.loads(l) for l in open(path) if l.startswith("{")]
