@@ -264,40 +264,29 @@ __device__ __forceinline__ WgBlockWork wg_block_work(const int full_tiles, const
     return wg_item_work((int)blockIdx.x, full_tiles, pieces, nblocks);
 }
 
-// How a split tile's pieces meet (wg_gather_pieces). Built with DFLASH_SPLIT_GATHER_2 (off: an A/B
-// for the standalone's `ws64` mode, tools/device/ws64_ab.sh): one fence by one thread and the sums
-// laid out a float4 of each thread after another. Otherwise every thread fences after its stores
-// and keeps its float4s together, 16 NT bytes a thread apart: on the H200 (session 47, ncu of
-// ffn_down at 64 columns, 0.9 waves of pieces) those fences took 5.6% of the consumers' samples,
-// and the loads used 16 of a sector's 32 bytes.
-#if defined(DFLASH_SPLIT_GATHER_2)
-constexpr bool kGatherOneFence = true;
-#else
-constexpr bool kGatherOneFence = false;
-#endif
-
 // The end of one of `pieces` pieces of a tile (piece `mine`; every thread of the block calls it):
-// this thread's NT x 4 sums (at(nt, i)) out to its place, sums_of(mine) (float4 nt at nt x
-// kSumStride); the tile's last piece to arrive on *counter adds every piece's in piece order into
+// this thread's NT x 4 sums (at(nt, i)) out to its place, float4 nt at sums_of(mine) + nt x
+// kSumStride; the tile's last piece to arrive on *counter adds every piece's in piece order into
 // them and returns true (it writes the tile), the others false. kThreads: the block's threads, or
 // with kNamedBar (1..15) the threads that meet at that named barrier instead (a warp-specialized
-// block's consumers; its producer warp has left). kGatherOneFence: the barrier orders every
-// thread's stores before thread 0's fence and count, and the last piece's reads after its second
-// fence, as cooperative groups' grid sync does; the same sums in the same order either way.
+// block's consumers; its producer warp has left). The pieces meet as cooperative groups' grid sync
+// does: a barrier orders every thread's stores before thread 0's fence and count, and the last
+// piece's fence after its count orders its reads after the other pieces' stores; the same sums in
+// the same order whichever piece is last. Session 48 (H100, ws64_ab.sh): against a fence by every
+// thread after its stores, and each thread's float4s together (16 of a sector's 32 bytes read),
+// ffn_down at 64 columns 34.8 against 41.9 us and [gate; up] 64.0 against 70.9, the same bits; the
+// 64-token forward 14.28 against 15.20 ms of kernels (bench/results/h100-s48-*).
 template <int NT, int kThreads, int kNamedBar, int kSumStride, typename At, typename SumsOf>
 __device__ __forceinline__ bool wg_gather_pieces(At && at, SumsOf && sums_of, const int mine, unsigned int * counter,
                                                  const int pieces, const int tid) {
     float4 * own = sums_of(mine);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) own[nt * kSumStride] = make_float4(at(nt, 0), at(nt, 1), at(nt, 2), at(nt, 3));
-    if constexpr (!kGatherOneFence) __threadfence();
-    // thread 0: the count, between the fences of the one-fence form; whether this piece is the last
+    // thread 0, between the barriers: whether this piece is the last
     auto count = [&]() -> int {
-        if constexpr (kGatherOneFence) __threadfence();  // the block's sums (the barrier before) out first
+        __threadfence();  // the block's sums (ordered before by the barrier) out first
         const bool is_last = atomicAdd(counter, 1u) == (unsigned)(pieces - 1);
-        if constexpr (kGatherOneFence) {
-            if (is_last) __threadfence();  // the other pieces' sums in before the barrier after
-        }
+        if (is_last) __threadfence();  // the other pieces' sums in before the barrier after
         return is_last;
     };
     bool last = false;
@@ -314,7 +303,6 @@ __device__ __forceinline__ bool wg_gather_pieces(At && at, SumsOf && sums_of, co
         last = last_piece != 0;
     }
     if (!last) return false;
-    if constexpr (!kGatherOneFence) __threadfence();
     for (int p = 0; p < pieces; ++p) {
         const float4 * sums = sums_of(p);
 #pragma unroll
@@ -332,19 +320,17 @@ __device__ __forceinline__ bool wg_gather_pieces(At && at, SumsOf && sums_of, co
 }
 
 // The end of a tail split's piece (wg_gather_pieces): the pieces of tail tile b.tile in partials,
-// each thread's NT float4s a piece (together, or with kGatherOneFence float4 nt of the piece's
-// threads together), counted on that tail slot's counter.
+// float4 nt of a piece's threads side by side (coalesced), counted on that tail slot's counter.
 template <int NT, int kThreads, int kNamedBar = 0, typename At>
 __device__ __forceinline__ bool wg_split_gather(At && at, float * partials, const WgBlockWork & b, const int full_tiles,
                                                 const int pieces, const int tid) {
     const int slot = b.tile - full_tiles;
-    constexpr int kStride = kGatherOneFence ? kThreads : 1;
     auto piece_sums = [&](int p) {
         const int64_t base = (int64_t)(slot * pieces + p) * kThreads * NT;
-        return reinterpret_cast<float4 *>(partials) + base + (kGatherOneFence ? tid : tid * NT);
+        return reinterpret_cast<float4 *>(partials) + base + tid;
     };
-    return wg_gather_pieces<NT, kThreads, kNamedBar, kStride>(at, piece_sums, b.piece, &wg_tile_arrivals[slot], pieces,
-                                                              tid);
+    return wg_gather_pieces<NT, kThreads, kNamedBar, kThreads>(at, piece_sums, b.piece, &wg_tile_arrivals[slot], pieces,
+                                                               tid);
 }
 
 // Sub-blocks 2c and 2c + 1 of this lane's rows (g at s0, g + 8 at s1; their scale words h0, h1) as

@@ -341,7 +341,10 @@ bool ws_launch(Ready && ready, const dim3 grid, cudaStream_t stream, const char 
 }
 
 // Whether a launch with a plan of known block slots runs persistent (ws_items): `persistent` 0 or 1,
-// or -1 for DFLASH_WS_PERSISTENT (1: on; off by default until timed on the H200).
+// or -1 for DFLASH_WS_PERSISTENT (1: on). Off: on the H100 (session 48, bench/results/h100-s48-c2-*)
+// [gate; up] at 64 columns took 69.9 / 70.3 against 70.9 / 70.8 us standalone, ffn_down (one item a
+// block) the same, and the 64-token forward 15.18 against 15.20 ms of kernels: a block's refill
+// between tiles is not where the time goes.
 inline bool ws_persistent(const int persistent) {
     static const bool env = [] {
         const char * e = std::getenv("DFLASH_WS_PERSISTENT");

@@ -3,8 +3,8 @@
 # slim) in `ws64` mode ([gate; up], gdn_in, attn_q and ffn_down at 64 columns, code 91004014), twice.
 # WS64_FLAG=-DNAME: an A/B, a build without and one with that flag, run alternately (the check lines'
 # hashes, check_wgmma's at 64 columns and check_wgmma_split's, must agree between builds that should
-# give the same bits; session 47 timed the 64-column scales' byte-permute words so, now the only
-# form; next: -DDFLASH_SPLIT_GATHER_2). Binaries built there from
+# give the same bits; session 47 timed the 64-column scales' byte-permute words so, session 48 the
+# split gather's one fence, both now the only form). Binaries built there from
 # .carry/upstream.tar.gz's headers (nvcc -O3 -gencode arch=compute_90a,code=sm_90a
 # -DGEMV_STANDALONE_SLIM [flag], ~1.5 min, both at once). WS64_ENV="NAME=VALUE": also the first build
 # run with that environment (an A/B of a launch switch, e.g. DFLASH_WS_PERSISTENT=1), as `env`.
