@@ -170,19 +170,19 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # emulator's asynchronous wgmma (7 column counts x 10 forms, and one super-block: 2 x 10; the pipelined
     # forms, the early-staging one, that with 2 warpgroups a block, that waiting a chunk at a time with 1 and
     # 3 warpgroups, and the warp-specialized one with 1 and 2 consumer warpgroups must give the first form's
-    # bits) and its split along K (3 splits: a last wave of 1 tile, and a short matrix's every tile; x 3
-    # column counts: against the unsplit kernel, the host reference, a second launch, the pipelined,
-    # early-staging and chunk-waiting kernels split the same way, the early one with its residual fused and
-    # the warp-specialized one split the same way (swap 8 unsplit above), and 2 warpgroups a block split its
-    # own way), and the mma.sync GEMM split along K (Q4_K in 2 pieces, Q6_K in 3, the block's warps sharing
-    # the super-blocks; Q4_K in 4, Q6_K in 2 over two blocks, each warp on rows of its own, and those two with
-    # the activations staged in shared memory a block; 4 column counts each: against the unsplit kernel, the
-    # host reference, a second launch, and with a residual its own outputs plus the residual), and the f16
-    # wgmma GEMM (Q6_K at 9 and 64 columns, at 40 with its tail split, Q4_K at 64; 7 forms each: 3 and 4
-    # stages, 2 warpgroups, a residual, and the warp-specialized kernel with one consumer warpgroup, two, and
-    # one with a residual, each with the bits of the form it stands for), and the f16 form's activation
-    # converter with 8 values a thread against that of a value a thread (5 source forms x 2 lengths x 2 column
-    # counts)
+    # bits) and its split along K (4 splits: a last wave of 1 tile, a short matrix's every tile, and pieces of
+    # one or two super-blocks; x 3 column counts: against the unsplit kernel, the host reference, a second
+    # launch, the pipelined, early-staging and chunk-waiting kernels split the same way, the early one with
+    # its residual fused and the warp-specialized one split the same way (swap 8 unsplit above) and launched
+    # persistent, and 2 warpgroups a block split its own way), and the mma.sync GEMM split along K (Q4_K in 2
+    # pieces, Q6_K in 3, the block's warps sharing the super-blocks; Q4_K in 4, Q6_K in 2 over two blocks,
+    # each warp on rows of its own, and those two with the activations staged in shared memory a block; 4
+    # column counts each: against the unsplit kernel, the host reference, a second launch, and with a residual
+    # its own outputs plus the residual), and the f16 wgmma GEMM (Q6_K at 9 and 64 columns, at 40 with its
+    # tail split, Q4_K at 64; 7 forms each: 3 and 4 stages, 2 warpgroups, a residual, and the warp-specialized
+    # kernel with one consumer warpgroup, two, and one with a residual, each with the bits of the form it
+    # stands for), and the f16 form's activation converter with 8 values a thread against that of a value a
+    # thread (5 source forms x 2 lengths x 2 column counts)
     sources = 4 + 16 + 6 + 9 + 5  # SwiGLU, RMSNorm (two GEMM forms, the GEMV), head norm, sigmoid gate
     mma_splits = 6 * 4
     f16_wgmma = 4 * 7
@@ -198,7 +198,7 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
         + 2
         + sources
         + 90
-        + 9
+        + 12
         + mma_splits
         + f16_wgmma
         + f16_convert
@@ -220,10 +220,11 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     assert sorted({r["swap"] for r in wgmma}) == list(range(10))
     assert all(r["same_bits"] for r in wgmma if r["swap"] >= 2)
     splits = [r for r in rows if "check_wgmma_split" in r]
-    assert sorted({r["pieces"] for r in splits}) == [2, 3]
+    assert sorted({r["pieces"] for r in splits}) == [2, 3, 8]
     assert any(r["full_tiles"] == 0 for r in splits)  # every tile in pieces
     assert all(r["pipe_same"] and r["early_same"] and r["chunks_same"] for r in splits)
     assert all(r["res_same"] and r["ws_same"] and r["ws2_same"] for r in splits)
+    assert all(r["ws_persistent_same"] and r["ws2_persistent_same"] for r in splits)
     assert all(r["two_wg_pieces"] > 1 and r["two_wg_vs_whole"] <= 1e-5 for r in splits)
     assert sorted(r["check_quantize_bytes"] for r in rows if "check_quantize_bytes" in r) == [
         "all layouts",

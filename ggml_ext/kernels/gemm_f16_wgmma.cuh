@@ -542,7 +542,7 @@ WgSplit f16_split_for(int nrows, int k, int ncols, int nsm) {
         constexpr int N = decltype(n_tag)::value;
         static const int per_sm =
             wg_blocks_per_sm(f16_kernel_ready<K, N, false>(), K::kThreads, K::template bytes<N>());
-        return wg_split_plan((nrows + K::kTileRows - 1) / K::kTileRows, k / kQk, per_sm * nsm);
+        return wg_split_plan((nrows + K::kTileRows - 1) / K::kTileRows, k / kQk, per_sm * nsm, wg_min_piece_blocks());
     });
 }
 

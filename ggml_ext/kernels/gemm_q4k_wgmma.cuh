@@ -46,6 +46,8 @@
 // being read.
 #pragma once
 
+#include <cstdlib>
+
 #include "gemm_kquant_mma_impl.cuh"
 #include "mbarrier.cuh"
 
@@ -221,7 +223,7 @@ struct WgSplit {
     int grid() const { return full_tiles + tail * pieces; }
 };
 constexpr int kWgMaxSplitTiles = 1024;  // counters (a tail is under one wave of blocks)
-constexpr int kWgMinPieceBlocks = 4;    // super-blocks a piece at least
+constexpr int kWgMinPieceBlocks = 4;    // super-blocks a piece at least (wg_min_piece_blocks)
 // Zero at load; the last piece of a tile puts its counter back to 0. Launches on one device are
 // ordered (a stream; under PDL a GEMM touches them only after its griddepcontrol.wait).
 static __device__ unsigned int wg_tile_arrivals[kWgMaxSplitTiles];
@@ -229,16 +231,30 @@ static __device__ unsigned int wg_tile_arrivals[kWgMaxSplitTiles];
 // The split for `tiles` row tiles of `nblocks` super-blocks over `slots` block slots: none when
 // they fill their last wave; else the tiles of the last wave (all of them when there is only one:
 // a short matrix, the 27B's 5120 rows are 80 tiles) in pieces that fit the slots and keep
-// kWgMinPieceBlocks super-blocks each.
-inline WgSplit wg_split_plan(int tiles, int nblocks, int slots) {
+// min_piece super-blocks each.
+inline WgSplit wg_split_plan(int tiles, int nblocks, int slots, int min_piece = kWgMinPieceBlocks) {
     WgSplit p;
     p.full_tiles = tiles, p.slots = std::max(slots, 0);
     const int tail = slots > 0 ? tiles % slots : 0;
     if (tail == 0 || tail > kWgMaxSplitTiles) return p;
-    const int pieces = std::min(slots / tail, nblocks / kWgMinPieceBlocks);
+    const int pieces = std::min(slots / tail, nblocks / std::max(min_piece, 1));
     if (pieces < 2) return p;
     p.full_tiles = tiles - tail, p.tail = tail, p.pieces = pieces;
     return p;
+}
+
+// The engine's least super-blocks a piece: kWgMinPieceBlocks, or DFLASH_WG_MIN_PIECE (1..8; an A/B
+// switch). Smaller pieces split a last wave of few tiles finer: the 27B's [gate; up] at 64 columns
+// (16 tail tiles of 20 super-blocks over 264 slots) runs 5 pieces of 4 a tile, 2 would give 10 of 2.
+// 4 since the split came in, not timed against smaller pieces; a piece's end got cheaper in
+// session 48 (the one-fence gather).
+inline int wg_min_piece_blocks() {
+    static const int v = [] {
+        const char * e = std::getenv("DFLASH_WG_MIN_PIECE");
+        const int n = e ? std::atoi(e) : kWgMinPieceBlocks;
+        return n >= 1 && n <= 8 ? n : kWgMinPieceBlocks;
+    }();
+    return v;
 }
 
 // A block's row tile and super-blocks [kb_begin, kb_end) under a tail split (WgSplit): all of them,
@@ -844,7 +860,7 @@ WgSplit wgmma_split_for(int nrows, int k, int ncols, int nsm) {
         constexpr int N = decltype(n_tag)::value;
         static const int per_sm =
             wg_blocks_per_sm(wgmma_kernel_ready<S, WG, MB, N, kForm, kRes>(), 128 * WG, S * WgPlan<N, WG>::kStageBytes);
-        return wg_split_plan((nrows + WG * kWgRows - 1) / (WG * kWgRows), k / kQk, per_sm * nsm);
+        return wg_split_plan((nrows + WG * kWgRows - 1) / (WG * kWgRows), k / kQk, per_sm * nsm, wg_min_piece_blocks());
     });
 }
 

@@ -317,7 +317,7 @@ WgSplit wgmma_ws_split_for(int nrows, int k, int ncols, int nsm) {
         constexpr int N = decltype(n_tag)::value;
         static const int per_sm =
             wg_blocks_per_sm(wgmma_ws_kernel_ready<S, CW, N>(), WsShape<CW>::kThreads, WsPlan<N, S, CW>::kBytes);
-        return wg_split_plan((nrows + CW * kWgRows - 1) / (CW * kWgRows), k / kQk, per_sm * nsm);
+        return wg_split_plan((nrows + CW * kWgRows - 1) / (CW * kWgRows), k / kQk, per_sm * nsm, wg_min_piece_blocks());
     });
 }
 

@@ -1617,12 +1617,13 @@ struct WgCheckColumns {
 // "early_same"), the early one with its residual fused in place (its outputs plus the residual:
 // "res_same"), and the warp-specialized kernel split the same way (the early one's bits: "ws_same";
 // with the residual in place, the early one's with it: "ws_res_same"; with two consumer warpgroups,
-// the 2-warpgroup early form's: "ws2_same").
-void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
+// the 2-warpgroup early form's: "ws2_same"). min_piece: the least super-blocks a piece
+// (DFLASH_WG_MIN_PIECE's).
+void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen, int min_piece = gemm_kq::kWgMinPieceBlocks) {
     const CheckWeights cw(W::q4_K, rows, k, gen);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const int tiles = (rows + gemm_kq::kWgRows - 1) / gemm_kq::kWgRows;
-    const gemm_kq::WgSplit split = gemm_kq::wg_split_plan(tiles, k / 256, slots);
+    const gemm_kq::WgSplit split = gemm_kq::wg_split_plan(tiles, k / 256, slots, min_piece);
     for (int ncols : {16, 40, 64}) {
         const WgCheckColumns c(cw, rows, k, ncols, gen);
         const MmaBuffers & b = c.b;
@@ -1697,7 +1698,7 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen) {
         const bool ws_persistent_same = std::memcmp(wsp.data(), ws.data(), wsp.size() * 4) == 0 &&
                                         std::memcmp(wsp_res.data(), ws_res.data(), wsp.size() * 4) == 0;
         // two warpgroups a block (128-row tiles): their own split of the same slots, against the whole
-        const gemm_kq::WgSplit split2 = gemm_kq::wg_split_plan((rows + 127) / 128, k / 256, slots);
+        const gemm_kq::WgSplit split2 = gemm_kq::wg_split_plan((rows + 127) / 128, k / 256, slots, min_piece);
         float * partials2 = nullptr;
         CK(cudaMalloc(&partials2, std::max<size_t>(1, gemm_kq::wgmma_split_floats<2>(split2, ncols)) * sizeof(float)));
         CK(cudaMemset(b.dst, 0, whole.size() * 4));
@@ -2258,8 +2259,9 @@ int main(int argc, char ** argv) {
         check_wgmma(70, 256, gen, {9, 64});  // one super-block: the pipelined loop's shortest
         check_wgmma_split(300, 2304, 2,
                           gen);  // 5 tiles over 2 slots: 4 whole, the last (20 rows short) in pieces of 4 and 5
-        check_wgmma_split(64 * 7, 3072, 3, gen);  // 7 over 3: 6 whole, the last in 3 pieces of 4
-        check_wgmma_split(130, 3072, 7, gen);     // 3 over 7 (a short matrix): every tile in 2 pieces of 6
+        check_wgmma_split(64 * 7, 3072, 3, gen);   // 7 over 3: 6 whole, the last in 3 pieces of 4
+        check_wgmma_split(130, 3072, 7, gen);      // 3 over 7 (a short matrix): every tile in 2 pieces of 6
+        check_wgmma_split(128, 2304, 16, gen, 1);  // pieces of 1 super-block or 2: 2 tiles in 8 (9 as 128-row tiles)
         // 2 row tiles, the second 58 short; 3 super-blocks; then 3 tiles over 2 slots: the last in pieces (4, 5)
         check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 70, 768, gen, {9, 64});
         check_f16_wgmma<gemm_kq::F16Q6K>(W::q6_K, 130, 2304, gen, {40}, 2);
