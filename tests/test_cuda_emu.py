@@ -173,16 +173,16 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # bits) and its split along K (4 splits: a last wave of 1 tile, a short matrix's every tile, and pieces of
     # one or two super-blocks; x 3 column counts: against the unsplit kernel, the host reference, a second
     # launch, the pipelined, early-staging and chunk-waiting kernels split the same way, the early one with
-    # its residual fused and the warp-specialized one split the same way (swap 8 unsplit above) and launched
-    # persistent, and 2 warpgroups a block split its own way), and the mma.sync GEMM split along K (Q4_K in 2
-    # pieces, Q6_K in 3, the block's warps sharing the super-blocks; Q4_K in 4, Q6_K in 2 over two blocks,
-    # each warp on rows of its own, and those two with the activations staged in shared memory a block; 4
-    # column counts each: against the unsplit kernel, the host reference, a second launch, and with a residual
-    # its own outputs plus the residual), and the f16 wgmma GEMM (Q6_K at 9 and 64 columns, at 40 with its
-    # tail split, Q4_K at 64; 7 forms each: 3 and 4 stages, 2 warpgroups, a residual, and the warp-specialized
-    # kernel with one consumer warpgroup, two, and one with a residual, each with the bits of the form it
-    # stands for), and the f16 form's activation converter with 8 values a thread against that of a value a
-    # thread (5 source forms x 2 lengths x 2 column counts)
+    # its residual fused and the warp-specialized one split the same way (swap 8 unsplit above), launched
+    # persistent and under a stream split, and 2 warpgroups a block split its own way and under a stream
+    # split), and the mma.sync GEMM split along K (Q4_K in 2 pieces, Q6_K in 3, the block's warps sharing the
+    # super-blocks; Q4_K in 4, Q6_K in 2 over two blocks, each warp on rows of its own, and those two with the
+    # activations staged in shared memory a block; 4 column counts each: against the unsplit kernel, the host
+    # reference, a second launch, and with a residual its own outputs plus the residual), and the f16 wgmma
+    # GEMM (Q6_K at 9 and 64 columns, at 40 with its tail split, Q4_K at 64; 7 forms each: 3 and 4 stages, 2
+    # warpgroups, a residual, and the warp-specialized kernel with one consumer warpgroup, two, and one with a
+    # residual, each with the bits of the form it stands for), and the f16 form's activation converter with 8
+    # values a thread against that of a value a thread (5 source forms x 2 lengths x 2 column counts)
     sources = 4 + 16 + 6 + 9 + 5  # SwiGLU, RMSNorm (two GEMM forms, the GEMV), head norm, sigmoid gate
     mma_splits = 6 * 4
     f16_wgmma = 4 * 7
@@ -225,6 +225,10 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     assert all(r["pipe_same"] and r["early_same"] and r["chunks_same"] for r in splits)
     assert all(r["res_same"] and r["ws_same"] and r["ws2_same"] for r in splits)
     assert all(r["ws_persistent_same"] and r["ws2_persistent_same"] for r in splits)
+    # the stream split (runs across tiles), 1 and 2 consumer warpgroups: near the whole, the same bits
+    # again, the residual added in place
+    assert all(r["stream_ok"] for r in splits)
+    assert sorted({tuple(r["stream_workers"]) for r in splits}) == [(2, 2), (3, 3), (7, 6), (16, 9)]
     assert all(r["two_wg_pieces"] > 1 and r["two_wg_vs_whole"] <= 1e-5 for r in splits)
     assert sorted(r["check_quantize_bytes"] for r in rows if "check_quantize_bytes" in r) == [
         "all layouts",

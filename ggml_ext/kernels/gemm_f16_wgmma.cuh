@@ -419,8 +419,7 @@ template <int N, bool kRes, int kThreads, int kNamedBar = 0>
 __device__ __forceinline__ void f16_finish(float (&acc)[N / 2], const WgBlockWork & work, const F16GemmArgs & args,
                                            int first, int g, int t, int tid) {
     auto at = [&](int nt, int e) -> float & { return acc[4 * nt + e]; };
-    if (work.split &&
-        !wg_split_gather<N / 8, kThreads, kNamedBar>(at, args.partials, work, args.full_tiles, args.pieces, tid)) {
+    if (work.split && !wg_split_gather<N / 8, kThreads, kNamedBar>(at, args.partials, work, tid)) {
         return;
     }
     write_outputs<N / 2, kRes>(

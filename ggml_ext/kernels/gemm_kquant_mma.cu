@@ -576,10 +576,10 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                 constexpr int kCW = decltype(cw_tag)::value;
                 const gemm_kq::WgSplit split =
                     split_on ? gemm_kq::wgmma_ws_split_for<kCW>(rows, k, n, nsm) : gemm_kq::WgSplit{};
-                if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<kCW>(split, n));
+                if (split.splits()) partials.alloc(gemm_kq::wgmma_split_floats<kCW>(split, n));
                 const bool ok = gemm_kq::launch_q4k_wgmma_ws<kCW>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
                                                                   stream, split, partials.ptr, r_ptr, sr);
-                if (ok && split.pieces > 1) ++wgmma_split_count;
+                if (ok && split.splits()) ++wgmma_split_count;
                 return ok;
             };
             if (wgmma_ws_mode == 2 ? ws(std::integral_constant<int, 2>{}) : ws(std::integral_constant<int, 1>{})) {

@@ -217,10 +217,15 @@ struct WgPlan {
 // (blocks full_tiles + tail_index * pieces + piece). Each piece writes its sums to partials; the
 // last to arrive (a counter a tile) adds them in piece order, so the result does not depend on
 // which finished last, and resets the counter for the next launch.
+// workers > 0: a stream split instead (wg_stream_plan; the int8 warp-specialized kernel's only).
 struct WgSplit {
     int full_tiles = 0, tail = 0, pieces = 1;  // pieces == 1: no split
     int slots = 0;                             // the block slots planned for (0: not known)
-    int grid() const { return full_tiles + tail * pieces; }
+    int workers = 0;                           // a stream split's blocks
+    bool stream() const { return workers > 0; }
+    bool splits() const { return stream() || pieces > 1; }
+    int grid() const { return stream() ? workers : full_tiles + tail * pieces; }
+    int full_tiles_arg() const { return stream() ? -1 : full_tiles; }  // the kernels': -1 a stream split
 };
 constexpr int kWgMaxSplitTiles = 1024;  // counters (a tail is under one wave of blocks)
 constexpr int kWgMinPieceBlocks = 4;    // super-blocks a piece at least (wg_min_piece_blocks)
@@ -243,6 +248,34 @@ inline WgSplit wg_split_plan(int tiles, int nblocks, int slots, int min_piece = 
     return p;
 }
 
+// A stream split (stream-K's): the launch's tiles x nblocks super-blocks in one sequence cut into
+// `workers` equal runs, block w taking super-blocks [w U / W, (w + 1) U / W) of it in tile order:
+// the tiles inside its run whole, the ones at its ends as pieces that meet as a tail split's do
+// (wg_gather_pieces, in piece order: the same bits every launch of the same grid). Every block then
+// does within one super-block of the same work, where a tail split leaves a wave of whole tiles
+// and a last wave in pieces (the 27B's attn_q at 64 columns: 192 tiles of 20 super-blocks over 264
+// slots, so 20 super-blocks a block against 14.5; ffn_down's 80 tiles of 68 in 3 pieces, 23
+// against 20.6). Workers: the slots, fewer when a run would keep under min_piece super-blocks;
+// none when there are under 2, or more tiles than counters.
+inline WgSplit wg_stream_plan(int tiles, int nblocks, int slots, int min_piece = kWgMinPieceBlocks) {
+    WgSplit p;
+    p.full_tiles = tiles, p.slots = std::max(slots, 0);
+    const int64_t units = (int64_t)tiles * nblocks;
+    const int workers = (int)std::min<int64_t>(slots, units / std::max(min_piece, 1));
+    if (workers < 2 || tiles > kWgMaxSplitTiles) return p;
+    p.workers = workers;
+    return p;
+}
+
+// The most super-blocks a block slot runs under split sp of `tiles` tiles of nblocks (the hardware
+// hands whole tiles out a wave at a time).
+inline int wg_slot_units(const WgSplit & sp, int tiles, int nblocks) {
+    const int slots = std::max(sp.slots, 1);
+    if (sp.stream()) return (int)(((int64_t)tiles * nblocks + sp.workers - 1) / sp.workers);
+    const int whole = (sp.full_tiles + slots - 1) / slots * nblocks;
+    return whole + (sp.pieces > 1 ? (nblocks + sp.pieces - 1) / sp.pieces : 0);
+}
+
 // The engine's least super-blocks a piece: kWgMinPieceBlocks, or DFLASH_WG_MIN_PIECE (1..8; an A/B
 // switch). Smaller pieces split a last wave of few tiles finer: the 27B's [gate; up] at 64 columns
 // (16 tail tiles of 20 super-blocks over 264 slots) runs 5 pieces of 4 a tile, 2 would give 10 of 2.
@@ -257,14 +290,17 @@ inline int wg_min_piece_blocks() {
     return v;
 }
 
-// A block's row tile and super-blocks [kb_begin, kb_end) under a tail split (WgSplit): all of them,
-// or its piece of a tail tile.
+// A block's row tile and super-blocks [kb_begin, kb_end) under a split (WgSplit): all of them, or
+// its piece of a split tile: piece `piece` of `pieces`, counted on wg_tile_arrivals[counter], piece
+// p's sums at partials slot part0 for p = 0, part_base + part_step p after (wg_split_gather).
 struct WgBlockWork {
     bool split;
     int tile, piece, kb_begin, kb_end;
+    int pieces = 1, counter = 0, part0 = 0, part_base = 0, part_step = 1;
 };
 
-// Work item `item` of the plan (items 0 .. full_tiles - 1 the whole tiles, then the pieces).
+// Work item `item` of a tail split (items 0 .. full_tiles - 1 the whole tiles, then the pieces; a
+// tail tile's pieces at partials slots (tail index) x pieces + piece).
 __device__ __forceinline__ WgBlockWork wg_item_work(const int item, const int full_tiles, const int pieces,
                                                     const int nblocks) {
     WgBlockWork b{item >= full_tiles, item, 0, 0, nblocks};
@@ -272,7 +308,35 @@ __device__ __forceinline__ WgBlockWork wg_item_work(const int item, const int fu
         const int p = item - full_tiles;
         b.tile = full_tiles + p / pieces, b.piece = p % pieces;
         b.kb_begin = b.piece * nblocks / pieces, b.kb_end = (b.piece + 1) * nblocks / pieces;
+        b.pieces = pieces, b.counter = b.tile - full_tiles;
+        b.part0 = b.part_base = b.counter * pieces;
     }
+    return b;
+}
+
+// A stream split's run boundaries (wg_stream_plan): the first super-block of worker w's run of
+// `units` over `workers`, and the worker whose run holds super-block u.
+__device__ __forceinline__ int64_t wg_stream_begin(const int w, const int64_t units, const int workers) {
+    return (int64_t)w * units / workers;
+}
+__device__ __forceinline__ int wg_stream_worker(const int64_t u, const int64_t units, const int workers) {
+    return (int)(((u + 1) * workers - 1) / units);
+}
+
+// Worker w's part of tile t under a stream split: its super-blocks of the tile, and the tile's
+// pieces (one a worker whose run meets it). A worker's sums of its first tile go to partials slot
+// 2 w, of its last to 2 w + 1 (the tiles between are whole), so piece 0 is at 2 wf (+1 when the
+// tile is not the first worker's first) and piece p > 0 at 2 (wf + p): each later worker's run
+// starts inside the tile.
+__device__ __forceinline__ WgBlockWork wg_stream_work(const int w, const int t, const int nblocks, const int64_t units,
+                                                      const int workers) {
+    const int64_t ts = (int64_t)t * nblocks, te = ts + nblocks;
+    const int64_t lo = wg_stream_begin(w, units, workers), hi = wg_stream_begin(w + 1, units, workers);
+    const int wf = wg_stream_worker(ts, units, workers), wl = wg_stream_worker(te - 1, units, workers);
+    WgBlockWork b{wl > wf, t, w - wf, (int)((lo > ts ? lo : ts) - ts), (int)((hi < te ? hi : te) - ts)};
+    b.pieces = wl - wf + 1, b.counter = t;
+    b.part0 = 2 * wf + (wg_stream_begin(wf, units, workers) / nblocks == t ? 0 : 1);
+    b.part_base = 2 * wf, b.part_step = 2;
     return b;
 }
 
@@ -335,18 +399,17 @@ __device__ __forceinline__ bool wg_gather_pieces(At && at, SumsOf && sums_of, co
     return true;
 }
 
-// The end of a tail split's piece (wg_gather_pieces): the pieces of tail tile b.tile in partials,
-// float4 nt of a piece's threads side by side (coalesced), counted on that tail slot's counter.
+// The end of a split tile's piece (wg_gather_pieces): piece p's sums at partials slot
+// b.part0 / b.part_base + b.part_step p (WgBlockWork), float4 nt of a piece's threads side by side
+// (coalesced), counted on b.counter.
 template <int NT, int kThreads, int kNamedBar = 0, typename At>
-__device__ __forceinline__ bool wg_split_gather(At && at, float * partials, const WgBlockWork & b, const int full_tiles,
-                                                const int pieces, const int tid) {
-    const int slot = b.tile - full_tiles;
+__device__ __forceinline__ bool wg_split_gather(At && at, float * partials, const WgBlockWork & b, const int tid) {
     auto piece_sums = [&](int p) {
-        const int64_t base = (int64_t)(slot * pieces + p) * kThreads * NT;
-        return reinterpret_cast<float4 *>(partials) + base + tid;
+        const int part = p == 0 ? b.part0 : b.part_base + b.part_step * p;
+        return reinterpret_cast<float4 *>(partials) + (int64_t)part * kThreads * NT + tid;
     };
-    return wg_gather_pieces<NT, kThreads, kNamedBar, kThreads>(at, piece_sums, b.piece, &wg_tile_arrivals[slot], pieces,
-                                                               tid);
+    return wg_gather_pieces<NT, kThreads, kNamedBar, kThreads>(at, piece_sums, b.piece, &wg_tile_arrivals[b.counter],
+                                                               b.pieces, tid);
 }
 
 // Sub-blocks 2c and 2c + 1 of this lane's rows (g at s0, g + 8 at s1; their scale words h0, h1) as
@@ -706,7 +769,7 @@ __device__ __forceinline__ void wgmma_gemm_body(const char * __restrict__ w, con
     cp_async_wait<0>();
     // a piece of a split tile: its sums out; the tile's last piece adds every piece's and writes
     auto at = [&](int nt, int i) -> float & { return acc[nt][i]; };
-    if (work.split && !wg_split_gather<NT, kThreads>(at, partials, work, full_tiles, pieces, tid)) return;
+    if (work.split && !wg_split_gather<NT, kThreads>(at, partials, work, tid)) return;
     write_outputs<4 * NT, kRes>(
         [&](int e) { return make_int2(row_base + wrow + g + ((e & 3) < 2 ? 0 : 8), (e >> 2) * 8 + 2 * t + (e & 1)); },
         [&](int e) { return acc[e >> 2][e & 3]; }, dst, stride_col_dst, res, stride_col_res, nrows, ncols);
@@ -867,7 +930,9 @@ WgSplit wgmma_split_for(int nrows, int k, int ncols, int nsm) {
 // Floats of the pieces' sums a split needs (partials).
 template <int WG = 1>
 inline size_t wgmma_split_floats(const WgSplit & sp, int ncols) {
-    return sp.pieces > 1 ? (size_t)sp.tail * sp.pieces * WG * kWgRows * wg_padded_columns(ncols) : 0;
+    const size_t tile = (size_t)WG * kWgRows * wg_padded_columns(ncols);
+    if (sp.stream()) return 2 * (size_t)sp.workers * tile;  // two slots a worker (wg_stream_work)
+    return sp.pieces > 1 ? (size_t)sp.tail * sp.pieces * tile : 0;
 }
 
 // Returns false when the kernel cannot run here (the smem opt-in failed). split / partials: a tail

@@ -58,9 +58,12 @@ struct WsTile {
     int kb_begin, nkb, row_base;
 };
 template <int CW>
-__device__ __forceinline__ WsTile ws_item_tile(int item, int full_tiles, int pieces, int nblocks) {
-    const WgBlockWork work = wg_item_work(item, full_tiles, pieces, nblocks);
+__device__ __forceinline__ WsTile ws_work_tile(const WgBlockWork & work) {
     return {work, work.kb_begin, work.kb_end - work.kb_begin, work.tile * kWgRows * CW};
+}
+template <int CW>
+__device__ __forceinline__ WsTile ws_item_tile(int item, int full_tiles, int pieces, int nblocks) {
+    return ws_work_tile<CW>(wg_item_work(item, full_tiles, pieces, nblocks));
 }
 template <int CW>
 __device__ __forceinline__ WsTile ws_tile(int full_tiles, int pieces, int nblocks) {
@@ -78,6 +81,37 @@ __device__ __forceinline__ int ws_items(const int nrows, const int full_tiles, c
     const int tiles = (nrows + CW * kWgRows - 1) / (CW * kWgRows);
     return full_tiles + (tiles - full_tiles) * pieces;
 }
+
+// The items of a block in order (producers and consumers walk the same): with a tail split (or
+// none) items blockIdx.x, + gridDim.x, ... of ws_items; with a stream split (full_tiles < 0,
+// wg_stream_plan) the tiles its run meets, each whole or its piece of it. With CW = 2 the
+// producers (40 registers) spill 12-20 bytes for it (sm_90a; the engine's default is CW = 1, none).
+template <int CW>
+struct WsWalk {
+    int cur, end, step, nblocks, full_tiles, pieces;
+    int64_t units;  // a stream split's super-blocks
+
+    __device__ __forceinline__ WsWalk(const int nrows, const int nblocks_, const int full_tiles_, const int pieces_)
+        : nblocks(nblocks_), full_tiles(full_tiles_), pieces(pieces_) {
+        const int tiles = (nrows + CW * kWgRows - 1) / (CW * kWgRows);
+        if (full_tiles < 0) {
+            const int w = blockIdx.x, workers = gridDim.x;
+            units = (int64_t)tiles * nblocks;
+            cur = (int)(wg_stream_begin(w, units, workers) / nblocks);
+            end = (int)((wg_stream_begin(w + 1, units, workers) - 1) / nblocks) + 1, step = 1;
+        } else {
+            units = 0, cur = blockIdx.x, end = ws_items<CW>(nrows, full_tiles, pieces), step = gridDim.x;
+        }
+    }
+
+    __device__ __forceinline__ bool next(WsTile & tile) {
+        if (cur >= end) return false;
+        tile = full_tiles < 0 ? ws_work_tile<CW>(wg_stream_work(blockIdx.x, cur, nblocks, units, gridDim.x))
+                              : ws_item_tile<CW>(cur, full_tiles, pieces, nblocks);
+        cur += step;
+        return true;
+    }
+};
 
 // A warp-specialized kernel's stage barriers at bars: S `full` ones, completed by the producers'
 // bulk copies' expect_tx and each producer thread's cp.async arrival, then S `empty` ones, by
@@ -253,13 +287,13 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
     constexpr int NT = N / 8, kProducer = 4 * CW;  // the producer warpgroup's first warp
     DFLASH_DYNAMIC_SMEM_BYTES(ws_smem);
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * WARP_SIZE + lane;
-    const int items = ws_items<CW>(nrows, full_tiles, pieces), stride = (int)gridDim.x;
     const WsStages<N, S, CW> stages(ws_smem, tid);
+    WsWalk<CW> walk(nrows, nblocks, full_tiles, pieces);
     unsigned i = 0;  // the block's super-blocks so far, over its items (the stage ring's position)
+    WsTile tile;
     if (warp >= kProducer) {
         const int ptid = ws_producer_rank<CW>(tid);
-        for (int item = blockIdx.x; item < items; item += stride) {
-            const WsTile tile = ws_item_tile<CW>(item, full_tiles, pieces, nblocks);
+        while (walk.next(tile)) {
             int off[WsRows<N, CW>::kPer];
             ws_row_offsets<N, CW>(off, ptid, nrows - 1 - tile.row_base, row_bytes);
             const char * wtile = w + (int64_t)tile.row_base * row_bytes;
@@ -270,13 +304,12 @@ __device__ __forceinline__ void wgmma_ws_body(const char * __restrict__ w, const
     }
     warpgroup_regs_up<Shape::kConsumerRegs>();
     const int wrow = 16 * warp;
-    for (int item = blockIdx.x; item < items; item += stride) {
-        const WsTile tile = ws_item_tile<CW>(item, full_tiles, pieces, nblocks);
+    while (walk.next(tile)) {
         float acc[NT][4] = {};
         for (const unsigned end = i + tile.nkb; i < end; ++i) stages.consume(acc, i, lane, wrow, lbo, sbo);
         auto at = [&](int nt, int e) -> float & { return acc[nt][e]; };
-        if (tile.work.split && !wg_split_gather<NT, Shape::kConsumers, kWsGatherBarrier>(at, partials, tile.work,
-                                                                                         full_tiles, pieces, tid)) {
+        if (tile.work.split &&
+            !wg_split_gather<NT, Shape::kConsumers, kWsGatherBarrier>(at, partials, tile.work, tid)) {
             continue;
         }
         ws_write_rows<N, kRes>(acc, dst, tile.row_base + wrow, lane, nrows, ncols, stride_col_dst, res, stride_col_res);
@@ -310,14 +343,38 @@ WsKernel wgmma_ws_kernel_ready() {
     return ok ? gemm_q4k_wgmma_ws_kernel<N, S, CW, kRes> : nullptr;
 }
 
-// The tail split of a launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit).
+// Whether the launches may take a stream split where it beats the tail split (ws_split_choice):
+// `stream` 0 or 1, or -1 for DFLASH_WG_STREAM=1 (off by default until timed).
+inline bool ws_stream_on(const int stream) {
+    static const bool env = [] {
+        const char * e = std::getenv("DFLASH_WG_STREAM");
+        return e && e[0] == '1';
+    }();
+    return stream < 0 ? env : stream != 0;
+}
+
+// The split of `tiles` tiles of nblocks over `slots`: the tail split (wg_split_plan), or with
+// `stream` the stream split (wg_stream_plan) where a block slot's most super-blocks drop by over a
+// twentieth (its gathers cost more: a run's ends are pieces); gdn_in's 258 tiles over 264 slots
+// stay whole.
+inline WgSplit ws_split_choice(int tiles, int nblocks, int slots, int min_piece, bool stream) {
+    const WgSplit tail = wg_split_plan(tiles, nblocks, slots, min_piece);
+    if (!stream) return tail;
+    const WgSplit run = wg_stream_plan(tiles, nblocks, slots, min_piece);
+    if (!run.stream()) return tail;
+    return 20 * wg_slot_units(tail, tiles, nblocks) > 21 * wg_slot_units(run, tiles, nblocks) ? run : tail;
+}
+
+// The split of a launch of nrows x k at ncols columns on nsm multiprocessors (WgSplit; stream:
+// ws_stream_on).
 template <int CW = 1, int S = kWsStages>
-WgSplit wgmma_ws_split_for(int nrows, int k, int ncols, int nsm) {
+WgSplit wgmma_ws_split_for(int nrows, int k, int ncols, int nsm, int stream = -1) {
     return wg_for_columns(wg_padded_columns(ncols), [&](auto n_tag) {
         constexpr int N = decltype(n_tag)::value;
         static const int per_sm =
             wg_blocks_per_sm(wgmma_ws_kernel_ready<S, CW, N>(), WsShape<CW>::kThreads, WsPlan<N, S, CW>::kBytes);
-        return wg_split_plan((nrows + CW * kWgRows - 1) / (CW * kWgRows), k / kQk, per_sm * nsm, wg_min_piece_blocks());
+        return ws_split_choice((nrows + CW * kWgRows - 1) / (CW * kWgRows), k / kQk, per_sm * nsm,
+                               wg_min_piece_blocks(), ws_stream_on(stream));
     });
 }
 
@@ -367,9 +424,10 @@ bool launch_q4k_wgmma_ws(const char * w, const int8_t * qs, const float * yd, co
                          int stride_col_res = 0, int persistent = -1) {
     const int tiles = (nrows + CW * kWgRows - 1) / (CW * kWgRows);
     if ((int64_t)CW * kWgRows * row_bytes > INT32_MAX) return false;  // the producers' 32-bit offsets
-    if (split.pieces < 2 || !partials) split = WgSplit{tiles, 0, 1, split.slots};
-    const int blocks =
-        ws_persistent(persistent) && split.slots > 0 ? std::min(split.grid(), split.slots) : split.grid();
+    if (!split.splits() || !partials) split = WgSplit{tiles, 0, 1, split.slots};
+    const int blocks = !split.stream() && ws_persistent(persistent) && split.slots > 0
+                           ? std::min(split.grid(), split.slots)
+                           : split.grid();
     auto ready = [res](auto n_tag) -> WsKernel {
         constexpr int N = decltype(n_tag)::value;
         if constexpr (CW == 1) {
@@ -380,7 +438,7 @@ bool launch_q4k_wgmma_ws(const char * w, const int8_t * qs, const float * yd, co
         return wgmma_ws_kernel_ready<S, CW, N>();
     };
     return ws_launch<CW, S>(ready, dim3((unsigned)blocks, 1, 1), stream, w, qs, yd, ysum, dst, nrows, k, row_bytes,
-                            ncols, stride_col_dst, split.full_tiles, split.pieces, partials, res, stride_col_res);
+                            ncols, stride_col_dst, split.full_tiles_arg(), split.pieces, partials, res, stride_col_res);
 }
 
 }  // namespace gemm_kq

@@ -1610,6 +1610,55 @@ struct WgCheckColumns {
     WgCheckColumns & operator=(const WgCheckColumns &) = delete;
 };
 
+// The int8 warp-specialized kernel with CW consumer warpgroups under the stream split of `tiles`
+// tiles over `slots` (wg_stream_plan): its largest difference from `whole` (the unsplit early
+// kernel), whether a second launch gave the same bits, and whether the fused residual in place gave
+// its outputs plus `res`, one float addition each (CW 1 only).
+struct StreamCheck {
+    int workers = 0;
+    double vs_whole = 0;
+    bool relaunch_same = false, res_same = false;
+    bool ok(double ref_max) const { return workers >= 2 && vs_whole / ref_max <= 1e-5 && relaunch_same && res_same; }
+};
+template <int CW>
+StreamCheck check_ws_stream(const CheckWeights & cw, const MmaBuffers & b, int rows, int k, int ncols, int tiles,
+                            int slots, int min_piece, const std::vector<float> & whole,
+                            const std::vector<float> & res) {
+    StreamCheck c;
+    const gemm_kq::WgSplit sp = gemm_kq::wg_stream_plan(tiles, k / 256, slots, min_piece);
+    c.workers = sp.workers;
+    float * partials = nullptr;
+    CK(cudaMalloc(&partials, std::max<size_t>(1, gemm_kq::wgmma_split_floats<CW>(sp, ncols)) * sizeof(float)));
+    std::vector<float> got[2], with_res(whole.size());
+    bool ran = true;
+    for (auto & g : got) {
+        CK(cudaMemset(b.dst, 0, whole.size() * 4));
+        ran = ran && gemm_kq::launch_q4k_wgmma_ws<CW>(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols,
+                                                      rows, nullptr, sp, partials);
+        CK(cudaDeviceSynchronize());
+        g.resize(whole.size());
+        CK(cudaMemcpy(g.data(), b.dst, g.size() * 4, cudaMemcpyDeviceToHost));
+    }
+    c.res_same = true;
+    if constexpr (CW == 1) {
+        CK(cudaMemcpy(b.dst, res.data(), res.size() * 4, cudaMemcpyHostToDevice));
+        ran = ran && gemm_kq::launch_q4k_wgmma_ws(cw.dev, b.yq, b.yd, b.ysum, b.dst, rows, k, cw.row_bytes, ncols, rows,
+                                                  nullptr, sp, partials, b.dst, rows);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(with_res.data(), b.dst, with_res.size() * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < whole.size(); ++i) {
+            const float want = got[0][i] + res[i];
+            c.res_same = c.res_same && std::memcmp(&want, &with_res[i], 4) == 0;
+        }
+    }
+    CK(cudaFree(partials));
+    for (size_t i = 0; i < whole.size(); ++i)
+        c.vs_whole = std::fmax(c.vs_whole, std::fabs((double)got[0][i] - whole[i]));
+    c.relaunch_same = ran && std::memcmp(got[0].data(), got[1].data(), whole.size() * 4) == 0;
+    if (!ran) c.workers = 0;
+    return c;
+}
+
 // The wgmma form's tail split (gemm_q4k_wgmma.cuh's WgSplit) for `slots` block slots: against the
 // same kernel unsplit (float rounding: 1e-5 of the scale), the host reference (5e-4), itself on a
 // second launch (the same bits: the tile counters are back at zero, the pieces summed in order), and
@@ -1722,6 +1771,12 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen, int min_p
         CK(cudaMemcpy(wsp.data(), b.dst, wsp.size() * 4, cudaMemcpyDeviceToHost));
         const bool ws2_persistent_same = std::memcmp(wsp.data(), ws2.data(), wsp.size() * 4) == 0;
         CK(cudaFree(partials2));
+        // the stream split (wg_stream_plan, 1 and 2 consumer warpgroups): against the whole, the same
+        // bits on a second launch, and with the residual in place its outputs plus the residual
+        const StreamCheck st1 = check_ws_stream<1>(cw, b, rows, k, ncols, tiles, slots, min_piece, whole, res);
+        const StreamCheck st2 =
+            check_ws_stream<2>(cw, b, rows, k, ncols, (rows + 127) / 128, slots, min_piece, whole, res);
+        const bool stream_ok = st1.ok(ref_max) && st2.ok(ref_max);
         double err_whole = 0, err_ref = 0, err_two = 0;
         for (size_t i = 0; i < whole.size(); ++i) {
             err_whole = std::fmax(err_whole, std::fabs((double)got[0][i] - whole[i]));
@@ -1737,16 +1792,18 @@ void check_wgmma_split(int rows, int k, int slots, std::mt19937 & gen, int min_p
             "\"full_tiles\": %d, \"tail\": %d, \"pieces\": %d, \"vs_whole\": %.3g, \"rel_err\": %.3g, "
             "\"relaunch_same\": %s, \"pipe_same\": %s, \"early_same\": %s, \"chunks_same\": %s, "
             "\"res_same\": %s, \"ws_same\": %s, \"ws_res_same\": %s, \"ws2_same\": %s, \"ws_persistent_same\": %s, "
-            "\"ws2_persistent_same\": %s, \"two_wg_pieces\": %d, "
+            "\"ws2_persistent_same\": %s, \"stream_workers\": [%d, %d], \"stream_vs_whole\": [%.3g, %.3g], "
+            "\"stream_ok\": %s, \"two_wg_pieces\": %d, "
             "\"two_wg_vs_whole\": %.3g, \"out_hash\": \"%016llx\", \"two_wg_hash\": \"%016llx\", \"ok\": %s}\n",
             rows, k, ncols, slots, split.full_tiles, split.tail, split.pieces, err_whole / ref_max, err_ref / ref_max,
             same ? "true" : "false", pipe_same ? "true" : "false", early_same ? "true" : "false",
             chunks_same ? "true" : "false", res_same ? "true" : "false", ws_same ? "true" : "false",
             ws_res_same ? "true" : "false", ws2_same ? "true" : "false", ws_persistent_same ? "true" : "false",
-            ws2_persistent_same ? "true" : "false", split2.pieces, err_two / ref_max,
+            ws2_persistent_same ? "true" : "false", st1.workers, st2.workers, st1.vs_whole / ref_max,
+            st2.vs_whole / ref_max, stream_ok ? "true" : "false", split2.pieces, err_two / ref_max,
             (unsigned long long)bits_hash(got[0]), (unsigned long long)bits_hash(two),
             ran && same && pipe_same && early_same && chunks_same && res_same && ws_same && ws_res_same && ws2_same &&
-                    ws_persistent_same && ws2_persistent_same && split.pieces > 1 && split2.pieces > 1 &&
+                    ws_persistent_same && ws2_persistent_same && stream_ok && split.pieces > 1 && split2.pieces > 1 &&
                     err_whole / ref_max <= 1e-5 && err_two / ref_max <= 1e-5 && err_ref / ref_max <= 5e-4
                 ? "true"
                 : "false");

@@ -6,8 +6,9 @@
 # give the same bits; session 47 timed the 64-column scales' byte-permute words so, session 48 the
 # split gather's one fence, both now the only form). Binaries built there from
 # .carry/upstream.tar.gz's headers (nvcc -O3 -gencode arch=compute_90a,code=sm_90a
-# -DGEMV_STANDALONE_SLIM [flag], ~1.5 min, both at once). WS64_ENV="NAME=VALUE": also the first build
-# run with that environment (an A/B of a launch switch, e.g. DFLASH_WS_PERSISTENT=1), as `env`.
+# -DGEMV_STANDALONE_SLIM [flag], ~1.5 min, both at once). WS64_ENV="VAR=VALUE[,VAR=VALUE] ...": also
+# the first build run with each of those environments (A/Bs of launch switches, e.g.
+# DFLASH_WG_STREAM=1), as `env-VAR-VALUE...`.
 # WS64_NCU=1: then ncu (--set full) on one
 # launch of each engine form at 64 columns (profile_64, the first build), the details and the SASS
 # source page (per-instruction stall samples) into $OUT. Argument `build`: the binaries only
@@ -31,12 +32,14 @@ if [ "$built" = 0 ]; then
   wait
 fi
 [ "${1-}" = build ] && exit 0
-runs="$builds${WS64_ENV:+ env}"
+runs=$builds
+for vs in ${WS64_ENV-}; do runs="$runs env-$(echo "$vs" | tr '=,' '--')"; done
 for round in 1 2; do
   for v in $runs; do
-    if [ "$v" = env ]; then
-      # shellcheck disable=SC2086  # NAME=VALUE words
-      timeout 60 env $WS64_ENV /tmp/ws64/gemv_standalone ws64 >> "$OUT/ws64-env.jsonl" 2>&1
+    if [ "${v#env-}" != "$v" ]; then
+      vs=$(echo "${v#env-}" | sed -E 's/([A-Z0-9_]+)-([^-]+)-?/\1=\2 /g')
+      # shellcheck disable=SC2086  # VAR=VALUE words
+      timeout 60 env $vs /tmp/ws64/gemv_standalone ws64 >> "$OUT/ws64-$v.jsonl" 2>&1
     else
       timeout 60 "/tmp/ws64/$v" ws64 >> "$OUT/ws64-$v.jsonl" 2>&1
     fi
