@@ -568,8 +568,20 @@ def test_cuda_wgmma_res_mode_fuses_the_residual_into_the_wgmma_gemm(
         assert np.array_equal(_core.op_mul_mat_fused(w, "q4_K", rows, x, residual=res, gpu=True), got)
 
 
-# Mode 4's first column count by matrix (gemm_kquant_mma.cu's ws_shape_from; 65: never).
-_WS_SHAPES = [(34816, 2304, 25), (16480, 2304, 49), (12288, 2304, 25), (5120, 17408, 17), (5120, 6144, 65)]
+# Mode 4's first column count by matrix (gemm_kquant_mma.cu's ws_shape_from; 65: never; ssm_out's
+# from DFLASH_WS_SHORT_FROM when set to 17..64).
+def _ws_short_from() -> int:
+    n = int(os.environ.get("DFLASH_WS_SHORT_FROM", "65") or 65)
+    return n if 17 <= n <= 64 else 65
+
+
+_WS_SHAPES = [
+    (34816, 2304, 25),
+    (16480, 2304, 49),
+    (12288, 2304, 25),
+    (5120, 17408, 17),
+    (5120, 6144, _ws_short_from()),
+]
 
 
 # (columns, a fused residual)

@@ -2431,6 +2431,10 @@ int main(int argc, char ** argv) {
                                            {"attn_q", W::q4_K, 12288, 5120},
                                            {"ffn_down", W::q4_K, 5120, 17408}};
         for (const Shape & m : shapes) bench_wgmma(m.name, m.rows, m.k, gen, {91004014}, {64});
+        // ssm_out / attn_output: the mma.sync GEMM the engine runs there, and the warp-specialized
+        // kernel DFLASH_WS_SHORT_FROM would give it
+        bench_wgmma("ssm_out_mma", 5120, 6144, gen, {102}, {64});
+        bench_wgmma("ssm_out_ws", 5120, 6144, gen, {91004014}, {64});
     }
     if (what == "profile_64") {  // at 64 columns, once each for ncu: the engine's forms of [gate; up] and ffn_down
         // (the int8 warp-specialized kernel, 91004014) and of ssm_out (the mma.sync GEMM, 102)
