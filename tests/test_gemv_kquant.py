@@ -571,7 +571,10 @@ def test_cuda_wgmma_res_mode_fuses_the_residual_into_the_wgmma_gemm(
 # Mode 4's first column count by matrix (gemm_kquant_mma.cu's ws_shape_from; 65: never; ssm_out's
 # from DFLASH_WS_SHORT_FROM when set to 17..64).
 def _ws_short_from() -> int:
-    n = int(os.environ.get("DFLASH_WS_SHORT_FROM", "65") or 65)
+    try:
+        n = int(os.environ.get("DFLASH_WS_SHORT_FROM", "65"))
+    except ValueError:  # the engine's atoi: 0, so never
+        return 65
     return n if 17 <= n <= 64 else 65
 
 
@@ -619,9 +622,10 @@ def test_cuda_wgmma_ws_mode_4_takes_each_matrix_from_its_columns(
 ) -> None:
     """DFLASH_WGMMA_WS=4: the warp-specialized int8 kernel takes each Q4_K matrix from its own column
     count ([gate; up] and attn_q from 25, [gdn q; k; v; z] from 49, ffn_down's long rows from 17,
-    ssm_out's never), the residual of a fused add (up to 48 columns) written by it: one launch
-    counted where it takes the matrix, none elsewhere; within float rounding (1e-5 of the scale)
-    of the forms without it (its own split), numpy within 3e-2; the same bits on a second run."""
+    ssm_out's never unless DFLASH_WS_SHORT_FROM is set), the residual of a fused add (up to 48
+    columns) written by it: one launch counted where it takes the matrix, none elsewhere; within
+    float rounding (1e-5 of the scale) of the forms without it (its own split), numpy within 3e-2;
+    the same bits on a second run."""
     want, product = _product_and_numpy("q4_K", rows, k, n, residual, seed=43)
     modes = (_core.wgmma_ws, _core.set_wgmma_ws_mode)
     ref, got, launches = _a_b(modes, (0, 4), product, _core.wgmma_ws_launches)
