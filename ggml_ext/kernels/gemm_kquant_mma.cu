@@ -303,10 +303,11 @@ int wgmma_ws_mode = [] {
 bool takes_ws_form(int n) {
     return wgmma_ws_mode == 1 || wgmma_ws_mode == 2 || (wgmma_ws_mode == 3 && n >= kWgmmaWsMinColumns);
 }
-// ssm_out and attn_output (5120 x 6144, short rows) in mode 4 from DFLASH_WS_SHORT_FROM=n columns
-// (17..64; 65, never, by default): an untimed switch. Session 40's "never" predates the split's
-// one-fence gather and stream split (sessions 47-48); these 64 launches a forward take the mma.sync
-// GEMM's ~19 us each at 64 columns on the H100 (session 48), ~3.6x their weights' read time.
+// ssm_out and attn_output (5120 x 6144; with them any Q4_K matrix of under 8192 rows and under 64
+// super-blocks a row) in mode 4 from DFLASH_WS_SHORT_FROM=n columns (17..64; 65, never, by
+// default): an untimed switch. Session 40's "never" predates the split's one-fence gather and
+// stream split (sessions 47-48); these 64 launches a forward take the mma.sync GEMM's ~19 us each
+// at 64 columns on the H100 (session 48), ~3.6x their weights' read time.
 int valid_short_from(int n) { return n >= 17 && n <= 64 ? n : 65; }
 int ws_short_from = [] {
     const char * e = std::getenv("DFLASH_WS_SHORT_FROM");
@@ -318,7 +319,7 @@ int ws_shape_from(int rows, int k) {
     if (rows >= 16384) return 49;                 // [gdn q; k; v; z]
     if (rows >= 8192) return 25;                  // attn_q
     if (k / 256 >= kWgmmaLongKBlocks) return 17;  // ffn_down
-    return ws_short_from;                         // ssm_out, attn_output
+    return ws_short_from;                         // ssm_out, attn_output, the rest
 }
 bool takes_ws_shape(int rows, int k, int n) { return wgmma_ws_mode == kWsByShape && n >= ws_shape_from(rows, k); }
 std::atomic<int64_t> wgmma_ws_count{0};
