@@ -405,6 +405,29 @@ if [ "$stage" = h2 ]; then
   [ "$(left)" -ge 140 ] && chain_bench 135 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
   exit 0
 fi
+# `gpu_bench.sh tb1` (session 50; a fresh H200, SETUP_TARGETS="_core llama-server", SYNTH_EARLY=1),
+# then `tb2` within 30 s: issue 7's table on one machine with the defaults. t1: the 27B's kernels a
+# step (forwards of 1, 16, 32, 64 tokens), AR next to libllama, then the DDTree step costs (fwd(N)
+# beside the AR step) in the time left. tb2: the chain next to upstream llama-server draft-dflash at
+# synthetic acceptance 10, then what t1 did not reach.
+if [ "$stage" = tb1 ] || [ "$stage" = tb2 ]; then
+  trap "pack_out $stage" EXIT
+  start_27b_synth
+  export KP_ARGS="--forwards 1,16,32,64 --quick"
+  wait_27b 100
+  [ "$stage" = tb2 ] && [ "$(left)" -ge 140 ] && chain_bench 135 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
+  # each once over both calls (a marker in /tmp once its JSON came out)
+  once() {  # once MIN_LEFT JSON FUNCTION ARGS...: FUNCTION ARGS unless JSON came out before
+    local min=$1 json=$2; shift 2
+    { [ -f "/tmp/tb-$json" ] || [ "$(left)" -lt "$min" ]; } && return
+    "$@"; [ -f "$OUT/$json" ] && touch "/tmp/tb-$json"
+  }
+  once 50 h200-27b-kernels-default.json kernel_profile 45 h200-27b-kernels-default.json
+  grep -E "wall" "$OUT/h200-27b-kernels-default.log" 2> /dev/null | cut -c1-150
+  once 80 h200-27b-ar.json ar_bench 75 /tmp/q27.gguf h200-27b-ar.json
+  once 55 h200-27b-tree-steps-default.json tree_steps 50 h200-27b-tree-steps-default.json 15,31,63 -- --no-upstream
+  exit 0
+fi
 
 # `gpu_bench.sh q1` (session 24, a fresh machine, SETUP_TARGETS=_core): the RMSNorm read by the
 # GEMM's quantizer (patches/0010) and two row tiles a warp by the wave count up to 16 columns. After
