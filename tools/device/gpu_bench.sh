@@ -406,10 +406,10 @@ if [ "$stage" = h2 ]; then
   exit 0
 fi
 # `gpu_bench.sh tb1` (session 50; a fresh H200, SETUP_TARGETS="_core llama-server", SYNTH_EARLY=1),
-# then `tb2` within 30 s: issue 7's table on one machine with the defaults. t1: the 27B's kernels a
+# then `tb2` within 30 s: issue 7's table on one machine with the defaults. tb1: the 27B's kernels a
 # step (forwards of 1, 16, 32, 64 tokens), AR next to libllama, then the DDTree step costs (fwd(N)
 # beside the AR step) in the time left. tb2: the chain next to upstream llama-server draft-dflash at
-# synthetic acceptance 10, then what t1 did not reach.
+# synthetic acceptance 10, then what tb1 did not reach. Both then profile TB_VARS in the time left.
 if [ "$stage" = tb1 ] || [ "$stage" = tb2 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
@@ -426,6 +426,12 @@ if [ "$stage" = tb1 ] || [ "$stage" = tb2 ]; then
   grep -E "wall" "$OUT/h200-27b-kernels-default.log" 2> /dev/null | cut -c1-150
   once 80 h200-27b-ar.json ar_bench 75 /tmp/q27.gguf h200-27b-ar.json
   once 55 h200-27b-tree-steps-default.json tree_steps 50 h200-27b-tree-steps-default.json 15,31,63 -- --no-upstream
+  for vs in ${TB_VARS-}; do  # then the profiles of TB_VARS (VAR=VALUE[,VAR=VALUE] sets) in the time left
+    name=$(echo "$vs" | sed 's/DFLASH_//g' | tr 'A-Z_=,' 'a-z---')
+    # shellcheck disable=SC2046  # VAR=VALUE pairs split on purpose
+    once 45 "h200-27b-kernels-$name.json" kernel_profile 40 "h200-27b-kernels-$name.json" $(echo "$vs" | tr ',' ' ')
+    grep -E "wall" "$OUT/h200-27b-kernels-$name.log" 2> /dev/null | cut -c1-150
+  done
   exit 0
 fi
 
