@@ -2433,14 +2433,16 @@ int main(int argc, char ** argv) {
         for (const Shape & m : shapes) bench_wgmma(m.name, m.rows, m.k, gen, {91004014}, {64});
         // ssm_out / attn_output: the mma.sync GEMM the engine runs there, and the warp-specialized
         // kernel DFLASH_WS_SHORT_FROM would give it
-        bench_wgmma("ssm_out_mma", 5120, 6144, gen, {102}, {64});
-        bench_wgmma("ssm_out_ws", 5120, 6144, gen, {91004014}, {64});
+        bench_wgmma("ssm_out_mma", 5120, 6144, gen, {102}, {32, 64});
+        bench_wgmma("ssm_out_ws", 5120, 6144, gen, {91004014}, {32, 64});
     }
     if (what == "profile_64") {  // at 64 columns, once each for ncu: the engine's forms of [gate; up] and ffn_down
-        // (the int8 warp-specialized kernel, 91004014) and of ssm_out (the mma.sync GEMM, 102)
+        // (the int8 warp-specialized kernel, 91004014) and of ssm_out (the mma.sync GEMM, 102; then the
+        // warp-specialized kernel DFLASH_WS_SHORT_FROM gives it)
         bench_wgmma("ffn_gate_up", 34816, 5120, gen, {91004014}, {64}, true);
         bench_wgmma("ffn_down", 5120, 17408, gen, {91004014}, {64}, true);
         bench_wgmma("ssm_out", 5120, 6144, gen, {102}, {64}, true);
+        bench_wgmma("ssm_out_ws", 5120, 6144, gen, {91004014}, {64}, true);
     }
     if (what == "profile_forms") {  // [gate; up] at 32 and 64 columns, each wgmma-bench code of argv[2] once (ncu)
         bench_wgmma("ffn_gate_up", 34816, 5120, gen, parse_codes(argc > 2 ? argv[2] : "91002014,91004014"), {32, 64},
