@@ -304,10 +304,11 @@ bool takes_ws_form(int n) {
     return wgmma_ws_mode == 1 || wgmma_ws_mode == 2 || (wgmma_ws_mode == 3 && n >= kWgmmaWsMinColumns);
 }
 // ssm_out and attn_output (5120 x 6144; with them any Q4_K matrix of under 8192 rows and under 64
-// super-blocks a row) in mode 4 from DFLASH_WS_SHORT_FROM=n columns (17..64; 65, never, by
-// default): an untimed switch. Session 40's "never" predates the split's one-fence gather and
-// stream split (sessions 47-48); these 64 launches a forward take the mma.sync GEMM's ~19 us each
-// at 64 columns on the H100 (session 48), ~3.6x their weights' read time.
+// super-blocks a row, the 27B's lone z projections) in mode 4 from DFLASH_WS_SHORT_FROM=n columns
+// (17..64; 65, never, by default). These launches take the mma.sync GEMM's ~19 us each at 64
+// columns on the H100, ~3.6x their weights' read time, but the split warp-specialized kernel was no
+// faster there: at 33 the 27B's 64-token forward took 14.41 against 14.44 ms of kernels (H100,
+// session 50, bench/results/h100-s50-*; ~18.8 us a launch), so it stays off.
 int valid_short_from(int n) { return n >= 17 && n <= 64 ? n : 65; }
 int ws_short_from = [] {
     const char * e = std::getenv("DFLASH_WS_SHORT_FROM");

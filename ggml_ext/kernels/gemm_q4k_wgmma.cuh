@@ -279,8 +279,8 @@ inline int wg_slot_units(const WgSplit & sp, int tiles, int nblocks) {
 // The engine's least super-blocks a piece: kWgMinPieceBlocks, or DFLASH_WG_MIN_PIECE (1..8; an A/B
 // switch). Smaller pieces split a last wave of few tiles finer: the 27B's [gate; up] at 64 columns
 // (16 tail tiles of 20 super-blocks over 264 slots) runs 5 pieces of 4 a tile, 2 would give 10 of 2.
-// 4 since the split came in, not timed against smaller pieces; a piece's end got cheaper in
-// session 48 (the one-fence gather).
+// 4 since the split came in; 1 lost on the H100 (session 50: the 27B's 32 / 64-token forwards
+// 11.62 / 14.51 against 11.45 / 14.44 ms of kernels, bench/results/h100-s50-*).
 inline int wg_min_piece_blocks() {
     static const int v = [] {
         const char * e = std::getenv("DFLASH_WG_MIN_PIECE");
