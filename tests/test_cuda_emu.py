@@ -182,11 +182,14 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
     # GEMM (Q6_K at 9 and 64 columns, at 40 with its tail split, Q4_K at 64; 7 forms each: 3 and 4 stages, 2
     # warpgroups, a residual, and the warp-specialized kernel with one consumer warpgroup, two, and one with a
     # residual, each with the bits of the form it stands for), and the f16 form's activation converter with 8
-    # values a thread against that of a value a thread (5 source forms x 2 lengths x 2 column counts)
+    # values a thread against that of a value a thread (5 source forms x 2 lengths x 2 column counts), and
+    # a pair's halves and int8 bytes from one launch against its two (2 int8 layouts x 2 sources x 2
+    # lengths x 3 column counts)
     sources = 4 + 16 + 6 + 9 + 5  # SwiGLU, RMSNorm (two GEMM forms, the GEMV), head norm, sigmoid gate
     mma_splits = 6 * 4
     f16_wgmma = 4 * 7
     f16_convert = 5 * 2 * 2
+    act_pair = 2 * 2 * 2 * 3
     assert len(rows) == (
         4 * 2 * 6
         + 4 * 8 * 6
@@ -202,6 +205,7 @@ def test_kernels_read_no_memory_past_their_buffers(build_dir: Path) -> None:
         + mma_splits
         + f16_wgmma
         + f16_convert
+        + act_pair
     )
     pieces = [r for r in rows if "check_mma_split" in r]
     forms = {(r["check_mma_split"], r["warp_rows"], r["act_smem"], r["pieces"]) for r in pieces}

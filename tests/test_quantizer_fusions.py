@@ -172,6 +172,46 @@ def test_cuda_norm_read_by_two_products_gives_the_unfused_bits(types: tuple[str,
     _fused_equals_plain("rms_norm_pair", run, 2 <= n <= 64, f"{types}, {n} columns")
 
 
+def test_one_activation_launch_for_a_mixed_pair_is_off_unless_asked() -> None:
+    assert _core.fuse_pair_act_enabled() == (GPU and os.environ.get("DFLASH_FUSE_PAIR_ACT") == "1")
+
+
+@needs_gpu
+@pytest.mark.usefixtures("fusions_restored", "mma_restored")
+@pytest.mark.parametrize("types", [("q4_K", "q6_K"), ("q6_K", "q4_K"), ("q5_K", "q6_K"), ("q4_K", "q4_K")])
+@pytest.mark.parametrize("n", [2, 16, 17, 33, 64, 100])
+def test_cuda_pair_with_an_f16_product_takes_both_activation_forms_from_one_launch(
+    types: tuple[str, str], n: int
+) -> None:
+    """DFLASH_FUSE_PAIR_ACT: a norm read by a Q6_K product in the f16 wgmma form (every Q6_K matrix
+    asked into it here) and a Q4_K / Q5_K one in an int8 form: both activation forms from one launch
+    (gemm_kq::quantize_act_and_f16), counted where the f16 form runs (from 9 columns up to 64 on an
+    sm_90a build on Hopper), and the bits of the two launches it replaces; a pair of one form keeps
+    them."""
+    rows, k = 1000, 2304
+    w, _ = _weights(types[0], rows, k, seed=77)
+    g, _ = _weights(types[1], rows, k, seed=78)
+    x, weight, _ = _normed_inputs(n, k, 79)
+    _core.set_fuse_rms_norm_enabled(True)
+    _core.set_fuse_rms_norm_pair_enabled(True)
+
+    def run() -> np.ndarray:
+        return _core.op_mul_mat_fused(w, types[0], rows, x, gate=g, gate_type=types[1], norm=weight, gpu=True)
+
+    was_all, was_on = _core.f16_wgmma_all(), _core.fuse_pair_act_enabled()
+    _core.set_f16_wgmma_all(True)
+    try:
+        _core.set_fuse_pair_act_enabled(False)
+        f16_before = _core.f16_wgmma_launches()
+        run()
+        f16_ran = _core.f16_wgmma_launches() > f16_before
+        mixed = "q6_K" in types and types[0] != types[1]
+        _fused_equals_plain("pair_act", run, mixed and f16_ran and n <= 64, f"{types}, {n} columns")
+    finally:
+        _core.set_f16_wgmma_all(was_all)
+        _core.set_fuse_pair_act_enabled(was_on)
+
+
 @needs_gpu
 @pytest.mark.usefixtures("fusions_restored", "mma_restored")
 @pytest.mark.parametrize("types", [("q4_K", "q6_K"), ("q6_K", "q4_K"), ("q4_K", "q4_K")])

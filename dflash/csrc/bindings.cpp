@@ -691,6 +691,13 @@ PYBIND11_MODULE(_core, m) {
     m.def("fuse_rms_norm_pair_enabled", &ggml_ext::fuse_rms_norm_pair_enabled);
     m.def("mul_mat_rms_norm_pair_fusions", &ggml_ext::mul_mat_rms_norm_pair_fusions,
           "how many RMSNorm nodes the quantizers of matmul pairs took in this process (0 without CUDA)");
+    m.def("set_fuse_pair_act_enabled", &ggml_ext::set_fuse_pair_act_enabled, py::arg("on"),
+          "in such a pair where one product takes the f16 wgmma form and the other an int8 form, both activation "
+          "forms come from one launch (the same outputs; off until timed; DFLASH_FUSE_PAIR_ACT=1 starts it on); no "
+          "effect without CUDA");
+    m.def("fuse_pair_act_enabled", &ggml_ext::fuse_pair_act_enabled);
+    m.def("mul_mat_pair_act_fusions", &ggml_ext::mul_mat_pair_act_fusions,
+          "how many matmul pairs took both activation forms from one launch in this process (0 without CUDA)");
     m.def("set_fuse_head_norm_enabled", &ggml_ext::set_fuse_head_norm_enabled, py::arg("on"),
           "a per-head RMSNorm (and weight) whose SwiGLU feeds a tagged matmul (2..256 columns: the delta rule's "
           "gated output) is computed by that matmul's quantizer with the SwiGLU (the same outputs; on by "

@@ -258,6 +258,14 @@ int64_t mul_mat_rms_norm_gemv_fusions();
 void set_fuse_rms_norm_pair_enabled(bool on);
 bool fuse_rms_norm_pair_enabled();
 int64_t mul_mat_rms_norm_pair_fusions();
+// Such a pair where one product takes the f16 wgmma form and the other an int8 form with a scale a
+// super-block (up to 64 columns on an sm_90a build on Hopper; in the 27B's forwards of 17..64 tokens
+// a Q6_K attn_qkv beside its Q4_K z, or a Q6_K attn_v beside its Q4_K [q; k]): both
+// activation forms in one launch (the same bytes and halves). Off until timed on the GPU
+// (DFLASH_FUSE_PAIR_ACT=1 starts it on); mul_mat_pair_act_fusions counts them.
+void set_fuse_pair_act_enabled(bool on);
+bool fuse_pair_act_enabled();
+int64_t mul_mat_pair_act_fusions();
 void set_fuse_head_norm_enabled(bool on);
 bool fuse_head_norm_enabled();
 int64_t mul_mat_head_norm_fusions();

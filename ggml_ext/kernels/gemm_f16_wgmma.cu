@@ -24,9 +24,19 @@ void ggml_ext_cuda_f16_wgmma_last_split(int & full_tiles, int & tail, int & piec
 
 bool & ggml_ext_cuda_f16_convert_v8() { return gemm_kq::f16_convert_v8_flag(); }
 
+void ggml_ext_cuda_act_pair(bool wgmma_layout, const ActSource & x, int8_t * qs, float * d, int * sums, int8_t * act16,
+                            int k, int ncols, int np8, int np16, cudaStream_t stream) {
+    auto * halves = reinterpret_cast<__half *>(act16);
+    if (wgmma_layout) {
+        gemm_kq::quantize_act_and_f16<gemm_kq::ActLayout::kWgmma>(x, qs, d, sums, halves, k, ncols, np8, np16, stream);
+    } else {
+        gemm_kq::quantize_act_and_f16<gemm_kq::ActLayout::kRun>(x, qs, d, sums, halves, k, ncols, np8, np16, stream);
+    }
+}
+
 int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, const char * w, int rows, int k,
                             int64_t row_bytes, int n, float * out, int sd, const float * res, int sr, int nsm, bool ws,
-                            ggml_cuda_pool & pool, cudaStream_t stream) {
+                            ggml_cuda_pool & pool, cudaStream_t stream, bool converted) {
 #ifdef DFLASH_HAVE_WGMMA
     // one warpgroup a block up to 32 columns, two (64 rows each, one copy of the activations) above:
     // on the H100 (session 35) the 27B's Q6_K ffn_down 68 against 104 us at 64 columns with 3
@@ -40,7 +50,7 @@ int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, cons
             // the kernel's opt-in first: when it fails nothing is launched (x not converted)
             const gemm_kq::WgSplit split = gemm_kq::f16_wgmma_split_for<F, gemm_kq::kF16WgStages, WG>(rows, k, n, nsm);
             if (!gemm_kq::f16_wgmma_ready<F, gemm_kq::kF16WgStages, WG>(n, res != nullptr)) return 0;
-            gemm_kq::convert_act_f16(x, a, k, n, gemm_kq::wg_padded_columns(n), stream);
+            if (!converted) gemm_kq::convert_act_f16(x, a, k, n, gemm_kq::wg_padded_columns(n), stream);
             if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<WG>(split, n));
             if (!gemm_kq::launch_f16_wgmma<F, gemm_kq::kF16WgStages, WG>(w, a, out, rows, k, row_bytes, n, sd, stream,
                                                                          res, sr, split, partials.ptr)) {
@@ -53,7 +63,7 @@ int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, cons
             constexpr int CW = decltype(cw_tag)::value;
             const gemm_kq::WgSplit split = gemm_kq::f16_wgmma_ws_split_for<F, CW>(rows, k, n, nsm);
             if (!gemm_kq::f16_wgmma_ws_ready<F, CW>(n, res != nullptr)) return 0;
-            gemm_kq::convert_act_f16(x, a, k, n, gemm_kq::wg_padded_columns(n), stream);
+            if (!converted) gemm_kq::convert_act_f16(x, a, k, n, gemm_kq::wg_padded_columns(n), stream);
             if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<CW>(split, n));
             if (!gemm_kq::launch_f16_wgmma_ws<F, CW>(w, a, out, rows, k, row_bytes, n, sd, stream, res, sr, split,
                                                      partials.ptr)) {
@@ -73,7 +83,7 @@ int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, cons
     return 0;
 #else
     (void)t, (void)x, (void)act, (void)w, (void)rows, (void)k, (void)row_bytes, (void)n, (void)out, (void)sd;
-    (void)res, (void)sr, (void)nsm, (void)ws, (void)pool, (void)stream;
+    (void)res, (void)sr, (void)nsm, (void)ws, (void)pool, (void)stream, (void)converted;
     return 0;
 #endif
 }

@@ -76,6 +76,34 @@ static __global__ void __launch_bounds__(kQk)
     out[f16_act_index(kb, r, col, np)] = __float2half_rn(v);
 }
 
+// The values 8t..8t+7 of sub-block j of super-block kb, column col, that lane 4j + t of a V = 8
+// kernel takes (source_values in layout L, after the column's scale, which every thread of the
+// block sums: a barrier); false past k (the same for a warp: it returns).
+template <ActLayout L, SrcForm kSrc>
+__device__ __forceinline__ bool lane_values_v8(const ActSource & x, int k, int ncols, int col, int kb, int j, int t,
+                                               int lane, float (&v)[8]) {
+    const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;
+    if (kb * kQk >= k) return false;
+    float head_scale = 1.0f;
+    if constexpr (kSrc == SrcForm::kHeadNorm) head_scale = head_scale_quad(x, col, ncols, kb, j, t);
+    source_values<L, 8, kSrc>(x, col, ncols, kb, j, t, lane, scale, head_scale, v);
+    return true;
+}
+
+// Lane 4j + t's values 8t..8t+7 of sub-block j (super-block kb, column col) as halves at
+// f16_act_index: two runs of 4 (values 8t + {0, 1, 4, 5} at hardware k 4m..4m + 3 of the group's
+// first 8, {2, 3, 6, 7} at 8 + 4m.., m = t % 2).
+__device__ __forceinline__ void store_halves_v8(__half * out, int kb, int j, int t, int col, int np,
+                                                const float (&v)[8]) {
+    auto bits = [](float a, float b) {
+        const half2 h = __floats2half2_rn(a, b);
+        return *reinterpret_cast<const uint32_t *>(&h);
+    };
+    __half * first = out + f16_act_index(kb, 32 * j + 8 * t, col, np);  // hardware k 4m of its group
+    *reinterpret_cast<uint2 *>(first) = make_uint2(bits(v[0], v[1]), bits(v[4], v[5]));
+    *reinterpret_cast<uint2 *>(first + 64) = make_uint2(bits(v[2], v[3]), bits(v[6], v[7]));
+}
+
 // The same conversion 8 values a thread, as quantize_act_k_kernel's V = 8 reads them: a warp a
 // super-block, 8 a block of 256 threads (the column's scale summed once a block, not once a
 // super-block), lane 4j + t holding values 8t..8t+7 of sub-block j (source_values: two 16-byte runs
@@ -90,19 +118,47 @@ static __global__ void __launch_bounds__(kQk) convert_act_f16_v8_kernel(const Ac
     pdl_trigger();
     const int col = blockIdx.y, lane = threadIdx.x % WARP_SIZE;
     const int kb = blockIdx.x * (kQk / WARP_SIZE) + threadIdx.x / WARP_SIZE, j = lane / 4, t = lane % 4;
-    const float scale = col < ncols ? x.column_scale<kQk>(col, k) : 1.0f;  // a barrier: before any return
-    if (kb * kQk >= k) return;                                             // the same for a warp
-    float head_scale = 1.0f;
-    if constexpr (kSrc == SrcForm::kHeadNorm) head_scale = head_scale_quad(x, col, ncols, kb, j, t);
     float v[8];
-    source_values<ActLayout::kRun, 8, kSrc>(x, col, ncols, kb, j, t, lane, scale, head_scale, v);
-    auto bits = [](float a, float b) {
-        const half2 h = __floats2half2_rn(a, b);
-        return *reinterpret_cast<const uint32_t *>(&h);
+    if (!lane_values_v8<ActLayout::kRun, kSrc>(x, k, ncols, col, kb, j, t, lane, v)) return;
+    store_halves_v8(out, kb, j, t, col, np, v);
+}
+
+// Both activation forms of one source in one launch, for a pair of products of it where one takes
+// the f16 form (the halves above) and the other an int8 form with a scale a super-block in layout L
+// (kRun: the mma.sync Q4_K / Q5_K forms; kWgmma: the int8 wgmma forms): quantize_act_k_kernel<L,
+// kQk, 8, L, kSrc> and convert_act_f16_v8_kernel<kSrc> fused. Their threads are alike (a warp a
+// super-block, lane 4j + t values 8t..8t+7 of sub-block j from source_values), so the bytes, scales,
+// sums and halves are the two launches' (the emulator: check_act_pair). np8 / np16: the padded
+// columns of the int8 layout and of the halves (each zero past ncols); a block a column of the larger.
+template <ActLayout L, SrcForm kSrc>
+static __global__ void __launch_bounds__(kQk)
+    quantize_act_and_f16_kernel(const ActSource x, int8_t * __restrict__ qs, float * __restrict__ d,
+                                int * __restrict__ sums, __half * __restrict__ out, const int k, const int ncols,
+                                const int np8, const int np16) {
+    static_assert(L != ActLayout::kHalves, "the halves' layout pairs values as kRun and kWgmma do");
+    pdl_wait();
+    pdl_trigger();
+    const int col = blockIdx.y, lane = threadIdx.x % WARP_SIZE;
+    const int kb = blockIdx.x * (kQk / WARP_SIZE) + threadIdx.x / WARP_SIZE, j = lane / 4, t = lane % 4;
+    float v[8];
+    if (!lane_values_v8<L, kSrc>(x, k, ncols, col, kb, j, t, lane, v)) return;
+    if (col < np8) quantize_values<L, kQk, 8, L>(v, kb, j, t, lane, col, np8 / 8, qs, d, sums, nullptr);
+    if (col < np16) store_halves_v8(out, kb, j, t, col, np16, v);
+}
+
+// quantize_act_and_f16_kernel over x (kSrc from its form; float4 loads where the source allows).
+template <ActLayout L>
+inline void quantize_act_and_f16(const ActSource & x_in, int8_t * qs, float * d, int * sums, __half * out, int k,
+                                 int ncols, int np8, int np16, cudaStream_t stream) {
+    const ActSource x = with_runs16(x_in);
+    const int np = np8 > np16 ? np8 : np16;
+    const dim3 grid((unsigned)((k / kQk + 7) / 8), (unsigned)np, 1);
+    auto go = [&](auto src_tag) {
+        constexpr SrcForm kSrc = decltype(src_tag)::value;
+        DFLASH_LAUNCH_PDL(dflash_pdl::quant_kind(np), grid, kQk, 0, stream, quantize_act_and_f16_kernel<L, kSrc>)(
+            x, qs, d, sums, out, k, ncols, np8, np16);
     };
-    __half * first = out + f16_act_index(kb, 32 * j + 8 * t, col, np);  // hardware k 4m of its group
-    *reinterpret_cast<uint2 *>(first) = make_uint2(bits(v[0], v[1]), bits(v[4], v[5]));
-    *reinterpret_cast<uint2 *>(first + 64) = make_uint2(bits(v[2], v[3]), bits(v[6], v[7]));
+    with_src_form(x, go);
 }
 
 inline bool & f16_convert_v8_flag() {

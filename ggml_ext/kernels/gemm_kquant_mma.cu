@@ -137,6 +137,18 @@ int fuse_add_max_columns_flag = [] {
     return e && std::atoi(e) < 64 ? 48 : 64;
 }();
 
+// A pair of products of one RMSNorm source where one takes the f16 wgmma form and the other an int8
+// form with a scale a super-block (the 27B's Q4_K_M at 17..64 columns: a GDN layer's Q6_K attn_qkv
+// beside its Q4_K z, 24 layers; an attention layer's Q6_K attn_v beside its Q4_K [q; k], 8): both
+// activation forms in one launch (gemm_kq::quantize_act_and_f16; the same bytes and halves as its
+// two launches, the emulator's check_act_pair), 32 launches fewer a forward. Off until timed
+// (DFLASH_FUSE_PAIR_ACT=1): those quantizers take ~3-4 us a launch on the H100 (session 50).
+bool pair_act_flag = [] {
+    const char * e = std::getenv("DFLASH_FUSE_PAIR_ACT");
+    return e && e[0] == '1';
+}();
+std::atomic<int64_t> pair_act_count{0};
+
 bool mma_q80_flag = [] {
     const char * e = std::getenv("DFLASH_MMA_Q80");
     return !(e && e[0] == '0');
@@ -552,14 +564,18 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
     }
 }
 
-// One launch of the GEMM for nc <= 64 columns: quantize x, then the kernel for type t.
+// One launch of the GEMM for nc <= 64 columns: quantize x, then the kernel for type t. f16_ready /
+// int8_ready: qs (d, sums) hold x's activations already in the form the f16 path / the int8 path
+// this shape takes would write (a pair's one activation launch, gemm_kq::quantize_act_and_f16); a
+// form that cannot run falls to the next, which writes its own.
 void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSource & x, const char * w,
                 int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
-                int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
+                int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream,
+                bool f16_ready = false, bool int8_ready = false) {
     // qs holds 2 bytes a value of up to 64 columns then (the caller's)
     if (takes_f16_wgmma(t, n, hopper, rows, k)) {
         const int ran = ggml_ext_cuda_f16_wgmma(t, x, qs, w, rows, k, row_bytes, n, out, sd, r_ptr, sr, nsm,
-                                                f16_ws_flag, pool, stream);
+                                                f16_ws_flag, pool, stream, f16_ready);
         if (ran) {
             ++f16_wgmma_count;
             if (ran == 2) ++f16_ws_count;
@@ -567,7 +583,8 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
         }
     }
     if (takes_wgmma(t, mins_int, rows, k, n, hopper, r_ptr != nullptr)) {
-        gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
+        if (!int8_ready) gemm_kq::quantize_act_wgmma(x, qs, d, sums, k, n, stream);
+        int8_ready = false;  // the mma.sync forms below (when no wgmma form ran) take their own layout
         // three warpgroups a block: the chunk-waiting kernel only (registers); a residual: the early
         // kernel with one warpgroup only (its kRes instance)
         const bool with_res = r_ptr != nullptr;
@@ -641,8 +658,8 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
             return;
         }
     }
-    gemm_mma(t, mins_int, true, n, rows, k, x, w, row_bytes, out, sd, r_ptr, sr, qs, d, sums, nsm, smem_optin, pool,
-             stream);
+    gemm_mma(t, mins_int, !int8_ready, n, rows, k, x, w, row_bytes, out, sd, r_ptr, sr, qs, d, sums, nsm, smem_optin,
+             pool, stream);
 }
 
 }  // namespace
@@ -650,6 +667,9 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
 namespace ggml_ext {
 void set_mma_enabled(bool on) { mma_enabled_flag = on; }
 bool mma_enabled() { return mma_enabled_flag; }
+void set_fuse_pair_act_enabled(bool on) { pair_act_flag = on; }
+bool fuse_pair_act_enabled() { return pair_act_flag; }
+int64_t mul_mat_pair_act_fusions() { return pair_act_count.load(); }
 void set_mma_q80_enabled(bool on) { mma_q80_flag = on; }
 bool mma_q80_enabled() { return mma_q80_flag; }
 void set_mma_max_columns(int n) {
@@ -818,10 +838,39 @@ bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggm
     const int nsm = ggml_cuda_info().devices[ctx.device].nsm;
     const size_t smem_optin = ggml_cuda_info().devices[ctx.device].smpbo;
     cudaStream_t stream = ctx.stream();
+    const bool f16_1 = takes_f16_wgmma(t1, (int)n, hopper, (int)w1->ne[1], (int)k);
+    const bool f16_2 = takes_f16_wgmma(t2, (int)n, hopper, (int)w2->ne[1], (int)k);
+    // one of the pair in the f16 wgmma form, the other in an int8 form with a scale a super-block:
+    // both forms' activations in one launch (pair_act_flag)
+    if (pair_act_flag && f16_1 != f16_2) {
+        const ggml_tensor * wi = f16_1 ? w2 : w1;  // the int8 product
+        const bool wg = takes_wgmma(wi->type, mins_int, (int)wi->ne[1], (int)k, (int)n, hopper, false);
+        if (wg || (mma_layout(wi->type) == gemm_kq::ActLayout::kRun && mma_scales_per_256(wi->type))) {
+            const int np8 = wg ? gemm_kq::wg_padded_columns((int)n) : gemm_kq::padded_columns((int)n);
+            const int np16 = gemm_kq::wg_padded_columns((int)n);
+            // each product's buffers its own: a form that cannot run falls to one that writes its own
+            // activations there (gemm_chunk)
+            const size_t nd = (size_t)64 * (k / 32);
+            ggml_cuda_pool_alloc<int8_t> act16(ctx.pool(), (size_t)2 * 64 * k), qs(ctx.pool(), (size_t)2 * 64 * k);
+            ggml_cuda_pool_alloc<float> d16(ctx.pool(), nd), d(ctx.pool(), nd);
+            ggml_cuda_pool_alloc<int> sums16(ctx.pool(), nd), sums(ctx.pool(), nd);
+            ggml_ext_cuda_act_pair(wg, x, qs.get(), d.get(), sums.get(), act16.get(), (int)k, (int)n, np8, np16,
+                                   stream);
+            for (auto [w, dst, is_f16] : {std::tuple{w1, dst1, f16_1}, std::tuple{w2, dst2, f16_2}}) {
+                gemm_chunk(w->type, mins_int, (int)n, (int)w->ne[1], (int)k, x, (const char *)w->data,
+                           (int64_t)w->nb[1], (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, 0,
+                           is_f16 ? act16.get() : qs.get(), is_f16 ? d16.get() : d.get(),
+                           is_f16 ? sums16.get() : sums.get(), nsm, hopper, smem_optin, ctx.pool(), stream, is_f16,
+                           !is_f16);
+            }
+            ++pair_act_count;
+            CUDA_CHECK(cudaGetLastError());
+            return true;
+        }
+    }
     // a Q6_K of the pair in the f16 wgmma form: each product with activations of its own form (two
     // activation kernels from the one source, still no norm kernel)
-    if (takes_f16_wgmma(t1, (int)n, hopper, (int)w1->ne[1], (int)k) ||
-        takes_f16_wgmma(t2, (int)n, hopper, (int)w2->ne[1], (int)k)) {
+    if (f16_1 || f16_2) {
         for (auto [w, dst] : {std::pair{w1, dst1}, std::pair{w2, dst2}}) {
             const int np = gemm_kq::padded_columns((int)n);
             ggml_cuda_pool_alloc<int8_t> qs(ctx.pool(), (size_t)2 * 64 * k);

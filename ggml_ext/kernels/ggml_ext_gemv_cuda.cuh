@@ -80,11 +80,18 @@ bool ggml_ext_cuda_gemm_mma_from(ggml_backend_cuda_context & ctx, const ggml_ten
 // Q6_K or Q4_K (t) rows x n <= 64 columns of x through the f16 wgmma GEMM (gemm_f16_wgmma.cu; an
 // sm_90a build on an sm_90 GPU): x into f16 at act (2 * 64 * k bytes), then the product into out (sd
 // floats a column), plus res (sr floats a column) when given; ws: through its warp-specialized
-// form (gemm_f16_wgmma_ws.cuh) where that can run. 0 when it cannot run here (nothing launched), 1
-// when the f16 form ran, 2 when its warp-specialized form did.
+// form (gemm_f16_wgmma_ws.cuh) where that can run; converted: act holds x's halves already (a pair's
+// one activation launch, gemm_kq::quantize_act_and_f16). 0 when it cannot run here (nothing
+// launched), 1 when the f16 form ran, 2 when its warp-specialized form did.
 int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, const char * w, int rows, int k,
                             int64_t row_bytes, int n, float * out, int sd, const float * res, int sr, int nsm, bool ws,
-                            ggml_cuda_pool & pool, cudaStream_t stream);
+                            ggml_cuda_pool & pool, cudaStream_t stream, bool converted = false);
+// Both activation forms of x in one launch (gemm_kq::quantize_act_and_f16): the halves at act16 (np16
+// padded columns, as ggml_ext_cuda_f16_wgmma converts them) and the int8 bytes, scales a super-block
+// and sums at qs, d, sums (np8 padded columns) in the int8 wgmma forms' layout (wgmma_layout) or the
+// mma.sync Q4_K / Q5_K forms'.
+void ggml_ext_cuda_act_pair(bool wgmma_layout, const ActSource & x, int8_t * qs, float * d, int * sums, int8_t * act16,
+                            int k, int ncols, int np8, int np16, cudaStream_t stream);
 // The last ggml_ext_cuda_f16_wgmma launch's row tiles in full, tiles split and pieces a split tile
 // (tiles, 0, 1 unsplit; 0, 0, 1 before any), for tests.
 void ggml_ext_cuda_f16_wgmma_last_split(int & full_tiles, int & tail, int & pieces);

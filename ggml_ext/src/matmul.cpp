@@ -121,6 +121,9 @@ int64_t mul_mat_rms_norm_gemv_fusions() { return 0; }
 void set_fuse_rms_norm_pair_enabled(bool) {}
 bool fuse_rms_norm_pair_enabled() { return false; }
 int64_t mul_mat_rms_norm_pair_fusions() { return 0; }
+void set_fuse_pair_act_enabled(bool) {}
+bool fuse_pair_act_enabled() { return false; }
+int64_t mul_mat_pair_act_fusions() { return 0; }
 void set_fuse_head_norm_enabled(bool) {}
 bool fuse_head_norm_enabled() { return false; }
 int64_t mul_mat_head_norm_fusions() { return 0; }

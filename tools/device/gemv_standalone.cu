@@ -1149,6 +1149,64 @@ void check_f16_convert(std::mt19937 & gen) {
     }
 }
 
+// gemm_kq::quantize_act_and_f16 (one launch, both forms of a pair's source) against the two launches
+// it replaces (launch_quantize_act in layout L, convert_act_f16): the same bytes, scales, sums and
+// halves, over buffers filled alike first (so a byte written by neither compares too).
+template <gemm_kq::ActLayout L>
+void check_act_pair(std::mt19937 & gen) {
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    const char * layout = L == gemm_kq::ActLayout::kRun ? "run" : "wgmma";
+    for (int k : {768, 2304}) {
+        for (int ncols : {17, 40, 64}) {
+            const int np8 =
+                L == gemm_kq::ActLayout::kRun ? gemm_kq::padded_columns(ncols) : gemm_kq::wg_padded_columns(ncols);
+            const int np16 = gemm_kq::wg_padded_columns(ncols);
+            std::vector<float> x((size_t)ncols * k), w(k);
+            for (auto & v : x) v = normal(gen) * std::exp2(std::uniform_real_distribution<float>(-6.0f, 6.0f)(gen));
+            for (auto & v : w) v = 1.0f + 0.25f * normal(gen);
+            float *d_x = nullptr, *d_w = nullptr, *d = nullptr;
+            for (auto [dp, hv] : {std::pair{&d_x, &x}, std::pair{&d_w, &w}}) {
+                CK(cudaMalloc(dp, hv->size() * 4));
+                CK(cudaMemcpy(*dp, hv->data(), hv->size() * 4, cudaMemcpyHostToDevice));
+            }
+            const size_t nq = (size_t)64 * k, nd = (size_t)64 * (k / 32), nh = (size_t)64 * k;
+            int8_t * qs = nullptr;
+            int * sums = nullptr;
+            __half * halves = nullptr;
+            CK(cudaMalloc(&qs, nq));
+            CK(cudaMalloc(&d, nd * 4));
+            CK(cudaMalloc(&sums, nd * 4));
+            CK(cudaMalloc(&halves, nh * 2));
+            const std::pair<const char *, ActSource> sources[] = {{"floats", act_floats(d_x, k)},
+                                                                  {"rms_norm", norm_source(d_x, d_w, k, 1e-6f)}};
+            for (const auto & [what, src_] : sources) {
+                const ActSource & src = src_;  // a lambda may not capture a structured binding in C++17
+                auto run = [&](bool fused) {
+                    CK(cudaMemset(qs, 0x55, nq));
+                    CK(cudaMemset(d, 0x55, nd * 4));
+                    CK(cudaMemset(sums, 0x55, nd * 4));
+                    CK(cudaMemset(halves, 0x55, nh * 2));
+                    if (fused) {
+                        gemm_kq::quantize_act_and_f16<L>(src, qs, d, sums, halves, k, ncols, np8, np16, nullptr);
+                    } else {
+                        gemm_kq::launch_quantize_act<L, gemm_kq::kQk>(src, qs, d, sums, k, ncols, np8, nullptr);
+                        gemm_kq::convert_act_f16(src, halves, k, ncols, np16, nullptr);
+                    }
+                    CK(cudaDeviceSynchronize());
+                    return std::make_tuple(to_host(qs, nq), to_host(d, nd), to_host(sums, nd),
+                                           to_host(reinterpret_cast<const uint16_t *>(halves), nh));
+                };
+                const bool ok = run(false) == run(true);
+                std::printf("{\"check_act_pair\": \"%s\", \"layout\": \"%s\", \"k\": %d, \"ncols\": %d, \"ok\": %s}\n",
+                            what, layout, k, ncols, ok ? "true" : "false");
+            }
+            for (void * ptr : {(void *)qs, (void *)d, (void *)sums, (void *)halves, (void *)d_x, (void *)d_w}) {
+                cudaFree(ptr);
+            }
+        }
+    }
+}
+
 // sigmoid(gate) * o into x (columns k apart), the gate's value i of column col at
 // gate[col sg + (i / block) stride + i % block]: the unfused graph's copy of the gate and ggml's
 // fused sigmoid and multiply.
@@ -2330,6 +2388,8 @@ int main(int argc, char ** argv) {
         check_head_norm_source(gen);
         check_sigmoid_gate_source(gen);
         check_f16_convert(gen);
+        check_act_pair<gemm_kq::ActLayout::kRun>(gen);
+        check_act_pair<gemm_kq::ActLayout::kWgmma>(gen);
     }
     if (what == "mma" || what == "check_mma" ||
         what == "q5q8") {  // the tensor-core GEMMs, every stage count: checked, then timed
