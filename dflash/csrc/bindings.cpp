@@ -191,6 +191,15 @@ void def_form_switch(py::module_ & m, const std::string & stem, void (*set)(bool
     m.def((stem + "_launches").c_str(), launches, ("launches of " + stem + "'s GEMM form so far (tests)").c_str());
 }
 
+// A fusion's switch and counter: set_fuse_<stem>_enabled(on), fuse_<stem>_enabled() and
+// mul_mat_<stem>_fusions() (the count so far, for tests). doc: what is fused; count_doc: what is counted.
+void def_fusion(py::module_ & m, const std::string & stem, void (*set)(bool), bool (*get)(), int64_t (*count)(),
+                const char * doc, const char * count_doc) {
+    m.def(("set_fuse_" + stem + "_enabled").c_str(), set, py::arg("on"), doc);
+    m.def(("fuse_" + stem + "_enabled").c_str(), get);
+    m.def(("mul_mat_" + stem + "_fusions").c_str(), count, count_doc);
+}
+
 // A column threshold: set_<stem>_from(n) and <stem>_from_columns().
 void def_from_columns(py::module_ & m, const std::string & stem, void (*set)(int), int (*get)(), const char * doc) {
     m.def(("set_" + stem + "_from").c_str(), set, py::arg("n"), doc);
@@ -654,64 +663,56 @@ PYBIND11_MODULE(_core, m) {
     m.def("set_mmq_tiles_enabled", &ggml_ext::set_mmq_tiles_enabled, py::arg("on"),
           "ggml_ext's mmq launch policy for the engine's products on CUDA (on by default); off: ggml's own");
     m.def("mmq_tiles_enabled", &ggml_ext::mmq_tiles_enabled);
-    m.def("set_fuse_add_enabled", &ggml_ext::set_fuse_add_enabled, py::arg("on"),
-          "ggml-cuda's mul_mat + add fusion for the tensor-core GEMM's products (the residual added as it writes; "
-          "on by default; DFLASH_FUSE_ADD=0 starts it off); no effect without CUDA");
-    m.def("fuse_add_enabled", &ggml_ext::fuse_add_enabled);
+    def_fusion(m, "add", &ggml_ext::set_fuse_add_enabled, &ggml_ext::fuse_add_enabled, &ggml_ext::mul_mat_add_fusions,
+               "ggml-cuda's mul_mat + add fusion for the tensor-core GEMM's products (the residual added as it "
+               "writes; on by default; DFLASH_FUSE_ADD=0 starts it off); no effect without CUDA",
+               "how many mul_mat + add pairs the GEMM took fused in this process (0 without CUDA)");
     m.def("set_fuse_add_max_columns", &ggml_ext::set_fuse_add_max_columns, py::arg("n"),
           "the most columns of a product the mul_mat + add fusion takes: 64 (the default) or 48 "
           "(DFLASH_FUSE_ADD_MAX_COLUMNS=48); 0 without CUDA");
     m.def("fuse_add_max_columns", &ggml_ext::fuse_add_max_columns);
-    m.def("mul_mat_add_fusions", &ggml_ext::mul_mat_add_fusions,
-          "how many mul_mat + add pairs the GEMM took fused in this process (0 without CUDA)");
-    m.def("set_fuse_glu_enabled", &ggml_ext::set_fuse_glu_enabled, py::arg("on"),
-          "a SwiGLU read only by the engine's matmul after it is computed by that matmul's activation quantizer "
-          "(the same outputs, one kernel fewer; on by default; DFLASH_FUSE_GLU=0 starts it off); no effect without "
-          "CUDA");
-    m.def("fuse_glu_enabled", &ggml_ext::fuse_glu_enabled);
-    m.def("mul_mat_glu_fusions", &ggml_ext::mul_mat_glu_fusions,
-          "how many SwiGLU nodes the matmuls' quantizers took in this process (0 without CUDA)");
-    m.def("set_fuse_rms_norm_enabled", &ggml_ext::set_fuse_rms_norm_enabled, py::arg("on"),
-          "an RMSNorm and its weight read only by the engine's matmul after them (2..64 columns) are computed by "
-          "that matmul's activation quantizer (the same outputs, one kernel fewer; on by default; "
-          "DFLASH_FUSE_RMS_NORM=0 starts it off); no effect without CUDA");
-    m.def("fuse_rms_norm_enabled", &ggml_ext::fuse_rms_norm_enabled);
-    m.def("mul_mat_rms_norm_fusions", &ggml_ext::mul_mat_rms_norm_fusions,
-          "how many RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
-    m.def("set_fuse_rms_norm_gemv_enabled", &ggml_ext::set_fuse_rms_norm_gemv_enabled, py::arg("on"),
-          "at one column (a decode step) that RMSNorm is computed by the GEMV's activation quantizer (the same "
-          "outputs; off until timed; DFLASH_FUSE_RMS_NORM_GEMV=1 starts it on); no effect without CUDA");
-    m.def("fuse_rms_norm_gemv_enabled", &ggml_ext::fuse_rms_norm_gemv_enabled);
-    m.def("mul_mat_rms_norm_gemv_fusions", &ggml_ext::mul_mat_rms_norm_gemv_fusions,
-          "how many RMSNorm nodes the GEMV's quantizer took at one column in this process (0 without CUDA)");
-    m.def("set_fuse_rms_norm_pair_enabled", &ggml_ext::set_fuse_rms_norm_pair_enabled, py::arg("on"),
-          "an RMSNorm and its weight read by exactly two tagged matmuls right after them (2..64 columns): one "
-          "quantizer for both products computes the norm (the same outputs; on by default; "
-          "DFLASH_FUSE_RMS_NORM_PAIR=0 starts it off); no effect without CUDA");
-    m.def("fuse_rms_norm_pair_enabled", &ggml_ext::fuse_rms_norm_pair_enabled);
-    m.def("mul_mat_rms_norm_pair_fusions", &ggml_ext::mul_mat_rms_norm_pair_fusions,
-          "how many RMSNorm nodes the quantizers of matmul pairs took in this process (0 without CUDA)");
-    m.def("set_fuse_pair_act_enabled", &ggml_ext::set_fuse_pair_act_enabled, py::arg("on"),
-          "in such a pair where one product takes the f16 wgmma form and the other an int8 form, both activation "
-          "forms come from one launch (the same outputs; off until timed; DFLASH_FUSE_PAIR_ACT=1 starts it on); no "
-          "effect without CUDA");
-    m.def("fuse_pair_act_enabled", &ggml_ext::fuse_pair_act_enabled);
-    m.def("mul_mat_pair_act_fusions", &ggml_ext::mul_mat_pair_act_fusions,
-          "how many matmul pairs took both activation forms from one launch in this process (0 without CUDA)");
-    m.def("set_fuse_head_norm_enabled", &ggml_ext::set_fuse_head_norm_enabled, py::arg("on"),
-          "a per-head RMSNorm (and weight) whose SwiGLU feeds a tagged matmul (2..256 columns: the delta rule's "
-          "gated output) is computed by that matmul's quantizer with the SwiGLU (the same outputs; on by "
-          "default; DFLASH_FUSE_HEAD_NORM=0 starts it off); no effect without CUDA");
-    m.def("fuse_head_norm_enabled", &ggml_ext::fuse_head_norm_enabled);
-    m.def("mul_mat_head_norm_fusions", &ggml_ext::mul_mat_head_norm_fusions,
-          "how many per-head RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
-    m.def("set_fuse_sigmoid_gate_enabled", &ggml_ext::set_fuse_sigmoid_gate_enabled, py::arg("on"),
-          "the attention's sigmoid output gate is read in place by o_proj's quantizer (2..256 columns; the copy "
-          "and the sigmoid-multiply kernels skipped, the same outputs; on by default; "
-          "DFLASH_FUSE_SIGMOID_GATE=0 starts it off); no effect without CUDA");
-    m.def("fuse_sigmoid_gate_enabled", &ggml_ext::fuse_sigmoid_gate_enabled);
-    m.def("mul_mat_sigmoid_gate_fusions", &ggml_ext::mul_mat_sigmoid_gate_fusions,
-          "how many sigmoid gates the matmuls' quantizers took in this process (0 without CUDA)");
+    def_fusion(
+        m, "glu", &ggml_ext::set_fuse_glu_enabled, &ggml_ext::fuse_glu_enabled, &ggml_ext::mul_mat_glu_fusions,
+        "a SwiGLU read only by the engine's matmul after it is computed by that matmul's activation quantizer "
+        "(the same outputs, one kernel fewer; on by default; DFLASH_FUSE_GLU=0 starts it off); no effect without "
+        "CUDA",
+        "how many SwiGLU nodes the matmuls' quantizers took in this process (0 without CUDA)");
+    def_fusion(m, "rms_norm", &ggml_ext::set_fuse_rms_norm_enabled, &ggml_ext::fuse_rms_norm_enabled,
+               &ggml_ext::mul_mat_rms_norm_fusions,
+               "an RMSNorm and its weight read only by the engine's matmul after them (2..64 columns) are computed by "
+               "that matmul's activation quantizer (the same outputs, one kernel fewer; on by default; "
+               "DFLASH_FUSE_RMS_NORM=0 starts it off); no effect without CUDA",
+               "how many RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
+    def_fusion(m, "rms_norm_gemv", &ggml_ext::set_fuse_rms_norm_gemv_enabled, &ggml_ext::fuse_rms_norm_gemv_enabled,
+               &ggml_ext::mul_mat_rms_norm_gemv_fusions,
+               "at one column (a decode step) that RMSNorm is computed by the GEMV's activation quantizer (the same "
+               "outputs; off until timed; DFLASH_FUSE_RMS_NORM_GEMV=1 starts it on); no effect without CUDA",
+               "how many RMSNorm nodes the GEMV's quantizer took at one column in this process (0 without CUDA)");
+    def_fusion(m, "rms_norm_pair", &ggml_ext::set_fuse_rms_norm_pair_enabled, &ggml_ext::fuse_rms_norm_pair_enabled,
+               &ggml_ext::mul_mat_rms_norm_pair_fusions,
+               "an RMSNorm and its weight read by exactly two tagged matmuls right after them (2..64 columns): one "
+               "quantizer for both products computes the norm (the same outputs; on by default; "
+               "DFLASH_FUSE_RMS_NORM_PAIR=0 starts it off); no effect without CUDA",
+               "how many RMSNorm nodes the quantizers of matmul pairs took in this process (0 without CUDA)");
+    def_fusion(
+        m, "pair_act", &ggml_ext::set_fuse_pair_act_enabled, &ggml_ext::fuse_pair_act_enabled,
+        &ggml_ext::mul_mat_pair_act_fusions,
+        "in such a pair where one product takes the f16 wgmma form and the other an int8 form, both activation "
+        "forms come from one launch (the same outputs; off until timed; DFLASH_FUSE_PAIR_ACT=1 starts it on); no "
+        "effect without CUDA",
+        "how many matmul pairs took both activation forms from one launch in this process (0 without CUDA)");
+    def_fusion(m, "head_norm", &ggml_ext::set_fuse_head_norm_enabled, &ggml_ext::fuse_head_norm_enabled,
+               &ggml_ext::mul_mat_head_norm_fusions,
+               "a per-head RMSNorm (and weight) whose SwiGLU feeds a tagged matmul (2..256 columns: the delta rule's "
+               "gated output) is computed by that matmul's quantizer with the SwiGLU (the same outputs; on by "
+               "default; DFLASH_FUSE_HEAD_NORM=0 starts it off); no effect without CUDA",
+               "how many per-head RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
+    def_fusion(m, "sigmoid_gate", &ggml_ext::set_fuse_sigmoid_gate_enabled, &ggml_ext::fuse_sigmoid_gate_enabled,
+               &ggml_ext::mul_mat_sigmoid_gate_fusions,
+               "the attention's sigmoid output gate is read in place by o_proj's quantizer (2..256 columns; the copy "
+               "and the sigmoid-multiply kernels skipped, the same outputs; on by default; "
+               "DFLASH_FUSE_SIGMOID_GATE=0 starts it off); no effect without CUDA",
+               "how many sigmoid gates the matmuls' quantizers took in this process (0 without CUDA)");
 
     m.def(
         "build_tree",
