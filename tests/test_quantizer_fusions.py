@@ -3,8 +3,9 @@ SwiGLU and the single RMSNorm (test_gemv_kquant.py): a norm read by two tagged m
 after it (one quantizer launch for both products, both types' layouts; rms_norm_fusion.cu), the
 delta rule's gated output, silu(z) * (rms_norm(o per head) * w), read by ssm_out's quantizer
 (rms_norm_fusion.cu), and the attention's sigmoid output gate read in place by o_proj's quantizer
-(glu_fusion.cu). All are on by default since session 33 (=0 of DFLASH_FUSE_RMS_NORM_PAIR,
-DFLASH_FUSE_HEAD_NORM or DFLASH_FUSE_SIGMOID_GATE turns one off). Oracles: numpy for the graphs the ops build
+(glu_fusion.cu), and one activation launch for a norm's pair of products in two forms
+(gemm_kquant_mma.cu). All are on by default (=0 of DFLASH_FUSE_RMS_NORM_PAIR, DFLASH_FUSE_HEAD_NORM,
+DFLASH_FUSE_SIGMOID_GATE or DFLASH_FUSE_PAIR_ACT turns one off). Oracles: numpy for the graphs the ops build
 (any backend: the CPU in CI); the engine's own graphs hold each form where it is meant to apply;
 on CUDA the unfused graph's outputs bit for bit (the same float operations), and the engine's
 logits unchanged (test_gemv_kquant.py's test_cuda_fusion_changes_no_logit_of_the_engine). The
@@ -23,7 +24,7 @@ from test_mul_mat_invariant import _weights
 
 from dflash import _core
 
-SWITCHES = ("rms_norm", "rms_norm_pair", "head_norm", "sigmoid_gate", "rms_norm_gemv")
+SWITCHES = ("rms_norm", "rms_norm_pair", "head_norm", "sigmoid_gate", "rms_norm_gemv", "pair_act")
 
 
 @pytest.fixture
@@ -38,6 +39,7 @@ def test_the_quantizer_fusions_are_on_unless_turned_off() -> None:
     assert _core.fuse_rms_norm_pair_enabled() == (GPU and os.environ.get("DFLASH_FUSE_RMS_NORM_PAIR") != "0")
     assert _core.fuse_head_norm_enabled() == (GPU and os.environ.get("DFLASH_FUSE_HEAD_NORM") != "0")
     assert _core.fuse_sigmoid_gate_enabled() == (GPU and os.environ.get("DFLASH_FUSE_SIGMOID_GATE") != "0")
+    assert _core.fuse_pair_act_enabled() == (GPU and os.environ.get("DFLASH_FUSE_PAIR_ACT") != "0")
 
 
 def _gate_heads(qg: np.ndarray, k: int, hd: int) -> np.ndarray:
@@ -69,12 +71,14 @@ def _expected_forms(eng: _core.TargetEngine) -> dict[str, int]:
     feeds its input products (one a stack of projections the loader placed back to back, one each
     projection left apart) and its FFN norm [gate; up] (one stacked product, or two): one product
     is the single form, two the pair; the output norm feeds the LM head (single); a Gated DeltaNet
-    layer has one per-head output norm (head), an attention layer one sigmoid output gate (gate)."""
-    forms = {"single": 1, "pair": 0, "head": 0, "gate": 0}
+    layer has one per-head output norm (head), an attention layer one sigmoid output gate (gate);
+    an FFN's two products are read by its SwiGLU right after them (glu, among the pairs)."""
+    forms = {"single": 1, "pair": 0, "head": 0, "gate": 0, "glu": 0}
     for inputs, ffn, gdn in eng.layer_products:
         for products in (inputs, ffn):
             forms["single"] += products == 1
             forms["pair"] += products == 2
+        forms["glu"] += ffn == 2
         forms["head"] += gdn
         forms["gate"] += not gdn
     return forms
@@ -95,6 +99,10 @@ def test_the_engines_verify_graph_holds_each_fusion_form(synth_model, preset: st
     assert eng.fusion_patterns(16, verify=True) == want
     # a forward's LM head reads the last row of the output norm: that norm is in no form
     assert eng.fusion_patterns(16) == {**want, "single": want["single"] - 1}
+    # a decode step keeps every FFN's gate and up apart, both read by the SwiGLU right after them:
+    # the pair the one-column fusion runs as one gated GEMV from the norm's quantizer
+    decode = eng.fusion_patterns(1)
+    assert decode["glu"] == len(eng.layer_products) and decode["pair"] >= decode["glu"]
     assert want["head"] > 0 and want["gate"] > 0
     if weight_type == "q4_K_M":
         assert want["pair"] > 0
@@ -172,10 +180,6 @@ def test_cuda_norm_read_by_two_products_gives_the_unfused_bits(types: tuple[str,
     _fused_equals_plain("rms_norm_pair", run, 2 <= n <= 64, f"{types}, {n} columns")
 
 
-def test_one_activation_launch_for_a_mixed_pair_is_off_unless_asked() -> None:
-    assert _core.fuse_pair_act_enabled() == (GPU and os.environ.get("DFLASH_FUSE_PAIR_ACT") == "1")
-
-
 @needs_gpu
 @pytest.mark.usefixtures("fusions_restored", "mma_restored")
 @pytest.mark.parametrize("types", [("q4_K", "q6_K"), ("q6_K", "q4_K"), ("q5_K", "q6_K"), ("q4_K", "q4_K")])
@@ -215,12 +219,13 @@ def test_cuda_pair_with_an_f16_product_takes_both_activation_forms_from_one_laun
 @pytest.mark.usefixtures("fusions_restored", "mma_restored")
 @pytest.mark.parametrize("types", [("q4_K", "q6_K"), ("q6_K", "q4_K"), ("q4_K", "q4_K")])
 @pytest.mark.parametrize("k", [512, 2048])  # even super-blocks: Q6_K rows the GEMV takes
-def test_cuda_one_column_norm_before_a_swiglu_keeps_the_gated_gemv(types: tuple[str, str], k: int) -> None:
+def test_cuda_one_column_norm_before_a_swiglu_feeds_the_gated_gemv(types: tuple[str, str], k: int) -> None:
     """With DFLASH_FUSE_RMS_NORM_GEMV on, a norm read by the gate and up products of a SwiGLU at one
-    column (the FFN of a decode step) stays unfused: ggml-cuda runs both products as one gated GEMV
-    that reads the activations once (rms_norm_fusion.cu's read_by_glu); the same bits. The pairs
-    no GLU reads (a GDN layer's input products) take one quantizer launch for both: the engine's
-    logits with the fusion on are its logits without (test_gemv_kquant.py's
+    column (the FFN of a decode step): the gated GEMV that ggml-cuda's {mul_mat, mul_mat, glu}
+    fusion reaches runs from the norm's quantizer (rms_norm_fusion.cu's fuse_gemv_glu), one fusion
+    counted, the same bits; gate and up of two types (which that GEMV does not take) keep the norm
+    node. The pairs no GLU reads (a GDN layer's input products) take one quantizer launch for both:
+    the engine's logits with the fusion on are its logits without (test_gemv_kquant.py's
     test_cuda_fusion_changes_no_logit_of_the_engine[rms_norm_gemv])."""
     rows = 1000
     w, _ = _weights(types[0], rows, k, seed=74)
@@ -232,7 +237,7 @@ def test_cuda_one_column_norm_before_a_swiglu_keeps_the_gated_gemv(types: tuple[
     def run() -> np.ndarray:
         return _core.op_mul_mat_fused(w, types[0], rows, x, gate=g, gate_type=types[1], norm=weight, gpu=True)
 
-    _fused_equals_plain("rms_norm_gemv", run, False, f"{types}, k {k}")
+    _fused_equals_plain("rms_norm_gemv", run, types[0] == types[1], f"{types}, k {k}")
 
 
 @_gated_product_cases

@@ -694,13 +694,12 @@ PYBIND11_MODULE(_core, m) {
                "quantizer for both products computes the norm (the same outputs; on by default; "
                "DFLASH_FUSE_RMS_NORM_PAIR=0 starts it off); no effect without CUDA",
                "how many RMSNorm nodes the quantizers of matmul pairs took in this process (0 without CUDA)");
-    def_fusion(
-        m, "pair_act", &ggml_ext::set_fuse_pair_act_enabled, &ggml_ext::fuse_pair_act_enabled,
-        &ggml_ext::mul_mat_pair_act_fusions,
-        "in such a pair where one product takes the f16 wgmma form and the other an int8 form, both activation "
-        "forms come from one launch (the same outputs; off until timed; DFLASH_FUSE_PAIR_ACT=1 starts it on); no "
-        "effect without CUDA",
-        "how many matmul pairs took both activation forms from one launch in this process (0 without CUDA)");
+    def_fusion(m, "pair_act", &ggml_ext::set_fuse_pair_act_enabled, &ggml_ext::fuse_pair_act_enabled,
+               &ggml_ext::mul_mat_pair_act_fusions,
+               "in such a pair where one product takes the f16 wgmma form and the other an int8 form, both activation "
+               "forms come from one launch (the same outputs; on by default; DFLASH_FUSE_PAIR_ACT=0 starts it off); no "
+               "effect without CUDA",
+               "how many matmul pairs took both activation forms from one launch in this process (0 without CUDA)");
     def_fusion(m, "head_norm", &ggml_ext::set_fuse_head_norm_enabled, &ggml_ext::fuse_head_norm_enabled,
                &ggml_ext::mul_mat_head_norm_fusions,
                "a per-head RMSNorm (and weight) whose SwiGLU feeds a tagged matmul (2..256 columns: the delta rule's "
@@ -817,12 +816,13 @@ PYBIND11_MODULE(_core, m) {
             [](const TargetEngine & e, int n, bool verify) {
                 const auto c = e.fusion_patterns(n, verify);
                 return py::dict(py::arg("single") = c.single, py::arg("pair") = c.pair, py::arg("head") = c.head,
-                                py::arg("gate") = c.gate);
+                                py::arg("gate") = c.gate, py::arg("glu") = c.glu);
             },
             py::arg("n"), py::arg("verify") = false,
             "the nodes of the forward graph a CUDA engine builds for n tokens in each form ggml_ext's fusions "
             "take: RMS_NORMs read by one product (single), by two (pair), per-head norms of a gated output (head), "
-            "the attention's sigmoid output gates (gate); built on a throwaway context, on any backend")
+            "the attention's sigmoid output gates (gate), and the pairs a SwiGLU right after reads (glu, among "
+            "pair); built on a throwaway context, on any backend")
         .def("eval_logits",
              [](TargetEngine & e, const std::vector<int32_t> & tokens) {
                  std::vector<float> v;

@@ -281,9 +281,9 @@ int64_t mul_mat_sigmoid_gate_fusions();
 // The nodes of graph g in each form the norm and sigmoid-gate fusions take, as far as the graph's
 // structure and shapes decide it (kernels/fusion_patterns.h; the products' types and column counts
 // are judged on CUDA): RMS_NORMs read by one product, by two, per-head norms of a gated output, and
-// the attention's sigmoid output gates.
+// the attention's sigmoid output gates; glu: the pairs whose products a SwiGLU right after reads.
 struct FusionCounts {
-    int single = 0, pair = 0, head = 0, gate = 0;
+    int single = 0, pair = 0, head = 0, gate = 0, glu = 0;
 };
 FusionCounts count_fusion_patterns(const ggml_cgraph * g);
 

@@ -39,6 +39,22 @@ inline bool pair_at(const ggml_cgraph * g, int i) {
            tagged_product_of(g->nodes[i + 3], g->nodes[i + 1]);
 }
 
+// A pair whose two products are read only by the SwiGLU right after them, as its gate and up (the
+// FFN of a decode step, whose gate and up stay apart: qwen35_graph.cpp's stack_ffn). The GLU is
+// node i + 4.
+inline bool glu_pair_at(const ggml_cgraph * g, int i) {
+    if (i + 4 >= g->n_nodes || !pair_at(g, i)) return false;
+    const ggml_tensor * glu = g->nodes[i + 4];
+    const ggml_tensor * mm1 = g->nodes[i + 2];
+    const ggml_tensor * mm2 = g->nodes[i + 3];
+    if (glu->op != GGML_OP_GLU || ggml_get_glu_op(glu) != GGML_GLU_OP_SWIGLU || ggml_get_op_params_i32(glu, 1) != 0 ||
+        (glu->flags & GGML_TENSOR_FLAG_COMPUTE) == 0) {
+        return false;
+    }
+    const bool both = (glu->src[0] == mm1 && glu->src[1] == mm2) || (glu->src[0] == mm2 && glu->src[1] == mm1);
+    return both && ggml_node_has_n_uses(g, i + 2, 1) && ggml_node_has_n_uses(g, i + 3, 1);
+}
+
 // The delta rule's gated output (qwen35_graph.cpp's gated_output): RMS_NORM of o [S, Hv, n] (heads
 // adjacent, f32), the MUL of its weight [S], reshapes to [S * Hv, n], swiglu(z, that) read only
 // by a product after it. The GLU's node index, or -1.
@@ -106,7 +122,7 @@ inline int sigmoid_gate_at(const ggml_cgraph * g, int i) {
 }
 
 struct Counts {
-    int single = 0, pair = 0, head = 0, gate = 0;
+    int single = 0, pair = 0, head = 0, gate = 0, glu = 0;  // glu: the pairs a SwiGLU reads
 };
 
 // Each RMS_NORM node's form, if any, and the sigmoid gates.
@@ -122,6 +138,7 @@ inline Counts count(const ggml_cgraph * g) {
             c.single++;
         } else if (pair_at(g, i)) {
             c.pair++;
+            c.glu += glu_pair_at(g, i);
         } else if (head_norm_glu_at(g, i) >= 0) {
             c.head++;
         }

@@ -141,11 +141,12 @@ int fuse_add_max_columns_flag = [] {
 // form with a scale a super-block (the 27B's Q4_K_M at 17..64 columns: a GDN layer's Q6_K attn_qkv
 // beside its Q4_K z, 24 layers; an attention layer's Q6_K attn_v beside its Q4_K [q; k], 8): both
 // activation forms in one launch (gemm_kq::quantize_act_and_f16; the same bytes and halves as its
-// two launches, the emulator's check_act_pair), 32 launches fewer a forward. Off until timed
-// (DFLASH_FUSE_PAIR_ACT=1): those quantizers take ~3-4 us a launch on the H100 (session 50).
+// two launches, the emulator's check_act_pair), 32 launches fewer a forward. On by default since
+// session 51 (H100, same run: 32 / 64-token forwards of the 27B 11.25 / 14.26 ms of kernels against
+// 11.35 / 14.39; bench/results/h100-s51-c1-*); DFLASH_FUSE_PAIR_ACT=0 turns it off.
 bool pair_act_flag = [] {
     const char * e = std::getenv("DFLASH_FUSE_PAIR_ACT");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
 }();
 std::atomic<int64_t> pair_act_count{0};
 

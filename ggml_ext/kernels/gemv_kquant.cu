@@ -293,3 +293,14 @@ bool ggml_ext_cuda_gemv_pair_from(ggml_backend_cuda_context & ctx, const ggml_te
     }
     return true;
 }
+
+bool ggml_ext_cuda_gemv_glu_from(ggml_backend_cuda_context & ctx, const ggml_tensor * w_up, const ggml_tensor * w_gate,
+                                 const ActSource & x, ggml_tensor * dst) {
+    if (w_gate->type != w_up->type || !ggml_are_same_shape(w_gate, w_up) || !ggml_are_same_stride(w_gate, w_up) ||
+        !ggml_ext_gemv_supports(w_gate, 1) || !gemv_takes(w_up, x, 1, dst)) {
+        return false;
+    }
+    run_columns(ctx, w_up, x, 1, (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), (const char *)w_gate->data,
+                nullptr);
+    return true;
+}

@@ -63,6 +63,13 @@ bool ggml_ext_cuda_gemv_from(ggml_backend_cuda_context & ctx, const ggml_tensor 
 bool ggml_ext_cuda_gemv_pair_from(ggml_backend_cuda_context & ctx, const ggml_tensor * w1, ggml_tensor * dst1,
                                   const ggml_tensor * w2, ggml_tensor * dst2, const ActSource & x, int64_t n);
 
+// A one-column SwiGLU's two products from x: dst = (w_up x) * silu(w_gate x) through the gated
+// GEMV (the kernel ggml-cuda's {mul_mat, mul_mat, glu} fusion reaches, the same bits) after one
+// quantizer launch (rms_norm_fusion.cu: x an RMSNorm source). False unless the GEMV takes both
+// weights, of one type and layout.
+bool ggml_ext_cuda_gemv_glu_from(ggml_backend_cuda_context & ctx, const ggml_tensor * w_up, const ggml_tensor * w_gate,
+                                 const ActSource & x, ggml_tensor * dst);
+
 // The fewest columns ggml_ext's tensor-core GEMM takes: its 8-column tile costs about what the
 // GEMV costs for 2 columns (the GEMV grows by about a column's worth per column): the 27B's
 // forward of 3 tokens through it took 12.0 ms, of 2 tokens through the GEMV 12.6 (H200, session 9).

@@ -105,13 +105,23 @@ int fuse_single(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
 // Whether a GLU among the few nodes from j reads t: at one column the FFN's gate and up products,
 // which ggml-cuda runs as one gated GEMV reading the activations once (split into two GEMVs by the
 // pair below, a decode step of the 27B on the H100 ran 128 GEMV launches more, +141 us, against
-// the 406 us of norms it saved; session 34, bench/results/h100-s34-*).
+// the 406 us of norms it saved; session 34, bench/results/h100-s34-*). A pair that fuse_gemv_glu
+// does not take (gate and up of two types) keeps the norm node for that reason.
 bool read_by_glu(const ggml_cgraph * g, int j, const ggml_tensor * t) {
     for (int m = j; m < g->n_nodes && m < j + 4; ++m) {
         const ggml_tensor * node = g->nodes[m];
         if (node->op == GGML_OP_GLU && (node->src[0] == t || node->src[1] == t)) return true;
     }
     return false;
+}
+
+// A decode step's FFN (fusion_patterns' glu_pair_at): the norm's two products read only by the
+// SwiGLU right after them, which ggml-cuda would run as one gated GEMV of the normed activations:
+// that GEMV from the norm's quantizer instead (norm, multiply, both products and the GLU: 5 nodes).
+int fuse_gemv_glu(ggml_backend_cuda_context & ctx, ggml_cgraph * g, int i, const ActSource & x) {
+    if (!pat::glu_pair_at(g, i)) return 0;
+    ggml_tensor * glu = g->nodes[i + 4];
+    return ggml_ext_cuda_gemv_glu_from(ctx, glu->src[1]->src[0], glu->src[0]->src[0], x, glu) ? 5 : 0;
 }
 
 // Two products right after the norm, both reading it (a layer whose Q6_K attn_qkv or attn_v sits
@@ -125,8 +135,13 @@ int fuse_pair(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     ggml_tensor * mm1 = cgraph->nodes[i + 2];
     ggml_tensor * mm2 = cgraph->nodes[i + 3];
     const int64_t n = mul->ne[1];
-    if (n == 1) {  // a decode step: one GEMV quantizer launch for both, unless a GLU reads them (above)
-        if (!fuse_gemv_flag || read_by_glu(cgraph, i + 4, mm1) || read_by_glu(cgraph, i + 4, mm2) ||
+    if (n == 1) {  // a decode step: one GEMV quantizer launch for both, or for a SwiGLU's gated GEMV
+        if (!fuse_gemv_flag) return 0;
+        if (const int taken = fuse_gemv_glu(ctx, cgraph, i, x)) {
+            gemv_fusions++;
+            return taken;
+        }
+        if (read_by_glu(cgraph, i + 4, mm1) || read_by_glu(cgraph, i + 4, mm2) ||
             !ggml_ext_cuda_gemv_pair_from(ctx, mm1->src[0], mm1, mm2->src[0], mm2, x, 1)) {
             return 0;
         }
