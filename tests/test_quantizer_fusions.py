@@ -226,16 +226,20 @@ def test_cuda_one_column_norm_before_a_swiglu_feeds_the_gated_gemv(types: tuple[
     counted, the same bits; gate and up of two types (which that GEMV does not take) keep the norm
     node. The pairs no GLU reads (a GDN layer's input products) take one quantizer launch for both:
     the engine's logits with the fusion on are its logits without (test_gemv_kquant.py's
-    test_cuda_fusion_changes_no_logit_of_the_engine[rms_norm_gemv])."""
+    test_cuda_fusion_changes_no_logit_of_the_engine[rms_norm_gemv]). A residual add after the GLU
+    holds the node count: a fusion that skipped one node too many would leave that add unrun."""
     rows = 1000
     w, _ = _weights(types[0], rows, k, seed=74)
     g, _ = _weights(types[1], rows, k, seed=75)
     x, weight, _ = _normed_inputs(1, k, 76)
+    res = np.random.default_rng(77).standard_normal((1, rows)).astype(np.float32)
     _core.set_fuse_rms_norm_enabled(True)
     _core.set_fuse_rms_norm_pair_enabled(True)
 
     def run() -> np.ndarray:
-        return _core.op_mul_mat_fused(w, types[0], rows, x, gate=g, gate_type=types[1], norm=weight, gpu=True)
+        return _core.op_mul_mat_fused(
+            w, types[0], rows, x, gate=g, gate_type=types[1], residual=res, norm=weight, gpu=True
+        )
 
     _fused_equals_plain("rms_norm_gemv", run, types[0] == types[1], f"{types}, k {k}")
 

@@ -117,11 +117,12 @@ bool read_by_glu(const ggml_cgraph * g, int j, const ggml_tensor * t) {
 
 // A decode step's FFN (fusion_patterns' glu_pair_at): the norm's two products read only by the
 // SwiGLU right after them, which ggml-cuda would run as one gated GEMV of the normed activations:
-// that GEMV from the norm's quantizer instead (norm, multiply, both products and the GLU: 5 nodes).
+// that GEMV from the norm's quantizer instead: the norm, the multiply, both products and the GLU,
+// 4 nodes skipped after the norm's (ggml-cuda's loop takes the count past node i).
 int fuse_gemv_glu(ggml_backend_cuda_context & ctx, ggml_cgraph * g, int i, const ActSource & x) {
     if (!pat::glu_pair_at(g, i)) return 0;
     ggml_tensor * glu = g->nodes[i + 4];
-    return ggml_ext_cuda_gemv_glu_from(ctx, glu->src[1]->src[0], glu->src[0]->src[0], x, glu) ? 5 : 0;
+    return ggml_ext_cuda_gemv_glu_from(ctx, glu->src[1]->src[0], glu->src[0]->src[0], x, glu) ? 4 : 0;
 }
 
 // Two products right after the norm, both reading it (a layer whose Q6_K attn_qkv or attn_v sits
