@@ -112,6 +112,8 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows) {
         const char * e = std::getenv("DFLASH_GEMV_Q6K_STAGED");
         return !(e && e[0] == '0');
     }();
+    // Two groups of copies in flight at one column (DFLASH_GEMV_Q6K_STAGES=3; untimed, off).
+    static const int q6k_stages = env_int("DFLASH_GEMV_Q6K_STAGES") == 3 ? 3 : 2;
     // Q8_0 takes Q4_K's layout.
     GemvShape s;
     if (type == GGML_TYPE_Q6_K) {
@@ -128,6 +130,7 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows) {
     if (forced_rows == 1 || forced_rows == 2) s.rows_per_warp = forced_rows;
     if (forced_unroll == 2 || forced_unroll == 4) s.unroll = forced_unroll;
     s.staged = type == GGML_TYPE_Q6_K && q6k_staged;
+    s.q6k_stages = q6k_stages;
     return s;
 }
 

@@ -389,7 +389,9 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
 // ~2.2 TB/s against Q4_K's 2.7-2.9 (h200-s6-27b-kernels-*.json). Here each warp copies its next
 // super-blocks' aligned 16-byte chunks with cp.async into a second stage while it computes on the
 // first, and lanes read their words from shared memory. The same values in the same order reach
-// the same sums as in the kernel above (bit-equal results); unroll 2, no gate.
+// the same sums as in the kernel above (bit-equal results); unroll 2, no gate. kStages 3 keeps two
+// groups of copies in flight instead of one (a decode's Q6_K GEMVs of ~1.4-2.8 waves read at ~1.7
+// TB/s on the H100 against ~2.75 for its 33-wave LM head, session 51): the same sums in the same order.
 constexpr int kQ6StageBlock = 224;  // 14 aligned chunks hold any 2-byte aligned 210-byte block
 
 __device__ __forceinline__ Q6K::Raw q6k_raw_from_smem(const char * blk, int m) {
@@ -405,16 +407,17 @@ __device__ __forceinline__ Q6K::Raw q6k_raw_from_smem(const char * blk, int m) {
     return r;
 }
 
-template <int ncols, int rows_per_warp, int split>
+template <int ncols, int rows_per_warp, int split, int kStages = 2>
 __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     gemv_q6k_staged_kernel(const char * __restrict__ w, const int8_t * yq, const float * yd, const float * bias,
                            float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
                            const int k_pad, const int stride_col_dst) {
     static_assert(kWarps % split == 0, "split must divide the block's warps");
+    static_assert(kStages == 2 || kStages == 3, "two or three stages (48 KB of static shared memory)");
     constexpr int unroll = 2;
     constexpr int kStep = split * kGroups;
     constexpr int kSlots = unroll * rows_per_warp * kGroups;  // blocks per warp and stage
-    __shared__ __align__(16) char stages[kWarps][2][kSlots * kQ6StageBlock];
+    __shared__ __align__(16) char stages[kWarps][kStages][kSlots * kQ6StageBlock];
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int g = lane >> 3, m = lane & 7;
     const int part = warp % split;
@@ -440,15 +443,31 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
 
     float acc[ncols][rows_per_warp] = {};
     float acc_gate[ncols][rows_per_warp] = {};
+    constexpr int kAdvance = kStep * unroll;  // super-blocks of a row from one iteration to the next
     int it = 0;
-    if (part * kGroups < nblocks) stage_in(stages[warp][0], part * kGroups);
+    // the first kStages - 1 iterations' blocks, a group each (empty past the row: the count of
+    // groups committed stays what cp_async_wait expects)
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (part * kGroups + s * kAdvance < nblocks) {
+            stage_in(stages[warp][s], part * kGroups + s * kAdvance);
+        } else {
+            cp_async_commit();
+        }
+    }
     pdl_wait();  // the first weights are on their way (pdl.cuh)
     pdl_trigger();
-    for (int base = part * kGroups; base < nblocks; base += kStep * unroll, ++it) {
-        cp_async_wait<0>();  // this iteration's blocks (the only group in flight)
+    for (int base = part * kGroups; base < nblocks; base += kAdvance, ++it) {
+        cp_async_wait<kStages - 2>();  // this iteration's group; the newer ones may stay in flight
         __syncwarp();
-        if (base + kStep * unroll < nblocks) stage_in(stages[warp][(it + 1) & 1], base + kStep * unroll);
-        const char * st = stages[warp][it & 1];
+        // iteration it + kStages - 1 into the stage iteration it - 1 left (every lane is past it)
+        const int ahead = base + (kStages - 1) * kAdvance;
+        if (ahead < nblocks) {
+            stage_in(stages[warp][(it + kStages - 1) % kStages], ahead);
+        } else if (kStages > 2) {
+            cp_async_commit();
+        }
+        const char * st = stages[warp][it % kStages];
 #pragma unroll
         for (int u = 0; u < unroll; ++u) {
             const int kb = base + g + u * kStep;
@@ -478,10 +497,10 @@ inline dim3 gemv_grid(int nrows, int rows_per_warp, int split) {
     return dim3((nrows + rows_per_block - 1) / rows_per_block, 1, 1);
 }
 
-template <int ncols, int rows_per_warp, int split>
+template <int ncols, int rows_per_warp, int split, int stages = 2>
 void launch_q6k_staged(const GemvArgs & a, cudaStream_t stream) {
     DFLASH_LAUNCH_PDL(dflash_pdl::kGemv, gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0,
-                      stream, gemv_q6k_staged_kernel<ncols, rows_per_warp, split>)(
+                      stream, gemv_q6k_staged_kernel<ncols, rows_per_warp, split, stages>)(
         a.w, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
 }
 
@@ -521,6 +540,9 @@ void launch_shape(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) 
     if constexpr (std::is_same_v<T, Q6K> && !gated) {
         if (s.staged) {
             return with_layout(s, [&](auto r, auto p) {
+                if (ncols == 1 && s.q6k_stages == 3) {  // the decode step's (GemvShape::q6k_stages)
+                    return launch_q6k_staged<ncols, decltype(r)::value, decltype(p)::value, 3>(a, stream);
+                }
                 launch_q6k_staged<ncols, decltype(r)::value, decltype(p)::value>(a, stream);
             });
         }

@@ -28,6 +28,9 @@ struct GemvShape {
     // Q6_K without a gate: weights through cp.async and shared memory (gemv_q6k_staged_kernel;
     // the same bits). The default (DFLASH_GEMV_Q6K_STAGED=0: direct loads).
     bool staged = false;
+    // Stages of the staged Q6_K kernel's pipeline at one column: 2 (one group of copies in flight
+    // while a warp computes), or 3 (two; DFLASH_GEMV_Q6K_STAGES=3, untimed). The same bits.
+    int q6k_stages = 2;
 };
 GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows);
 void ggml_ext_gemv_launch_q4_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);
