@@ -81,9 +81,9 @@ struct Builder {
 
     // The layer's input projections of x (Qwen35Layer::input_projections order): the stacked ones
     // as a single product, each projection a slice of its rows ([rows, n], rows apart). Several
-    // tokens: the products enter the graph next to each other, right after x's norm, so that
-    // ggml_ext can quantize the norm's output once for two of them (rms_norm_fusion.cu's pairs: a
-    // Q6_K attn_qkv or attn_v beside the Q4_K stack of the others).
+    // tokens (one with ForwardSpec::adjacent_products): the products enter the graph next to each
+    // other, right after x's norm, so that ggml_ext can quantize the norm's output once for two of
+    // them (rms_norm_fusion.cu's pairs: a Q6_K attn_qkv or attn_v beside the Q4_K stack of the others).
     std::vector<ggml_tensor *> project(const Qwen35Layer & L, ggml_tensor * x) {
         const auto ws = L.input_projections();
         std::vector<ggml_tensor *> out(ws.size(), nullptr), products;
@@ -101,7 +101,7 @@ struct Builder {
         for (size_t i = 0; i < ws.size(); ++i) {
             if (!out[i]) products.push_back(out[i] = mm(ctx, ws[i], x));
         }
-        if (n > 1) {
+        if (n > 1 || spec.adjacent_products) {
             for (ggml_tensor * y : products) ggml_build_forward_expand(g.gf, y);
         }
         return out;

@@ -39,6 +39,10 @@ struct ForwardSpec {
     // One-token forwards that commit their recurrent state: each Gated DeltaNet layer's conv,
     // SiLU, q/k L2 norms, gate and beta in one op (ggml_ext::gdn_decode_inputs) instead of nine.
     bool fused_gdn_inputs = false;
+    // One-token forwards too: a layer's input products enter the graph next to each other right
+    // after its norm, as they always do for several tokens, so that the GEMV's quantizer can read
+    // the norm once for a pair (ggml_ext's DFLASH_FUSE_RMS_NORM_GEMV, which turns this on).
+    bool adjacent_products = false;
 };
 
 struct ForwardGraph {

@@ -8,7 +8,9 @@
 // its column (k floats, from L2) for the sum, until session 34's block a column
 // (quantize_act_norm_column_kernel): cheaper than a launch and a round trip of the normed output
 // up to kMaxColumns columns. One column (a decode step): the GEMV's quantizer, when
-// DFLASH_FUSE_RMS_NORM_GEMV=1 (gemv::quantize_act_norm_kernel: ggml's 1024 norm threads a column).
+// DFLASH_FUSE_RMS_NORM_GEMV=1 (gemv::quantize_act_norm_kernel: ggml's 1024 norm threads a column;
+// the engine then also builds a decode's input products next to each other, for the pairs:
+// ForwardSpec::adjacent_products).
 // H200, the 27B (session 24, kernel_profile, same run): a forward of 16 / 32 tokens 9.43 / 12.95
 // ms of kernels against 9.75 / 13.19 unfused (the quantizers 0.13 / 0.17 ms slower, the norms
 // 0.43 ms fewer), 64 tokens 19.37 against 19.47; bench/results/h200-s24-27b-kernels-2ea4ca3*.json.
