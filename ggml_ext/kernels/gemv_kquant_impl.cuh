@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
         const int ahead = base + (kStages - 1) * kAdvance;
         if (ahead < nblocks) {
             stage_in(stages[warp][(it + kStages - 1) % kStages], ahead);
-        } else if (kStages > 2) {
+        } else if constexpr (kStages > 2) {
             cp_async_commit();
         }
         const char * st = stages[warp][it % kStages];
@@ -540,8 +540,10 @@ void launch_shape(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) 
     if constexpr (std::is_same_v<T, Q6K> && !gated) {
         if (s.staged) {
             return with_layout(s, [&](auto r, auto p) {
-                if (ncols == 1 && s.q6k_stages == 3) {  // the decode step's (GemvShape::q6k_stages)
-                    return launch_q6k_staged<ncols, decltype(r)::value, decltype(p)::value, 3>(a, stream);
+                if constexpr (ncols == 1) {  // the decode step's third stage (GemvShape::q6k_stages)
+                    if (s.q6k_stages == 3) {
+                        return launch_q6k_staged<ncols, decltype(r)::value, decltype(p)::value, 3>(a, stream);
+                    }
                 }
                 launch_q6k_staged<ncols, decltype(r)::value, decltype(p)::value>(a, stream);
             });
