@@ -1058,8 +1058,8 @@ def rms_norm_gemv_restored() -> Iterator[None]:
     _core.set_fuse_rms_norm_gemv_enabled(was)
 
 
-def test_one_column_norm_fusion_is_off_unless_asked() -> None:
-    assert _core.fuse_rms_norm_gemv_enabled() == (GPU and os.environ.get("DFLASH_FUSE_RMS_NORM_GEMV") == "1")
+def test_one_column_norm_fusion_is_on_unless_turned_off() -> None:
+    assert _core.fuse_rms_norm_gemv_enabled() == (GPU and os.environ.get("DFLASH_FUSE_RMS_NORM_GEMV") != "0")
 
 
 @needs_gpu

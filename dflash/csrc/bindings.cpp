@@ -686,7 +686,7 @@ PYBIND11_MODULE(_core, m) {
     def_fusion(m, "rms_norm_gemv", &ggml_ext::set_fuse_rms_norm_gemv_enabled, &ggml_ext::fuse_rms_norm_gemv_enabled,
                &ggml_ext::mul_mat_rms_norm_gemv_fusions,
                "at one column (a decode step) that RMSNorm is computed by the GEMV's activation quantizer (the same "
-               "outputs; off until timed; DFLASH_FUSE_RMS_NORM_GEMV=1 starts it on); no effect without CUDA",
+               "outputs; on by default; DFLASH_FUSE_RMS_NORM_GEMV=0 starts it off); no effect without CUDA",
                "how many RMSNorm nodes the GEMV's quantizer took at one column in this process (0 without CUDA)");
     def_fusion(m, "rms_norm_pair", &ggml_ext::set_fuse_rms_norm_pair_enabled, &ggml_ext::fuse_rms_norm_pair_enabled,
                &ggml_ext::mul_mat_rms_norm_pair_fusions,

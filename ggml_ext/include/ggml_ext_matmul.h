@@ -248,10 +248,11 @@ int64_t mul_mat_rms_norm_fusions();
 // - one column (a decode step): the norm read by the GEMV's quantizer (a block of ggml's 1024
 //   norm threads a column, gemv::quantize_act_norm_kernel; the same bits), the norm kernel skipped
 //   for the products the GEMM form takes at 2..64 columns, but not before a GLU's two products
-//   (ggml-cuda's gated GEMV reads the activations once for both). Off until timed on the GPU
-//   (DFLASH_FUSE_RMS_NORM_GEMV=1 starts it on); mul_mat_rms_norm_gemv_fusions counts them. With
-//   the GLU's pairs taken too, the 27B's decode step on the H100 took 8.636 ms of kernels against
-//   8.707 (session 34).
+//   (ggml-cuda's gated GEMV reads the activations once for both), and the FFN norm before that
+//   GLU by the gated GEMV's quantizer (fuse_gemv_glu). On by default since session 52
+//   (DFLASH_FUSE_RMS_NORM_GEMV=0 starts it off); mul_mat_rms_norm_gemv_fusions counts them. On
+//   the H100 (session 52, same run) the 27B's decode step took 8.064 ms of kernels against 8.532
+//   (853 launches against 1014), 122.7 against 116.4 t/s.
 void set_fuse_rms_norm_gemv_enabled(bool on);
 bool fuse_rms_norm_gemv_enabled();
 int64_t mul_mat_rms_norm_gemv_fusions();

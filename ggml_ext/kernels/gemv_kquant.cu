@@ -112,8 +112,11 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows) {
         const char * e = std::getenv("DFLASH_GEMV_Q6K_STAGED");
         return !(e && e[0] == '0');
     }();
-    // Two groups of copies in flight at one column (DFLASH_GEMV_Q6K_STAGES=3; untimed, off).
-    static const int q6k_stages = env_int("DFLASH_GEMV_Q6K_STAGES") == 3 ? 3 : 2;
+    // Two groups of copies in flight at one column: the default since session 52 (H100, same run:
+    // the 27B's decode step 8.315 against 8.532 ms of kernels; the standalone's ffn_down 35.8
+    // against 40.0 us, GDN attn_qkv 20.4 against 21.6, the LM head 361 against 377 in their
+    // layouts; bench/results/h100-s52-c1-*, -c4-*). DFLASH_GEMV_Q6K_STAGES=2: one group.
+    static const int q6k_stages = env_int("DFLASH_GEMV_Q6K_STAGES") == 2 ? 2 : 3;
     // Q8_0 takes Q4_K's layout.
     GemvShape s;
     if (type == GGML_TYPE_Q6_K) {

@@ -391,7 +391,9 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
 // first, and lanes read their words from shared memory. The same values in the same order reach
 // the same sums as in the kernel above (bit-equal results); unroll 2, no gate. kStages 3 keeps two
 // groups of copies in flight instead of one (a decode's Q6_K GEMVs of ~1.4-2.8 waves read at ~1.7
-// TB/s on the H100 against ~2.75 for its 33-wave LM head, session 51): the same sums in the same order.
+// TB/s on the H100 against ~2.75 for its 33-wave LM head, session 51): the same sums in the same
+// order; the one-column default since session 52 (ncu on the H100, ffn_down: 0.48 warps issued a
+// scheduler either way, 1.97 against 1.76 TB/s; h100-s52-c4-ncu-q6-details-*.txt).
 constexpr int kQ6StageBlock = 224;  // 14 aligned chunks hold any 2-byte aligned 210-byte block
 
 __device__ __forceinline__ Q6K::Raw q6k_raw_from_smem(const char * blk, int m) {

@@ -29,7 +29,8 @@ struct GemvShape {
     // the same bits). The default (DFLASH_GEMV_Q6K_STAGED=0: direct loads).
     bool staged = false;
     // Stages of the staged Q6_K kernel's pipeline at one column: 2 (one group of copies in flight
-    // while a warp computes), or 3 (two; DFLASH_GEMV_Q6K_STAGES=3, untimed). The same bits.
+    // while a warp computes), or 3 (two; ggml_ext_gemv_shape's default since session 52,
+    // DFLASH_GEMV_Q6K_STAGES=2 turns it off). The same bits.
     int q6k_stages = 2;
 };
 GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows);

@@ -7,10 +7,10 @@
 // unfused graph's bits), and the norm and multiply nodes are skipped. Each quantizer block re-read
 // its column (k floats, from L2) for the sum, until session 34's block a column
 // (quantize_act_norm_column_kernel): cheaper than a launch and a round trip of the normed output
-// up to kMaxColumns columns. One column (a decode step): the GEMV's quantizer, when
-// DFLASH_FUSE_RMS_NORM_GEMV=1 (gemv::quantize_act_norm_kernel: ggml's 1024 norm threads a column;
-// the engine then also builds a decode's input products next to each other, for the pairs:
-// ForwardSpec::adjacent_products).
+// up to kMaxColumns columns. One column (a decode step): the GEMV's quantizer, on by default
+// (DFLASH_FUSE_RMS_NORM_GEMV=0 turns it off; gemv::quantize_act_norm_kernel: ggml's 1024 norm
+// threads a column; the engine then also builds a decode's input products next to each other, for
+// the pairs: ForwardSpec::adjacent_products).
 // H200, the 27B (session 24, kernel_profile, same run): a forward of 16 / 32 tokens 9.43 / 12.95
 // ms of kernels against 9.75 / 13.19 unfused (the quantizers 0.13 / 0.17 ms slower, the norms
 // 0.43 ms fewer), 64 tokens 19.37 against 19.47; bench/results/h200-s24-27b-kernels-2ea4ca3*.json.
@@ -76,10 +76,9 @@ bool env_not_off(const char * name) {
     return !(e && e[0] == '0');
 }
 bool fuse_pair_flag = env_not_off("DFLASH_FUSE_RMS_NORM_PAIR");
-bool fuse_gemv_flag = [] {  // one column: off until timed (DFLASH_FUSE_RMS_NORM_GEMV=1)
-    const char * e = std::getenv("DFLASH_FUSE_RMS_NORM_GEMV");
-    return e && e[0] == '1';
-}();
+// One column: on by default since session 52 (H100, same run: the 27B's decode step 8.064 against
+// 8.532 ms of kernels, 853 launches against 1014; bench/results/h100-s52-c1-*).
+bool fuse_gemv_flag = env_not_off("DFLASH_FUSE_RMS_NORM_GEMV");
 bool fuse_head_flag = env_not_off("DFLASH_FUSE_HEAD_NORM");
 std::atomic<int64_t> pair_fusions{0}, head_fusions{0}, gemv_fusions{0};
 
