@@ -117,6 +117,8 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows) {
     // against 40.0 us, GDN attn_qkv 20.4 against 21.6, the LM head 361 against 377 in their
     // layouts; bench/results/h100-s52-c1-*, -c4-*). DFLASH_GEMV_Q6K_STAGES=2: one group.
     static const int q6k_stages = env_int("DFLASH_GEMV_Q6K_STAGES") == 2 ? 2 : 3;
+    // Each warp's blocks copied as runs of chunks (DFLASH_GEMV_Q6K_SPANS=1; untimed, off).
+    static const bool q6k_spans = env_int("DFLASH_GEMV_Q6K_SPANS") == 1;
     // Q8_0 takes Q4_K's layout.
     GemvShape s;
     if (type == GGML_TYPE_Q6_K) {
@@ -134,6 +136,7 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows) {
     if (forced_unroll == 2 || forced_unroll == 4) s.unroll = forced_unroll;
     s.staged = type == GGML_TYPE_Q6_K && q6k_staged;
     s.q6k_stages = q6k_stages;
+    s.q6k_spans = q6k_spans;
     return s;
 }
 

@@ -409,7 +409,17 @@ __device__ __forceinline__ Q6K::Raw q6k_raw_from_smem(const char * blk, int m) {
     return r;
 }
 
-template <int ncols, int rows_per_warp, int split, int kStages = 2>
+// kSpans (GemvShape::q6k_spans): a warp's kGroups blocks of one row and unroll step are kGroups * 210
+// contiguous bytes, so they come in as one run of aligned chunks (kQ6SpanChunks; a lane copies
+// chunks lane and lane + 32 of each run, its source one multiply-add from the row) instead of 14
+// chunks a block at slot addresses divided out per copy: the copy loop was ~25% of the kernel's
+// instructions, its row pointers indexed at run time from local memory (ncu and SASS, H100,
+// session 52: h100-s52-c4-*). The same bytes reach the same reads (block g of a run at the run's
+// offset in its first chunk + 210 g), so the same bits.
+constexpr int kQ6SpanChunks = (kGroups * 210 + 14 + 15) / 16;  // a 2-byte aligned run of kGroups blocks
+static_assert(kQ6SpanChunks <= 2 * WARP_SIZE, "two chunks a lane");
+
+template <int ncols, int rows_per_warp, int split, int kStages = 2, bool kSpans = false>
 __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     gemv_q6k_staged_kernel(const char * __restrict__ w, const int8_t * yq, const float * yd, const float * bias,
                            float * __restrict__ dst, const int nrows, const int nblocks, const int64_t row_bytes,
@@ -419,7 +429,9 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
     constexpr int unroll = 2;
     constexpr int kStep = split * kGroups;
     constexpr int kSlots = unroll * rows_per_warp * kGroups;  // blocks per warp and stage
-    __shared__ __align__(16) char stages[kWarps][kStages][kSlots * kQ6StageBlock];
+    constexpr int kRunBytes = 16 * kQ6SpanChunks;
+    constexpr int kStageBytes = kSpans ? unroll * rows_per_warp * kRunBytes : kSlots * kQ6StageBlock;
+    __shared__ __align__(16) char stages[kWarps][kStages][kStageBytes];
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int g = lane >> 3, m = lane & 7;
     const int part = warp % split;
@@ -442,6 +454,35 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
         }
         cp_async_commit();
     };
+    // kSpans: run (u, r) = blocks base + u kStep .. + kGroups - 1 of row r (those below nblocks), in
+    // its aligned chunks at (u R + r) kRunBytes
+    auto stage_in_runs = [&](char * st, int base) {
+#pragma unroll
+        for (int u = 0; u < unroll; ++u) {
+#pragma unroll
+            for (int r = 0; r < rows_per_warp; ++r) {
+                const int kb0 = base + u * kStep;
+                const char * p = rows[r] + (int64_t)kb0 * Q6K::kBytes;
+                const char * a = align16_down(p);
+                // bytes needed from a: none past the row's last block (nblocks - kb0 may be < 1)
+                const int need = offset_in16(p) + min(kGroups, nblocks - kb0) * Q6K::kBytes;
+                char * run = st + (u * rows_per_warp + r) * kRunBytes;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int j = lane + WARP_SIZE * h;
+                    if (j < kQ6SpanChunks && 16 * j < need) cp_async_16(run + 16 * j, a + 16 * j);
+                }
+            }
+        }
+        cp_async_commit();
+    };
+    auto stage = [&](char * st, int base) {
+        if constexpr (kSpans) {
+            stage_in_runs(st, base);
+        } else {
+            stage_in(st, base);
+        }
+    };
 
     float acc[ncols][rows_per_warp] = {};
     float acc_gate[ncols][rows_per_warp] = {};
@@ -452,7 +493,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
         if (part * kGroups + s * kAdvance < nblocks) {
-            stage_in(stages[warp][s], part * kGroups + s * kAdvance);
+            stage(stages[warp][s], part * kGroups + s * kAdvance);
         } else {
             cp_async_commit();
         }
@@ -465,7 +506,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
         // iteration it + kStages - 1 into the stage iteration it - 1 left (every lane is past it)
         const int ahead = base + (kStages - 1) * kAdvance;
         if (ahead < nblocks) {
-            stage_in(stages[warp][(it + kStages - 1) % kStages], ahead);
+            stage(stages[warp][(it + kStages - 1) % kStages], ahead);
         } else if constexpr (kStages > 2) {
             cp_async_commit();
         }
@@ -477,9 +518,15 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE)
             Q6K::Raw raw[rows_per_warp];
 #pragma unroll
             for (int r = 0; r < rows_per_warp; ++r) {
-                const int slot = (u * rows_per_warp + r) * kGroups + g;
-                raw[r] =
-                    q6k_raw_from_smem(st + slot * kQ6StageBlock + offset_in16(rows[r] + (int64_t)kb * Q6K::kBytes), m);
+                if constexpr (kSpans) {
+                    const char * p = rows[r] + (int64_t)(base + u * kStep) * Q6K::kBytes;  // run (u, r)
+                    const int off = (u * rows_per_warp + r) * kRunBytes + offset_in16(p) + g * Q6K::kBytes;
+                    raw[r] = q6k_raw_from_smem(st + off, m);
+                } else {
+                    const int slot = (u * rows_per_warp + r) * kGroups + g;
+                    raw[r] = q6k_raw_from_smem(
+                        st + slot * kQ6StageBlock + offset_in16(rows[r] + (int64_t)kb * Q6K::kBytes), m);
+                }
             }
 #pragma unroll
             for (int j = 0; j < ncols; ++j) {
@@ -499,10 +546,10 @@ inline dim3 gemv_grid(int nrows, int rows_per_warp, int split) {
     return dim3((nrows + rows_per_block - 1) / rows_per_block, 1, 1);
 }
 
-template <int ncols, int rows_per_warp, int split, int stages = 2>
+template <int ncols, int rows_per_warp, int split, int stages = 2, bool spans = false>
 void launch_q6k_staged(const GemvArgs & a, cudaStream_t stream) {
     DFLASH_LAUNCH_PDL(dflash_pdl::kGemv, gemv_grid(a.nrows, rows_per_warp, split), dim3(WARP_SIZE, kWarps, 1), 0,
-                      stream, gemv_q6k_staged_kernel<ncols, rows_per_warp, split, stages>)(
+                      stream, gemv_q6k_staged_kernel<ncols, rows_per_warp, split, stages, spans>)(
         a.w, a.yq, a.yd, a.bias, a.dst, a.nrows, a.k / kQk, a.row_bytes, a.k_pad, a.stride_col_dst);
 }
 
@@ -542,12 +589,15 @@ void launch_shape(const GemvArgs & a, const GemvShape & s, cudaStream_t stream) 
     if constexpr (std::is_same_v<T, Q6K> && !gated) {
         if (s.staged) {
             return with_layout(s, [&](auto r, auto p) {
-                if constexpr (ncols == 1) {  // the decode step's third stage (GemvShape::q6k_stages)
+                constexpr int R = decltype(r)::value, P = decltype(p)::value;
+                if constexpr (ncols == 1) {  // the decode step's third stage and runs (GemvShape)
                     if (s.q6k_stages == 3) {
-                        return launch_q6k_staged<ncols, decltype(r)::value, decltype(p)::value, 3>(a, stream);
+                        return s.q6k_spans ? launch_q6k_staged<ncols, R, P, 3, true>(a, stream)
+                                           : launch_q6k_staged<ncols, R, P, 3>(a, stream);
                     }
+                    if (s.q6k_spans) return launch_q6k_staged<ncols, R, P, 2, true>(a, stream);
                 }
-                launch_q6k_staged<ncols, decltype(r)::value, decltype(p)::value>(a, stream);
+                launch_q6k_staged<ncols, R, P>(a, stream);
             });
         }
     }

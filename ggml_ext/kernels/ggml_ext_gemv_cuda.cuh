@@ -32,6 +32,9 @@ struct GemvShape {
     // while a warp computes), or 3 (two; ggml_ext_gemv_shape's default since session 52,
     // DFLASH_GEMV_Q6K_STAGES=2 turns it off). The same bits.
     int q6k_stages = 2;
+    // Staged Q6_K at one column: a warp's blocks of a row and step copied as one run of chunks
+    // (gemv_q6k_staged_kernel's kSpans; DFLASH_GEMV_Q6K_SPANS=1, untimed). The same bits.
+    bool q6k_spans = false;
 };
 GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows);
 void ggml_ext_gemv_launch_q4_k(const GemvArgs & args, const GemvShape & shape, cudaStream_t stream);

@@ -229,7 +229,8 @@ GemvArgs args_for(const Dev & d, int rows, int k, int ncols, bool gated, bool bi
 }
 
 // ncu: one launch each of the staged Q6_K GEMV at one column in the engine's layout (split 2, 2 rows
-// a warp) with 2 and 3 stages, on the 27B's ffn_down and GDN attn_qkv (profile_q6).
+// a warp) with 2 and 3 stages, each with and without runs, on the 27B's ffn_down and GDN attn_qkv
+// (profile_q6).
 void profile_q6(std::mt19937 & gen) {
     for (const auto & [rows, k] : {std::pair{5120, 17408}, std::pair{10240, 5120}}) {
         const int64_t row_bytes = (int64_t)(k / 256) * superblock_bytes(W::q6_K);
@@ -242,8 +243,11 @@ void profile_q6(std::mt19937 & gen) {
         CK(cudaMemset(d.x, 0, (size_t)k * 4));
         DFLASH_LAUNCH(dim3(k / 256, 1, 1), 256, 0, nullptr, gemv::quantize_act_kernel)(act_floats(d.x, k), d.yq, d.yd,
                                                                                        k, k);
-        for (int stages : {2, 3})
-            run(W::q6_K, args_for(d, rows, k, 1, false, false, row_bytes), {2, 2, 2, true, stages});
+        for (int stages : {2, 3}) {
+            for (bool spans : {false, true}) {
+                run(W::q6_K, args_for(d, rows, k, 1, false, false, row_bytes), {2, 2, 2, true, stages, spans});
+            }
+        }
         CK(cudaDeviceSynchronize());
         for (void * q : {(void *)d.w, (void *)d.yq, (void *)d.yd, (void *)d.dst, (void *)d.x}) cudaFree(q);
     }
@@ -333,9 +337,12 @@ void check(W t, int rows, int k, std::mt19937 & gen) {
                     run(t, args_for(d, rows, k, n, false, true, row_bytes), GemvShape{split, rpw, 2, true});
                     CK(cudaMemcpy(staged.data(), d.dst, staged.size() * 4, cudaMemcpyDeviceToHost));
                     staged_equal = staged_equal && std::memcmp(plain.data(), staged.data(), plain.size() * 4) == 0;
-                    if (n == 1) {  // and with three stages (two groups of copies in flight)
+                    // and at one column with three stages (two groups of copies in flight), each
+                    // with its blocks copied as runs of chunks (GemvShape::q6k_spans)
+                    for (int form = 0; n == 1 && form < 3; ++form) {
                         CK(cudaMemset(d.dst, 0, bias.size() * 4));
-                        run(t, args_for(d, rows, k, n, false, true, row_bytes), GemvShape{split, rpw, 2, true, 3});
+                        const GemvShape f{split, rpw, 2, true, form == 1 ? 2 : 3, form > 0};
+                        run(t, args_for(d, rows, k, n, false, true, row_bytes), f);
                         CK(cudaMemcpy(staged.data(), d.dst, staged.size() * 4, cudaMemcpyDeviceToHost));
                         staged_equal = staged_equal && std::memcmp(plain.data(), staged.data(), plain.size() * 4) == 0;
                     }
@@ -388,11 +395,12 @@ void bench(const char * name, W t, int rows, int k, std::mt19937 & gen) {
     for (int split : {1, 2, 4}) {
         for (int rpw : {1, 2}) {
             // -1: one column with 4 super-blocks in flight; 101, 102, 108: Q6_K staged, 1/2/8 columns;
-            // 301: staged with 3 stages, one column (DFLASH_GEMV_Q6K_STAGES=3)
-            for (int nu : {1, 2, 4, 8, -1, 101, 102, 108, 301}) {
+            // 301: staged with 3 stages, one column (DFLASH_GEMV_Q6K_STAGES=3); 501, 701: 2 and 3
+            // stages, one column, the blocks copied as runs (DFLASH_GEMV_Q6K_SPANS=1)
+            for (int nu : {1, 2, 4, 8, -1, 101, 102, 108, 301, 501, 701}) {
                 if (nu > 100 && t != W::q6_K) continue;
                 const int n = nu < 0 ? 1 : nu % 100, unroll = nu < 0 ? 4 : 2;
-                const GemvShape s{split, rpw, unroll, nu > 100, nu > 300 ? 3 : 2};
+                const GemvShape s{split, rpw, unroll, nu > 100, nu == 301 || nu == 701 ? 3 : 2, nu > 500};
                 GemvArgs a = args_for(d, rows, k, n, false, false, row_bytes);
                 const int reps = 5;
                 for (int c = 0; c < copies; ++c) {  // warm-up
@@ -409,10 +417,10 @@ void bench(const char * name, W t, int rows, int k, std::mt19937 & gen) {
                 });
                 std::printf(
                     "{\"bench\": \"%s\", \"type\": \"%s\", \"rows\": %d, \"k\": %d, \"n\": %d, \"split\": %d, "
-                    "\"rows_per_warp\": %d, \"unroll\": %d, \"staged\": %s, \"stages\": %d, \"us\": %.2f, "
-                    "\"GBps\": %.0f}\n",
-                    name, type_name(t), rows, k, n, split, rpw, unroll, s.staged ? "true" : "false", s.q6k_stages, us,
-                    bytes / us / 1e3);
+                    "\"rows_per_warp\": %d, \"unroll\": %d, \"staged\": %s, \"stages\": %d, \"spans\": %s, "
+                    "\"us\": %.2f, \"GBps\": %.0f}\n",
+                    name, type_name(t), rows, k, n, split, rpw, unroll, s.staged ? "true" : "false", s.q6k_stages,
+                    s.q6k_spans ? "true" : "false", us, bytes / us / 1e3);
             }
         }
     }

@@ -3,8 +3,9 @@
 # than the LM head read at ~1.7 TB/s on the H100). The GEMM standalone (slim, ws64_ab.sh's build
 # from .carry/upstream.tar.gz's headers, ~1.5 min), then its `q6` mode twice (every layout of the
 # 27B's Q6_K ffn_down, GDN attn_qkv and LM head at 1, 2 and 8 columns; staged with 2 stages, and with
-# 3 at one column: "stages" in each line) into $OUT/q6.jsonl, then ncu (--set full) on `profile_q6`'s
-# four launches (ffn_down and attn_qkv, 2 and 3 stages): details, and the SASS page gzipped.
+# 3 at one column: "stages" in each line; each of those at one column also with its blocks copied
+# as runs, "spans") into $OUT/q6.jsonl, then ncu (--set full) on `profile_q6`'s eight launches
+# (ffn_down and attn_qkv, 2 and 3 stages, without and with runs): details, and the SASS page gzipped.
 cd "$(dirname "$0")/../.." || exit 1
 mkdir -p "$OUT"
 bash tools/device/ws64_ab.sh build
@@ -19,10 +20,11 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 for r in rows:
     if r.get("n") == 1 and r.get("staged"):
         print(f'{r["bench"]:>9} split={r["split"]} rows={r["rows_per_warp"]} stages={r["stages"]} '
+              f'spans={int(r.get("spans", False))} '
               f'{r["us"]:8.2f} us {r["GBps"]:6.0f} GB/s')
 PY
 cd /tmp/ws64 || exit 1
-timeout 90 ncu --clock-control none --set full -k regex:gemv_q6k_staged -o "$OUT/q6" ./gemv_standalone profile_q6 \
+timeout 150 ncu --clock-control none --set full -k regex:gemv_q6k_staged -o "$OUT/q6" ./gemv_standalone profile_q6 \
   > "$OUT/ncu-q6.log" 2>&1
 echo "[gpu] ncu rc=$?"
 ncu -i "$OUT/q6.ncu-rep" --page details > "$OUT/q6-details.txt" 2>&1
