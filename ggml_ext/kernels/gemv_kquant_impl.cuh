@@ -416,7 +416,7 @@ __device__ __forceinline__ Q6K::Raw q6k_raw_from_smem(const char * blk, int m) {
 // instructions, its row pointers indexed at run time from local memory (ncu and SASS, H100,
 // session 52: h100-s52-c4-*). The same bytes reach the same reads (block g of a run at the run's
 // offset in its first chunk + 210 g), so the same bits.
-constexpr int kQ6SpanChunks = (kGroups * 210 + 14 + 15) / 16;  // a 2-byte aligned run of kGroups blocks
+constexpr int kQ6SpanChunks = (kGroups * Q6K::kBytes + 14 + 15) / 16;  // a 2-byte aligned run of kGroups blocks
 static_assert(kQ6SpanChunks <= 2 * WARP_SIZE, "two chunks a lane");
 
 template <int ncols, int rows_per_warp, int split, int kStages = 2, bool kSpans = false>
