@@ -543,51 +543,6 @@ def test_emulated_reordered_tree_delta_rule_equals_the_walk(
     _close(got, walk, 1e-5, f"reordered form {form}, tree, S {s}, {n} nodes, {lanes} lanes, {step} a step")
 
 
-# (S, tokens, columns a lane, gate decay, lanes a column): several staged chunks, a zero gate (the
-# fold), 16 lanes a column
-READ_AHEAD_CHAINS = [(64, 23, 2, 1.0, 0), (128, 40, 2, 30.0, 0), (128, 17, 1, 1.0, 16), (128, 40, 4, 1.0, 0)]
-
-
-@pytest.mark.parametrize(("s", "n", "columns", "decay", "lanes"), READ_AHEAD_CHAINS)
-def test_emulated_one_round_read_ahead_gives_the_walks_bits(
-    ops: Path, build_dir: Path, s: int, n: int, columns: int, decay: float, lanes: int
-) -> None:
-    """DFLASH_GDN_ONE_ROUND_PIPE's form (the next token's k and q read ahead, the gate's reciprocal
-    first) does the one-token walk's operations on the same values: its outputs and final state
-    are the walk's bits."""
-    hk, hv = 2, 6
-    arrays = _gdn_arrays(np.random.default_rng(s + n + 31), n, s, hk, hv)
-    arrays["k"] = (arrays["k"] / np.linalg.norm(arrays["k"], axis=-1, keepdims=True)).astype(np.float32)
-    if decay != 1.0:
-        arrays["g"] *= np.float32(decay)
-        arrays["g"][n // 2] = -1e4  # a zero gate
-    meta = [s, hk, hv, n, columns, 1, 2, lanes, 1]
-    walk = _run_op(ops, build_dir, "gated_delta_net", [*meta, 0], arrays)
-    ahead = _run_op(ops, build_dir, "gated_delta_net", [*meta, 1], arrays)
-    np.testing.assert_array_equal(ahead, walk)
-
-
-@pytest.mark.parametrize(
-    ("s", "n", "chain", "seed", "columns", "lanes"),
-    [(128, 40, 0.6, 1, 0, 0), (64, 21, 0.5, 3, 1, 16), (128, 120, 0.3, 2, 2, 0)],
-)
-def test_emulated_tree_read_ahead_gives_the_walks_bits(
-    ops: Path, build_dir: Path, s: int, n: int, chain: float, seed: int, columns: int, lanes: int
-) -> None:
-    """The read-ahead form on a tree's preorder (states from the per-depth stack, a second root):
-    the one-round walk's bits."""
-    rng = np.random.default_rng(seed + 300)
-    parents = _random_parents(rng, n, chain)
-    parents[int(rng.integers(1, n))] = -1
-    tree = _tree_index(parents)
-    arrays = {**_gdn_arrays(rng, n, s, 2, 4), "tree": tree}
-    arrays["k"] = (arrays["k"] / np.linalg.norm(arrays["k"], axis=-1, keepdims=True)).astype(np.float32)
-    meta = [s, 2, 4, n, int(tree[2].max()), columns, 1, 2, lanes, 1]
-    walk = _run_op(ops, build_dir, "tree_gated_delta_net", [*meta, 0], arrays)
-    ahead = _run_op(ops, build_dir, "tree_gated_delta_net", [*meta, 1], arrays)
-    np.testing.assert_array_equal(ahead, walk)
-
-
 @pytest.mark.parametrize("s", [32, 128])
 def test_emulated_tree_delta_rule_columns_agree(ops: Path, build_dir: Path, s: int) -> None:
     """1, 2 and 4 state columns a warp: the same bits on a branchy tree (states saved only at

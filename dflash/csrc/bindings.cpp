@@ -522,10 +522,6 @@ PYBIND11_MODULE(_core, m) {
           "tokens a step of the one-round kernel (one round of reductions a step; a tree's runs of parent-child "
           "links): 1 (the default), 2 or 4 (DFLASH_GDN_ONE_ROUND_STEP), with 8 lanes a column; 0 without CUDA");
     m.def("gdn_one_round_step", &ggml_ext::gdn_one_round_step);
-    m.def("set_gdn_one_round_pipe", &ggml_ext::set_gdn_one_round_pipe, py::arg("on"),
-          "the one-round kernel reading the next token's k and q ahead (DFLASH_GDN_ONE_ROUND_PIPE=1; the same bits); "
-          "off by default; False without CUDA");
-    m.def("gdn_one_round_pipe", &ggml_ext::gdn_one_round_pipe);
     m.def("set_gdn_inputs_tokens", &ggml_ext::set_gdn_inputs_tokens, py::arg("tokens"),
           "tokens a block of the CUDA kernel of the n-token and tree GDN inputs: 1, 4, 8 or 16, or 0 (the default: 8 "
           "from 48 tokens, else 1; DFLASH_GDN_INPUTS_TOKENS; the same bits); 0 without CUDA");

@@ -85,8 +85,7 @@ int main(int argc, char ** argv) {
         dst.src[0] = &tx, dst.src[1] = &tc, dst.src[2] = &tw, dst.src[3] = &tt;
         ggml_ext_cuda_tree_ssm_conv(ctx, &dst);
     } else if (op == "gated_delta_net") {  // meta: S Hk Hv n columns [staged [form: 1 chunked, 2 one round, 3 gram
-                                           // [lanes [tokens a step [read ahead]]]]] (a chain; outputs, then the
-                                           // final state)
+                                           // [lanes [tokens a step]]]] (a chain; outputs, then the final state)
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
         ggml_ext::set_gdn_columns((int)m[4]);
         ggml_ext::set_gdn_staged(m.size() > 5 && m[5] != 0);
@@ -112,7 +111,6 @@ int main(int argc, char ** argv) {
             ggml_ext::set_gdn_one_round_columns((int)m[4]);
             ggml_ext::set_gdn_one_round_lanes(m.size() > 7 ? (int)m[7] : 0);
             ggml_ext::set_gdn_one_round_step(m.size() > 8 ? (int)m[8] : 1);
-            ggml_ext::set_gdn_one_round_pipe(m.size() > 9 && m[9] != 0);
             if (!ggml_ext_cuda_gated_delta_net_one_round(args, nullptr)) {
                 std::fprintf(stderr, "ops_emu: the one-round chain does not take S = %lld\n", (long long)S);
                 return 2;
@@ -128,7 +126,7 @@ int main(int argc, char ** argv) {
             return 2;
         }
     } else if (op == "tree_gated_delta_net") {  // meta: S Hk Hv n max_depth [columns [form: 1 walk, 2 paths [reordered
-                                                // [lanes [tokens a step [read ahead]]]]]]
+                                                // [lanes [tokens a step]]]]]
         const int64_t S = m[0], Hk = m[1], Hv = m[2], n = m[3];
         ggml_ext::set_gdn_columns(m.size() > 5 ? (int)m[5] : 0);
         ggml_ext::set_tree_gdn_mode(m.size() > 6 ? (int)m[6] : 0);
@@ -150,7 +148,6 @@ int main(int argc, char ** argv) {
             ggml_ext::set_gdn_one_round_columns(m.size() > 5 ? (int)m[5] : 0);
             ggml_ext::set_gdn_one_round_lanes(m.size() > 8 ? (int)m[8] : 0);
             ggml_ext::set_gdn_one_round_step(m.size() > 9 ? (int)m[9] : 1);
-            ggml_ext::set_gdn_one_round_pipe(m.size() > 10 && m[10] != 0);
             ggml_ext::allow_reordered_delta_rule(&dst);
         }
         ggml_ext_cuda_tree_gated_delta_net(ctx, &dst);

@@ -110,10 +110,6 @@ int gdn_one_round_lanes();
 // a column only; anything else is 1
 void set_gdn_one_round_step(int tokens);
 int gdn_one_round_step();
-// one token a step with the next token's k and q rows read ahead and the gate's reciprocal taken
-// before the dot products (DFLASH_GDN_ONE_ROUND_PIPE=1; the same bits); off by default until timed
-void set_gdn_one_round_pipe(bool on);
-bool gdn_one_round_pipe();
 // a marked chain's 16 tokens at a time in parallel (kernels/gdn_chain_gram.cu) in place of the
 // one-round kernel (which must be on): off by default (slower on the H100, session 33);
 // DFLASH_GDN_GRAM=1 turns it on

@@ -91,15 +91,6 @@ int or_step_flag = [] {
     return valid_step(e ? std::atoi(e) : 1);
 }();
 
-// Token t + 1's k and q rows read from shared memory into registers while token t computes, and
-// a token's gate and its reciprocal taken before its dot products (DFLASH_GDN_ONE_ROUND_PIPE=1;
-// one token a step only): the same operations on the same values, so the same bits, with the
-// shared-memory and reciprocal latencies off the chain of dependent steps from token to token.
-bool or_pipe_flag = [] {
-    const char * e = std::getenv("DFLASH_GDN_ONE_ROUND_PIPE");
-    return e && e[0] == '1';
-}();
-
 bool or_enabled_flag = [] {
     const char * e = std::getenv("DFLASH_GDN_ONE_ROUND");
     return !(e && e[0] == '0');
@@ -114,20 +105,6 @@ __device__ __forceinline__ float dot4(const float4 a, const float4 b, float acc)
 
 __device__ __forceinline__ void scale4(float4 & a, const float s) { a.x *= s, a.y *= s, a.z *= s, a.w *= s; }
 
-// 1 / x for a normal x whose reciprocal is normal too (a G of kOrMinScale..1): the fast path of
-// CUDA's IEEE division (MUFU.RCP and one Newton step, correctly rounded there) without its range
-// check, whose branch keeps the reciprocal's latency in one place in the token's chain of steps.
-// The emulator divides.
-__device__ __forceinline__ float rcp_of_normal(const float x) {
-#if !defined(DFLASH_CUDA_EMU) && defined(__CUDA_ARCH__)
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return fmaf(r, -fmaf(x, r, -1.0f), r);  // the error term is never subnormal here
-#else
-    return 1.0f / x;
-#endif
-}
-
 // A tree's index in shared memory: node at each preorder position, parents, depths, and which
 // nodes save their state for a later node.
 template <bool kTree>
@@ -138,9 +115,8 @@ struct OrTree {
 template <>
 struct OrTree<false> {};
 
-// tree: the tree index (parents, preorder, depths; n each) with kTree, else null. kPipe (U = 1):
-// or_pipe_flag's form.
-template <int S, int CL, int L, bool kTree, int U = 1, bool kPipe = false>
+// tree: the tree index (parents, preorder, depths; n each) with kTree, else null.
+template <int S, int CL, int L, bool kTree, int U = 1>
 __global__ void __launch_bounds__(16 * L / CL)
     gdn_chain_one_round_kernel(const float * __restrict__ q, const float * __restrict__ k, const float * __restrict__ v,
                                const float * __restrict__ g, const float * __restrict__ beta,
@@ -152,7 +128,6 @@ __global__ void __launch_bounds__(16 * L / CL)
     constexpr int kThreads = 16 * L / CL;  // kOrColumns columns of L lanes, CL a lane
     constexpr int R4 = S / L / 4;          // float4s of rows a lane: rows 4 (L i + j) .. + 3, i < R4
     static_assert(kOrChunk % U == 0, "a chunk holds whole steps");
-    static_assert(!kPipe || U == 1, "the pipelined walk takes one token a step");
     __shared__ __align__(16) float s_k[2][kOrChunk][S];
     __shared__ __align__(16) float s_q[2][kOrChunk][S];
     __shared__ __align__(16) float s_v[2][kOrChunk][kOrColumns];
@@ -287,38 +262,24 @@ __global__ void __launch_bounds__(16 * L / CL)
             }
         };
         auto node_of = [&](const int t) -> int64_t { return node_at(t0 + t); };
-        // this lane's float4s of the k and q rows at position t
-        auto read_kq = [&](const int t, float4(&kr)[R4], float4(&qr)[R4]) {
-            const float4 * kp = reinterpret_cast<const float4 *>(s_k[buf][t]);
-            const float4 * qp = reinterpret_cast<const float4 *>(s_q[buf][t]);
-#pragma unroll
-            for (int i = 0; i < R4; ++i) kr[i] = kp[L * i + j], qr[i] = qp[L * i + j];
-        };
-        // position t of the chunk alone (the walk above), its k and q rows in kr and qr
-        auto token_of = [&](const int t, const float4(&kr)[R4], const float4(&qr)[R4]) {
+        auto one_token = [&](const int t) {  // position t of the chunk alone (the walk above)
             const int64_t node = node_of(t);
             enter_node(node);
-            // the token's gate joins G; a G near float's floor (decayed or zero gates, which are
-            // the same for the whole block) is folded into U first
-            float bt, rg;
-            bool fold;
-            auto gate = [&] {
-                G *= s_g[buf][t];
-                bt = s_b[buf][t];
-                fold = G < kOrMinScale;
-                rg = fold ? 1.0f : kPipe ? rcp_of_normal(G) : 1.0f / G;
-            };
-            if constexpr (kPipe) gate();
+            const float4 * kp = reinterpret_cast<const float4 *>(s_k[buf][t]);
+            const float4 * qp = reinterpret_cast<const float4 *>(s_q[buf][t]);
+            float4 kr[R4];
             float kv[CL][2] = {}, sq[CL][2] = {}, kq[2] = {0.0f, 0.0f};
 #pragma unroll
             for (int i = 0; i < R4; ++i) {
+                kr[i] = kp[L * i + j];
+                const float4 qr = qp[L * i + j];
                 const int a = i & 1;  // two chains of sums: half the dependent depth
 #pragma unroll
                 for (int c = 0; c < CL; ++c) {
                     kv[c][a] = dot4(st[c][i], kr[i], kv[c][a]);
-                    sq[c][a] = dot4(st[c][i], qr[i], sq[c][a]);
+                    sq[c][a] = dot4(st[c][i], qr, sq[c][a]);
                 }
-                kq[a] = dot4(kr[i], qr[i], kq[a]);
+                kq[a] = dot4(kr[i], qr, kq[a]);
             }
             float skv[CL], ssq[CL], skq = kq[0] + kq[1];
 #pragma unroll
@@ -332,7 +293,12 @@ __global__ void __launch_bounds__(16 * L / CL)
                 }
                 skq += __shfl_xor_sync(0xffffffff, skq, m);
             }
-            if constexpr (!kPipe) gate();
+            // the token's gate joins G; a G near float's floor (decayed or zero gates, which are
+            // the same for the whole block) is folded into U first
+            G *= s_g[buf][t];
+            const float bt = s_b[buf][t];
+            const bool fold = G < kOrMinScale;
+            const float rg = fold ? 1.0f : 1.0f / G;
 #pragma unroll
             for (int c = 0; c < CL; ++c) {
                 const float delta = (s_v[buf][t][c0 + c] - G * skv[c]) * bt;
@@ -350,11 +316,6 @@ __global__ void __launch_bounds__(16 * L / CL)
             if (fold) G = 1.0f;
             leave_node(node);
         };
-        auto one_token = [&](const int t) {
-            float4 kr[R4], qr[R4];
-            read_kq(t, kr, qr);
-            token_of(t, kr, qr);
-        };
         // positions t .. t + U - 1 as one step: in a tree, each node the parent of the next, none
         // but the last with its state saved (a chain: always)
         auto step_links = [&](const int t) {
@@ -368,10 +329,6 @@ __global__ void __launch_bounds__(16 * L / CL)
             return true;
         };
         int t = 0;
-        float4 k_next[kPipe ? R4 : 1], q_next[kPipe ? R4 : 1];  // kPipe: position t's rows, read ahead
-        if constexpr (kPipe) {
-            if (tn > 0) read_kq(0, k_next, q_next);
-        }
         while (t < tn) {
             if constexpr (U > 1) {
                 if (t + U > tn || !step_links(t)) {
@@ -475,12 +432,6 @@ __global__ void __launch_bounds__(16 * L / CL)
                 G = hs[U - 1];
                 leave_node(node_of(t + U - 1));
                 t += U;
-            } else if constexpr (kPipe) {
-                float4 kr[R4], qr[R4];
-#pragma unroll
-                for (int i = 0; i < R4; ++i) kr[i] = k_next[i], qr[i] = q_next[i];
-                if (t + 1 < tn) read_kq(t + 1, k_next, q_next);
-                token_of(t++, kr, qr);
             } else {
                 one_token(t++);
             }
@@ -501,10 +452,10 @@ __global__ void __launch_bounds__(16 * L / CL)
     }
 }
 
-template <int S, int CL, int L, bool kTree, int U = 1, bool kPipe = false>
+template <int S, int CL, int L, bool kTree, int U = 1>
 void launch_one_round(const GdnChainArgs & a, cudaStream_t stream) {
     const dim3 grid((unsigned)a.H, (unsigned)a.n_seqs, (unsigned)(S / kOrColumns));
-    DFLASH_LAUNCH(grid, dim3(16 * L / CL), 0, stream, gdn_chain_one_round_kernel<S, CL, L, kTree, U, kPipe>)(
+    DFLASH_LAUNCH(grid, dim3(16 * L / CL), 0, stream, gdn_chain_one_round_kernel<S, CL, L, kTree, U>)(
         a.q, a.k, a.v, a.g, a.beta, a.s0, a.dst, a.state, a.parents, a.H, a.n_tokens, a.sq1, a.sq2, a.sq3, a.sv1, a.sv2,
         a.sv3, a.sb1, a.sb2, a.sb3, a.neqk1, a.rq3, a.scale);
 }
@@ -519,11 +470,8 @@ void launch_steps(const GdnChainArgs & a, cudaStream_t stream) {
             case 4:
                 return launch_one_round<S, CL, L, kTree, 4>(a, stream);
             default:
-                return or_pipe_flag ? launch_one_round<S, CL, L, kTree, 1, true>(a, stream)
-                                    : launch_one_round<S, CL, L, kTree>(a, stream);
+                return launch_one_round<S, CL, L, kTree>(a, stream);
         }
-    } else if (or_pipe_flag) {
-        launch_one_round<S, CL, L, kTree, 1, true>(a, stream);
     } else {
         launch_one_round<S, CL, L, kTree>(a, stream);
     }
@@ -570,8 +518,6 @@ void set_gdn_one_round_lanes(int lanes) { or_lanes_flag = valid_lanes(lanes); }
 int gdn_one_round_lanes() { return or_lanes_flag; }
 void set_gdn_one_round_step(int tokens) { or_step_flag = valid_step(tokens); }
 int gdn_one_round_step() { return or_step_flag; }
-void set_gdn_one_round_pipe(bool on) { or_pipe_flag = on; }
-bool gdn_one_round_pipe() { return or_pipe_flag; }
 }  // namespace ggml_ext
 
 bool ggml_ext_cuda_gated_delta_net_one_round(const GdnChainArgs & a, cudaStream_t stream) {

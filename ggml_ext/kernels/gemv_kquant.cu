@@ -117,8 +117,13 @@ GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows) {
     // against 40.0 us, GDN attn_qkv 20.4 against 21.6, the LM head 361 against 377 in their
     // layouts; bench/results/h100-s52-c1-*, -c4-*). DFLASH_GEMV_Q6K_STAGES=2: one group.
     static const int q6k_stages = env_int("DFLASH_GEMV_Q6K_STAGES") == 2 ? 2 : 3;
-    // Each warp's blocks copied as runs of chunks (DFLASH_GEMV_Q6K_SPANS=1; untimed, off).
-    static const bool q6k_spans = env_int("DFLASH_GEMV_Q6K_SPANS") == 1;
+    // Each warp's blocks copied as runs of chunks: the default since session 53 (H100, same runs:
+    // the 27B's decode step 7.843 against 7.966 ms of kernels, AR 126.3 against 124.8 t/s;
+    // bench/results/h100-s53-c1-*). DFLASH_GEMV_Q6K_SPANS=0: a copy a chunk of each block.
+    static const bool q6k_spans = [] {
+        const char * e = std::getenv("DFLASH_GEMV_Q6K_SPANS");
+        return !(e && e[0] == '0');
+    }();
     // Q8_0 takes Q4_K's layout.
     GemvShape s;
     if (type == GGML_TYPE_Q6_K) {

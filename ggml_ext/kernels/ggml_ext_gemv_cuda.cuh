@@ -33,7 +33,8 @@ struct GemvShape {
     // DFLASH_GEMV_Q6K_STAGES=2 turns it off). The same bits.
     int q6k_stages = 2;
     // Staged Q6_K at one column: a warp's blocks of a row and step copied as one run of chunks
-    // (gemv_q6k_staged_kernel's kSpans; DFLASH_GEMV_Q6K_SPANS=1, untimed). The same bits.
+    // (gemv_q6k_staged_kernel's kSpans; ggml_ext_gemv_shape's default since session 53,
+    // DFLASH_GEMV_Q6K_SPANS=0 turns it off). The same bits.
     bool q6k_spans = false;
 };
 GemvShape ggml_ext_gemv_shape(ggml_type type, int k, int nrows);

@@ -101,8 +101,6 @@ void set_gdn_one_round_lanes(int) {}
 int gdn_one_round_lanes() { return 0; }
 void set_gdn_one_round_step(int) {}
 int gdn_one_round_step() { return 0; }
-void set_gdn_one_round_pipe(bool) {}
-bool gdn_one_round_pipe() { return false; }
 void set_gdn_inputs_tokens(int) {}
 int gdn_inputs_tokens() { return 0; }
 void set_gdn_gram(bool) {}
