@@ -294,7 +294,7 @@ fi
 if [ "$stage" = e2 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
-  export KP_ARGS="--forwards 1,16,32,64 --quick"
+  export KP_ARGS="--forwards 1,16,32,64 --quick ${KP_EXTRA-}"  # KP_EXTRA=--launches: one by one too
   wait_27b 100
   for m in ${E2_MASKS:-0 3 11 15 27}; do  # pdl.cuh's kinds since session 27 (session 26's bits differ)
     [ "$(left)" -ge 45 ] || break
@@ -320,7 +320,7 @@ if [ "$stage" = f1 ]; then
   else
     run_cuda_suite 100 -k "${F1_TESTS:-wgmma or one_round or q6k_long}"
   fi
-  export KP_ARGS="--forwards 1,16,32,64 --quick"
+  export KP_ARGS="--forwards 1,16,32,64 --quick ${KP_EXTRA-}"  # KP_EXTRA=--launches: one by one too
   wait_27b 100
   kernel_profile 45 "h200-27b-kernels-default.json"
   grep -E "wall" "$OUT/h200-27b-kernels-default.log" | cut -c1-150
@@ -413,7 +413,7 @@ fi
 if [ "$stage" = tb1 ] || [ "$stage" = tb2 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
-  export KP_ARGS="--forwards 1,16,32,64 --quick"
+  export KP_ARGS="--forwards 1,16,32,64 --quick ${KP_EXTRA-}"  # KP_EXTRA=--launches: one by one too
   wait_27b 100
   [ "$stage" = tb2 ] && [ "$(left)" -ge 140 ] && chain_bench 135 h200-27b-chain-vs-upstream.json -- --llama-server "$LLAMA_SERVER" --synth-len 10
   # each once over both calls (a marker in /tmp once its JSON came out)
@@ -444,7 +444,7 @@ fi
 if [ "$stage" = ar1 ]; then
   trap "pack_out $stage" EXIT
   start_27b_synth
-  export KP_ARGS="--forwards 1,16,32,64 --quick"
+  export KP_ARGS="--forwards 1,16,32,64 --quick ${KP_EXTRA-}"  # KP_EXTRA=--launches: one by one too
   wait_27b 100
   set_name() { name=$(echo "$1" | sed 's/DFLASH_//g' | tr 'A-Z_=,' 'a-z---'); }
   kernel_profile 45 h200-27b-kernels-default.json

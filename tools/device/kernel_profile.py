@@ -83,8 +83,37 @@ def _kernel_table(prof: Any, steps: int) -> dict[str, Any]:
     }
 
 
-def _measure(name: str, setup: Callable[[], Callable[[], None]], steps: int) -> dict[str, Any]:
-    """setup() prepares a state and returns one step; each step is timed bare, then profiled."""
+def _launches(prof: Any, per_step: int) -> list[list[Any]]:
+    """The last step's kernels in launch order: [name, grid, block, us, busy us], busy being the
+    time past the latest end before it (busy_time.py's share). The chrome trace carries the grid,
+    which tells a launch's matrix apart from others of the same kernel."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            prof.export_chrome_trace(f.name)
+            trace = json.load(open(f.name))
+    except Exception as err:  # the profile's tables stand without the listing
+        print(f"no launch listing: {err}", flush=True)
+        return []
+    ks = sorted((e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"), key=lambda e: e["ts"])[
+        -per_step:
+    ]
+    out, end = [], float("-inf")
+    for e in ks:
+        a, b = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
+        share = b - max(a, end) if b > end else 0.0
+        end = max(end, b)
+        args = e.get("args", {})
+        out.append([e["name"][:90], args.get("grid"), args.get("block"), round(b - a, 2), round(share, 2)])
+    return out
+
+
+def _measure(
+    name: str, setup: Callable[[], Callable[[], None]], steps: int, launches: bool = False
+) -> dict[str, Any]:
+    """setup() prepares a state and returns one step; each step is timed bare, then profiled
+    (launches: the last step's kernels one by one too, _launches)."""
     step = setup()
     for _ in range(3):
         step()  # warm: graphs built, CUDA graphs captured
@@ -106,6 +135,8 @@ def _measure(name: str, setup: Callable[[], Callable[[], None]], steps: int) -> 
         torch.cuda.synchronize()
     row = {"scenario": name, "steps": steps, "wall_ms_per_step": wall, "host_per_step": host}
     row.update(_kernel_table(prof, steps))
+    if launches:
+        row["launches"] = _launches(prof, round(row["kernels_per_step"]))
     print(
         f"{name:>18}: wall {wall:7.3f} ms  kernels {row['kernels_per_step']:7.1f}  kernel time "
         f"{row['kernel_ms_per_step']:7.3f} ms (busy {row['kernel_busy_ms_per_step']:7.3f})  "
@@ -139,6 +170,7 @@ def main() -> int:
     ap.add_argument("-c", "--n-ctx", type=int, default=4096)
     ap.add_argument("--batch-invariant", action="store_true")
     ap.add_argument("--quick", action="store_true", help="the AR step and the forwards only")
+    ap.add_argument("--launches", action="store_true", help="list the last step's kernels one by one")
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args()
 
@@ -192,12 +224,12 @@ def main() -> int:
         return setup
 
     steps = a.steps
-    rows = [_measure("ar", ar, steps * 4)]
+    rows = [_measure("ar", ar, steps * 4, a.launches)]
     # the drafter alone: a block at the same position (chain: argmax only; DDTree: + top-K)
     if not a.quick:
         rows.append(_measure("draft_chain", drafting(False), steps))
         rows.append(_measure("draft_tree", drafting(True), steps))
-    rows += [_measure(f"forward{n}+captures", forward(n), steps) for n in ns]
+    rows += [_measure(f"forward{n}+captures", forward(n), steps, a.launches) for n in ns]
     if not a.quick:
         rows.append(_measure("chain_step", session(0), steps))
         rows += [_measure(f"ddtree_b{b}_step", session(b), steps) for b in budgets]
