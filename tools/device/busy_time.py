@@ -13,14 +13,20 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 
+def launch_shares(spans: Iterable[tuple[float, float, str]]) -> list[tuple[float, float, str, float]]:
+    """(start, end, name) intervals -> each one by start with its share: (start, end, name, share)."""
+    out, end = [], float("-inf")
+    for a, b, name in sorted(spans):
+        share = b - max(a, end) if b > end else 0.0
+        end = max(end, b)
+        out.append((a, b, name, share))
+    return out
+
+
 def busy_shares(spans: Iterable[tuple[float, float, str]]) -> tuple[float, dict[str, float]]:
     """(start, end, name) intervals -> (the union's length, each name's share of it)."""
-    total, end = 0.0, float("-inf")
     shares: dict[str, float] = defaultdict(float)
-    for a, b, name in sorted(spans):
-        if b > end:
-            share = b - max(a, end)
-            total += share
+    for _a, _b, name, share in launch_shares(spans):
+        if share > 0:  # a kernel wholly inside others is not charged (nor listed)
             shares[name] += share
-            end = b
-    return total, dict(shares)
+    return sum(shares.values()), dict(shares)

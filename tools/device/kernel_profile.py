@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from busy_time import busy_shares  # tools/device, the script's folder
+from busy_time import busy_shares, launch_shares  # tools/device, the script's folder
 from torch.profiler import ProfilerActivity, profile
 
 from dflash import _core
@@ -99,11 +99,10 @@ def _launches(prof: Any, per_step: int) -> list[list[Any]]:
     ks = sorted((e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"), key=lambda e: e["ts"])[
         -per_step:
     ]
-    out, end = [], float("-inf")
-    for e in ks:
-        a, b = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
-        share = b - max(a, end) if b > end else 0.0
-        end = max(end, b)
+    spans = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), str(i)) for i, e in enumerate(ks)]
+    out = []
+    for a, b, i, share in launch_shares(spans):
+        e = ks[int(i)]
         args = e.get("args", {})
         out.append([e["name"][:90], args.get("grid"), args.get("block"), round(b - a, 2), round(share, 2)])
     return out
