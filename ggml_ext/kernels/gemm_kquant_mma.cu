@@ -459,6 +459,18 @@ bool two_tiles_fill(int rows, int n, int nsm) {
            two <= (int64_t)gemm_kq::min_blocks<F, gemm_kq::kWarps, 2>(nct) * nsm;
 }
 
+// Q4_K / Q5_K matrices of 32768 rows or more (the 27B's [gate; up]) at up to 16 columns on two row
+// tiles a warp too (DFLASH_MMA_TALL_TWO_TILES=1; off until timed): two_tiles_fill keeps them on one
+// (2.75 waves of one-tile blocks against 2.06 of two-tile ones; slower on the H200 in session 23,
+// before the kernel's staging plan), though the 16-token forward's [gate; up] takes about 46 us a
+// launch on the H100 against the GEMV's 36 (an estimate from session 53's per-kernel totals).
+bool mma_tall_two_tiles_flag = [] {
+    const char * e = std::getenv("DFLASH_MMA_TALL_TWO_TILES");
+    return e && e[0] == '1';
+}();
+constexpr int kTallRows = 32768;
+std::atomic<int64_t> mma_two_tiles_count{0};
+
 // gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
 // kDynSmem: the stages in dynamic shared memory (false when its opt-in failed: nothing launched).
 template <typename F, int kStages, bool kOccupancy = true, int W = gemm_kq::kWarps, bool kSplitK = true, int R = 1,
@@ -510,7 +522,8 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
     // tile a warp would leave the GPU's last wave mostly empty (two_tiles_fill).
     const bool long_rows = k / 256 >= gemm_kq::kLongRowBlocks && n <= 16 && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
     const bool two_tiles = !long_rows && mma_row_tiles() == 2 && (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) &&
-                           (n > 16 ? n <= 32 && rows >= 2 * 32 * nsm : two_tiles_fill(rows, n, nsm));
+                           (n > 16 ? n <= 32 && rows >= 2 * 32 * nsm
+                                   : two_tiles_fill(rows, n, nsm) || (mma_tall_two_tiles_flag && rows >= kTallRows));
     auto run = [&](auto f) {
         using F = decltype(f);
         static_assert(F::kLayout == (std::is_same_v<F, gemm_kq::Q6K> || std::is_same_v<F, gemm_kq::Q80>
@@ -536,6 +549,7 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
         if (two_tiles) {
             constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
             launch_with<F, kS, true, kW, true, 2>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
+            ++mma_two_tiles_count;
             return;
         }
         const int slots = gemm_kq::min_blocks<F, gemm_kq::kWarps, 1>(gemm_kq::padded_columns(n) / 8) * nsm;
@@ -698,6 +712,9 @@ void set_wgmma_short_mode(int mode) { wgmma_short_mode = valid_short_mode(mode);
 int wgmma_short() { return wgmma_short_mode; }
 void set_wgmma_tall_from(int n) { wgmma_tall_from = valid_tall_from(n); }
 int wgmma_tall_from_columns() { return wgmma_tall_from; }
+void set_mma_tall_two_tiles(bool on) { mma_tall_two_tiles_flag = on; }
+bool mma_tall_two_tiles() { return mma_tall_two_tiles_flag; }
+int64_t mma_two_tile_launches() { return mma_two_tiles_count.load(); }
 void set_wgmma_warpgroups(int n) { wgmma_warpgroups_flag = valid_warpgroups(n); }
 int wgmma_warpgroups() { return wgmma_warpgroups_flag; }
 int64_t wgmma_two_wg_launches() { return wgmma_two_wg_count.load(); }
