@@ -580,7 +580,7 @@ PYBIND11_MODULE(_core, m) {
     def_from_columns(
         m, "q4k_f16_tall", &ggml_ext::set_q4k_f16_tall_from, &ggml_ext::q4k_f16_tall_from_columns,
         "CUDA (sm_90a build, sm_90 GPU): Q4_K matrices of 16384 rows or more through the f16 wgmma GEMM from n "
-        "columns whatever set_q4k_f16_from says: 0 off (the default until timed in the engine), 2..64 "
+        "columns whatever set_q4k_f16_from says: 33 by default (session 54), 0 off, 2..64 "
         "(DFLASH_Q4K_F16_TALL)");
     def_from_columns(
         m, "q6k_output", &ggml_ext::set_q6k_output_from, &ggml_ext::q6k_output_from_columns,

@@ -176,7 +176,7 @@ int q6k_wgmma_from_columns();
 void set_q4k_f16_from(int n);
 int q4k_f16_from_columns();
 // Q4_K matrices of 16384 rows or more (the 27B's [gate; up], [gdn q; k; v; z]) through it from n
-// columns whatever the above (DFLASH_Q4K_F16_TALL=n, 2..64; 0 off, the default until timed).
+// columns whatever the above (DFLASH_Q4K_F16_TALL=n, 2..64; 33 by default since session 54; 0 off).
 void set_q4k_f16_tall_from(int n);
 int q4k_f16_tall_from_columns();
 // The output matrix (65536 rows or more) takes Q6_K's f16 form from max(that, n) columns

@@ -380,11 +380,17 @@ int q6k_other_from = columns_from_env("DFLASH_Q6K_WGMMA_OTHER", kQ6kOtherDefault
 // 41's standalone on the H100 had [gdn q; k; v; z] at 48 / 64 columns 26.0 / 28.0 us through the
 // f16 warp-specialized kernel against 29.4 / 32.7 for the int8 early kernel, [gate; up] 57.6 / 67.8
 // against 64.7 / 73.4 (the int8 warp-specialized kernel, the engine's there, 65.1 at 64 in session
-// 40; bench/results/h100-s41-c1-standalone-q6wg.jsonl).
+// 40; bench/results/h100-s41-c1-standalone-q6wg.jsonl). In the engine from 33 columns it lost 0.3 ms
+// at 64 tokens in session 43; in session 54 (H100, bench/results/h100-s54-*) it gained: the 27B's
+// 64-token forward 14.07 / 14.08 ms of kernels in two profiles against 14.30-14.31 in three with it
+// off, 16 and 32 tokens even (9.54-9.57 / 11.25-11.26 against 9.51-9.56 / 11.24-11.26); from 9
+// columns the 16-token forward lost 0.35 ms, from 49 the 64-token one gained less (14.15). So 33 by
+// default since session 54; DFLASH_Q4K_F16_TALL=0 turns it off.
 // DFLASH_Q4K_F16_TALL_BELOW=r (benches): only matrices of fewer than r rows (32768: [gdn q; k; v; z]
 // without [gate; up]).
 constexpr int kF16TallRows = 16384;
-int q4k_f16_tall_from = columns_from_env("DFLASH_Q4K_F16_TALL", 0);
+constexpr int kQ4kF16TallDefaultFrom = 33;
+int q4k_f16_tall_from = columns_from_env("DFLASH_Q4K_F16_TALL", kQ4kF16TallDefaultFrom);
 int q4k_f16_tall_below = [] {
     const char * e = std::getenv("DFLASH_Q4K_F16_TALL_BELOW");
     return e ? std::atoi(e) : 0;
