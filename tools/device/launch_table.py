@@ -2,12 +2,13 @@
 and mean busy share a launch (busy_time.py's), sorted by busy time, for each scenario. A kernel's
 grid tells its matrices apart (a GEMM's row tiles), which the per-name table cannot.
 
-    python3 tools/device/launch_table.py bench/results/X.json [--scenario forward16] [--top 30]
+    python3 tools/device/launch_table.py bench/results/X.json[.gz] [--scenario forward16] [--top 30]
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 from collections import defaultdict
@@ -42,7 +43,7 @@ def main() -> None:
     ap.add_argument("--scenario", default="", help="a prefix of the scenarios to list (all by default)")
     ap.add_argument("--top", type=int, default=30)
     a = ap.parse_args()
-    doc = json.load(open(a.json))
+    doc = json.load(gzip.open(a.json) if a.json.endswith(".gz") else open(a.json))
     for row in doc["rows"]:
         if "launches" not in row or not row["scenario"].startswith(a.scenario):
             continue
