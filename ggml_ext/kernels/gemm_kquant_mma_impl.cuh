@@ -758,7 +758,15 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     float acc[R][ncol_tiles][4] = {};
     // super-block kb of the tile's rows into stage buffer `buf`: StagePlan where rows are aligned,
     // above 16 columns (on the H200 the 27B's Q4_K GEMMs a forward of 32 / 64 tokens 6.43 / 3.84 ms
-    // against 6.64 / 4.03 with stage_in, of 16 tokens 3.74 + 1.43 against 3.66 + 1.40: session 23)
+    // against 6.64 / 4.03 with stage_in, of 16 tokens 3.74 + 1.43 against 3.66 + 1.40: session 23).
+    // Up to 16 columns the staging is ~100-135 of the ~400 instructions a warp issues a super-block
+    // (sm_90a SASS of the 16-column Q4_K kernel, session 54: 4.5 copies a lane, each with its row's
+    // division and 64-bit product, the remainder diverging the warp), and two cheaper forms were
+    // compiled and dropped untimed: StagePlan there recomputes its 64-bit base a copy at 80
+    // registers (~24 instructions a copy, 4 words spilled: no shorter), and a bulk copy a row
+    // (cp.async.bulk on an mbarrier a stage) issues as one round a lane, its operands being
+    // warp-uniform (576 instructions a loop against 474). One instruction a super-block would need
+    // a 2D bulk tensor copy (a box of 16 rows x kBytes) from a tensor map encoded a weight matrix.
     const StagePlan<F, kTileRows> plan(row_base, nrows, row_bytes, lane);
     auto stage_kb = [&](char * buf, int kb) {
         if constexpr (F::kRowsAligned && ncol_tiles > 2) {
