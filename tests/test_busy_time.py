@@ -77,8 +77,5 @@ def test_launches_group_by_kernel_and_grid() -> None:
         ("gemm_kquant_mma_kernel<Q4KT<true, false>, 2, 2>", "320x1x1", 2),
         ("argmax_reduce_kernel", "?", 1),
     ]
-    assert (
-        rows[1]["us"] == 10.0
-        and rows[1]["busy"] == 9.0
-        and short("gemv::quantize_act_kernel(int)") == ("quantize_act_kernel")
-    )
+    assert rows[1]["us"] == 10.0 and rows[1]["busy"] == 9.0
+    assert short("gemv::quantize_act_kernel(int)") == "quantize_act_kernel"

@@ -466,10 +466,10 @@ bool two_tiles_fill(int rows, int n, int nsm) {
 }
 
 // Q4_K / Q5_K matrices of 32768 rows or more (the 27B's [gate; up]) at up to 16 columns on two row
-// tiles a warp too (DFLASH_MMA_TALL_TWO_TILES=1; off until timed): two_tiles_fill keeps them on one
-// (2.75 waves of one-tile blocks against 2.06 of two-tile ones; slower on the H200 in session 23,
-// before the kernel's staging plan), though the 16-token forward's [gate; up] takes about 46 us a
-// launch on the H100 against the GEMV's 36 (an estimate from session 53's per-kernel totals).
+// tiles a warp too (DFLASH_MMA_TALL_TWO_TILES=1, off): two_tiles_fill keeps them on one (2.75 waves
+// of one-tile blocks against 2.06 of two-tile ones), where the 16-token forward's [gate; up] takes
+// 44.0 us a launch against the GEMV's 34.6 on the H100; with two tiles the forward took 9.92 against
+// 9.57 ms of kernels (session 54, bench/results/h100-s54-c2-*), as on the H200 in session 23.
 bool mma_tall_two_tiles_flag = [] {
     const char * e = std::getenv("DFLASH_MMA_TALL_TWO_TILES");
     return e && e[0] == '1';

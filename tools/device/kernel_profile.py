@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -87,8 +88,6 @@ def _launches(prof: Any, per_step: int) -> list[list[Any]]:
     """The last step's kernels in launch order: [name, grid, block, us, busy us], busy being the
     time past the latest end before it (busy_time.py's share). The chrome trace carries the grid,
     which tells a launch's matrix apart from others of the same kernel."""
-    import tempfile
-
     try:
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
             prof.export_chrome_trace(f.name)
