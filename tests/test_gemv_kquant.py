@@ -467,10 +467,10 @@ def _gate_up_at_32_columns_alike(
 def test_mma_tall_two_tiles_is_off_by_default() -> None:
     """DFLASH_MMA_TALL_TWO_TILES=1 (off by default; nothing to switch without CUDA) puts [gate; up]
     at up to 16 columns on two row tiles a warp."""
-    assert _core.mma_tall_two_tiles() == (GPU and os.environ.get("DFLASH_MMA_TALL_TWO_TILES") == "1")
+    assert _core.mma_tall_two_tiles_enabled() == (GPU and os.environ.get("DFLASH_MMA_TALL_TWO_TILES") == "1")
     if not GPU:
-        _core.set_mma_tall_two_tiles(True)
-        assert not _core.mma_tall_two_tiles() and _core.mma_two_tile_launches() == 0
+        _core.set_mma_tall_two_tiles_enabled(True)
+        assert not _core.mma_tall_two_tiles_enabled() and _core.mma_tall_two_tiles_launches() == 0
 
 
 @needs_gpu
@@ -484,11 +484,11 @@ def test_cuda_mma_tall_two_tiles_takes_gate_up_up_to_16_columns(n: int, mma_rest
     k, rows = 2304, 34816
     w, dense = _weights("q4_K", rows, k, seed=41)
     x = np.random.default_rng(42).standard_normal((n, k)).astype(np.float32)
-    switch = (_core.mma_tall_two_tiles, _core.set_mma_tall_two_tiles)
+    switch = (_core.mma_tall_two_tiles_enabled, _core.set_mma_tall_two_tiles_enabled)
     run = lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)  # noqa: E731
-    before = _core.mma_two_tile_launches()
-    ref, got, counted = _a_b(switch, (False, True), run, _core.mma_two_tile_launches)
-    assert counted == 1 and _core.mma_two_tile_launches() - before == 1  # none with the switch off
+    before = _core.mma_tall_two_tiles_launches()
+    ref, got, counted = _a_b(switch, (False, True), run, _core.mma_tall_two_tiles_launches)
+    assert counted == 1 and _core.mma_tall_two_tiles_launches() - before == 1  # none with the switch off
     want = x.astype(np.float64) @ dense.T.astype(np.float64)
     scale = float(np.abs(want).max())
     assert np.abs(got - ref).max() <= 1e-5 * scale

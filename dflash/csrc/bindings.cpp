@@ -638,12 +638,10 @@ PYBIND11_MODULE(_core, m) {
           "columns from which Q4_K matrices of 32768 rows or more take the wgmma GEMM: 25 by default, 25..64 "
           "(DFLASH_WGMMA_TALL_FROM); 0 without CUDA");
     m.def("wgmma_tall_from", &ggml_ext::wgmma_tall_from_columns);
-    m.def("set_mma_tall_two_tiles", &ggml_ext::set_mma_tall_two_tiles, py::arg("on"),
-          "Q4_K / Q5_K matrices of 32768 rows or more at up to 16 columns on two row tiles a warp in the "
-          "mma.sync GEMM (DFLASH_MMA_TALL_TWO_TILES=1; off by default); false without CUDA");
-    m.def("mma_tall_two_tiles", &ggml_ext::mma_tall_two_tiles);
-    m.def("mma_two_tile_launches", &ggml_ext::mma_two_tile_launches,
-          "launches of the mma.sync GEMM with two row tiles a warp so far (tests); 0 without CUDA");
+    def_form_switch(m, "mma_tall_two_tiles", &ggml_ext::set_mma_tall_two_tiles, &ggml_ext::mma_tall_two_tiles,
+                    &ggml_ext::mma_tall_two_tiles_launches,
+                    "Q4_K / Q5_K matrices of 32768 rows or more at up to 16 columns on two row tiles a warp in the "
+                    "mma.sync GEMM (DFLASH_MMA_TALL_TWO_TILES=1; off by default); false without CUDA");
     m.def("set_wgmma_warpgroups", &ggml_ext::set_wgmma_warpgroups, py::arg("n"),
           "warpgroups a block of the wgmma GEMM: 1 (the default), 2 (the early-staging kernel) or 3 (the "
           "chunk-waiting kernel; DFLASH_WGMMA_WG); 0 without CUDA");

@@ -114,8 +114,8 @@ int wgmma_tall_from_columns();
 // 16 columns in the mma.sync GEMM (DFLASH_MMA_TALL_TWO_TILES=1; off by default); false without CUDA.
 void set_mma_tall_two_tiles(bool on);
 bool mma_tall_two_tiles();
-// Launches of the mma.sync GEMM with two row tiles a warp so far (tests); 0 without CUDA.
-int64_t mma_two_tile_launches();
+// Launches it put on two row tiles so far (tests); 0 without CUDA.
+int64_t mma_tall_two_tiles_launches();
 // Warpgroups a block of the early-staging wgmma kernel: 1 (the default) or 2 (DFLASH_WGMMA_WG=2:
 // 128 rows a block on one copy of the activations; the same bits unsplit), or 3 (the chunk-waiting
 // kernel with 192 rows a block);

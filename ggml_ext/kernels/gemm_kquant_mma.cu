@@ -475,7 +475,7 @@ bool mma_tall_two_tiles_flag = [] {
     return e && e[0] == '1';
 }();
 constexpr int kTallRows = 32768;
-std::atomic<int64_t> mma_two_tiles_count{0};
+std::atomic<int64_t> mma_tall_two_tiles_count{0};  // launches on two tiles only by it
 
 // gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
 // kDynSmem: the stages in dynamic shared memory (false when its opt-in failed: nothing launched).
@@ -527,9 +527,9 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
     // (bench/results/h200-s12-mma-standalone-tiles-8222f0f.json); up to 16 columns only where one
     // tile a warp would leave the GPU's last wave mostly empty (two_tiles_fill).
     const bool long_rows = k / 256 >= gemm_kq::kLongRowBlocks && n <= 16 && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
+    const bool tall_two = n <= 16 && mma_tall_two_tiles_flag && rows >= kTallRows && !two_tiles_fill(rows, n, nsm);
     const bool two_tiles = !long_rows && mma_row_tiles() == 2 && (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) &&
-                           (n > 16 ? n <= 32 && rows >= 2 * 32 * nsm
-                                   : two_tiles_fill(rows, n, nsm) || (mma_tall_two_tiles_flag && rows >= kTallRows));
+                           (n > 16 ? n <= 32 && rows >= 2 * 32 * nsm : two_tiles_fill(rows, n, nsm) || tall_two);
     auto run = [&](auto f) {
         using F = decltype(f);
         static_assert(F::kLayout == (std::is_same_v<F, gemm_kq::Q6K> || std::is_same_v<F, gemm_kq::Q80>
@@ -555,7 +555,7 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
         if (two_tiles) {
             constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
             launch_with<F, kS, true, kW, true, 2>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
-            ++mma_two_tiles_count;
+            if (tall_two) ++mma_tall_two_tiles_count;
             return;
         }
         const int slots = gemm_kq::min_blocks<F, gemm_kq::kWarps, 1>(gemm_kq::padded_columns(n) / 8) * nsm;
@@ -720,7 +720,7 @@ void set_wgmma_tall_from(int n) { wgmma_tall_from = valid_tall_from(n); }
 int wgmma_tall_from_columns() { return wgmma_tall_from; }
 void set_mma_tall_two_tiles(bool on) { mma_tall_two_tiles_flag = on; }
 bool mma_tall_two_tiles() { return mma_tall_two_tiles_flag; }
-int64_t mma_two_tile_launches() { return mma_two_tiles_count.load(); }
+int64_t mma_tall_two_tiles_launches() { return mma_tall_two_tiles_count.load(); }
 void set_wgmma_warpgroups(int n) { wgmma_warpgroups_flag = valid_warpgroups(n); }
 int wgmma_warpgroups() { return wgmma_warpgroups_flag; }
 int64_t wgmma_two_wg_launches() { return wgmma_two_wg_count.load(); }
