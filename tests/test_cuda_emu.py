@@ -715,21 +715,39 @@ def gemm_entry(build_dir: Path) -> Path:
 
 
 def _run_gemm_entry(
-    binary: Path, tmp: Path, mode: str, meta: list[int], arrays: dict[str, bytes]
+    binary: Path,
+    tmp: Path,
+    mode: str,
+    meta: list[int],
+    arrays: dict[str, bytes],
+    env: dict[str, str] | None = None,
 ) -> np.ndarray | None:
-    """The entry point's outputs, or None where it refused the product (exit 3)."""
-    tmp = tmp / f"{mode}-{'-'.join(map(str, meta))}"
+    """The entry point's outputs, or None where it refused the product (exit 3); env: switches
+    (DFLASH_*) for its run."""
+    tag = "-".join(f"{k}={v}" for k, v in sorted((env or {}).items()))
+    tmp = tmp / f"{mode}-{'-'.join(map(str, meta))}{tag}"
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "meta.txt").write_text(" ".join(map(str, meta)))
     for name, data in arrays.items():
         (tmp / f"{name}.bin").write_bytes(data)
     r = subprocess.run(
-        [str(binary), mode, str(tmp)], capture_output=True, text=True, timeout=600, env=ASAN_ENV
+        [str(binary), mode, str(tmp)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**ASAN_ENV, **(env or {})},
     )
     if r.returncode == 3:
         return None
     assert r.returncode == 0, r.stderr[-3000:]
     return np.frombuffer((tmp / "out.bin").read_bytes(), np.float32)
+
+
+def _gemm_entry_launches(tmp: Path, mode: str, meta: list[int], env: dict[str, str]) -> dict[str, int]:
+    """The counts the entry point's last run in _run_gemm_entry's folder wrote (launches.txt)."""
+    tag = "-".join(f"{k}={v}" for k, v in sorted(env.items()))
+    text = (tmp / f"{mode}-{'-'.join(map(str, meta))}{tag}" / "launches.txt").read_text()
+    return {name: int(v) for name, v in (line.split() for line in text.splitlines())}
 
 
 @pytest.mark.parametrize("types", [("q4_K", "q6_K"), ("q6_K", "q4_K"), ("q4_K", "q4_K"), ("q5_K", "q6_K")])
@@ -762,6 +780,41 @@ def test_emulated_gemm_pair_equals_each_product_alone(
     for got, dense in ((pair1, dense1), (pair2, dense2)):
         want = _q8_per_256(normed) @ dense.T.astype(np.float64)
         assert np.abs(got.reshape(n, -1) - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize(
+    ("rows", "k", "n"),
+    [(40, 512, 2), (40, 512, 16), (40, 6144, 16), (12800, 256, 9), (40, 512, 23)],
+    ids=["one-tile", "16-columns", "long-rows-8-warps", "two-row-tiles", "24-columns-no-tma"],
+)
+def test_emulated_gemm_tma_staging_gives_the_same_bits(
+    gemm_entry: Path, build_dir: Path, rows: int, k: int, n: int
+) -> None:
+    """DFLASH_MMA_TMA=1: Q4_K's mma.sync kernels of up to 16 columns fill each warp's stages with
+    one 2D bulk tensor copy a super-block (tma_copy.cuh, the kernel's kTma) instead of the lanes'
+    cp.asyncs. Through the GEMM's entry point (a pair from one quantizer, then each alone) the
+    outputs are the same bits with and without it, for 40 rows (a last tile of 8: the box's rows
+    past the matrix land as zeros), the 8-warp blocks of long rows, two row tiles a warp (where one
+    tile a warp would leave the last wave mostly empty) and one column tile; every product up to
+    16 columns took it, none at 23."""
+    from test_mul_mat_invariant import _weights
+
+    rows2 = 24
+    w1, _ = _weights("q4_K", rows, k, seed=91)
+    w2, _ = _weights("q4_K", rows2, k, seed=92)
+    rng = np.random.default_rng(93)
+    x = (rng.standard_normal((n, k)) * np.exp2(rng.uniform(-3, 3, (n, k)))).astype(np.float32)
+    norm = (1.0 + 0.25 * rng.standard_normal(k)).astype(np.float32)
+    meta = [GEMM_TYPES["q4_K"], GEMM_TYPES["q4_K"], rows, rows2, k, n]
+    arrays = {"w1": w1, "w2": w2, "x": x.tobytes(), "norm": norm.tobytes()}
+    tma = {"DFLASH_MMA_TMA": "1"}
+    want = _run_gemm_entry(gemm_entry, build_dir, "pair", meta, arrays)
+    got = _run_gemm_entry(gemm_entry, build_dir, "pair", meta, arrays, env=tma)
+    assert want is not None and got is not None, "the pair was refused"
+    assert np.isfinite(want).all()
+    np.testing.assert_array_equal(got, want)
+    assert _gemm_entry_launches(build_dir, "pair", meta, {})["tma"] == 0  # off by default
+    assert _gemm_entry_launches(build_dir, "pair", meta, tma)["tma"] == (4 if n <= 16 else 0)
 
 
 @pytest.mark.parametrize("wtype", ["q4_K", "q6_K"])

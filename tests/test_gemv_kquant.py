@@ -495,6 +495,38 @@ def test_cuda_mma_tall_two_tiles_takes_gate_up_up_to_16_columns(n: int, mma_rest
     assert np.abs(got - want).max() <= 3e-2 * scale
 
 
+def test_mma_tma_is_off_by_default() -> None:
+    """DFLASH_MMA_TMA=1 (off by default; nothing to switch without CUDA) fills the stages of Q4_K's
+    mma.sync GEMM of up to 16 columns with 2D bulk tensor copies on a Hopper GPU."""
+    assert _core.mma_tma_enabled() == (GPU and os.environ.get("DFLASH_MMA_TMA") == "1")
+    if not GPU:
+        _core.set_mma_tma_enabled(True)
+        assert not _core.mma_tma_enabled() and _core.mma_tma_launches() == 0
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    ("rows", "k", "n"),
+    [(34816, 2304, 16), (1000, 6144, 9), (12800, 2304, 16), (34816, 2304, 8)],
+    ids=["gate-up", "long-rows-8-warps", "two-row-tiles", "one-column-tile"],
+)
+@pytest.mark.usefixtures("f16_wgmma_off")
+def test_cuda_mma_tma_staging_gives_the_same_bits(rows: int, k: int, n: int, mma_restored: None) -> None:
+    """Q4_K through the mma.sync GEMM with its stages filled by the lanes' cp.asyncs, then by one
+    bulk tensor copy a super-block (DFLASH_MMA_TMA=1): the same bits ([gate; up]; 1000 rows of 24
+    super-blocks, the 8-warp blocks with a last tile of 8 rows; two row tiles a warp), numpy within
+    3e-2, and one launch counted on a Hopper GPU of an sm_90 build (none elsewhere)."""
+    w, dense = _weights("q4_K", rows, k, seed=43)
+    x = np.random.default_rng(44).standard_normal((n, k)).astype(np.float32)
+    switch = (_core.mma_tma_enabled, _core.set_mma_tma_enabled)
+    run = lambda: _core.op_mul_mat(w, "q4_K", rows, x, tiles=True, gpu=True)  # noqa: E731
+    ref, got, counted = _a_b(switch, (False, True), run, _core.mma_tma_launches)
+    assert counted == (1 if _core.wgmma_built() and _gpu_is_sm90() else 0)
+    np.testing.assert_array_equal(got, ref)
+    want = x.astype(np.float64) @ dense.T.astype(np.float64)
+    assert np.abs(got - want).max() <= 3e-2 * float(np.abs(want).max())
+
+
 @needs_gpu
 @pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_wgmma_pipe_mode_2_takes_gate_up_at_32_columns(mma_restored: None) -> None:

@@ -753,6 +753,21 @@ void cp_async_bulk_g2s(void * dst, const void * src, unsigned bytes, uint64_t * 
     m.copies.push_back({dst, src, bytes});
 }
 
+void cp_async_bulk_tensor_2d_g2s(void * dst, const char * base, int64_t row_bytes, int rows, int box_bytes,
+                                 int box_rows, int x, int y, uint64_t * bar) {
+    alignas(16) static const char zeros[256] = {};
+    if (reinterpret_cast<uintptr_t>(dst) & 127)
+        fail("cp.async.bulk.tensor: a shared-memory address not 128-byte aligned");
+    if (box_bytes <= 0 || box_bytes > 256 || box_rows <= 0 || box_rows > 256)
+        fail("cp.async.bulk.tensor: a box dimension outside 1..256");
+    if (x < 0 || x + box_bytes > row_bytes) fail("cp.async.bulk.tensor: a box across a row's end (not modelled)");
+    for (int r = 0; r < box_rows; ++r) {
+        const int64_t row = (int64_t)y + r;
+        const char * src = row >= 0 && row < rows ? base + row * row_bytes + x : zeros;
+        cp_async_bulk_g2s(static_cast<char *>(dst) + (int64_t)r * box_bytes, src, (unsigned)box_bytes, bar);
+    }
+}
+
 void cp_async_mbarrier_arrive_noinc(uint64_t * bar) {
     Mbarrier & m = mbarrier_at(bar);
     std::vector<Fiber::Copy> copies;

@@ -311,6 +311,12 @@ unsigned mbarrier_arrive(uint64_t * bar, unsigned tx_bytes);
 bool mbarrier_try_wait_parity(uint64_t * bar, unsigned parity);
 void mbarrier_wait_parity(uint64_t * bar, unsigned parity);
 void cp_async_bulk_g2s(void * dst, const void * src, unsigned bytes, uint64_t * bar);
+// cp.async.bulk.tensor.2d (tile mode) from a row-major byte matrix of `rows` rows of row_bytes: the
+// box of box_rows rows x box_bytes at byte x of row y into dst (128-byte aligned), each row as a
+// bulk copy above, rows past the matrix as zeros; the box's bytes complete on bar. A box that
+// crosses a row's end is not modelled (it fails).
+void cp_async_bulk_tensor_2d_g2s(void * dst, const char * base, int64_t row_bytes, int rows, int box_bytes,
+                                 int box_rows, int x, int y, uint64_t * bar);
 // cp.async.mbarrier.arrive.noinc: an arrival on bar once every cp.async the calling thread issued so
 // far has landed (the barrier's count must include it). Those copies land, and the arrival counts,
 // when a thread next tests the barrier. They are generic-proxy writes that no thread can fence, so

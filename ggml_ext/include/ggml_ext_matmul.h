@@ -116,6 +116,12 @@ void set_mma_tall_two_tiles(bool on);
 bool mma_tall_two_tiles();
 // Launches it put on two row tiles so far (tests); 0 without CUDA.
 int64_t mma_tall_two_tiles_launches();
+// Whether Q4_K's mma.sync GEMM of up to 16 columns fills its stages with 2D bulk tensor copies on a
+// Hopper GPU (DFLASH_MMA_TMA=1; off by default); false without CUDA or an sm_90 build.
+void set_mma_tma(bool on);
+bool mma_tma();
+// Launches it ran so far (tests); 0 without CUDA.
+int64_t mma_tma_launches();
 // Warpgroups a block of the early-staging wgmma kernel: 1 (the default) or 2 (DFLASH_WGMMA_WG=2:
 // 128 rows a block on one copy of the activations; the same bits unsplit), or 3 (the chunk-waiting
 // kernel with 192 rows a block);

@@ -160,6 +160,12 @@ constexpr bool kWgmmaBuilt = true;
 #else
 constexpr bool kWgmmaBuilt = false;
 #endif
+// Whether the kernels have an sm_90 pass for Hopper's bulk tensor copies (the emulator models them).
+#if defined(DFLASH_HAVE_WGMMA) || defined(DFLASH_CUDA_EMU)
+constexpr bool kTmaBuilt = true;
+#else
+constexpr bool kTmaBuilt = false;
+#endif
 bool wgmma_flag = [] {
     const char * e = std::getenv("DFLASH_WGMMA");
     return kWgmmaBuilt && !(e && e[0] == '0');
@@ -477,13 +483,37 @@ bool mma_tall_two_tiles_flag = [] {
 constexpr int kTallRows = 32768;
 std::atomic<int64_t> mma_tall_two_tiles_count{0};  // launches on two tiles only by it
 
+// Q4_K's mma.sync kernels of up to 16 columns with each warp's stages filled by one 2D bulk tensor
+// copy a super-block (gemm_kq's kTma; DFLASH_MMA_TMA=1, off until timed; a Hopper GPU and an sm_90
+// build): by the sm_90a SASS the lanes' cp.async staging is ~100-135 of the ~400 instructions a warp
+// issues a super-block at 16 columns (session 54), where the 16-token forward's [gate; up] took 44.0
+// us a launch against the GEMV's 34.6 on the H100 (bench/results/h100-s54-*). The same bits: only
+// the staging differs (rows past the matrix land as zeros instead of copies of its last row, and
+// their outputs are not written).
+bool mma_tma_flag = [] {
+    const char * e = std::getenv("DFLASH_MMA_TMA");
+    return e && e[0] == '1';
+}();
+std::atomic<int64_t> mma_tma_count{0};
+
 // gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
 // kDynSmem: the stages in dynamic shared memory (false when its opt-in failed: nothing launched).
+// tma: Q4_K's kernels of static stages through bulk tensor copies where they run (mma_tma_flag).
 template <typename F, int kStages, bool kOccupancy = true, int W = gemm_kq::kWarps, bool kSplitK = true, int R = 1,
           bool kDynSmem = false, bool kPieces = false, bool kActSmem = false>
-bool launch_with(const float * res, int stride_col_res, const char * w, const int8_t * yq, const float * yd,
+bool launch_with(bool tma, const float * res, int stride_col_res, const char * w, const int8_t * yq, const float * yd,
                  const int * ysum, float * dst, int nrows, int k, int64_t row_bytes, int ncols, int stride_col_dst,
                  cudaStream_t stream, int pieces = 1, float * partials = nullptr) {
+    if constexpr (std::is_same_v<F, gemm_kq::Q4KMinsMma> && kStages > 0 && !kDynSmem && !kPieces && !kActSmem) {
+        if (tma &&
+            (res ? gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true, false, false, false, true>(
+                       w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res, stride_col_res)
+                 : gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, false, false, false, false, true>(
+                       w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream))) {
+            ++mma_tma_count;
+            return true;
+        }
+    }
     if (res) {
         return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true, kDynSmem, kPieces, kActSmem>(
             w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res, stride_col_res, pieces,
@@ -515,8 +545,9 @@ bool mma_scales_per_256(ggml_type t) { return t != GGML_TYPE_Q8_0; }
 // sums already hold x in type t's layout), then the kernel for type t.
 void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k, const ActSource & x, const char * w,
               int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
-              int nsm, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
+              int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
     constexpr int kS = gemm_kq::kDefaultStages;
+    const bool tma = kTmaBuilt && mma_tma_flag && hopper && n <= 16;
     // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
     // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
     // shared memory); two row tiles a warp (each activation load feeds two mmas) for Q4_K / Q5_K
@@ -539,22 +570,23 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
         if (quantize) gemm_kq::quantize_act<F>(x, qs, d, sums, k, n, stream);
         if constexpr (gemm_kq::fit_stages<F, 8>(kS) == kS) {
             if (long_rows) {
-                launch_with<F, kS, true, 8>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
+                launch_with<F, kS, true, 8>(tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
                 return;
             }
         } else if constexpr (std::is_same_v<F, gemm_kq::Q6K> && gemm_kq::fit_stages<F, 8, 1, true>(kS) == kS) {
             constexpr size_t kBytes = gemm_kq::Smem<F, 2, kS, 8, 1>::kBytes;  // the most at up to 16 columns
             if (long_rows && q6k_long_8_mode != 0 && smem_optin >= kBytes &&
-                (q6k_long_8_mode == 1 ? launch_with<F, kS, true, 8, true, 1, true>(r_ptr, sr, w, qs, d, sums, out, rows,
-                                                                                   k, row_bytes, n, sd, stream)
+                (q6k_long_8_mode == 1 ? launch_with<F, kS, true, 8, true, 1, true>(tma, r_ptr, sr, w, qs, d, sums, out,
+                                                                                   rows, k, row_bytes, n, sd, stream)
                                       : launch_with<F, kS, false, 8, true, 1, true>(
-                                            r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream))) {
+                                            tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream))) {
                 return;
             }
         }
         if (two_tiles) {
             constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
-            launch_with<F, kS, true, kW, true, 2>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
+            launch_with<F, kS, true, kW, true, 2>(tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd,
+                                                  stream);
             if (tall_two) ++mma_tall_two_tiles_count;
             return;
         }
@@ -565,14 +597,14 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
                                                                                  1, gemm_kq::padded_columns(n) / 8));
             if ((mma_act_smem_flag &&
                  launch_with<F, kS, true, gemm_kq::kWarps, kSplitK, 1, true, true, true>(
-                     r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, pieces, partials.get())) ||
+                     tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, pieces, partials.get())) ||
                 launch_with<F, kS, true, gemm_kq::kWarps, kSplitK, 1, false, true>(
-                    r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, pieces, partials.get())) {
+                    tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, pieces, partials.get())) {
                 ++mma_split_count;
                 return;
             }
         }
-        launch_with<F, kS>(r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
+        launch_with<F, kS>(tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
     };
     if (t == GGML_TYPE_Q6_K) {
         run(gemm_kq::Q6K{});
@@ -679,8 +711,8 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
             return;
         }
     }
-    gemm_mma(t, mins_int, !int8_ready, n, rows, k, x, w, row_bytes, out, sd, r_ptr, sr, qs, d, sums, nsm, smem_optin,
-             pool, stream);
+    gemm_mma(t, mins_int, !int8_ready, n, rows, k, x, w, row_bytes, out, sd, r_ptr, sr, qs, d, sums, nsm, hopper,
+             smem_optin, pool, stream);
 }
 
 }  // namespace
@@ -721,6 +753,9 @@ int wgmma_tall_from_columns() { return wgmma_tall_from; }
 void set_mma_tall_two_tiles(bool on) { mma_tall_two_tiles_flag = on; }
 bool mma_tall_two_tiles() { return mma_tall_two_tiles_flag; }
 int64_t mma_tall_two_tiles_launches() { return mma_tall_two_tiles_count.load(); }
+void set_mma_tma(bool on) { mma_tma_flag = kTmaBuilt && on; }
+bool mma_tma() { return mma_tma_flag && kTmaBuilt; }
+int64_t mma_tma_launches() { return mma_tma_count.load(); }
 void set_wgmma_warpgroups(int n) { wgmma_warpgroups_flag = valid_warpgroups(n); }
 int wgmma_warpgroups() { return wgmma_warpgroups_flag; }
 int64_t wgmma_two_wg_launches() { return wgmma_two_wg_count.load(); }
@@ -935,7 +970,7 @@ bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggm
     }
     for (auto [w, dst, q] : {std::tuple{w1, dst1, q1}, std::tuple{w2, dst2, q2}}) {
         gemm_mma(w->type, mins_int, false, (int)n, (int)w->ne[1], (int)k, x, (const char *)w->data, (int64_t)w->nb[1],
-                 (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, 0, q, d.get(), sums.get(), nsm,
+                 (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, 0, q, d.get(), sums.get(), nsm, hopper,
                  smem_optin, ctx.pool(), stream);
     }
     CUDA_CHECK(cudaGetLastError());

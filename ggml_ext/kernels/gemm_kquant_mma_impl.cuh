@@ -33,6 +33,7 @@
 #include "launch.cuh"
 #include "pdl.cuh"
 #include "stream_loads.cuh"
+#include "tma_copy.cuh"
 
 #include <cstdint>
 #include <cstdlib>
@@ -718,26 +719,31 @@ inline size_t mma_split_floats(int rows, int pieces, int W, bool split_k, int R,
 // in L1 only when the warps run in step. At 64 columns a super-block's activations are 16 KB
 // against 2.3 KB of Q4_K weights a 16-row tile. On the H100 (session 34, standalone) faster than
 // the split without it, slower than the unsplit kernel at every shape (gemm_kquant_mma.cu).
+// kTma (sm_90; F's rows aligned, static shared memory): each warp's stages filled by one 2D bulk
+// tensor copy a super-block from lane 0 (tma_copy.cuh: `tma` boxes the weights as kTileRows rows x
+// F::kBytes), each stage completing on an mbarrier of its own, instead of the lanes' cp.asyncs.
 template <typename F, int ncol_tiles, int kStages, bool kOccupancy, int W, bool kSplitK = true, int R = 1,
-          bool kRes = false, bool kDynSmem = false, bool kPieces = false, bool kActSmem = false>
+          bool kRes = false, bool kDynSmem = false, bool kPieces = false, bool kActSmem = false, bool kTma = false>
 __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R>(ncol_tiles) : 1)
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * yq, const float * yd, const int * ysum,
                            float * dst, const int nrows, const int nblocks, const int64_t row_bytes, const int ncols,
                            const int stride_col_dst, const float * res, const int stride_col_res, const int pieces_arg,
-                           float * partials) {
+                           float * partials, const DFLASH_GRID_CONSTANT TmaRows tma) {
     const int pieces = kPieces ? pieces_arg : 1;
     static_assert(!kActSmem || (!kSplitK && kDynSmem && kStages > 0),
                   "staged activations: warps on rows of their own, a pipeline in dynamic shared memory");
     using S = Smem<F, ncol_tiles, kStages, W, R, kActSmem>;
     static_assert(S::kBytes <= (kDynSmem ? kMaxDynamicSmem : kMaxStaticSmem), "shared memory over budget: fit_stages");
     static_assert(kStages != 1, "a pipeline needs 2 stages (0: direct loads)");
+    static_assert(!kTma || (F::kRowsAligned && kStages > 0 && !kDynSmem && !kActSmem && S::kStageBytes % 128 == 0),
+                  "bulk tensor copies: whole aligned super-blocks into 128-byte aligned static stages");
     constexpr int kTileRows = R * kRows;
     char * smem;
     if constexpr (kDynSmem) {
         DFLASH_DYNAMIC_SMEM_BYTES(dyn_smem);
         smem = dyn_smem;
     } else {
-        __shared__ __align__(16) char static_smem[S::kBytes];
+        __shared__ __align__(kTma ? 128 : 16) char static_smem[S::kBytes];
         smem = static_smem;
     }
     const int lane = threadIdx.x, warp = threadIdx.y;
@@ -754,6 +760,17 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     const int kb0 = (kPieces ? piece * nblocks / pieces : 0) + (kSplitK ? warp : 0), kb_step = kSplitK ? W : 1;
     const int n_it = kb0 < kb_end ? (kb_end - kb0 + kb_step - 1) / kb_step : 0;
     char * stages = smem + warp * (kStages > 0 ? kStages : 0) * S::kStageBytes;
+    // kTma: stage s of this warp completes on full[s] (lane 0 arms it with the box's bytes), round r
+    // of the stage on parity r & 1
+    __shared__ uint64_t tma_full[kTma ? W * kStages : 1];
+    uint64_t * full = tma_full + (kTma ? warp * kStages : 0);
+    if constexpr (kTma) {
+        if (lane == 0) {
+            for (int s = 0; s < kStages; ++s) mbar_init(full + s, 1);
+            mbar_init_fence();
+        }
+        __syncwarp();
+    }
 
     float acc[R][ncol_tiles][4] = {};
     // super-block kb of the tile's rows into stage buffer `buf`: StagePlan where rows are aligned,
@@ -768,8 +785,15 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     // warp-uniform (576 instructions a loop against 474). One instruction a super-block would need
     // a 2D bulk tensor copy (a box of 16 rows x kBytes) from a tensor map encoded a weight matrix.
     const StagePlan<F, kTileRows> plan(row_base, nrows, row_bytes, lane);
-    auto stage_kb = [&](char * buf, int kb) {
-        if constexpr (F::kRowsAligned && ncol_tiles > 2) {
+    // super-block kb into stage slot
+    auto stage_kb = [&](int slot, int kb) {
+        char * buf = stages + slot * S::kStageBytes;
+        if constexpr (kTma) {
+            if (lane == 0) {
+                mbar_arrive_expect_tx(full + slot, kTileRows * F::kBytes);
+                tma_load_rows(buf, tma, kb * F::kBytes, row_base, full + slot);
+            }
+        } else if constexpr (F::kRowsAligned && ncol_tiles > 2) {
             plan.stage(buf, w, row_base, row_bytes, kb, lane);
         } else {
             stage_in<F>(buf, w, row_base, kTileRows, nrows, row_bytes, kb, lane);
@@ -778,8 +802,8 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     if constexpr (kStages > 0) {
 #pragma unroll
         for (int s = 0; s < kStages - 1; ++s) {
-            if (s < n_it) stage_kb(stages + s * S::kStageBytes, kb0 + s * kb_step);
-            cp_async_commit();
+            if (s < n_it) stage_kb(s, kb0 + s * kb_step);
+            if constexpr (!kTma) cp_async_commit();
         }
     }
     pdl_wait();  // the first weights are on their way; the activations are the kernel before's (pdl.cuh)
@@ -810,19 +834,23 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
         }
         if constexpr (kStages > 0) {
             // super-block it has landed (this thread's copies; kActSmem: every copy in flight, its
-            // first activations having come in a group of their own)
-            cp_async_wait<kActSmem ? 0 : kStages - 2>();
+            // first activations having come in a group of their own; kTma: the stage's barrier)
+            if constexpr (kTma) {
+                mbar_wait_parity(full + it % kStages, (unsigned)(it / kStages) & 1u);
+            } else {
+                cp_async_wait<kActSmem ? 0 : kStages - 2>();
+            }
             if constexpr (kActSmem) {
                 __syncthreads();  // every thread's copies, and every warp done with the previous stage
-            } else {
+            } else if constexpr (!kTma) {
                 __syncwarp();  // ... and every lane's
             }
             const int nx = it + kStages - 1;  // refill the stage consumed in the previous iteration
             if (nx < n_it) {
-                stage_kb(stages + (nx % kStages) * S::kStageBytes, kb0 + nx * kb_step);
+                stage_kb(nx % kStages, kb0 + nx * kb_step);
                 if constexpr (kActSmem) stage_act(nx % kStages, kb0 + nx * kb_step);
             }
-            cp_async_commit();
+            if constexpr (!kTma) cp_async_commit();
             const char * buf = stages + (it % kStages) * S::kStageBytes;
             const char * s0[R];
             const char * s1[R];
@@ -841,7 +869,7 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
             F::template accumulate<ncol_tiles, false, R>(acc, blk0, blk1, yq, yd, ysum, kb, g, t);
         }
     }
-    if constexpr (kStages > 0) cp_async_wait<0>();
+    if constexpr (kStages > 0 && !kTma) cp_async_wait<0>();
     // C fragment of tile r: (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1),
     // row0 = row_base + 16 r + g, row1 = row0 + 8, col0 = 8 nt + 2t.
     // The sums' values: kValues a warp (kSplitK: a block) of the tile's; `partials` holds each
@@ -1370,8 +1398,11 @@ bool dyn_smem_ready() {
 // kDynSmem: the stages in dynamic shared memory (kMaxDynamicSmem; the caller checks the device's
 // opt-in limit); false when its opt-in failed (nothing launched). kActSmem: the kernel's staged
 // activations (with kSplitK false and kDynSmem), for 17..64 columns (false below: nothing launched).
+// kTma: the stages filled by bulk tensor copies (the kernel's kTma; sm_90 only, the caller checks),
+// up to 16 columns; false where that cannot run (more columns, a tensor map the weights do not
+// make: nothing launched).
 template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1,
-          bool kRes = false, bool kDynSmem = false, bool kPieces = false, bool kActSmem = false>
+          bool kRes = false, bool kDynSmem = false, bool kPieces = false, bool kActSmem = false, bool kTma = false>
 bool launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, const float * res = nullptr,
             int stride_col_res = 0, int pieces = 1, float * partials = nullptr) {
@@ -1383,20 +1414,25 @@ bool launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
     const dim3 grid((unsigned)(tiles * pieces), 1, 1), block(WARP_SIZE, W, 1);
     const int nb = k / kQk;
     constexpr int kSt = kStages > 0 ? fit_stages<F, W, R, kDynSmem>(kStages) : 0;
+    TmaRows tma{};
+    if constexpr (kTma) {
+        static_assert(F::kRowsAligned && kSt > 0 && !kDynSmem && !kActSmem && !kPieces, "see the kernel's kTma");
+        if (ncols > 16 || !tma_rows_encode(tma, w, row_bytes, nrows, F::kBytes, R * kRows)) return false;
+    }
 #define GEMM_KQ_LAUNCH(NT)                                                                                           \
     do {                                                                                                             \
-        if constexpr (kActSmem && NT < 3) {                                                                          \
+        if constexpr ((kActSmem && NT < 3) || (kTma && NT > 2)) {                                                    \
             return false;                                                                                            \
         } else {                                                                                                     \
-            auto kernel =                                                                                            \
-                gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kDynSmem, kPieces, kActSmem>;    \
+            auto kernel = gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kDynSmem, kPieces,     \
+                                                 kActSmem, kTma>;                                                    \
             constexpr int kBytes = kDynSmem ? Smem<F, NT, kSt, W, R, kActSmem>::kBytes : 0;                          \
             if constexpr (kDynSmem) {                                                                                \
                 if (!dyn_smem_ready<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kPieces, kActSmem>()) return false; \
             }                                                                                                        \
             DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(8 * NT), grid, block, kBytes, stream, kernel)(                   \
                 w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res, pieces,      \
-                partials);                                                                                           \
+                partials, tma);                                                                                      \
         }                                                                                                            \
     } while (0)
     if (ncols <= 8) {

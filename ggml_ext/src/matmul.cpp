@@ -65,6 +65,9 @@ int wgmma_tall_from_columns() { return 0; }
 void set_mma_tall_two_tiles(bool) {}
 bool mma_tall_two_tiles() { return false; }
 int64_t mma_tall_two_tiles_launches() { return 0; }
+void set_mma_tma(bool) {}
+bool mma_tma() { return false; }
+int64_t mma_tma_launches() { return 0; }
 void set_wgmma_warpgroups(int) {}
 int wgmma_warpgroups() { return 0; }
 int64_t wgmma_two_wg_launches() { return 0; }
