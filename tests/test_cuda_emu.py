@@ -783,20 +783,28 @@ def test_emulated_gemm_pair_equals_each_product_alone(
 
 
 @pytest.mark.parametrize(
-    ("rows", "k", "n"),
-    [(40, 512, 2), (40, 512, 16), (40, 6144, 16), (12800, 256, 9), (40, 512, 23)],
-    ids=["one-tile", "16-columns", "long-rows-8-warps", "two-row-tiles", "24-columns-no-tma"],
+    ("rows", "k", "n", "stages"),
+    [
+        (40, 512, 2, 2),
+        (40, 512, 16, 2),
+        (40, 5632, 16, 3),
+        (40, 6144, 16, 2),
+        (12800, 256, 9, 2),
+        (40, 512, 23, 2),
+    ],
+    ids=["one-tile", "16-columns", "3-stages", "long-rows-8-warps", "two-row-tiles", "24-columns-no-tma"],
 )
 def test_emulated_gemm_tma_staging_gives_the_same_bits(
-    gemm_entry: Path, build_dir: Path, rows: int, k: int, n: int
+    gemm_entry: Path, build_dir: Path, rows: int, k: int, n: int, stages: int
 ) -> None:
     """DFLASH_MMA_TMA=1: Q4_K's mma.sync kernels of up to 16 columns fill each warp's stages with
     one 2D bulk tensor copy a super-block (tma_copy.cuh, the kernel's kTma) instead of the lanes'
     cp.asyncs. Through the GEMM's entry point (a pair from one quantizer, then each alone) the
     outputs are the same bits with and without it, for 40 rows (a last tile of 8: the box's rows
     past the matrix land as zeros), the 8-warp blocks of long rows, two row tiles a warp (where one
-    tile a warp would leave the last wave mostly empty) and one column tile; every product up to
-    16 columns took it, none at 23."""
+    tile a warp would leave the last wave mostly empty), one column tile and 3 stages a warp
+    (DFLASH_MMA_TMA_STAGES=3, 22 super-blocks a row); every product up to 16 columns took it, none
+    at 23."""
     from test_mul_mat_invariant import _weights
 
     rows2 = 24
@@ -807,7 +815,7 @@ def test_emulated_gemm_tma_staging_gives_the_same_bits(
     norm = (1.0 + 0.25 * rng.standard_normal(k)).astype(np.float32)
     meta = [GEMM_TYPES["q4_K"], GEMM_TYPES["q4_K"], rows, rows2, k, n]
     arrays = {"w1": w1, "w2": w2, "x": x.tobytes(), "norm": norm.tobytes()}
-    tma = {"DFLASH_MMA_TMA": "1"}
+    tma = {"DFLASH_MMA_TMA": "1", "DFLASH_MMA_TMA_STAGES": str(stages)}
     want = _run_gemm_entry(gemm_entry, build_dir, "pair", meta, arrays)
     got = _run_gemm_entry(gemm_entry, build_dir, "pair", meta, arrays, env=tma)
     assert want is not None and got is not None, "the pair was refused"

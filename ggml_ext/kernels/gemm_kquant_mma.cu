@@ -495,6 +495,13 @@ bool mma_tma_flag = [] {
     return e && e[0] == '1';
 }();
 std::atomic<int64_t> mma_tma_count{0};
+// Its stages a warp: 2 (gemm_kq::kDefaultStages, the cp.async form's best), or 3 with
+// DFLASH_MMA_TMA_STAGES=3 where they fit the static shared memory (4 warps of one row tile: the
+// 27B's [gate; up] runs 5 super-blocks a warp), a copy in flight costing the warp one instruction.
+const int mma_tma_stages = [] {
+    const char * e = std::getenv("DFLASH_MMA_TMA_STAGES");
+    return e && std::atoi(e) == 3 ? 3 : 2;
+}();
 
 // gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
 // kDynSmem: the stages in dynamic shared memory (false when its opt-in failed: nothing launched).
@@ -505,11 +512,16 @@ bool launch_with(bool tma, const float * res, int stride_col_res, const char * w
                  const int * ysum, float * dst, int nrows, int k, int64_t row_bytes, int ncols, int stride_col_dst,
                  cudaStream_t stream, int pieces = 1, float * partials = nullptr) {
     if constexpr (std::is_same_v<F, gemm_kq::Q4KMinsMma> && kStages > 0 && !kDynSmem && !kPieces && !kActSmem) {
-        if (tma &&
-            (res ? gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true, false, false, false, true>(
-                       w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res, stride_col_res)
-                 : gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, false, false, false, false, true>(
-                       w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream))) {
+        auto tma_launch = [&](auto stages) {
+            constexpr int kSt = decltype(stages)::value;
+            return res ? gemm_kq::launch<F, kSt, kOccupancy, W, kSplitK, R, true, false, false, false, true>(
+                             w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res,
+                             stride_col_res)
+                       : gemm_kq::launch<F, kSt, kOccupancy, W, kSplitK, R, false, false, false, false, true>(
+                             w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream);
+        };
+        if (tma && (mma_tma_stages == 3 ? tma_launch(std::integral_constant<int, 3>{})
+                                        : tma_launch(std::integral_constant<int, kStages>{}))) {
             ++mma_tma_count;
             return true;
         }
