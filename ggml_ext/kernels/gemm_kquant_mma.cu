@@ -484,16 +484,19 @@ constexpr int kTallRows = 32768;
 std::atomic<int64_t> mma_tall_two_tiles_count{0};  // launches on two tiles only by it
 
 // Q4_K's mma.sync kernels of up to 16 columns with each warp's stages filled by one 2D bulk tensor
-// copy a super-block (gemm_kq's kTma; DFLASH_MMA_TMA=1, off until timed; a Hopper GPU and an sm_90
-// build): by the sm_90a SASS the lanes' cp.async staging is ~100-135 of the ~400 instructions a warp
-// issues a super-block at 16 columns (session 54), where the 16-token forward's [gate; up] took 44.0
-// us a launch against the GEMV's 34.6 on the H100 (bench/results/h100-s54-*). The same bits: only
-// the staging differs (rows past the matrix land as zeros instead of copies of its last row, and
-// their outputs are not written).
-bool mma_tma_flag = [] {
+// copy a super-block (gemm_kq's kTma; DFLASH_MMA_TMA=1, or 2 for up to 32 columns; off until timed;
+// a Hopper GPU and an sm_90 build): by the sm_90a SASS the lanes' cp.async staging is ~100-135 of
+// the ~400 instructions a warp issues a super-block at 16 columns (session 54), where the 16-token
+// forward's [gate; up] took 44.0 us a launch against the GEMV's 34.6 on the H100
+// (bench/results/h100-s54-*); with it the kernel's loop holds 330 instructions against 474. The
+// same bits: only the staging differs (rows past the matrix land as zeros instead of copies of its
+// last row, and their outputs are not written).
+int mma_tma_max_columns = [] {
     const char * e = std::getenv("DFLASH_MMA_TMA");
-    return e && e[0] == '1';
+    const int m = e ? std::atoi(e) : 0;
+    return m == 1 ? 16 : m == 2 ? 32 : 0;
 }();
+bool mma_tma_flag = mma_tma_max_columns > 0;
 std::atomic<int64_t> mma_tma_count{0};
 // Its stages a warp: 2 (gemm_kq::kDefaultStages, the cp.async form's best), or 3 with
 // DFLASH_MMA_TMA_STAGES=3 where they fit the static shared memory (4 warps of one row tile: the
@@ -559,7 +562,7 @@ void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k,
               int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
               int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
     constexpr int kS = gemm_kq::kDefaultStages;
-    const bool tma = kTmaBuilt && mma_tma_flag && hopper && n <= 16;
+    const bool tma = kTmaBuilt && mma_tma_flag && hopper && n <= mma_tma_max_columns;
     // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
     // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
     // shared memory); two row tiles a warp (each activation load feeds two mmas) for Q4_K / Q5_K
@@ -765,7 +768,10 @@ int wgmma_tall_from_columns() { return wgmma_tall_from; }
 void set_mma_tall_two_tiles(bool on) { mma_tall_two_tiles_flag = on; }
 bool mma_tall_two_tiles() { return mma_tall_two_tiles_flag; }
 int64_t mma_tall_two_tiles_launches() { return mma_tall_two_tiles_count.load(); }
-void set_mma_tma(bool on) { mma_tma_flag = kTmaBuilt && on; }
+void set_mma_tma(bool on) {
+    mma_tma_flag = kTmaBuilt && on;
+    if (on && mma_tma_max_columns == 0) mma_tma_max_columns = 16;
+}
 bool mma_tma() { return mma_tma_flag && kTmaBuilt; }
 int64_t mma_tma_launches() { return mma_tma_count.load(); }
 void set_wgmma_warpgroups(int n) { wgmma_warpgroups_flag = valid_warpgroups(n); }

@@ -1399,7 +1399,7 @@ bool dyn_smem_ready() {
 // opt-in limit); false when its opt-in failed (nothing launched). kActSmem: the kernel's staged
 // activations (with kSplitK false and kDynSmem), for 17..64 columns (false below: nothing launched).
 // kTma: the stages filled by bulk tensor copies (the kernel's kTma; sm_90 only, the caller checks),
-// up to 16 columns; false where that cannot run (more columns, a tensor map the weights do not
+// up to 32 columns; false where that cannot run (more columns, a tensor map the weights do not
 // make: nothing launched).
 template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool kSplitK = true, int R = 1,
           bool kRes = false, bool kDynSmem = false, bool kPieces = false, bool kActSmem = false, bool kTma = false>
@@ -1417,11 +1417,11 @@ bool launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
     TmaRows tma{};
     if constexpr (kTma) {
         static_assert(F::kRowsAligned && kSt > 0 && !kDynSmem && !kActSmem && !kPieces, "see the kernel's kTma");
-        if (ncols > 16 || !tma_rows_encode(tma, w, row_bytes, nrows, F::kBytes, R * kRows)) return false;
+        if (ncols > 32 || !tma_rows_encode(tma, w, row_bytes, nrows, F::kBytes, R * kRows)) return false;
     }
 #define GEMM_KQ_LAUNCH(NT)                                                                                           \
     do {                                                                                                             \
-        if constexpr ((kActSmem && NT < 3) || (kTma && NT > 2)) {                                                    \
+        if constexpr ((kActSmem && NT < 3) || (kTma && NT > 4)) {                                                    \
             return false;                                                                                            \
         } else {                                                                                                     \
             auto kernel = gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kDynSmem, kPieces,     \
