@@ -1,6 +1,7 @@
-// ggml_ext's tensor-core GEMM through its entry points (gemm_kquant_mma.cu is compiled in here) on
-// the CPU emulator: the host code that checks a product, picks its form, quantizes and launches,
-// which tools/device/gemv_standalone.cu's kernel checks do not run. tests/test_cuda_emu.py writes
+// ggml_ext's tensor-core GEMM through its entry points (gemm_kquant_mma.cu and the files of its forms,
+// gemm_mma_forms.cuh, are compiled in here) on the CPU emulator: the host code that checks a
+// product, picks its form, quantizes and launches, which tools/device/gemv_standalone.cu's kernel
+// checks do not run. tests/test_cuda_emu.py writes
 // the inputs into a folder and runs
 //   gemm_entry_emu pair <dir>   meta: t1 t2 rows1 rows2 k n (ggml types); w1.bin w2.bin x.bin norm.bin
 //     -> out.bin: the two products of rms_norm(x) * norm from one quantizer
@@ -24,6 +25,13 @@
 #include <vector>
 
 #include "../kernels/gemm_kquant_mma.cu"
+#include "../kernels/gemm_mma_q4k.cu"
+#include "../kernels/gemm_mma_q4k_int_mins.cu"
+#include "../kernels/gemm_mma_q5k.cu"
+#include "../kernels/gemm_mma_q5k_int_mins.cu"
+#include "../kernels/gemm_mma_q6k.cu"
+#include "../kernels/gemm_mma_q80.cu"
+#include "../kernels/gemm_q4k_wgmma_forms.cu"
 #include "../kernels/gemm_f16_wgmma.cu"
 
 // The few functions of ggml and ggml_ext the entry points call (neither library is linked here).

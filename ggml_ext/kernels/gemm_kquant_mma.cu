@@ -20,9 +20,11 @@
 // tools/device/gemv_standalone.sh mma checks and times it.
 // - On an sm_90a build on an sm_90 GPU, Q4_K on the tall matrices at 25..64 columns takes the
 //   wgmma form (gemm_q4k_wgmma.cuh; wgmma_shape below; DFLASH_WGMMA=0 keeps the mma.sync forms).
+// This file picks each launch's form; the kernels are instantiated a weight type a file
+// (gemm_mma_forms.cuh), which a build compiles in parallel.
 #include "gemm_kquant_mma_impl.cuh"
+#include "gemm_mma_forms.cuh"
 #include "gemm_q4k_wgmma.cuh"
-#include "gemm_q4k_wgmma_ws.cuh"
 #include "ggml_ext_gemv_cuda.cuh"
 #include "ggml_ext_matmul.h"
 
@@ -30,7 +32,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 namespace {
 
@@ -77,10 +78,9 @@ int q6k_long_8_mode = [] {
 // (session 34, bench/results/h100-s34-*): slower everywhere, the 27B's 32 / 64-token forwards 15.70 /
 // 23.20 ms of kernels against 13.49 / 17.87 (alone, unsplit was the fastest at every shape): the
 // activations' L2 reads are not what bounds the unsplit kernel.
-constexpr int kMmaSplitAuto = -1;
 int mma_split_pieces_flag = [] {
     const char * e = std::getenv("DFLASH_MMA_SPLIT");
-    if (e && std::strcmp(e, "auto") == 0) return kMmaSplitAuto;
+    if (e && std::strcmp(e, "auto") == 0) return mma_forms::kMmaSplitAuto;
     const int p = e ? std::atoi(e) : 0;
     return p >= 2 && p <= 8 ? p : 0;
 }();
@@ -93,20 +93,6 @@ bool mma_act_smem_flag = [] {
     const char * e = std::getenv("DFLASH_MMA_ACT_SMEM");
     return e && e[0] == '1';
 }();
-
-// The pieces a product of rows x n columns and k values takes (1: unsplit): long rows above 16
-// columns, each piece 2 super-blocks at least; auto: any rows of 4 super-blocks or more, the
-// pieces that fill the `slots` resident blocks (a wave) with tiles of 64 rows.
-int mma_split_pieces(int n, int k, int rows, int slots) {
-    const int nb = k / 256, p = mma_split_pieces_flag;
-    if (n <= 16 || n > 64) return 1;
-    if (p == kMmaSplitAuto) {
-        const int tiles = (rows + 16 * gemm_kq::kWarps - 1) / (16 * gemm_kq::kWarps);
-        const int fill = std::max(2, std::min({8, slots / std::max(tiles, 1), nb / 2}));
-        return nb >= 4 ? fill : 1;
-    }
-    return p >= 2 && nb >= gemm_kq::kLongRowBlocks && nb / p >= 2 ? p : 1;
-}
 
 // 16-row tiles per warp (gemm_kq's R): 2 where it pays (below), or DFLASH_MMA_ROW_TILES=1 (benches).
 int mma_row_tiles() {
@@ -266,9 +252,6 @@ bool takes_chunks_form(int rows, int n) {
     return wgmma_chunks_mode == 1 || (wgmma_chunks_mode == 2 && rows >= 32768 && n <= 32);
 }
 std::atomic<int64_t> wgmma_chunks_count{0};
-// Stages and blocks a multiprocessor of a wgmma form's instance (WG warpgroups a block).
-constexpr int wgmma_stages(int form, int wg) { return form == gemm_kq::kWgChunks && wg == 1 ? 2 : 4; }
-constexpr int wgmma_min_blocks(int form, int wg) { return form == gemm_kq::kWgChunks && wg == 1 ? 3 : 1; }
 int wgmma_warpgroups_flag = [] {
     const char * e = std::getenv("DFLASH_WGMMA_WG");
     return valid_warpgroups(e ? std::atoi(e) : 1);
@@ -506,38 +489,6 @@ const int mma_tma_stages = [] {
     return e && std::atoi(e) == 3 ? 3 : 2;
 }();
 
-// gemm_kq::launch with the residual res of a fused add (its kernels' kRes variant) or without.
-// kDynSmem: the stages in dynamic shared memory (false when its opt-in failed: nothing launched).
-// tma: Q4_K's kernels of static stages through bulk tensor copies where they run (mma_tma_flag).
-template <typename F, int kStages, bool kOccupancy = true, int W = gemm_kq::kWarps, bool kSplitK = true, int R = 1,
-          bool kDynSmem = false, bool kPieces = false, bool kActSmem = false>
-bool launch_with(bool tma, const float * res, int stride_col_res, const char * w, const int8_t * yq, const float * yd,
-                 const int * ysum, float * dst, int nrows, int k, int64_t row_bytes, int ncols, int stride_col_dst,
-                 cudaStream_t stream, int pieces = 1, float * partials = nullptr) {
-    if constexpr (std::is_same_v<F, gemm_kq::Q4KMinsMma> && kStages > 0 && !kDynSmem && !kPieces && !kActSmem) {
-        auto tma_launch = [&](auto stages) {
-            constexpr int kSt = decltype(stages)::value;
-            return res ? gemm_kq::launch<F, kSt, kOccupancy, W, kSplitK, R, true, false, false, false, true>(
-                             w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res,
-                             stride_col_res)
-                       : gemm_kq::launch<F, kSt, kOccupancy, W, kSplitK, R, false, false, false, false, true>(
-                             w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream);
-        };
-        if (tma && (mma_tma_stages == 3 ? tma_launch(std::integral_constant<int, 3>{})
-                                        : tma_launch(std::integral_constant<int, kStages>{}))) {
-            ++mma_tma_count;
-            return true;
-        }
-    }
-    if (res) {
-        return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true, kDynSmem, kPieces, kActSmem>(
-            w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, res, stride_col_res, pieces,
-            partials);
-    }
-    return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, false, kDynSmem, kPieces, kActSmem>(
-        w, yq, yd, ysum, dst, nrows, k, row_bytes, ncols, stride_col_dst, stream, nullptr, 0, pieces, partials);
-}
-
 // Whether a product with a fused residual, rows x k at n columns, takes the wgmma form (wgmma_res_mode).
 bool wgmma_res_shape(int k, int n) {
     return n >= kWgmmaResMinColumns && (wgmma_res_mode == 2 || (wgmma_res_mode == 1 && k / 256 >= kWgmmaLongKBlocks));
@@ -556,80 +507,50 @@ gemm_kq::ActLayout mma_layout(ggml_type t) {
 }
 bool mma_scales_per_256(ggml_type t) { return t != GGML_TYPE_Q8_0; }
 
+// The operands of one launch (mma_forms::Operands).
+mma_forms::Operands operands(int n, int rows, int k, const ActSource & x, const char * w, int64_t row_bytes,
+                             float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
+                             int nsm, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
+    mma_forms::Operands o;
+    o.n = n, o.rows = rows, o.k = k, o.x = &x, o.w = w, o.row_bytes = row_bytes, o.out = out, o.sd = sd;
+    o.res = r_ptr, o.sr = sr, o.qs = qs, o.d = d, o.sums = sums, o.nsm = nsm, o.smem_optin = smem_optin;
+    o.pool = &pool, o.stream = stream;
+    return o;
+}
+
 // The mma.sync forms of one launch for nc <= 64 columns: quantize x (when quantize; else qs, d and
-// sums already hold x in type t's layout), then the kernel for type t.
-void gemm_mma(ggml_type t, bool mins_int, bool quantize, int n, int rows, int k, const ActSource & x, const char * w,
-              int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
-              int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream) {
-    constexpr int kS = gemm_kq::kDefaultStages;
-    const bool tma = kTmaBuilt && mma_tma_flag && hopper && n <= mma_tma_max_columns;
-    // Quantizes for F's activation layout, then runs F: 8 warps a block for long rows of up to 16
-    // columns (more columns: 4 warps were faster; Q8_0's 2 stages of 8 warps would not fit the
-    // shared memory); two row tiles a warp (each activation load feeds two mmas) for Q4_K / Q5_K
-    // at 17..32 columns where the matrix has rows for 2 blocks of them per multiprocessor: on the
-    // H200 the 27B's [gate; up] 52.1 / 57.8 us at 24 / 32 columns against 58.1 / 63.5, attn_q
-    // 20.3 / 22.5 against 25.1 / 26.6, but slower at 48 and 64 columns (registers) and for Q6_K
-    // (2 warps a block to fit the shared memory) at every count
-    // (bench/results/h200-s12-mma-standalone-tiles-8222f0f.json); up to 16 columns only where one
-    // tile a warp would leave the GPU's last wave mostly empty (two_tiles_fill).
-    const bool long_rows = k / 256 >= gemm_kq::kLongRowBlocks && n <= 16 && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
+// sums already hold x in type t's layout), then the kernel for type t (mma_forms::run_mma, a file a
+// type). The form: 8 warps a block for long rows of up to 16 columns (more columns: 4 warps were
+// faster; Q8_0's 2 stages of 8 warps would not fit the shared memory); two row tiles a warp (each
+// activation load feeds two mmas) for Q4_K / Q5_K at 17..32 columns where the matrix has rows for
+// 2 blocks of them per multiprocessor: on the H200 the 27B's [gate; up] 52.1 / 57.8 us at 24 / 32
+// columns against 58.1 / 63.5, attn_q 20.3 / 22.5 against 25.1 / 26.6, but slower at 48 and 64
+// columns (registers) and for Q6_K (2 warps a block to fit the shared memory) at every count
+// (bench/results/h200-s12-mma-standalone-tiles-8222f0f.json); up to 16 columns only where one tile
+// a warp would leave the GPU's last wave mostly empty (two_tiles_fill).
+void gemm_mma(ggml_type t, bool mins_int, bool quantize, const mma_forms::Operands & o, bool hopper) {
+    const int n = o.n, rows = o.rows, k = o.k, nsm = o.nsm;
+    mma_forms::MmaForm f;
+    f.quantize = quantize;
+    f.tma = kTmaBuilt && mma_tma_flag && hopper && n <= mma_tma_max_columns;
+    f.tma_stages = mma_tma_stages;
+    f.long_rows = k / 256 >= gemm_kq::kLongRowBlocks && n <= 16 && t != GGML_TYPE_Q8_0 && long_rows_8_warps();
     const bool tall_two = n <= 16 && mma_tall_two_tiles_flag && rows >= kTallRows && !two_tiles_fill(rows, n, nsm);
-    const bool two_tiles = !long_rows && mma_row_tiles() == 2 && (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) &&
-                           (n > 16 ? n <= 32 && rows >= 2 * 32 * nsm : two_tiles_fill(rows, n, nsm) || tall_two);
-    auto run = [&](auto f) {
-        using F = decltype(f);
-        static_assert(F::kLayout == (std::is_same_v<F, gemm_kq::Q6K> || std::is_same_v<F, gemm_kq::Q80>
-                                         ? gemm_kq::ActLayout::kHalves
-                                         : gemm_kq::ActLayout::kRun),
-                      "mma_layout names F's layout");
-        if (quantize) gemm_kq::quantize_act<F>(x, qs, d, sums, k, n, stream);
-        if constexpr (gemm_kq::fit_stages<F, 8>(kS) == kS) {
-            if (long_rows) {
-                launch_with<F, kS, true, 8>(tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
-                return;
-            }
-        } else if constexpr (std::is_same_v<F, gemm_kq::Q6K> && gemm_kq::fit_stages<F, 8, 1, true>(kS) == kS) {
-            constexpr size_t kBytes = gemm_kq::Smem<F, 2, kS, 8, 1>::kBytes;  // the most at up to 16 columns
-            if (long_rows && q6k_long_8_mode != 0 && smem_optin >= kBytes &&
-                (q6k_long_8_mode == 1 ? launch_with<F, kS, true, 8, true, 1, true>(tma, r_ptr, sr, w, qs, d, sums, out,
-                                                                                   rows, k, row_bytes, n, sd, stream)
-                                      : launch_with<F, kS, false, 8, true, 1, true>(
-                                            tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream))) {
-                return;
-            }
-        }
-        if (two_tiles) {
-            constexpr int kW = gemm_kq::fit_warps<F, gemm_kq::kWarps, 2>();
-            launch_with<F, kS, true, kW, true, 2>(tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd,
-                                                  stream);
-            if (tall_two) ++mma_tall_two_tiles_count;
-            return;
-        }
-        const int slots = gemm_kq::min_blocks<F, gemm_kq::kWarps, 1>(gemm_kq::padded_columns(n) / 8) * nsm;
-        if (const int pieces = mma_split_pieces(n, k, rows, slots); pieces > 1) {
-            constexpr bool kSplitK = false;  // each warp on rows of its own (above)
-            ggml_cuda_pool_alloc<float> partials(pool, gemm_kq::mma_split_floats(rows, pieces, gemm_kq::kWarps, kSplitK,
-                                                                                 1, gemm_kq::padded_columns(n) / 8));
-            if ((mma_act_smem_flag &&
-                 launch_with<F, kS, true, gemm_kq::kWarps, kSplitK, 1, true, true, true>(
-                     tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, pieces, partials.get())) ||
-                launch_with<F, kS, true, gemm_kq::kWarps, kSplitK, 1, false, true>(
-                    tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, pieces, partials.get())) {
-                ++mma_split_count;
-                return;
-            }
-        }
-        launch_with<F, kS>(tma, r_ptr, sr, w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream);
-    };
-    if (t == GGML_TYPE_Q6_K) {
-        run(gemm_kq::Q6K{});
-    } else if (t == GGML_TYPE_Q5_K) {
-        mins_int ? run(gemm_kq::Q5K{}) : run(gemm_kq::Q5KMinsMma{});
-    } else if (t == GGML_TYPE_Q8_0) {
-        run(gemm_kq::Q80{});
-    } else {
-        mins_int ? run(gemm_kq::Q4K{}) : run(gemm_kq::Q4KMinsMma{});
-    }
+    f.two_tiles = !f.long_rows && mma_row_tiles() == 2 && (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) &&
+                  (n > 16 ? n <= 32 && rows >= 2 * 32 * nsm : two_tiles_fill(rows, n, nsm) || tall_two);
+    f.q6k_long_8 = q6k_long_8_mode;
+    f.split = mma_split_pieces_flag;
+    f.act_smem = mma_act_smem_flag;
+    using mma_forms::run_mma;
+    const mma_forms::MmaRan ran = t == GGML_TYPE_Q6_K ? run_mma<gemm_kq::Q6K>(o, f)
+                                  : t == GGML_TYPE_Q5_K
+                                      ? (mins_int ? run_mma<gemm_kq::Q5K>(o, f) : run_mma<gemm_kq::Q5KMinsMma>(o, f))
+                                  : t == GGML_TYPE_Q8_0 ? run_mma<gemm_kq::Q80>(o, f)
+                                  : mins_int            ? run_mma<gemm_kq::Q4K>(o, f)
+                                                        : run_mma<gemm_kq::Q4KMinsMma>(o, f);
+    if (f.two_tiles && tall_two) ++mma_tall_two_tiles_count;
+    if (ran.tma) ++mma_tma_count;
+    if (ran.split) ++mma_split_count;
 }
 
 // One launch of the GEMM for nc <= 64 columns: quantize x, then the kernel for type t. f16_ready /
@@ -640,6 +561,8 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                 int64_t row_bytes, float * out, int sd, const float * r_ptr, int sr, int8_t * qs, float * d, int * sums,
                 int nsm, bool hopper, size_t smem_optin, ggml_cuda_pool & pool, cudaStream_t stream,
                 bool f16_ready = false, bool int8_ready = false) {
+    const mma_forms::Operands o =
+        operands(n, rows, k, x, w, row_bytes, out, sd, r_ptr, sr, qs, d, sums, nsm, smem_optin, pool, stream);
     // qs holds 2 bytes a value of up to 64 columns then (the caller's)
     if (takes_f16_wgmma(t, n, hopper, rows, k)) {
         const int ran = ggml_ext_cuda_f16_wgmma(t, x, qs, w, rows, k, row_bytes, n, out, sd, r_ptr, sr, nsm,
@@ -662,63 +585,24 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
                          : takes_chunks_form(rows, n) ? gemm_kq::kWgChunks
                          : wgmma_early_flag           ? gemm_kq::kWgEarly
                                                       : gemm_kq::kWgPlain;
-        const bool split_on = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
-        ggml_cuda_pool_alloc<float> partials(pool);
+        mma_forms::WgmmaForm f;
+        f.form = form;
+        f.warpgroups = wgmma_warpgroups_flag;
+        f.split = wgmma_split_flag || rows < 16384;  // short matrices (wgmma_short_mode): always
         // mode 4: the shapes of ws_shape_from, with or without a residual, in place of the early or
         // chunk-waiting kernel (the pipelined one, when asked, keeps precedence)
         const bool ws_shape = takes_ws_shape(rows, k, n) && (form == gemm_kq::kWgEarly || form == gemm_kq::kWgChunks);
-        if ((ws_shape || (takes_ws_form(n) && form == gemm_kq::kWgEarly && !with_res)) && wgmma_warpgroups_flag == 1) {
-            auto ws = [&](auto cw_tag) {
-                constexpr int kCW = decltype(cw_tag)::value;
-                const gemm_kq::WgSplit split =
-                    split_on ? gemm_kq::wgmma_ws_split_for<kCW>(rows, k, n, nsm) : gemm_kq::WgSplit{};
-                if (split.splits()) partials.alloc(gemm_kq::wgmma_split_floats<kCW>(split, n));
-                const bool ok = gemm_kq::launch_q4k_wgmma_ws<kCW>(w, qs, d, sums, out, rows, k, row_bytes, n, sd,
-                                                                  stream, split, partials.ptr, r_ptr, sr);
-                if (ok && split.splits()) ++wgmma_split_count;
-                return ok;
-            };
-            if (wgmma_ws_mode == 2 ? ws(std::integral_constant<int, 2>{}) : ws(std::integral_constant<int, 1>{})) {
-                ++wgmma_count;
+        f.ws = (ws_shape || (takes_ws_form(n) && form == gemm_kq::kWgEarly && !with_res)) && wgmma_warpgroups_flag == 1;
+        f.ws_mode = wgmma_ws_mode == 2 ? 2 : 1;
+        const mma_forms::WgmmaRan ran = mma_forms::run_q4k_wgmma(o, f);
+        if (ran.ran) {
+            ++wgmma_count;
+            if (ran.split) ++wgmma_split_count;
+            if (ran.ws) {
                 ++wgmma_ws_count;
                 return;
             }
-        }
-        auto run = [&](auto form_tag, auto wg_tag) {
-            constexpr int kForm = decltype(form_tag)::value, kWG = decltype(wg_tag)::value;
-            constexpr int kS = wgmma_stages(kForm, kWG), kMB = wgmma_min_blocks(kForm, kWG);
-            gemm_kq::WgSplit split{};
-            if (split_on) {
-                if constexpr (kForm == gemm_kq::kWgEarly && kWG == 1) {
-                    split = with_res ? gemm_kq::wgmma_split_for<kS, kWG, kMB, kForm, true>(rows, k, n, nsm)
-                                     : gemm_kq::wgmma_split_for<kS, kWG, kMB, kForm>(rows, k, n, nsm);
-                } else {
-                    split = gemm_kq::wgmma_split_for<kS, kWG, kMB, kForm>(rows, k, n, nsm);
-                }
-            }
-            if (split.pieces > 1) partials.alloc(gemm_kq::wgmma_split_floats<kWG>(split, n));
-            const bool ok = gemm_kq::launch_q4k_wgmma<kS, kWG, kMB, kForm>(
-                w, qs, d, sums, out, rows, k, row_bytes, n, sd, stream, 128, 256, split, partials.ptr, r_ptr, sr);
-            if (ok && split.pieces > 1) ++wgmma_split_count;
-            if (ok && kWG >= 2) ++wgmma_two_wg_count;
-            return ok;
-        };
-        using One = std::integral_constant<int, 1>;
-        using Early = std::integral_constant<int, gemm_kq::kWgEarly>;
-        bool ran = false;
-        if (form == gemm_kq::kWgPipe) {
-            ran = run(std::integral_constant<int, gemm_kq::kWgPipe>{}, One{});
-        } else if (form == gemm_kq::kWgPlain) {
-            ran = run(std::integral_constant<int, gemm_kq::kWgPlain>{}, One{});
-        } else if (form == gemm_kq::kWgChunks) {
-            using Chunks = std::integral_constant<int, gemm_kq::kWgChunks>;
-            ran = wgmma_warpgroups_flag == 3 ? run(Chunks{}, std::integral_constant<int, 3>{}) : run(Chunks{}, One{});
-        } else {  // two warpgroups a block: the early form only (the default; the others as measured)
-            ran = wgmma_warpgroups_flag == 2 && !with_res ? run(Early{}, std::integral_constant<int, 2>{})
-                                                          : run(Early{}, One{});
-        }
-        if (ran) {
-            ++wgmma_count;
+            if (ran.two_wg) ++wgmma_two_wg_count;
             if (with_res) ++wgmma_res_count;
             if (form == gemm_kq::kWgPipe) ++wgmma_pipe_count;
             if (form == gemm_kq::kWgEarly) ++wgmma_early_count;
@@ -726,8 +610,7 @@ void gemm_chunk(ggml_type t, bool mins_int, int n, int rows, int k, const ActSou
             return;
         }
     }
-    gemm_mma(t, mins_int, !int8_ready, n, rows, k, x, w, row_bytes, out, sd, r_ptr, sr, qs, d, sums, nsm, hopper,
-             smem_optin, pool, stream);
+    gemm_mma(t, mins_int, !int8_ready, o, hopper);
 }
 
 }  // namespace
@@ -791,7 +674,7 @@ int64_t wgmma_ws_launches() { return wgmma_ws_count.load(); }
 void set_mma_q6k_long_8(int mode) { q6k_long_8_mode = mode == 1 || mode == 2 ? mode : 0; }
 int mma_q6k_long_8() { return q6k_long_8_mode; }
 void set_mma_split(int pieces) {
-    mma_split_pieces_flag = pieces == kMmaSplitAuto || (pieces >= 2 && pieces <= 8) ? pieces : 0;
+    mma_split_pieces_flag = pieces == mma_forms::kMmaSplitAuto || (pieces >= 2 && pieces <= 8) ? pieces : 0;
 }
 int mma_split() { return mma_split_pieces_flag; }
 void set_mma_act_smem(bool on) { mma_act_smem_flag = on; }
@@ -987,9 +870,11 @@ bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggm
             x, q_run, d.get(), sums.get(), (int)k, (int)n, np, stream, q_halves);
     }
     for (auto [w, dst, q] : {std::tuple{w1, dst1, q1}, std::tuple{w2, dst2, q2}}) {
-        gemm_mma(w->type, mins_int, false, (int)n, (int)w->ne[1], (int)k, x, (const char *)w->data, (int64_t)w->nb[1],
-                 (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, 0, q, d.get(), sums.get(), nsm, hopper,
-                 smem_optin, ctx.pool(), stream);
+        gemm_mma(w->type, mins_int, false,
+                 operands((int)n, (int)w->ne[1], (int)k, x, (const char *)w->data, (int64_t)w->nb[1],
+                          (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, 0, q, d.get(), sums.get(),
+                          nsm, smem_optin, ctx.pool(), stream),
+                 hopper);
     }
     CUDA_CHECK(cudaGetLastError());
     return true;

@@ -8,9 +8,12 @@
 #
 #   CUBLAS_INCLUDE=/tmp/cublas/x/nvidia/cu13/include bash tools/device/ptxas_check.sh [regex]
 #
-# Prints one line a kernel whose mangled name matches regex (default: wgmma), then the advisories;
-# exits 1 when any kernel spills or is serialized. ~45 s. With cuobjdump (CUOBJDUMP, or on PATH;
-# the nvidia-cuda-cuobjdump wheel has one) it also prints each kernel's hot loop from the SASS
+# The GEMM's files (gemm_kquant_mma.cu, gemm_mma_*.cu, gemm_q4k_wgmma_forms.cu: gemm_mma_forms.cuh),
+# compiled side by side, or only those PTXAS_FILES names (e.g. "gemm_mma_q4k.cu": ~70 s against
+# ~4 min for all on this 2-core machine). Prints one line a kernel whose mangled name matches regex
+# (default: wgmma), then the advisories; exits 1 when any kernel spills or is serialized, 2 when a
+# file does not compile. With cuobjdump (CUOBJDUMP, or on PATH; the nvidia-cuda-cuobjdump wheel has
+# one) it also prints each kernel's hot loop from the SASS
 # (tools/device/sass_loops.py: instructions a trip, and from the stage barrier to the first
 # tensor-core product), and keeps the listing in SASS_OUT when that is set (for --before).
 set -euo pipefail
@@ -20,9 +23,14 @@ pattern=${1:-wgmma}
 tree=$(python3 vendor/materialise.py --dest "${DFLASH_PTXAS_TREE:-/tmp/dflash-ptxas-tree}")
 ggml="$tree/ggml"
 log=$(mktemp)
-nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -DDFLASH_HAVE_WGMMA=1 -DGGML_USE_CUDA -Xptxas -v \
-  -cubin -o "$log.cubin" ggml_ext/kernels/gemm_kquant_mma.cu -I"$ggml/src" -I"$ggml/include" \
-  -I"$ggml/src/ggml-cuda" -Iggml_ext/include -Iggml_ext/kernels -I"$CUBLAS_INCLUDE" > "$log" 2>&1
+files=${PTXAS_FILES:-$(cd ggml_ext/kernels && echo gemm_kquant_mma.cu gemm_mma_*.cu gemm_q4k_wgmma_forms.cu)}
+export ggml log CUBLAS_INCLUDE
+# shellcheck disable=SC2016  # expanded by the bash that xargs starts
+printf '%s\n' $files | xargs -P "$(nproc)" -I{} bash -c 'nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a \
+  -DDFLASH_HAVE_WGMMA=1 -DGGML_USE_CUDA -Xptxas -v -cubin -o "$log.{}.cubin" ggml_ext/kernels/{} -I"$ggml/src" \
+  -I"$ggml/include" -I"$ggml/src/ggml-cuda" -Iggml_ext/include -Iggml_ext/kernels -I"$CUBLAS_INCLUDE" > "$log.{}" 2>&1' \
+  || { for f in $files; do grep -H -m5 error "$log.$f" || true; done; exit 2; }
+for f in $files; do cat "$log.$f" >> "$log"; done
 status=0
 python3 - "$log" "$pattern" <<'EOF' || status=$?
 import re
@@ -53,7 +61,7 @@ EOF
 cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 if [ -n "$cuobjdump" ]; then
   sass=${SASS_OUT:-$log.sass}
-  "$cuobjdump" -sass "$log.cubin" > "$sass"
+  for f in $files; do "$cuobjdump" -sass "$log.$f.cubin"; done > "$sass"
   python3 tools/device/sass_loops.py "$sass" "$pattern" ${SASS_BEFORE:+--before "$SASS_BEFORE"} || true
 fi
 exit $status

@@ -22,8 +22,12 @@ if [ ! -f build/cuda/build.ninja ]; then
     || { tail -40 /tmp/cmake.log; exit 1; }
 fi
 # SETUP_TARGETS: a shorter list when a call needs fewer of upstream's tools (each saves build time)
+t_build=$(date +%s)
 cmake --build build/cuda -j16 --target ${SETUP_TARGETS:-_core llama-bench llama-server llama-speculative-simple} 2>&1 \
   | grep -E "error|FAILED" -A5 | head -60 || true
+echo "setup: build $(($(date +%s) - t_build)) s"
+# each object's compile time, for tools/device/build_schedule.py (which object a parallel build waits on)
+if [ -n "${OUT-}" ] && [ -f build/cuda/.ninja_log ]; then cp build/cuda/.ninja_log "$OUT/ninja_log.txt"; fi
 cp build/cuda/dflash/csrc/_core*.so dflash/
 export DFLASH_UPSTREAM_BIN=$ROOT/build/cuda/bin
 export LLAMA_BENCH=$DFLASH_UPSTREAM_BIN/llama-bench
