@@ -44,9 +44,10 @@ int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, cons
     auto run = [&](auto f) {
         using F = decltype(f);
         auto * a = reinterpret_cast<__half *>(act);
-        ggml_cuda_pool_alloc<float> partials(pool);
+        // each form its split's partials (a form tried after another that failed allocates again)
         auto go = [&](auto wg_tag) -> int {
             constexpr int WG = decltype(wg_tag)::value;
+            ggml_cuda_pool_alloc<float> partials(pool);
             // the kernel's opt-in first: when it fails nothing is launched (x not converted)
             const gemm_kq::WgSplit split = gemm_kq::f16_wgmma_split_for<F, gemm_kq::kF16WgStages, WG>(rows, k, n, nsm);
             if (!gemm_kq::f16_wgmma_ready<F, gemm_kq::kF16WgStages, WG>(n, res != nullptr)) return 0;
@@ -61,6 +62,7 @@ int ggml_ext_cuda_f16_wgmma(ggml_type t, const ActSource & x, int8_t * act, cons
         };
         auto go_ws = [&](auto cw_tag) -> int {
             constexpr int CW = decltype(cw_tag)::value;
+            ggml_cuda_pool_alloc<float> partials(pool);
             const gemm_kq::WgSplit split = gemm_kq::f16_wgmma_ws_split_for<F, CW>(rows, k, n, nsm);
             if (!gemm_kq::f16_wgmma_ws_ready<F, CW>(n, res != nullptr)) return 0;
             if (!converted) gemm_kq::convert_act_f16(x, a, k, n, gemm_kq::wg_padded_columns(n), stream);
