@@ -791,7 +791,7 @@ def test_emulated_gemm_pair_equals_each_product_alone(
         (40, 6144, 16, {"DFLASH_MMA_TMA": "1"}),
         (12800, 256, 9, {"DFLASH_MMA_TMA": "1"}),
         (40, 512, 23, {"DFLASH_MMA_TMA": "1"}),
-        (40, 512, 23, {"DFLASH_MMA_TMA": "2"}),
+        (40, 512, 23, {}),
     ],
     ids=[
         "one-tile",
@@ -806,14 +806,14 @@ def test_emulated_gemm_pair_equals_each_product_alone(
 def test_emulated_gemm_tma_staging_gives_the_same_bits(
     gemm_entry: Path, build_dir: Path, rows: int, k: int, n: int, tma: dict[str, str]
 ) -> None:
-    """DFLASH_MMA_TMA=1: Q4_K's mma.sync kernels of up to 16 columns fill each warp's stages with
-    one 2D bulk tensor copy a super-block (tma_copy.cuh, the kernel's kTma) instead of the lanes'
-    cp.asyncs. Through the GEMM's entry point (a pair from one quantizer, then each alone) the
-    outputs are the same bits with and without it, for 40 rows (a last tile of 8: the box's rows
-    past the matrix land as zeros), the 8-warp blocks of long rows, two row tiles a warp (where one
-    tile a warp would leave the last wave mostly empty), one column tile and 3 stages a warp
-    (DFLASH_MMA_TMA_STAGES=3, 22 super-blocks a row); every product took it up to 16 columns, and
-    at 23 with DFLASH_MMA_TMA=2 (up to 32) only."""
+    """Q4_K's mma.sync kernels fill each warp's stages with one 2D bulk tensor copy a super-block
+    (tma_copy.cuh, the kernel's kTma) instead of the lanes' cp.asyncs: up to 32 columns by default,
+    16 with DFLASH_MMA_TMA=1, never with =0. Through the GEMM's entry point (a pair from one
+    quantizer, then each alone) the outputs are the same bits as with =0, for 40 rows (a last tile
+    of 8: the box's rows past the matrix land as zeros), the 8-warp blocks of long rows, two row
+    tiles a warp (where one tile a warp would leave the last wave mostly empty), one column tile and
+    3 stages a warp (DFLASH_MMA_TMA_STAGES=3, 22 super-blocks a row); every product took it up to 16
+    columns, and at 23 by default only."""
     from test_mul_mat_invariant import _weights
 
     rows2 = 24
@@ -824,13 +824,14 @@ def test_emulated_gemm_tma_staging_gives_the_same_bits(
     norm = (1.0 + 0.25 * rng.standard_normal(k)).astype(np.float32)
     meta = [GEMM_TYPES["q4_K"], GEMM_TYPES["q4_K"], rows, rows2, k, n]
     arrays = {"w1": w1, "w2": w2, "x": x.tobytes(), "norm": norm.tobytes()}
-    want = _run_gemm_entry(gemm_entry, build_dir, "pair", meta, arrays)
+    off = {"DFLASH_MMA_TMA": "0"}
+    want = _run_gemm_entry(gemm_entry, build_dir, "pair", meta, arrays, env=off)
     got = _run_gemm_entry(gemm_entry, build_dir, "pair", meta, arrays, env=tma)
     assert want is not None and got is not None, "the pair was refused"
     assert np.isfinite(want).all()
     np.testing.assert_array_equal(got, want)
-    assert _gemm_entry_launches(build_dir, "pair", meta, {})["tma"] == 0  # off by default
-    took = n <= (16 if tma["DFLASH_MMA_TMA"] == "1" else 32)
+    assert _gemm_entry_launches(build_dir, "pair", meta, off)["tma"] == 0
+    took = n <= (16 if tma.get("DFLASH_MMA_TMA") == "1" else 32)
     assert _gemm_entry_launches(build_dir, "pair", meta, tma)["tma"] == (4 if took else 0)
 
 

@@ -495,11 +495,13 @@ def test_cuda_mma_tall_two_tiles_takes_gate_up_up_to_16_columns(n: int, mma_rest
     assert np.abs(got - want).max() <= 3e-2 * scale
 
 
-def test_mma_tma_is_off_by_default() -> None:
-    """DFLASH_MMA_TMA=1 (off by default; nothing to switch without CUDA) fills the stages of Q4_K's
-    mma.sync GEMM of up to 16 columns with 2D bulk tensor copies on a Hopper GPU."""
-    assert _core.mma_tma_enabled() == (GPU and os.environ.get("DFLASH_MMA_TMA") == "1")
-    if not GPU:
+def test_mma_tma_is_on_by_default_where_built() -> None:
+    """Q4_K's mma.sync GEMM of up to 32 columns fills its stages with 2D bulk tensor copies on a
+    Hopper GPU of an sm_90 build: on by default there (DFLASH_MMA_TMA=0 turns it off), never
+    without CUDA or in a build without the sm_90a pass (nothing to switch)."""
+    built = _core.wgmma_built()
+    assert _core.mma_tma_enabled() == (built and os.environ.get("DFLASH_MMA_TMA") != "0")
+    if not built:
         _core.set_mma_tma_enabled(True)
         assert not _core.mma_tma_enabled() and _core.mma_tma_launches() == 0
 
@@ -513,7 +515,7 @@ def test_mma_tma_is_off_by_default() -> None:
 @pytest.mark.usefixtures("f16_wgmma_off")
 def test_cuda_mma_tma_staging_gives_the_same_bits(rows: int, k: int, n: int, mma_restored: None) -> None:
     """Q4_K through the mma.sync GEMM with its stages filled by the lanes' cp.asyncs, then by one
-    bulk tensor copy a super-block (DFLASH_MMA_TMA=1): the same bits ([gate; up]; 1000 rows of 24
+    bulk tensor copy a super-block (DFLASH_MMA_TMA, on by default): the same bits ([gate; up]; 1000 rows of 24
     super-blocks, the 8-warp blocks with a last tile of 8 rows; two row tiles a warp), numpy within
     3e-2, and one launch counted on a Hopper GPU of an sm_90 build (none elsewhere)."""
     w, dense = _weights("q4_K", rows, k, seed=43)

@@ -643,8 +643,8 @@ PYBIND11_MODULE(_core, m) {
                     "Q4_K / Q5_K matrices of 32768 rows or more at up to 16 columns on two row tiles a warp in the "
                     "mma.sync GEMM (DFLASH_MMA_TALL_TWO_TILES=1; off by default); false without CUDA");
     def_form_switch(m, "mma_tma", &ggml_ext::set_mma_tma, &ggml_ext::mma_tma, &ggml_ext::mma_tma_launches,
-                    "Q4_K's mma.sync GEMM of up to 16 columns with its stages filled by 2D bulk tensor copies on a "
-                    "Hopper GPU (DFLASH_MMA_TMA=1; =2 up to 32 columns; off by default); false without CUDA or an "
+                    "Q4_K's mma.sync GEMM of up to 32 columns with its stages filled by 2D bulk tensor copies on a "
+                    "Hopper GPU (on by default; DFLASH_MMA_TMA=1 up to 16 columns, =0 off); false without CUDA or an "
                     "sm_90 build");
     m.def("set_wgmma_warpgroups", &ggml_ext::set_wgmma_warpgroups, py::arg("n"),
           "warpgroups a block of the wgmma GEMM: 1 (the default), 2 (the early-staging kernel) or 3 (the "

@@ -10,7 +10,7 @@
 //     -> out.bin: w @ (silu(z) * (rms_norm(o per head of S) * norm)), the quantizer computing the
 //        norm (ActSource::head_w); exit 3 when the GEMM refuses the source
 //   (each mode also writes launches.txt: "tma N", the launches whose stages bulk tensor copies
-//   filled, ggml_ext::mma_tma_launches: DFLASH_MMA_TMA=1 in the environment turns them on)
+//   filled, ggml_ext::mma_tma_launches: on by default, DFLASH_MMA_TMA=0 in the environment off)
 //   gemm_entry_emu gate <dir>   meta: t rows hd n; w.bin o.bin rows.bin (o [n, k], rows [n, W])
 //     -> out.bin: w @ (sigmoid(gate) * o), the gate's head h of a column at rows hd + 2 hd h of
 //        the column's W floats (ActSource::gate: the [q; gate] heads of the attention's product)

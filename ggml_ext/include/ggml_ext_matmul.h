@@ -116,8 +116,8 @@ void set_mma_tall_two_tiles(bool on);
 bool mma_tall_two_tiles();
 // Launches it put on two row tiles so far (tests); 0 without CUDA.
 int64_t mma_tall_two_tiles_launches();
-// Whether Q4_K's mma.sync GEMM of up to 16 columns fills its stages with 2D bulk tensor copies on a
-// Hopper GPU (DFLASH_MMA_TMA=1; =2 up to 32 columns; off by default); false without CUDA or an
+// Whether Q4_K's mma.sync GEMM of up to 32 columns fills its stages with 2D bulk tensor copies on a
+// Hopper GPU (on by default; DFLASH_MMA_TMA=1 up to 16 columns, =0 off); false without CUDA or an
 // sm_90 build.
 void set_mma_tma(bool on);
 bool mma_tma();

@@ -466,17 +466,20 @@ bool mma_tall_two_tiles_flag = [] {
 constexpr int kTallRows = 32768;
 std::atomic<int64_t> mma_tall_two_tiles_count{0};  // launches on two tiles only by it
 
-// Q4_K's mma.sync kernels of up to 16 columns with each warp's stages filled by one 2D bulk tensor
-// copy a super-block (gemm_kq's kTma; DFLASH_MMA_TMA=1, or 2 for up to 32 columns; off until timed;
-// a Hopper GPU and an sm_90 build): by the sm_90a SASS the lanes' cp.async staging is ~100-135 of
-// the ~400 instructions a warp issues a super-block at 16 columns (session 54), where the 16-token
-// forward's [gate; up] took 44.0 us a launch against the GEMV's 34.6 on the H100
-// (bench/results/h100-s54-*); with it the kernel's loop holds 330 instructions against 474. The
-// same bits: only the staging differs (rows past the matrix land as zeros instead of copies of its
-// last row, and their outputs are not written).
+// Q4_K's mma.sync kernels of up to 32 columns with each warp's stages filled by one 2D bulk tensor
+// copy a super-block (gemm_kq's kTma; a Hopper GPU and an sm_90 build): by the sm_90a SASS the
+// lanes' cp.async staging is ~100-135 of the ~400 instructions a warp issues a super-block at 16
+// columns (session 54), where the 16-token forward's [gate; up] took 44.0 us a launch against the
+// GEMV's 34.6 on the H100 (bench/results/h100-s54-*); with it the kernel's loop holds 330
+// instructions against 474. The same bits: only the staging differs (rows past the matrix land as
+// zeros instead of copies of its last row, and their outputs are not written). On by default up to
+// 32 columns since session 56 (H100, bench/results/h100-s56-*, two profiles each): the 27B's 16 /
+// 32-token forwards 9.14-9.15 / 11.16 ms of kernels against 9.58 / 11.28-11.30, 4 / 8 / 12 / 24
+// tokens 0.35-0.50 ms less, 28 0.12 less, 64 even; the DDTree verify of budget 15 9.80 against
+// 10.24 ms. DFLASH_MMA_TMA=1 keeps it to 16 columns (9.09 / 11.30 ms), =0 turns it off.
 int mma_tma_max_columns = [] {
     const char * e = std::getenv("DFLASH_MMA_TMA");
-    const int m = e ? std::atoi(e) : 0;
+    const int m = e ? std::atoi(e) : 2;
     return m == 1 ? 16 : m == 2 ? 32 : 0;
 }();
 bool mma_tma_flag = mma_tma_max_columns > 0;
@@ -484,6 +487,7 @@ std::atomic<int64_t> mma_tma_count{0};
 // Its stages a warp: 2 (gemm_kq::kDefaultStages, the cp.async form's best), or 3 with
 // DFLASH_MMA_TMA_STAGES=3 where they fit the static shared memory (4 warps of one row tile: the
 // 27B's [gate; up] runs 5 super-blocks a warp), a copy in flight costing the warp one instruction.
+// Slower in session 56 (H100): the 16-token forward 9.37 against 9.14-9.15 ms with 2.
 const int mma_tma_stages = [] {
     const char * e = std::getenv("DFLASH_MMA_TMA_STAGES");
     return e && std::atoi(e) == 3 ? 3 : 2;
