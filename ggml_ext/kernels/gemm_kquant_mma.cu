@@ -883,3 +883,55 @@ bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggm
     CUDA_CHECK(cudaGetLastError());
     return true;
 }
+
+bool ggml_ext_cuda_gemm_deferrable(ggml_backend_cuda_context & ctx, const ggml_tensor * w, const ActSource & x,
+                                   int64_t n, const ggml_tensor * dst, size_t & act_bytes, size_t & d_floats,
+                                   size_t & sums_ints) {
+    const int64_t k = w->ne[0];
+    const int cc = ggml_cuda_info().devices[ctx.device].cc;
+    const bool hopper = cc == GGML_CUDA_CC_HOPPER;
+    const int rows = (int)w->ne[1];
+    if (n > 64 || !mma_takes(ctx, w, n, dst) || !gemm_kq::act_source_ok(x, (int)k) ||
+        takes_f16_wgmma(w->type, (int)n, hopper, rows, (int)k) ||
+        takes_wgmma(w->type, mins_int_flag(), rows, (int)k, (int)n, hopper, false)) {
+        return false;
+    }
+    const size_t np = (size_t)gemm_kq::padded_columns((int)n);
+    act_bytes = np * (size_t)k;
+    d_floats = sums_ints = np * (size_t)(k / 32);  // per 256 values, or per 32 (Q8_0)
+    return true;
+}
+
+void ggml_ext_cuda_gemm_quantize_for(const ggml_tensor * w, const ActSource & x, int64_t n, int8_t * qs, float * d,
+                                     int * sums, cudaStream_t stream) {
+    const int k = (int)w->ne[0], nc = (int)n;
+    const bool mins_int = mins_int_flag();
+    switch (w->type) {
+        case GGML_TYPE_Q6_K:
+            gemm_kq::quantize_act<gemm_kq::Q6K>(x, qs, d, sums, k, nc, stream);
+            break;
+        case GGML_TYPE_Q8_0:
+            gemm_kq::quantize_act<gemm_kq::Q80>(x, qs, d, sums, k, nc, stream);
+            break;
+        case GGML_TYPE_Q5_K:
+            mins_int ? gemm_kq::quantize_act<gemm_kq::Q5K>(x, qs, d, sums, k, nc, stream)
+                     : gemm_kq::quantize_act<gemm_kq::Q5KMinsMma>(x, qs, d, sums, k, nc, stream);
+            break;
+        default:
+            mins_int ? gemm_kq::quantize_act<gemm_kq::Q4K>(x, qs, d, sums, k, nc, stream)
+                     : gemm_kq::quantize_act<gemm_kq::Q4KMinsMma>(x, qs, d, sums, k, nc, stream);
+            break;
+    }
+}
+
+void ggml_ext_cuda_gemm_late(ggml_backend_cuda_context & ctx, const ggml_tensor * w, int64_t n, int8_t * qs, float * d,
+                             int * sums, ggml_tensor * dst) {
+    const auto & dev = ggml_cuda_info().devices[ctx.device];
+    const ActSource x;  // unread: the activations are quantized already
+    mma_forms::Operands o = operands((int)n, (int)w->ne[1], (int)w->ne[0], x, (const char *)w->data, (int64_t)w->nb[1],
+                                     (float *)dst->data, (int)(dst->nb[1] / sizeof(float)), nullptr, 0, qs, d, sums,
+                                     dev.nsm, dev.smpbo, ctx.pool(), ctx.stream());
+    o.late_wait = true;
+    gemm_mma(w->type, mins_int_flag(), false, o, dev.cc == GGML_CUDA_CC_HOPPER);
+    CUDA_CHECK(cudaGetLastError());
+}
