@@ -19,14 +19,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
-from test_gemv_kquant import (  # noqa: F401
-    GPU,
-    _engine_logits,
-    _fused_equals_plain,
-    _normed_inputs,
-    mma_restored,
-    needs_gpu,
-)
+from test_gemv_kquant import GPU, _fused_equals_plain, _normed_inputs, mma_restored, needs_gpu  # noqa: F401
 from test_mul_mat_invariant import _weights
 
 from dflash import _core
@@ -73,22 +66,18 @@ def _gated_norm_inputs(
     return o, z, w, _silu(z.astype(np.float64)) * normed.reshape(n, heads * S)
 
 
-def _expected_forms(eng: _core.TargetEngine, deferred: bool) -> dict[str, int]:
+def _expected_forms(eng: _core.TargetEngine) -> dict[str, int]:
     """Each fusion form a verify graph should hold, from the loaded layers: a layer's input norm
     feeds its input products (one a stack of projections the loader placed back to back, one each
     projection left apart) and its FFN norm [gate; up] (one stacked product, or two): one product
     is the single form, two the pair; the output norm feeds the LM head (single); a Gated DeltaNet
     layer has one per-head output norm (head), an attention layer one sigmoid output gate (gate);
-    an FFN's two products are read by its SwiGLU right after them (glu, among the pairs). With the
-    deferred gate a Gated DeltaNet layer's z product comes after its delta rule: its input norm's
-    form is that of the products before (deferred counts those norms)."""
-    forms = {"single": 1, "pair": 0, "head": 0, "gate": 0, "glu": 0, "deferred": 0}
-    for inputs, ffn, gdn, inputs_early in eng.layer_products:
-        first = inputs_early if deferred and gdn else inputs
-        for products in (first, ffn):
+    an FFN's two products are read by its SwiGLU right after them (glu, among the pairs)."""
+    forms = {"single": 1, "pair": 0, "head": 0, "gate": 0, "glu": 0}
+    for inputs, ffn, gdn in eng.layer_products:
+        for products in (inputs, ffn):
             forms["single"] += products == 1
             forms["pair"] += products == 2
-        forms["deferred"] += bool(deferred and gdn and first in (1, 2))
         forms["glu"] += ffn == 2
         forms["head"] += gdn
         forms["gate"] += not gdn
@@ -106,53 +95,19 @@ def test_the_engines_verify_graph_holds_each_fusion_form(synth_model, preset: st
     cfg = _core.EngineConfig()
     cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers = 256, 2, 0
     eng = _core.TargetEngine(path, cfg)
-    assert _core.defer_gate_enabled()
-    want = _expected_forms(eng, deferred=True)
+    want = _expected_forms(eng)
     assert eng.fusion_patterns(16, verify=True) == want
     # a forward's LM head reads the last row of the output norm: that norm is in no form
     assert eng.fusion_patterns(16) == {**want, "single": want["single"] - 1}
     # a decode step keeps every FFN's gate and up apart, both read by the SwiGLU right after them:
-    # the pair the one-column fusion runs as one gated GEMV from the norm's quantizer; z stays among
-    # the input products
+    # the pair the one-column fusion runs as one gated GEMV from the norm's quantizer
     decode = eng.fusion_patterns(1)
     assert decode["glu"] == len(eng.layer_products) and decode["pair"] >= decode["glu"]
-    assert decode["deferred"] == 0
     assert want["head"] > 0 and want["gate"] > 0
-    if weight_type == "q8_0":  # every layer's projections stack: each Gated DeltaNet norm has z after it
-        assert want["deferred"] == sum(gdn for _, _, gdn, _ in eng.layer_products) > 0
-    # without the deferred gate: z among each Gated DeltaNet layer's input products
-    _core.set_defer_gate_enabled(False)
-    try:
-        assert eng.fusion_patterns(16, verify=True) == _expected_forms(eng, deferred=False)
-    finally:
-        _core.set_defer_gate_enabled(True)
     if weight_type == "q4_K_M":
         assert want["pair"] > 0
     else:
         assert want["pair"] == 0
-
-
-@needs_gpu
-@pytest.mark.parametrize("preset,weight_type,seed", [("small", "q4_K_M", 11), ("tiny-b", "q4_K_M", 12)])
-def test_cuda_deferred_gate_changes_no_logit_of_the_engine(
-    synth_model, preset: str, weight_type: str, seed: int
-) -> None:
-    """The engine's forwards with each Gated DeltaNet layer's z product after its delta rule (run
-    beside it from activations its norm's quantizer wrote aside: deferred_product.cu) against z in
-    the layer's stack: some run that way, and no logit changes (the same quantizer, kernel and
-    sums for z's rows; the others' products the same rows less z's)."""
-    path = str(synth_model(preset, weight_type))
-    was = _core.defer_gate_enabled()
-    try:
-        _core.set_defer_gate_enabled(False)
-        plain = _engine_logits(path, seed)
-        _core.set_defer_gate_enabled(True)
-        before = _core.deferred_products()
-        deferred = _engine_logits(path, seed)
-    finally:
-        _core.set_defer_gate_enabled(was)
-    assert _core.deferred_products() > before
-    np.testing.assert_array_equal(deferred, plain)
 
 
 @pytest.mark.parametrize("n", [1, 3])

@@ -714,13 +714,6 @@ PYBIND11_MODULE(_core, m) {
                "gated output) is computed by that matmul's quantizer with the SwiGLU (the same outputs; on by "
                "default; DFLASH_FUSE_HEAD_NORM=0 starts it off); no effect without CUDA",
                "how many per-head RMSNorm nodes the matmuls' quantizers took in this process (0 without CUDA)");
-    m.def("set_defer_gate_enabled", &ggml_ext::set_defer_gate_enabled, py::arg("on"),
-          "a Gated DeltaNet layer's z product after its delta rule in forwards of several tokens on a GPU, run beside "
-          "the delta rule on CUDA (the same outputs; on by default; DFLASH_DEFER_GATE=0 starts it off; graphs built "
-          "later)");
-    m.def("defer_gate_enabled", &ggml_ext::defer_gate_enabled);
-    m.def("deferred_products", &ggml_ext::deferred_products,
-          "how many z products CUDA ran beside a delta rule in this process (0 without CUDA)");
     def_fusion(m, "sigmoid_gate", &ggml_ext::set_fuse_sigmoid_gate_enabled, &ggml_ext::fuse_sigmoid_gate_enabled,
                &ggml_ext::mul_mat_sigmoid_gate_fusions,
                "the attention's sigmoid output gate is read in place by o_proj's quantizer (2..256 columns; the copy "
@@ -820,27 +813,24 @@ PYBIND11_MODULE(_core, m) {
             [](const TargetEngine & e) {
                 py::list out;
                 for (const auto & L : e.model().layers) {
-                    out.append(py::make_tuple(L.input_products(), L.ffn_gate_up ? 1 : 2, L.wqkv != nullptr,
-                                              L.input_products(true)));
+                    out.append(py::make_tuple(L.input_products(), L.ffn_gate_up ? 1 : 2, L.wqkv != nullptr));
                 }
                 return out;
             },
             "per layer: (products reading its normed input with stacked projections, products of its FFN's "
-            "gate and up, whether it is a Gated DeltaNet layer, those of its input products that run before "
-            "its delta rule when its z product comes after it (ggml_ext's deferred gate))")
+            "gate and up, whether it is a Gated DeltaNet layer)")
         .def(
             "fusion_patterns",
             [](const TargetEngine & e, int n, bool verify) {
                 const auto c = e.fusion_patterns(n, verify);
                 return py::dict(py::arg("single") = c.single, py::arg("pair") = c.pair, py::arg("head") = c.head,
-                                py::arg("gate") = c.gate, py::arg("glu") = c.glu, py::arg("deferred") = c.deferred);
+                                py::arg("gate") = c.gate, py::arg("glu") = c.glu);
             },
             py::arg("n"), py::arg("verify") = false,
             "the nodes of the forward graph a CUDA engine builds for n tokens in each form ggml_ext's fusions "
             "take: RMS_NORMs read by one product (single), by two (pair), per-head norms of a gated output (head), "
-            "the attention's sigmoid output gates (gate), the pairs a SwiGLU right after reads (glu, among pair), "
-            "and the singles and pairs a deferred product reads too (deferred: a Gated DeltaNet layer's z after "
-            "its delta rule); built on a throwaway context, on any backend")
+            "the attention's sigmoid output gates (gate), and the pairs a SwiGLU right after reads (glu, among "
+            "pair); built on a throwaway context, on any backend")
         .def("eval_logits",
              [](TargetEngine & e, const std::vector<int32_t> & tokens) {
                  std::vector<float> v;

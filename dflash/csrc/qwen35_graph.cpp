@@ -67,11 +67,6 @@ struct Builder {
     // with the SwiGLU), and so does a batch-invariant verify, which repeats the decode op for op.
     bool stack_ffn() const { return n > 1 && spec.stack_tokens && !spec.batch_invariant; }
 
-    // A Gated DeltaNet layer's z product (read only by the gated output) after the delta rule
-    // instead of among the layer's input products (ForwardSpec::defer_gate): on CUDA it runs beside
-    // the delta rule (ggml_ext::defer_product).
-    bool defer_gate() const { return spec.defer_gate && n > 1 && spec.stack_tokens && !invariant; }
-
     // [a, b, n(, 1)] with each token's a * b values contiguous -> [a * b, n] (tokens possibly apart);
     // a 2-D tensor as it is.
     ggml_tensor * token_rows(ggml_tensor * t) {
@@ -89,14 +84,11 @@ struct Builder {
     // tokens (one with ForwardSpec::adjacent_products): the products enter the graph next to each
     // other, right after x's norm, so that ggml_ext can quantize the norm's output once for two of
     // them (rms_norm_fusion.cu's pairs: a Q6_K attn_qkv or attn_v beside the Q4_K stack of the others).
-    // early: a Gated DeltaNet layer's products but z's (null in the result), which comes after the
-    // delta rule (defer_gate()), z's rows left out of the stacks (Qwen35Layer::stacked_early).
-    std::vector<ggml_tensor *> project(const Qwen35Layer & L, ggml_tensor * x, bool early = false) {
+    std::vector<ggml_tensor *> project(const Qwen35Layer & L, ggml_tensor * x) {
         const auto ws = L.input_projections();
-        const size_t n_ws = ws.size() - (early ? 1 : 0);
         std::vector<ggml_tensor *> out(ws.size(), nullptr), products;
         if (spec.stack_projections && (n == 1 || spec.stack_tokens)) {
-            for (const auto & s : early ? L.stacked_early : L.stacked) {
+            for (const auto & s : L.stacked) {
                 ggml_tensor * y = mm(ctx, s.w, x);
                 products.push_back(y);
                 size_t off = 0;
@@ -106,7 +98,7 @@ struct Builder {
                 }
             }
         }
-        for (size_t i = 0; i < n_ws; ++i) {
+        for (size_t i = 0; i < ws.size(); ++i) {
             if (!out[i]) products.push_back(out[i] = mm(ctx, ws[i], x));
         }
         if (n > 1 || spec.adjacent_products) {
@@ -184,20 +176,16 @@ struct Builder {
         const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads;
         const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
         const bool tree = g.tree != nullptr, defer = tree || spec.defer_recurrent;
-        using In = Qwen35Layer::GdnInput;
 
-        if ((n > 1 || tree) && spec.fused_gdn_inputs) {
-            if (!defer_gate()) return gated_deltanet_tokens(il, project(L, x), defer, nullptr);
-            return gated_deltanet_tokens(il, project(L, x, true), defer, x);
-        }
-        const auto p = project(L, x);        // rows possibly apart (a stacked product's slices)
-        ggml_tensor * qkv = p[In::kGdnQkv];  // [C, n]
-        ggml_tensor * z = p[In::kGdnGate];   // [S*Hv, n]
+        const auto p = project(L, x);  // rows possibly apart (a stacked product's slices)
+        ggml_tensor * qkv = p[0];      // [C, n]
+        ggml_tensor * z = p[1];        // [S*Hv, n]
         if (n == 1 && !defer && spec.fused_gdn_inputs) return gated_deltanet_step(il, p);
+        if ((n > 1 || tree) && spec.fused_gdn_inputs) return gated_deltanet_tokens(il, p, defer);
         // CUDA's sigmoid wants a contiguous input; the add below takes rows apart
-        ggml_tensor * b_in = ggml_is_contiguous(p[In::kGdnBeta]) ? p[In::kGdnBeta] : ggml_cont(ctx, p[In::kGdnBeta]);
+        ggml_tensor * b_in = ggml_is_contiguous(p[2]) ? p[2] : ggml_cont(ctx, p[2]);
         ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, b_in, 1, Hv, n, 1));
-        ggml_tensor * alpha = ggml_add(ctx, p[In::kGdnAlpha], L.dt_bias);  // [Hv, n]
+        ggml_tensor * alpha = ggml_add(ctx, p[3], L.dt_bias);  // [Hv, n]
         ggml_tensor * gate = ggml_mul(ctx, ggml_softplus(ctx, alpha), L.ssm_a);
         gate = ggml_reshape_4d(ctx, gate, 1, Hv, n, 1);
 
@@ -268,20 +256,15 @@ struct Builder {
     // and beta of all of them in one op (ggml_ext::gdn_verify_inputs, which also gives a chain's
     // conv state after its last token; gdn_tree_inputs), then ggml's delta rule or ggml_ext's tree
     // delta rule. A verify saves q|k|v, the conv inputs, gate and beta (4 copies).
-    // x_gate: the normed input whose z product comes right after the delta rule (p holds no z;
-    // defer_gate()), or null (z in p).
-    ggml_tensor * gated_deltanet_tokens(int il, const std::vector<ggml_tensor *> & p, bool defer,
-                                        ggml_tensor * x_gate) {
+    ggml_tensor * gated_deltanet_tokens(int il, const std::vector<ggml_tensor *> & p, bool defer) {
         const auto & L = model.layers[il];
         const int64_t S = hp.ssm_d_state, Hv = hp.ssm_n_v_heads, Hk = hp.ssm_n_k_heads;
         const int64_t C = hp.conv_channels(), K = hp.ssm_d_conv;
-        using In = Qwen35Layer::GdnInput;
         ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
         ggml_tensor * conv_state = ggml_reshape_2d(ctx, cache.conv[il], K - 1, C);
-        ggml_tensor *qkv = p[In::kGdnQkv], *alpha = p[In::kGdnAlpha], *beta_in = p[In::kGdnBeta];
-        ggml_tensor * in = g.tree ? ggml_ext::gdn_tree_inputs(ctx, qkv, alpha, beta_in, conv_state, kernel, L.dt_bias,
+        ggml_tensor * in = g.tree ? ggml_ext::gdn_tree_inputs(ctx, p[0], p[3], p[2], conv_state, kernel, L.dt_bias,
                                                               L.ssm_a, g.tree, S, Hk, hp.rms_eps)
-                                  : ggml_ext::gdn_verify_inputs(ctx, qkv, alpha, beta_in, conv_state, kernel, L.dt_bias,
+                                  : ggml_ext::gdn_verify_inputs(ctx, p[0], p[3], p[2], conv_state, kernel, L.dt_bias,
                                                                 L.ssm_a, S, Hk, hp.rms_eps);
         const size_t es = ggml_element_size(in), row = es * C, gates = row * n;
         ggml_tensor * q = ggml_view_4d(ctx, in, S, Hk, n, 1, es * S, row, row * n, 0);
@@ -290,32 +273,23 @@ struct Builder {
         ggml_tensor * gate = ggml_view_4d(ctx, in, 1, Hv, n, 1, es, es * Hv, es * Hv * n, gates);
         ggml_tensor * beta = ggml_view_4d(ctx, in, 1, Hv, n, 1, es, es * Hv, es * Hv * n, gates + es * Hv * n);
         ggml_tensor * state = ggml_reshape_4d(ctx, cache.ssm[il], S, S, Hv, 1);
-        // z's product right after the delta rule node (a verify's copies of its inputs before it)
-        auto gate_after = [&](ggml_tensor * delta) {
-            if (!x_gate) return p[In::kGdnGate];
-            ggml_build_forward_expand(g.gf, delta);
-            ggml_tensor * z = ggml_ext::defer_product(mm(ctx, L.wgate, x_gate));
-            ggml_build_forward_expand(g.gf, z);
-            return z;
-        };
         if (g.tree) {
             ggml_tensor * o = tree_delta_rule(q, k, v, gate, beta, state);
-            save_verify_inputs(il, in, qkv, gate, beta);
-            ggml_tensor * z = gate_after(o);
-            return gated_output(il, ggml_reshape_4d(ctx, o, S, Hv, n, 1), z);
+            save_verify_inputs(il, in, p[0], gate, beta);
+            return gated_output(il, ggml_reshape_4d(ctx, o, S, Hv, n, 1), p[1]);
         }
         ggml_tensor * out = delta_rule(q, k, v, gate, beta, state);
         ggml_tensor * o = ggml_view_4d(ctx, out, S, Hv, n, 1, ggml_row_size(out->type, S),
                                        ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv * n), 0);
-        if (defer) save_verify_inputs(il, in, qkv, gate, beta);
-        ggml_tensor * z = gate_after(out);
         if (!defer) {
             ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv * n));
             ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm_dst(ctx, il)));
             ggml_tensor * conv_after = ggml_view_1d(ctx, in, (K - 1) * C, gates + 2 * es * Hv * n);
             ggml_build_forward_expand(g.gf, ggml_cpy(ctx, conv_after, ggml_reshape_1d(ctx, conv_state, (K - 1) * C)));
+        } else {
+            save_verify_inputs(il, in, p[0], gate, beta);
         }
-        return gated_output(il, o, z);
+        return gated_output(il, o, p[1]);
     }
 
     // A verify's inputs of the fused op `in` into the verify scratch: its q|k|v, the conv inputs
@@ -351,10 +325,9 @@ struct Builder {
             return ggml_is_contiguous(t) ? ggml_reshape_1d(ctx, t, ggml_nelements(t)) : ggml_cont(ctx, t);
         };
         ggml_tensor * kernel = L.conv1d->type == GGML_TYPE_F32 ? L.conv1d : ggml_cast(ctx, L.conv1d, GGML_TYPE_F32);
-        using In = Qwen35Layer::GdnInput;
-        ggml_tensor * in = ggml_ext::gdn_decode_inputs(
-            ctx, flat(p[In::kGdnQkv]), flat(p[In::kGdnAlpha]), flat(p[In::kGdnBeta]),
-            ggml_reshape_2d(ctx, cache.conv[il], K - 1, C), kernel, L.dt_bias, L.ssm_a, S, Hk, hp.rms_eps);
+        ggml_tensor * in = ggml_ext::gdn_decode_inputs(ctx, flat(p[0]), flat(p[3]), flat(p[2]),
+                                                       ggml_reshape_2d(ctx, cache.conv[il], K - 1, C), kernel,
+                                                       L.dt_bias, L.ssm_a, S, Hk, hp.rms_eps);
         const size_t es = ggml_element_size(in);
         ggml_tensor * q = ggml_view_4d(ctx, in, S, Hk, 1, 1, es * S, es * S * Hk, es * S * Hk, 0);
         ggml_tensor * k = ggml_view_4d(ctx, in, S, Hk, 1, 1, es * S, es * S * Hk, es * S * Hk, es * S * Hk);
@@ -367,7 +340,7 @@ struct Builder {
                                        ggml_row_size(out->type, S * Hv), ggml_row_size(out->type, S * Hv), 0);
         ggml_tensor * new_state = ggml_view_1d(ctx, out, S * S * Hv, ggml_row_size(out->type, S * Hv));
         ggml_build_forward_expand(g.gf, ggml_cpy(ctx, new_state, cache.ssm_dst(ctx, il)));
-        return gated_output(il, o, p[In::kGdnGate]);
+        return gated_output(il, o, p[1]);
     }
 
     ggml_tensor * ffn(int il, ggml_tensor * x) {

@@ -43,10 +43,6 @@ struct ForwardSpec {
     // after its norm, as they always do for several tokens, so that the GEMV's quantizer can read
     // the norm once for a pair (ggml_ext's DFLASH_FUSE_RMS_NORM_GEMV, which turns this on).
     bool adjacent_products = false;
-    // Forwards of several tokens with stack_tokens: each Gated DeltaNet layer's z product right
-    // after its delta rule instead of among its input products, tagged for ggml_ext to run beside
-    // the delta rule (ggml_ext::defer_product; ggml_ext::defer_gate_enabled).
-    bool defer_gate = false;
 };
 
 struct ForwardGraph {

@@ -124,9 +124,9 @@ Qwen35Model::Qwen35Model(const GgufFile & f) {
         } else {
             // the four input projections first and adjacent: they can be stacked (load())
             L.wqkv = take(f, bn("attn_qkv.weight"), {E, key_dim * 2 + value_dim});
+            L.wgate = take(f, bn("attn_gate.weight"), {E, value_dim});
             L.w_beta = take(f, bn("ssm_beta.weight"), {E, hp.ssm_n_v_heads});
             L.w_alpha = take(f, bn("ssm_alpha.weight"), {E, hp.ssm_n_v_heads});
-            L.wgate = take(f, bn("attn_gate.weight"), {E, value_dim});
             L.conv1d = take(f, bn("ssm_conv1d.weight"), {hp.ssm_d_conv, key_dim * 2 + value_dim});
             L.dt_bias = take(f, bn("ssm_dt.bias"), {hp.ssm_n_v_heads});
             L.ssm_a = take(f, bn("ssm_a"), {hp.ssm_n_v_heads});
@@ -174,37 +174,28 @@ size_t Qwen35Model::weight_bytes() const { return weights_.bytes(); }
 
 void Qwen35Model::load(const GgufFile & f, const ProgressFn & progress) {
     weights_.load(f, progress, "weights");
-    // Longest runs of alike, adjacent input projections (e.g. a Q6_K qkv before Q4_K beta, alpha,
-    // z stacks the last three), and for a Gated DeltaNet layer the same without z (stacked_early).
+    // Longest runs of alike, adjacent input projections (e.g. a Q6_K qkv before Q4_K z, beta,
+    // alpha stacks the last three).
     for (size_t il = 0; il < layers.size(); ++il) {
         auto & L = layers[il];
         const auto parts = L.input_projections();
-        const std::string name = "blk." + std::to_string(il) + ".stacked_in.";
-        L.stacked = stack_runs(parts, name);
-        if (L.wqkv) L.stacked_early = stack_runs({parts.begin(), parts.end() - 1}, name + "early.");
+        for (size_t a = 0; a < parts.size();) {
+            size_t b = parts.size();
+            ggml_tensor * w = nullptr;
+            for (; b > a + 1 && !w; --b) {
+                w = weights_.stacked(std::vector<ggml_tensor *>(parts.begin() + a, parts.begin() + b),
+                                     "blk." + std::to_string(il) + ".stacked_in." + std::to_string(a));
+                if (w) break;
+            }
+            if (w) {
+                L.stacked.push_back({(int)a, (int)(b - a), w});
+                a = b;
+            } else {
+                ++a;
+            }
+        }
         L.ffn_gate_up = weights_.stacked({L.ffn_gate, L.ffn_up}, "blk." + std::to_string(il) + ".stacked_ffn");
     }
-}
-
-std::vector<StackedProjection> Qwen35Model::stack_runs(const std::vector<ggml_tensor *> & parts,
-                                                       const std::string & name) {
-    std::vector<StackedProjection> out;
-    for (size_t a = 0; a < parts.size();) {
-        size_t b = parts.size();
-        ggml_tensor * w = nullptr;
-        for (; b > a + 1; --b) {
-            w = weights_.stacked(std::vector<ggml_tensor *>(parts.begin() + a, parts.begin() + b),
-                                 name + std::to_string(a));
-            if (w) break;
-        }
-        if (w) {
-            out.push_back({(int)a, (int)(b - a), w});
-            a = b;
-        } else {
-            ++a;
-        }
-    }
-    return out;
 }
 
 int Qwen35Model::n_stacked() const {

@@ -48,7 +48,7 @@ struct Qwen35Hparams {
 
 // Input projections of one layer stacked into a single weight (WeightStore::stacked): parts
 // [first, first + count) of the layer's projection list (attention: q, k, v; Gated DeltaNet:
-// qkv, beta, alpha, z), whose rows follow one another in `w`.
+// qkv, z, beta, alpha), whose rows follow one another in `w`.
 struct StackedProjection {
     int first = 0, count = 0;
     ggml_tensor * w = nullptr;
@@ -82,25 +82,16 @@ struct Qwen35Layer {
     ggml_tensor * ffn_gate_up = nullptr;
     // the input projections (input_projections()) stacked where their weights allow it
     std::vector<StackedProjection> stacked;
-    // a Gated DeltaNet layer's stacks without its gate z (the last part): the products a verify
-    // runs before the delta rule when z's product comes after it (ForwardSpec::defer_gate)
-    std::vector<StackedProjection> stacked_early;
-
-    // A Gated DeltaNet layer's projections in input_projections(): z last, so that the others
-    // stack without it (beta and alpha feed the delta rule's inputs; z only its gated output).
-    enum GdnInput { kGdnQkv = 0, kGdnBeta = 1, kGdnAlpha = 2, kGdnGate = 3 };
 
     // The weights that read the layer's normed input, in the order the loader places them.
     std::vector<ggml_tensor *> input_projections() const {
-        return wqkv ? std::vector<ggml_tensor *>{wqkv, w_beta, w_alpha, wgate} : std::vector<ggml_tensor *>{wq, wk, wv};
+        return wqkv ? std::vector<ggml_tensor *>{wqkv, wgate, w_beta, w_alpha} : std::vector<ggml_tensor *>{wq, wk, wv};
     }
     // Products reading the layer's normed input when they are stacked: one a stack, one each
-    // projection left apart. defer_gate: a Gated DeltaNet layer's products before the delta rule
-    // when z's comes after it (z's own not counted).
-    int input_products(bool defer_gate = false) const {
-        const bool early = defer_gate && wqkv;
-        int n = (int)input_projections().size() - (early ? 1 : 0);
-        for (const auto & s : early ? stacked_early : stacked) n -= s.count - 1;
+    // projection left apart.
+    int input_products() const {
+        int n = (int)input_projections().size();
+        for (const auto & s : stacked) n -= s.count - 1;
         return n;
     }
 };
@@ -135,8 +126,6 @@ class Qwen35Model {
   private:
     ggml_tensor * take(const GgufFile & file, const std::string & name, std::vector<int64_t> shape,
                        bool required = true);
-    // The longest runs of alike, adjacent weights of `parts` as stacked weights (named name + first part).
-    std::vector<StackedProjection> stack_runs(const std::vector<ggml_tensor *> & parts, const std::string & name);
     WeightStore weights_;
 };
 

@@ -356,7 +356,6 @@ ForwardResult TargetEngine::run_forward(const int32_t * tokens, int n, bool all_
     spec.stack_tokens = cfg_.stack_projections && backends_->is_gpu;
     spec.fused_gdn_inputs = fused_gdn_inputs();
     spec.adjacent_products = ggml_ext::fuse_rms_norm_gemv_enabled();
-    spec.defer_gate = ggml_ext::defer_gate_enabled();
     spec.defer_recurrent = defer;
     spec.tree_parents = tree_parents;
 
@@ -527,7 +526,6 @@ ggml_ext::FusionCounts TargetEngine::fusion_patterns(int n, bool verify) const {
     spec.stack_projections = cfg_.stack_projections;
     spec.stack_tokens = cfg_.stack_projections;
     spec.adjacent_products = ggml_ext::fuse_rms_norm_gemv_enabled();
-    spec.defer_gate = ggml_ext::defer_gate_enabled();
     const int64_t S = model_->hp.ssm_d_state;
     spec.fused_gdn_inputs = cfg_.fuse_gdn_inputs && S % 32 == 0 && S <= 256;
     spec.defer_recurrent = verify;

@@ -34,26 +34,6 @@ inline bool is_mul_mat_tiles(const ggml_tensor * t) {
     return t->op == GGML_OP_MUL_MAT && t->op_params[kMulMatTagSlot] == kMulMatTilesTag;
 }
 
-// A tagged product (mul_mat_tiles) marked to run beside the node before it (op_params slot 9): the
-// engine puts a Gated DeltaNet layer's z product right after its delta rule, which z does not
-// read. On CUDA, where the layer's input norm is fused into the quantizer of its other input
-// products (rms_norm_fusion.cu), that quantizer also writes z's activations aside, and z's GEMM
-// runs from them as a programmatic dependent launch of the delta rule that waits for it only
-// before writing its outputs (kernels/deferred_product.cu). Elsewhere it is the same product.
-constexpr int kMulMatDeferSlot = 9;
-constexpr int32_t kMulMatDeferTag = 0x44465344;  // "DFSD"
-ggml_tensor * defer_product(ggml_tensor * mm);
-
-inline bool is_deferred_product(const ggml_tensor * t) {
-    return is_mul_mat_tiles(t) && t->op_params[kMulMatDeferSlot] == kMulMatDeferTag;
-}
-// Whether the engine builds such graphs: on by default, DFLASH_DEFER_GATE=0 starts it off (any
-// backend: the graph's shape; CUDA runs it beside the delta rule). deferred_products counts the
-// products CUDA ran that way in this process (0 without CUDA).
-void set_defer_gate_enabled(bool on);
-bool defer_gate_enabled();
-int64_t deferred_products();
-
 // Marks a decode or verify graph batch-invariant on the CPU (ggml_ext_cpu_invariant.h): its
 // tagged products take the one-column kernel for every column, its attention the reference path
 // (one query at a time, never split over threads), so that greedy speculative output equals
@@ -318,7 +298,6 @@ int64_t mul_mat_sigmoid_gate_fusions();
 // the attention's sigmoid output gates; glu: the pairs whose products a SwiGLU right after reads.
 struct FusionCounts {
     int single = 0, pair = 0, head = 0, gate = 0, glu = 0;
-    int deferred = 0;  // singles and pairs whose norm a deferred product (defer_product) reads too
 };
 FusionCounts count_fusion_patterns(const ggml_cgraph * g);
 

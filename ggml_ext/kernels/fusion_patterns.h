@@ -26,36 +26,17 @@ inline bool norm_mul_at(const ggml_cgraph * g, int i, int uses) {
            ggml_node_has_n_uses(g, i + 1, uses);
 }
 
-// Nodes past a norm's products within which its deferred product (ggml_ext::defer_product: a Gated
-// DeltaNet layer's z after the layer's conv and delta rule, ~10 nodes on) is looked for.
-constexpr int kDeferredReach = 48;
-
-// The node index of the deferred product reading `in` within kDeferredReach nodes from j, or -1.
-inline int deferred_product_of(const ggml_cgraph * g, int j, const ggml_tensor * in) {
-    for (int m = j; m < g->n_nodes && m < j + kDeferredReach; ++m) {
-        const ggml_tensor * t = g->nodes[m];
-        if (tagged_product_of(t, in) && is_deferred_product(t)) return m;
-    }
-    return -1;
-}
-
-// Node i's norm's deferred product (its multiply at i + 1, its `k` products right after that), or -1.
-inline int deferred_after(const ggml_cgraph * g, int i, int k) {
-    return i + 1 < g->n_nodes ? deferred_product_of(g, i + 2 + k, g->nodes[i + 1]) : -1;
-}
-
 // The norm's one product right after it (the FFN's [gate; up], a layer's one stacked input
-// projection), and maybe a deferred product later (deferred_after).
+// projection).
 inline bool single_at(const ggml_cgraph * g, int i) {
-    return i + 2 < g->n_nodes && norm_mul_at(g, i, deferred_after(g, i, 1) >= 0 ? 2 : 1) &&
-           tagged_product_of(g->nodes[i + 2], g->nodes[i + 1]);
+    return i + 2 < g->n_nodes && norm_mul_at(g, i, 1) && tagged_product_of(g->nodes[i + 2], g->nodes[i + 1]);
 }
 
 // Two products right after the norm, both reading it (a Q6_K attn_qkv or attn_v beside the Q4_K
 // stack of the layer's other input projections).
 inline bool pair_at(const ggml_cgraph * g, int i) {
-    return i + 3 < g->n_nodes && norm_mul_at(g, i, deferred_after(g, i, 2) >= 0 ? 3 : 2) &&
-           tagged_product_of(g->nodes[i + 2], g->nodes[i + 1]) && tagged_product_of(g->nodes[i + 3], g->nodes[i + 1]);
+    return i + 3 < g->n_nodes && norm_mul_at(g, i, 2) && tagged_product_of(g->nodes[i + 2], g->nodes[i + 1]) &&
+           tagged_product_of(g->nodes[i + 3], g->nodes[i + 1]);
 }
 
 // A pair whose two products are read only by the SwiGLU right after them, as its gate and up (the
@@ -142,7 +123,6 @@ inline int sigmoid_gate_at(const ggml_cgraph * g, int i) {
 
 struct Counts {
     int single = 0, pair = 0, head = 0, gate = 0, glu = 0;  // glu: the pairs a SwiGLU reads
-    int deferred = 0;                                       // the singles and pairs with a deferred product
 };
 
 // Each RMS_NORM node's form, if any, and the sigmoid gates.
@@ -156,11 +136,9 @@ inline Counts count(const ggml_cgraph * g) {
         if (g->nodes[i]->op != GGML_OP_RMS_NORM) continue;
         if (single_at(g, i)) {
             c.single++;
-            c.deferred += deferred_after(g, i, 1) >= 0;
         } else if (pair_at(g, i)) {
             c.pair++;
             c.glu += glu_pair_at(g, i);
-            c.deferred += deferred_after(g, i, 2) >= 0;
         } else if (head_norm_glu_at(g, i) >= 0) {
             c.head++;
         }

@@ -54,7 +54,6 @@
 #include "ggml_ext_gdn_chain_cuda.cuh"
 #include "ggml_ext_tree.h"
 #include "launch.cuh"
-#include "pdl.cuh"
 
 #include <cstdint>
 #include <cstdlib>
@@ -135,10 +134,6 @@ __global__ void __launch_bounds__(16 * L / CL)
     __shared__ float s_g[2][kOrChunk], s_b[2][kOrChunk];
     __shared__ OrTree<kTree> s_tree;
 
-    // Launched in stream order (its inputs complete), it lets a programmatic dependent start now: a
-    // deferred product's GEMM (deferred_product.cu), which runs beside it and waits for it before
-    // writing; other dependents wait for it as they start (pdl.cuh).
-    pdl_trigger();
     const int64_t h = blockIdx.x, seq = blockIdx.y;
     const int64_t iq1 = h % neqk1, iq3 = seq / rq3;
     const int tid = threadIdx.x, lane = tid % 32, j = lane % L;

@@ -728,7 +728,7 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
     gemm_kquant_mma_kernel(const char * __restrict__ w, const int8_t * yq, const float * yd, const int * ysum,
                            float * dst, const int nrows, const int nblocks, const int64_t row_bytes, const int ncols,
                            const int stride_col_dst, const float * res, const int stride_col_res, const int pieces_arg,
-                           float * partials, const DFLASH_GRID_CONSTANT TmaRows tma, const bool late_wait) {
+                           float * partials, const DFLASH_GRID_CONSTANT TmaRows tma) {
     const int pieces = kPieces ? pieces_arg : 1;
     static_assert(!kActSmem || (!kSplitK && kDynSmem && kStages > 0),
                   "staged activations: warps on rows of their own, a pipeline in dynamic shared memory");
@@ -807,10 +807,7 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
             if constexpr (!kTma) cp_async_commit();
         }
     }
-    // the first weights are on their way; the activations are the kernel before's (pdl.cuh). A
-    // deferred product's (late_wait) were written before that kernel started: it waits for that
-    // kernel only before its first write (deferred_product.cu)
-    if (!late_wait) pdl_wait();
+    pdl_wait();  // the first weights are on their way; the activations are the kernel before's (pdl.cuh)
     pdl_trigger();
     // kActSmem: super-block kb's activation tiles (S::kActStage contiguous bytes of yq) into stage s
     char * act_stages = smem + S::kPipeline;
@@ -874,7 +871,6 @@ __global__ void __launch_bounds__(W * WARP_SIZE, kOccupancy ? min_blocks<F, W, R
         }
     }
     if constexpr (kStages > 0 && !kTma) cp_async_wait<0>();
-    pdl_wait();  // late_wait's (after the one above it returns at once; no flag kept live through the loop)
     // C fragment of tile r: (row0, col0), (row0, col0 + 1), (row1, col0), (row1, col0 + 1),
     // row0 = row_base + 16 r + g, row1 = row0 + 8, col0 = 8 nt + 2t.
     // The sums' values: kValues a warp (kSplitK: a block) of the tile's; `partials` holds each
@@ -1410,7 +1406,7 @@ template <typename F, int kStages, bool kOccupancy = true, int W = kWarps, bool 
           bool kRes = false, bool kDynSmem = false, bool kPieces = false, bool kActSmem = false, bool kTma = false>
 bool launch(const char * w, const int8_t * yq, const float * yd, const int * ysum, float * dst, int nrows, int k,
             int64_t row_bytes, int ncols, int stride_col_dst, cudaStream_t stream, const float * res = nullptr,
-            int stride_col_res = 0, int pieces = 1, float * partials = nullptr, bool late_wait = false) {
+            int stride_col_res = 0, int pieces = 1, float * partials = nullptr) {
     const int tile_rows = (kSplitK ? kRows : kRows * W) * R;
     const int tiles = (nrows + tile_rows - 1) / tile_rows;
     // a split needs its partial sums, a counter a tile and a super-block a piece
@@ -1424,21 +1420,21 @@ bool launch(const char * w, const int8_t * yq, const float * yd, const int * ysu
         static_assert(F::kRowsAligned && kSt > 0 && !kDynSmem && !kActSmem && !kPieces, "see the kernel's kTma");
         if (ncols > 32 || !tma_rows_encode(tma, w, row_bytes, nrows, F::kBytes, R * kRows)) return false;
     }
-#define GEMM_KQ_LAUNCH(NT)                                                                                            \
-    do {                                                                                                              \
-        if constexpr ((kActSmem && NT < 3) || (kTma && NT > 4)) {                                                     \
-            return false;                                                                                             \
-        } else {                                                                                                      \
-            auto kernel = gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kDynSmem, kPieces,      \
-                                                 kActSmem, kTma>;                                                     \
-            constexpr int kBytes = kDynSmem ? Smem<F, NT, kSt, W, R, kActSmem>::kBytes : 0;                           \
-            if constexpr (kDynSmem) {                                                                                 \
-                if (!dyn_smem_ready<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kPieces, kActSmem>()) return false;  \
-            }                                                                                                         \
-            DFLASH_LAUNCH_PDL(late_wait ? dflash_pdl::kDeferred : dflash_pdl::gemm_kind(8 * NT), grid, block, kBytes, \
-                              stream, kernel)(w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, \
-                                              stride_col_res, pieces, partials, tma, late_wait);                      \
-        }                                                                                                             \
+#define GEMM_KQ_LAUNCH(NT)                                                                                           \
+    do {                                                                                                             \
+        if constexpr ((kActSmem && NT < 3) || (kTma && NT > 4)) {                                                    \
+            return false;                                                                                            \
+        } else {                                                                                                     \
+            auto kernel = gemm_kquant_mma_kernel<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kDynSmem, kPieces,     \
+                                                 kActSmem, kTma>;                                                    \
+            constexpr int kBytes = kDynSmem ? Smem<F, NT, kSt, W, R, kActSmem>::kBytes : 0;                          \
+            if constexpr (kDynSmem) {                                                                                \
+                if (!dyn_smem_ready<F, NT, kSt, kOccupancy, W, kSplitK, R, kRes, kPieces, kActSmem>()) return false; \
+            }                                                                                                        \
+            DFLASH_LAUNCH_PDL(dflash_pdl::gemm_kind(8 * NT), grid, block, kBytes, stream, kernel)(                   \
+                w, yq, yd, ysum, dst, nrows, nb, row_bytes, ncols, stride_col_dst, res, stride_col_res, pieces,      \
+                partials, tma);                                                                                      \
+        }                                                                                                            \
     } while (0)
     if (ncols <= 8) {
         GEMM_KQ_LAUNCH(1);

@@ -37,9 +37,6 @@ struct Operands {
     size_t smem_optin = 0;
     ggml_cuda_pool * pool = nullptr;
     cudaStream_t stream = nullptr;
-    // a deferred product's launch (deferred_product.cu): with PDL, waiting for the kernel before it
-    // only before its first write (its activations were written before that kernel started)
-    bool late_wait = false;
 };
 
 // mma_split's "auto" (gemm_kquant_mma.cu's DFLASH_MMA_SPLIT)

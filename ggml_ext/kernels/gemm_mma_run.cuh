@@ -34,12 +34,11 @@ bool launch_with(const Operands & o, const MmaForm & f, MmaRan & ran, int pieces
     if constexpr (std::is_same_v<F, gemm_kq::Q4KMinsMma> && kStages > 0 && !kDynSmem && !kPieces && !kActSmem) {
         auto tma_launch = [&](auto stages) {
             constexpr int kSt = decltype(stages)::value;
-            return o.res ? gemm_kq::launch<F, kSt, kOccupancy, W, kSplitK, R, true, false, false, false, true>(
-                               o.w, o.qs, o.d, o.sums, o.out, o.rows, o.k, o.row_bytes, o.n, o.sd, o.stream, o.res,
-                               o.sr, 1, nullptr, o.late_wait)
-                         : gemm_kq::launch<F, kSt, kOccupancy, W, kSplitK, R, false, false, false, false, true>(
-                               o.w, o.qs, o.d, o.sums, o.out, o.rows, o.k, o.row_bytes, o.n, o.sd, o.stream, nullptr, 0,
-                               1, nullptr, o.late_wait);
+            return o.res
+                       ? gemm_kq::launch<F, kSt, kOccupancy, W, kSplitK, R, true, false, false, false, true>(
+                             o.w, o.qs, o.d, o.sums, o.out, o.rows, o.k, o.row_bytes, o.n, o.sd, o.stream, o.res, o.sr)
+                       : gemm_kq::launch<F, kSt, kOccupancy, W, kSplitK, R, false, false, false, false, true>(
+                             o.w, o.qs, o.d, o.sums, o.out, o.rows, o.k, o.row_bytes, o.n, o.sd, o.stream);
         };
         if (f.tma && (f.tma_stages == 3 ? tma_launch(std::integral_constant<int, 3>{})
                                         : tma_launch(std::integral_constant<int, kStages>{}))) {
@@ -49,12 +48,11 @@ bool launch_with(const Operands & o, const MmaForm & f, MmaRan & ran, int pieces
     }
     if (o.res) {
         return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, true, kDynSmem, kPieces, kActSmem>(
-            o.w, o.qs, o.d, o.sums, o.out, o.rows, o.k, o.row_bytes, o.n, o.sd, o.stream, o.res, o.sr, pieces, partials,
-            o.late_wait);
+            o.w, o.qs, o.d, o.sums, o.out, o.rows, o.k, o.row_bytes, o.n, o.sd, o.stream, o.res, o.sr, pieces,
+            partials);
     }
     return gemm_kq::launch<F, kStages, kOccupancy, W, kSplitK, R, false, kDynSmem, kPieces, kActSmem>(
-        o.w, o.qs, o.d, o.sums, o.out, o.rows, o.k, o.row_bytes, o.n, o.sd, o.stream, nullptr, 0, pieces, partials,
-        o.late_wait);
+        o.w, o.qs, o.d, o.sums, o.out, o.rows, o.k, o.row_bytes, o.n, o.sd, o.stream, nullptr, 0, pieces, partials);
 }
 
 // Quantizes x for F's activation layout (when f.quantize), then runs F in the form f names: 8 warps

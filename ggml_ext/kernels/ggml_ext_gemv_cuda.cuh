@@ -118,18 +118,3 @@ bool & ggml_ext_cuda_f16_convert_v8();
 // Q5_K, Q6_K). False when it does not take them: nothing launched.
 bool ggml_ext_cuda_gemm_mma_pair_from(ggml_backend_cuda_context & ctx, const ggml_tensor * w1, ggml_tensor * dst1,
                                       const ggml_tensor * w2, ggml_tensor * dst2, const ActSource & x, int64_t n);
-
-// A deferred product's GEMM (deferred_product.cu) in two steps: its activations quantized early
-// into buffers of the caller's, its product later from them. Only the mma.sync forms (they wait
-// late: gemm_kq's late_wait), so: whether w x (n columns of x, into dst) takes one, and the
-// buffers' sizes for it (act bytes, floats of scales, ints of sums); false when it does not.
-bool ggml_ext_cuda_gemm_deferrable(ggml_backend_cuda_context & ctx, const ggml_tensor * w, const ActSource & x,
-                                   int64_t n, const ggml_tensor * dst, size_t & act_bytes, size_t & d_floats,
-                                   size_t & sums_ints);
-// x's n columns in the layout that form reads.
-void ggml_ext_cuda_gemm_quantize_for(const ggml_tensor * w, const ActSource & x, int64_t n, int8_t * qs, float * d,
-                                     int * sums, cudaStream_t stream);
-// The product from them, launched with PDL: it runs beside the kernel before it on the stream and
-// waits for that kernel only before writing dst.
-void ggml_ext_cuda_gemm_late(ggml_backend_cuda_context & ctx, const ggml_tensor * w, int64_t n, int8_t * qs, float * d,
-                             int * sums, ggml_tensor * dst);

@@ -48,14 +48,6 @@ int ggml_ext_cuda_try_fuse_sigmoid_gate(ggml_backend_cuda_context & ctx, ggml_cg
 // the MUL, views, the GLU, the MUL_MAT and maybe an ADD), or 0: ggml runs them as usual.
 int ggml_ext_cuda_try_fuse_rms_norm(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
 
-// A deferred product (ggml_ext::defer_product; deferred_product.cu): its norm's fusion quantizes
-// the n columns of x (the norm's source) for mm aside, before the products it runs (false when mm
-// cannot run that way: nothing launched); at mm's node its GEMM runs from them beside the kernel
-// before it (false when nothing was quantized for dst: ggml runs it as usual).
-bool ggml_ext_cuda_stash_deferred(ggml_backend_cuda_context & ctx, const ggml_tensor * mm, const ActSource & x,
-                                  int64_t n);
-bool ggml_ext_cuda_run_deferred(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
-
 // mmq launch policy for MUL_MAT nodes tagged ggml_ext::kMulMatTilesTag (patches/0003). While
 // ggml's mmq computes such a node (the scope, opened in ggml_cuda_mul_mat_q), launch_mul_mat_q
 // asks ggml_ext_mmq_prefer_tiles whether to run one block per output tile instead of stream-k.

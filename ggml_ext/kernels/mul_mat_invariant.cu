@@ -148,8 +148,6 @@ bool ggml_ext_cuda_mul_mat_invariant(ggml_backend_cuda_context & ctx, ggml_tenso
     // tensor-core GEMM, the rest of 1..8 columns to its GEMV, whatever ggml's own choice between
     // its vector and tensor-core kernels would be.
     if (ggml_ext::is_mul_mat_tiles(dst)) {
-        // a deferred product whose activations its norm's fusion quantized (deferred_product.cu)
-        if (ggml_ext::is_deferred_product(dst) && ggml_ext_cuda_run_deferred(ctx, dst)) return true;
         if (ggml_ext_cuda_gemm_mma(ctx, src0, src1, dst)) return true;
         return n <= kGemvMaxColumns && ggml_ext_cuda_gemv_columns(ctx, src0, src1, dst);
     }

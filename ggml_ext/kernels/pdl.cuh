@@ -53,9 +53,6 @@ namespace dflash_pdl {
 // (1..8 columns), the GEMM and its quantizer up to 16 padded columns, the GEMM of 17..32 and of
 // 33..64 padded columns, and the quantizers of those.
 enum Kind : unsigned { kGemv = 1, kGemmNarrow = 2, kGemmMid = 4, kGemmWide = 8, kQuantWide = 16 };
-// A deferred product's GEMM (deferred_product.cu): launched with PDL whatever DFLASH_PDL says, its
-// overlap with the kernel before being the point of it.
-constexpr unsigned kDeferred = 1u << 31;
 constexpr unsigned kDefaultKinds = kGemv | kGemmNarrow | kGemmWide;
 
 // The GEMM kernel's kind for np padded columns.
@@ -74,7 +71,7 @@ inline bool env_enabled(unsigned kind) {
         const char * e = std::getenv("DFLASH_PDL");
         return e ? (unsigned)std::atoi(e) : kDefaultKinds;
     }();
-    return kind == kDeferred || (mask & kind) != 0;
+    return (mask & kind) != 0;
 }
 
 // Whether the code the current device runs for `kernel` was compiled for sm_90 or newer: only there

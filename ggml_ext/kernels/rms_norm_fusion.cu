@@ -84,14 +84,6 @@ std::atomic<int64_t> pair_fusions{0}, head_fusions{0}, gemv_fusions{0};
 
 namespace pat = ggml_ext::fusion_patterns;
 
-// The deferred product reading the norm at node i after its k products (fusion_patterns'
-// deferred_after): its activations quantized aside first (deferred_product.cu). False when it has
-// one that cannot run that way: then no fusion, the norm a node the products read.
-bool stash_deferred(ggml_backend_cuda_context & ctx, ggml_cgraph * g, int i, int k, const ActSource & x, int64_t n) {
-    const int m = pat::deferred_after(g, i, k);
-    return m < 0 || ggml_ext_cuda_stash_deferred(ctx, g->nodes[m], x, n);
-}
-
 // The one product after the norm (the FFN's [gate; up], a GDN layer's stacked input projections).
 int fuse_single(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     ActSource x;
@@ -104,8 +96,7 @@ int fuse_single(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
         gemv_fusions++;
         return 2;
     }
-    if (n > max_columns_flag || !stash_deferred(ctx, cgraph, i, 1, x, n) ||
-        !ggml_ext_cuda_gemm_mma_from(ctx, mm->src[0], x, n, mm, nullptr)) {
+    if (n > max_columns_flag || !ggml_ext_cuda_gemm_mma_from(ctx, mm->src[0], x, n, mm, nullptr)) {
         return 0;
     }
     rms_norm_fusions++;
@@ -159,8 +150,7 @@ int fuse_pair(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
         gemv_fusions++;
         return 3;
     }
-    if (n > max_columns_flag || !stash_deferred(ctx, cgraph, i, 2, x, n) ||
-        !ggml_ext_cuda_gemm_mma_pair_from(ctx, mm1->src[0], mm1, mm2->src[0], mm2, x, n)) {
+    if (n > max_columns_flag || !ggml_ext_cuda_gemm_mma_pair_from(ctx, mm1->src[0], mm1, mm2->src[0], mm2, x, n)) {
         return 0;
     }
     pair_fusions++;

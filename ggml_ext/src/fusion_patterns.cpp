@@ -6,7 +6,7 @@ namespace ggml_ext {
 
 FusionCounts count_fusion_patterns(const ggml_cgraph * g) {
     const fusion_patterns::Counts c = fusion_patterns::count(g);
-    return {c.single, c.pair, c.head, c.gate, c.glu, c.deferred};
+    return {c.single, c.pair, c.head, c.gate, c.glu};
 }
 
 }  // namespace ggml_ext

@@ -1,7 +1,5 @@
 #include "ggml_ext_matmul.h"
 
-#include <cstdlib>
-
 namespace ggml_ext {
 
 ggml_tensor * mul_mat_invariant(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
@@ -16,29 +14,11 @@ ggml_tensor * mul_mat_tiles(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x
     return t;
 }
 
-ggml_tensor * defer_product(ggml_tensor * mm) {
-    mm->op_params[kMulMatDeferSlot] = kMulMatDeferTag;
-    return mm;
-}
-
-namespace {
-bool defer_gate_flag = [] {
-    const char * e = std::getenv("DFLASH_DEFER_GATE");
-    return !(e && e[0] == '0');
-}();
-}  // namespace
-
-void set_defer_gate_enabled(bool on) { defer_gate_flag = on; }
-bool defer_gate_enabled() { return defer_gate_flag; }
-
 // ggml's own op_params of the nodes flagged here: MUL_MAT 0 (accumulator precision), 1 (hint), 3
 // (src1 precision, which CUDA's mmq asserts on; slot 2 would be src0's, which ggml refuses to set);
 // FLASH_ATTN_EXT 0..2 (scale, max_bias, softcap), 3 (precision), 4 (n_kv_max).
 static_assert(kMulMatTagSlot == 2 && GGML_EXT_MUL_MAT_CPU_SLOT > 3 && GGML_EXT_MUL_MAT_CPU_SLOT != kMulMatTagSlot,
               "ggml_ext's MUL_MAT flags must stay out of ggml's op_params slots");
-static_assert(kMulMatDeferSlot > 3 && kMulMatDeferSlot != GGML_EXT_MUL_MAT_CPU_SLOT &&
-                  kMulMatDeferSlot < GGML_MAX_OP_PARAMS / (int)sizeof(int32_t),
-              "the deferred product's flag: a slot of its own");
 static_assert(GGML_EXT_FLASH_ATTN_CPU_SLOT > 4, "ggml's FLASH_ATTN_EXT op_params take slots 0..4");
 
 void mark_batch_invariant_on_cpu(ggml_cgraph * gf) {
@@ -156,7 +136,6 @@ int64_t mul_mat_head_norm_fusions() { return 0; }
 void set_fuse_sigmoid_gate_enabled(bool) {}
 bool fuse_sigmoid_gate_enabled() { return false; }
 int64_t mul_mat_sigmoid_gate_fusions() { return 0; }
-int64_t deferred_products() { return 0; }
 #endif
 
 }  // namespace ggml_ext
